@@ -1,0 +1,545 @@
+/**
+ * @file flashattn.h
+ * @brief libflashattn: exact, IO-aware attention (FlashAttention) behind a stable C ABI.
+ *
+ * The whole public API. C99, self-contained (includes only <stddef.h> and <stdint.h>),
+ * usable from C, C++, and any language with a C FFI.
+ *
+ * Workflow: create a plan (::flashattn_plan_create), describe the problem with the
+ * setters (shape first, then any options), ask for the workspace size of a pass
+ * (::flashattn_plan_get_workspace_size), then run ::flashattn_fwd / ::flashattn_bwd as
+ * many times as needed, from any number of threads and streams.
+ *
+ * Conventions that hold for every function:
+ * - Every function that can fail returns a ::flashattn_status_t; on failure a
+ *   thread-local message naming the argument and its value is available from
+ *   ::flashattn_last_error, and no output (out-parameter, tensor, plan state) has been
+ *   modified.
+ * - The library never prints, aborts or exits, and no C++ exception crosses the API.
+ * - Tensor strides are in elements, never bytes.
+ * - "Host" pointers point to CPU memory; "device" pointers point to memory of the
+ *   plan's CUDA device. For the CPU backend every pointer is a host pointer.
+ *
+ * Threading: a plan whose configuration is complete may be run (fwd/bwd, workspace
+ * queries) by many threads and on many streams at once. Setters must not race with
+ * each other or with runs of the same plan. Distinct plans are independent.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * @defgroup version Version and errors
+ * @brief Library version, status codes and error messages.
+ * @{
+ */
+
+/** Major version; the SONAME is libflashattn.so.MAJOR. */
+#define FLASHATTN_VERSION_MAJOR 0
+/** Minor version: grows when functions or struct fields are added. */
+#define FLASHATTN_VERSION_MINOR 1
+/** Patch version: fixes with no API change. */
+#define FLASHATTN_VERSION_PATCH 0
+/** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
+#define FLASHATTN_VERSION_NUMBER \
+  (FLASHATTN_VERSION_MAJOR * 10000 + FLASHATTN_VERSION_MINOR * 100 + FLASHATTN_VERSION_PATCH)
+
+/** Marks a symbol exported from libflashattn.so (everything else is hidden). */
+#if defined(_WIN32)
+#define FLASHATTN_API
+#elif defined(__GNUC__) || defined(__clang__)
+#define FLASHATTN_API __attribute__((visibility("default")))
+#else
+#define FLASHATTN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @brief Result of every fallible call. Values are grouped in bands and never renumbered:
+ * 0 success; 1xx invalid argument; 2xx not supported; 3xx resources; 4xx device/CUDA;
+ * 9xx internal.
+ */
+typedef enum flashattn_status_t {
+  FLASHATTN_STATUS_SUCCESS = 0,                /**< The call succeeded. */
+  FLASHATTN_STATUS_INVALID_ARGUMENT = 100,     /**< An argument is invalid (generic). */
+  FLASHATTN_STATUS_NULL_POINTER = 101,         /**< A required pointer is NULL. */
+  FLASHATTN_STATUS_INVALID_SHAPE = 102,        /**< A dimension is zero, negative or too large. */
+  FLASHATTN_STATUS_INVALID_HEADS = 103,        /**< heads_q is not a multiple of heads_kv. */
+  FLASHATTN_STATUS_INVALID_STRIDE = 104,       /**< A stride is negative, not last-dim contiguous, or makes an output alias itself. */
+  FLASHATTN_STATUS_INVALID_ENUM = 105,         /**< An enum argument has an unknown value. */
+  FLASHATTN_STATUS_INVALID_VALUE = 106,        /**< A scalar (scale, softcap, dropout p, window) is out of range. */
+  FLASHATTN_STATUS_INVALID_LAYOUT = 107,       /**< A block-sparse layout has the wrong size or block sizes. */
+  FLASHATTN_STATUS_INVALID_STRUCT_SIZE = 108,  /**< An args struct's struct_size is too small. */
+  FLASHATTN_STATUS_WORKSPACE_TOO_SMALL = 109,  /**< The workspace is NULL or smaller than the queried size. */
+  FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
+  FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
+  FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA). */
+  FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
+  FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
+  FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
+  FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED = 203,  /**< The dtype has no kernel on this backend. */
+  FLASHATTN_STATUS_LIBRARY_UNAVAILABLE = 204,  /**< A runtime-loaded library (cuBLAS) could not be loaded. */
+  FLASHATTN_STATUS_OUT_OF_MEMORY = 300,        /**< A host allocation (plan state, CPU scratch) failed. */
+  FLASHATTN_STATUS_CUDA_ERROR = 400,           /**< A CUDA runtime call failed; the message holds the CUDA error. */
+  FLASHATTN_STATUS_NO_DEVICE = 401,            /**< No CUDA device, driver, or the device index is out of range. */
+  FLASHATTN_STATUS_LAUNCH_FAILED = 402,        /**< A kernel launch failed. */
+  FLASHATTN_STATUS_WRONG_MEMORY_SPACE = 403,   /**< A pointer lives in the wrong memory (host vs device) for the backend. */
+  FLASHATTN_STATUS_INTERNAL_ERROR = 900        /**< A bug in the library; please report the message. */
+} flashattn_status_t;
+
+/**
+ * @brief Runtime version of the loaded library.
+ * @param[out] major Receives FLASHATTN_VERSION_MAJOR of the library (may be NULL).
+ * @param[out] minor Receives the minor version (may be NULL).
+ * @param[out] patch Receives the patch version (may be NULL).
+ * @return The version as MAJOR*10000 + MINOR*100 + PATCH. Never fails. Thread-safe.
+ */
+FLASHATTN_API int flashattn_get_version(int* major, int* minor, int* patch);
+
+/**
+ * @brief Name of a status code, e.g. "FLASHATTN_STATUS_INVALID_SHAPE".
+ * @param status Any value; unknown values give "FLASHATTN_STATUS_UNKNOWN".
+ * @return A static NUL-terminated string; never NULL. Thread-safe.
+ */
+FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status);
+
+/**
+ * @brief Message describing the last failure on the calling thread.
+ *
+ * Names the argument and its value, e.g. "head_dim_qk=300 exceeds the supported
+ * maximum 256". Valid until the next libflashattn call on the same thread.
+ * @return A NUL-terminated string owned by the library; "" if the last call succeeded.
+ */
+FLASHATTN_API const char* flashattn_last_error(void);
+
+/** @} */
+
+/**
+ * @defgroup plans Plans
+ * @brief Creating plans and describing shapes, dtypes and layouts.
+ * @{
+ */
+
+/** CUDA stream; identical to cudaStream_t, so CUDA users pass their stream, others NULL. */
+struct CUstream_st;
+
+/** Opaque plan: a full description of one attention problem. */
+typedef struct flashattn_plan_s* flashattn_plan_t;
+
+/** Where a plan runs. int32_t-compatible enum. */
+typedef enum flashattn_backend_t {
+  FLASHATTN_BACKEND_AUTO = 0, /**< CUDA if a device is present and the build has CUDA, else CPU. */
+  FLASHATTN_BACKEND_CPU = 1,  /**< Multithreaded CPU implementation of every option. */
+  FLASHATTN_BACKEND_CUDA = 2  /**< CUDA kernels on the given device (sm_80 or later). */
+} flashattn_backend_t;
+
+/** Element type of Q, K, V, O, dO, dQ, dK, dV and the bias tensor. Accumulation is always fp32. */
+typedef enum flashattn_dtype_t {
+  FLASHATTN_DTYPE_FP16 = 0, /**< IEEE binary16. */
+  FLASHATTN_DTYPE_BF16 = 1, /**< bfloat16. */
+  FLASHATTN_DTYPE_FP32 = 2  /**< IEEE binary32. */
+} flashattn_dtype_t;
+
+/** Identifies a tensor whose strides are set with ::flashattn_plan_set_strides. */
+typedef enum flashattn_tensor_t {
+  FLASHATTN_TENSOR_Q = 0,  /**< Query, [batch, seqlen_q, heads_q, head_dim_qk]. */
+  FLASHATTN_TENSOR_K = 1,  /**< Key, [batch, seqlen_k, heads_kv, head_dim_qk]. */
+  FLASHATTN_TENSOR_V = 2,  /**< Value, [batch, seqlen_k, heads_kv, head_dim_v]. */
+  FLASHATTN_TENSOR_O = 3,  /**< Output, [batch, seqlen_q, heads_q, head_dim_v]. */
+  FLASHATTN_TENSOR_DO = 4, /**< Output gradient, like O. */
+  FLASHATTN_TENSOR_DQ = 5, /**< Query gradient, like Q. */
+  FLASHATTN_TENSOR_DK = 6, /**< Key gradient, like K. */
+  FLASHATTN_TENSOR_DV = 7  /**< Value gradient, like V. */
+} flashattn_tensor_t;
+
+/** Which algorithm a plan runs. */
+typedef enum flashattn_algorithm_t {
+  FLASHATTN_ALGORITHM_FLASH = 0,   /**< Default: tiled FlashAttention, O(N) extra memory. */
+  FLASHATTN_ALGORITHM_STANDARD = 1 /**< Standard attention materializing S and P (O(N^2) workspace):
+                                        the baseline and GPU reference. CUDA: cuBLAS, loaded at first use. */
+} flashattn_algorithm_t;
+
+/**
+ * @brief Create a plan with default options (no mask, no bias, no dropout, dense,
+ * fp16, contiguous BSHD strides, scale 1/sqrt(head_dim_qk), flash algorithm).
+ * @param[out] plan Receives the new plan (host pointer, not NULL). Untouched on failure.
+ * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
+ * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
+ *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
+ *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
+                                                       int device);
+
+/**
+ * @brief Destroy a plan and free everything it owns. NULL is a no-op.
+ * @param plan Plan from ::flashattn_plan_create, or NULL. Must not be in use by a run.
+ */
+FLASHATTN_API void flashattn_plan_destroy(flashattn_plan_t plan);
+
+/**
+ * @brief The backend a plan resolved to (never AUTO).
+ * @param plan The plan.
+ * @param[out] backend Receives CPU or CUDA.
+ * @return SUCCESS; NULL_POINTER.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t plan, flashattn_backend_t* backend);
+
+/** Largest supported head_dim_qk and head_dim_v. */
+#define FLASHATTN_MAX_HEAD_DIM 256
+
+/**
+ * @brief Set the problem shape (required before any run). Resets strides to contiguous BSHD.
+ *
+ * In variable-length mode (::flashattn_plan_set_varlen) seqlen_q and seqlen_k are the
+ * maximum sequence lengths (max_seqlen_q/k) and batch is the number of sequences.
+ * @param plan The plan.
+ * @param batch Number of sequences, >= 1.
+ * @param seqlen_q Query length, >= 1.
+ * @param seqlen_k Key/value length, >= 1.
+ * @param heads_q Query heads, >= 1.
+ * @param heads_kv Key/value heads, >= 1, dividing heads_q (MHA, GQA, MQA).
+ * @param head_dim_qk Head dimension of Q and K, 1..FLASHATTN_MAX_HEAD_DIM.
+ * @param head_dim_v Head dimension of V and O, 1..FLASHATTN_MAX_HEAD_DIM.
+ * @return SUCCESS; NULL_POINTER; INVALID_SHAPE; INVALID_HEADS; INVALID_LAYOUT (a
+ *         block-sparse layout already set does not fit the new shape).
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
+                                                          int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
+                                                          int64_t head_dim_qk, int64_t head_dim_v);
+
+/**
+ * @brief Set the element type of all tensors (default FP16).
+ * @param plan The plan.
+ * @param dtype FP16, BF16 or FP32.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan, flashattn_dtype_t dtype);
+
+/**
+ * @brief Set one tensor's strides, in elements, in the order (batch, seq, head, dim).
+ *
+ * Default: contiguous BSHD. BHSD and others are just other strides. The dim stride must
+ * be 1; the others must be >= 0, and for outputs (O, dQ, dK, dV) no two distinct
+ * elements may share an address. In varlen mode the batch stride is ignored and the
+ * seq stride steps through packed tokens. Checked against the shape at each run.
+ * @param plan The plan (shape must be set).
+ * @param tensor Which tensor.
+ * @param strides Host array of 4 strides.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_strides(flashattn_plan_t plan, flashattn_tensor_t tensor,
+                                                            const int64_t strides[4]);
+
+/**
+ * @brief Set the softmax scale applied to Q.K (default 1/sqrt(head_dim_qk)).
+ * @param plan The plan.
+ * @param scale Finite and > 0; 0 restores the default.
+ * @return SUCCESS; NULL_POINTER; INVALID_VALUE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_softmax_scale(flashattn_plan_t plan, float scale);
+
+/**
+ * @brief Select the algorithm (default FLASH).
+ * @param plan The plan.
+ * @param algorithm FLASH or STANDARD.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t plan,
+                                                              flashattn_algorithm_t algorithm);
+
+/**
+ * @brief Enable packed variable-length sequences, or disable them (enabled = 0).
+ *
+ * Q/O/dO/dQ are [total_q, heads_q, dim] and K/V/dK/dV are [total_k, heads_kv, dim]
+ * (batch stride ignored). Sequence b spans tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1]
+ * (int32, batch+1 entries, passed in the run's args). LSE becomes [heads_q, total_q].
+ * Positions i, j in masks, bias, ALiBi, block-sparse layouts and dropout are within the
+ * sequence. Sequences may be empty. The plan's seqlen_q/k are the maximum lengths.
+ * @param plan The plan.
+ * @param enabled Nonzero enables.
+ * @param total_q Total query tokens (>= 0 when enabled).
+ * @param total_k Total key tokens (>= 0 when enabled).
+ * @return SUCCESS; NULL_POINTER; INVALID_SHAPE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_varlen(flashattn_plan_t plan, int enabled, int64_t total_q,
+                                                           int64_t total_k);
+
+/**
+ * @brief Request bitwise run-to-run reproducible gradients (default off).
+ *
+ * The CPU backend is always deterministic; on CUDA this replaces dQ atomics by an
+ * ordered accumulation (slower, and the workspace may grow).
+ * @param plan The plan.
+ * @param enabled Nonzero enables.
+ * @return SUCCESS; NULL_POINTER.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan_t plan, int enabled);
+
+/** @} */
+
+/**
+ * @defgroup masks Masks and bias
+ * @brief Band (causal, sliding-window) masks, softcap, bias tensors and ALiBi.
+ * @{
+ */
+
+/** How query row i lines up with key column j in masks and ALiBi. */
+typedef enum flashattn_mask_align_t {
+  FLASHATTN_ALIGN_TOP_LEFT = 0,    /**< i' = i. */
+  FLASHATTN_ALIGN_BOTTOM_RIGHT = 1 /**< i' = i + seqlen_k - seqlen_q (per sequence in varlen mode). */
+} flashattn_mask_align_t;
+
+/** A window value meaning "no bound on this side". Any negative value means the same. */
+#define FLASHATTN_WINDOW_UNBOUNDED (-1)
+
+/**
+ * @brief Set the band mask: keep (i, j) iff i' - window_left <= j <= i' + window_right.
+ *
+ * Causal is (window_left = UNBOUNDED, window_right = 0); sliding window has both bounded;
+ * both negative disables the mask (the default). The alignment also sets i' for ALiBi.
+ * @param plan The plan.
+ * @param align TOP_LEFT or BOTTOM_RIGHT.
+ * @param window_left Keys allowed before the diagonal; negative = unbounded.
+ * @param window_right Keys allowed after the diagonal; negative = unbounded.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_band_mask(flashattn_plan_t plan, flashattn_mask_align_t align,
+                                                              int64_t window_left, int64_t window_right);
+
+/**
+ * @brief Set the softcap: s = softcap * tanh(s / softcap), applied to scale*q.k before the bias.
+ * @param plan The plan.
+ * @param softcap 0 disables (default); otherwise finite and > 0.
+ * @return SUCCESS; NULL_POINTER; INVALID_VALUE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_softcap(flashattn_plan_t plan, float softcap);
+
+/** Additive score bias kinds. */
+typedef enum flashattn_bias_t {
+  FLASHATTN_BIAS_NONE = 0,            /**< No bias (default). */
+  FLASHATTN_BIAS_TENSOR = 1,          /**< bias[b, h, i, j] from args.bias, in the plan's dtype, strided. */
+  FLASHATTN_BIAS_ALIBI = 2,           /**< slope[h] * (j - i'), slopes fp32 [heads_q] from args.alibi_slopes. */
+  FLASHATTN_BIAS_ALIBI_SYMMETRIC = 3  /**< -slope[h] * |i' - j|, slopes as for ALIBI. */
+} flashattn_bias_t;
+
+/**
+ * @brief Set the additive bias added to the (softcapped) scores.
+ *
+ * For TENSOR, strides (in elements) are (batch, head, q, k) over the logical shape
+ * [batch, heads_q, seqlen_q, seqlen_k]; a stride of 0 broadcasts that dimension. In the
+ * backward pass args.dbias (optional) receives dBias with the same strides: along a
+ * broadcast dimension it holds the sum of the gradient. The k stride must be 0 or 1.
+ * For NONE and the ALiBi kinds, strides must be NULL.
+ * @param plan The plan.
+ * @param kind Bias kind.
+ * @param strides Host array of 4 strides for TENSOR, else NULL.
+ * @return SUCCESS; NULL_POINTER (TENSOR without strides); INVALID_ENUM; INVALID_STRIDE;
+ *         INVALID_ARGUMENT (strides given for a kind that takes none).
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, flashattn_bias_t kind,
+                                                         const int64_t strides[4]);
+
+/** @} */
+
+/**
+ * @defgroup dropout Dropout
+ * @brief Reproducible dropout on the attention probabilities.
+ * @{
+ */
+
+/**
+ * @brief Set dropout on the normalized probabilities: keep with probability 1-p, scale
+ * kept values by 1/(1-p).
+ *
+ * The keep decision for (b, h, i, j) (b the sequence, h the query head, i and j
+ * positions within the sequence) is a pure function of (seed, offset, b, h, i, j),
+ * identical on every backend and in forward and backward:
+ * Philox4x32-10 with key (lo32(seed), hi32(seed)) and counter
+ * (j / 4, i, lo32(offset + b*heads_q + h), hi32(offset + b*heads_q + h)) yields four
+ * 32-bit words; word j % 4 is r, and (b, h, i, j) is kept iff r >= floor(p * 2^32).
+ * To draw an independent mask for another call, advance offset by batch*heads_q.
+ * @param plan The plan.
+ * @param p Drop probability in [0, 1); 0 disables.
+ * @param seed Philox key.
+ * @param offset Philox counter offset.
+ * @return SUCCESS; NULL_POINTER; INVALID_VALUE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_dropout(flashattn_plan_t plan, float p, uint64_t seed,
+                                                            uint64_t offset);
+
+/** @} */
+
+/**
+ * @defgroup sparse Block-sparse layouts
+ * @brief Skipping whole blocks of the attention matrix.
+ * @{
+ */
+
+/**
+ * @brief Set a block-sparse layout, or clear it (layout = NULL).
+ *
+ * layout is a host uint8 array [layout_heads, num_row_blocks, num_col_blocks] (row-major)
+ * with num_row_blocks = ceil(seqlen_q / block_q) and num_col_blocks = ceil(seqlen_k /
+ * block_k) (max lengths in varlen mode). Element (i, j) of query head h is attended only
+ * if layout[h % layout_heads][i / block_q][j / block_k] != 0; zero blocks are skipped, not
+ * computed. The plan copies the layout; the caller may free it on return. Any block size
+ * is valid; multiples of 128 (q) and 64 (k) let the CUDA kernels skip whole tiles.
+ * @param plan The plan (shape must be set).
+ * @param layout Host array, or NULL to clear.
+ * @param layout_heads 1 (shared by all heads) or heads_q.
+ * @param num_row_blocks Must equal ceil(seqlen_q / block_q).
+ * @param num_col_blocks Must equal ceil(seqlen_k / block_k).
+ * @param block_q Rows per block, >= 1.
+ * @param block_k Columns per block, >= 1.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_LAYOUT; OUT_OF_MEMORY;
+ *         CUDA_ERROR (copying the layout to the device).
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_t plan, const uint8_t* layout,
+                                                                 int64_t layout_heads, int64_t num_row_blocks,
+                                                                 int64_t num_col_blocks, int64_t block_q,
+                                                                 int64_t block_k);
+
+/** @} */
+
+/**
+ * @defgroup passes Passes
+ * @brief Workspace queries and the forward and backward passes.
+ * @{
+ */
+
+/** A pass, for workspace queries. */
+typedef enum flashattn_pass_t {
+  FLASHATTN_PASS_FORWARD = 0, /**< ::flashattn_fwd. */
+  FLASHATTN_PASS_BACKWARD = 1 /**< ::flashattn_bwd. */
+} flashattn_pass_t;
+
+/**
+ * @brief Workspace bytes a pass needs with the plan's current configuration (may be 0).
+ * @param plan The plan (shape must be set).
+ * @param pass FORWARD or BACKWARD.
+ * @param[out] bytes Receives the size in bytes.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE; INVALID_LAYOUT.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
+                                                                   size_t* bytes);
+
+/**
+ * @brief Pointers of one forward run. Initialize with FLASHATTN_FWD_ARGS_INIT.
+ *
+ * Memory is device memory of the plan's device for CUDA, host memory for CPU. Shapes
+ * and strides are the plan's; dtype is the plan's unless stated.
+ */
+typedef struct flashattn_fwd_args_t {
+  size_t struct_size;           /**< sizeof(flashattn_fwd_args_t) as compiled by the caller. */
+  const void* q;                /**< Query [batch, seqlen_q, heads_q, head_dim_qk]. Required. */
+  const void* k;                /**< Key [batch, seqlen_k, heads_kv, head_dim_qk]. Required. */
+  const void* v;                /**< Value [batch, seqlen_k, heads_kv, head_dim_v]. Required. */
+  void* o;                      /**< Output [batch, seqlen_q, heads_q, head_dim_v]. Required. */
+  float* lse;                   /**< fp32 log-sum-exp (natural log) [batch, heads_q, seqlen_q] contiguous, or
+                                     [heads_q, total_q] in varlen mode. Optional (NULL). -inf for fully masked rows. */
+  const void* bias;             /**< Bias tensor (plan dtype, plan bias strides). Required iff bias kind is TENSOR. */
+  const float* alibi_slopes;    /**< fp32 [heads_q]. Required iff bias kind is ALIBI or ALIBI_SYMMETRIC. */
+  const int32_t* cu_seqlens_q;  /**< int32 [batch+1] token offsets. Required iff varlen. */
+  const int32_t* cu_seqlens_k;  /**< int32 [batch+1] token offsets. Required iff varlen. */
+} flashattn_fwd_args_t;
+
+/** Initializer for ::flashattn_fwd_args_t: sets struct_size, everything else NULL. */
+#define FLASHATTN_FWD_ARGS_INIT {sizeof(flashattn_fwd_args_t), 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/**
+ * @brief Pointers of one backward run. Initialize with FLASHATTN_BWD_ARGS_INIT.
+ */
+typedef struct flashattn_bwd_args_t {
+  size_t struct_size;           /**< sizeof(flashattn_bwd_args_t) as compiled by the caller. */
+  const void* q;                /**< Query, as in the forward. Required. */
+  const void* k;                /**< Key, as in the forward. Required. */
+  const void* v;                /**< Value, as in the forward. Required. */
+  const void* o;                /**< Forward output O. Required. */
+  const float* lse;             /**< Forward LSE (layout as in ::flashattn_fwd_args_t). Required. */
+  const void* dout;             /**< Output gradient dO, like O (strides of TENSOR_DO). Required. */
+  void* dq;                     /**< Receives dQ, like Q (strides of TENSOR_DQ). Required. */
+  void* dk;                     /**< Receives dK, like K (summed over each GQA group). Required. */
+  void* dv;                     /**< Receives dV, like V (summed over each GQA group). Required. */
+  const void* bias;             /**< Bias tensor, as in the forward. Required iff bias kind is TENSOR. */
+  void* dbias;                  /**< Receives dBias (plan dtype, bias strides; summed over broadcast dims).
+                                     Optional; only with bias kind TENSOR. */
+  const float* alibi_slopes;    /**< As in the forward. */
+  const int32_t* cu_seqlens_q;  /**< As in the forward. */
+  const int32_t* cu_seqlens_k;  /**< As in the forward. */
+} flashattn_bwd_args_t;
+
+/** Initializer for ::flashattn_bwd_args_t: sets struct_size, everything else NULL. */
+#define FLASHATTN_BWD_ARGS_INIT {sizeof(flashattn_bwd_args_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/**
+ * @brief Forward pass: O = softmax(mask(scale * Q K^T + bias)) V (with dropout) and LSE.
+ *
+ * All checks run before anything is written. CUDA: asynchronous on stream, no
+ * allocation, no host synchronization. CPU: synchronous, multithreaded; stream must be NULL.
+ * @param plan The plan (shape set).
+ * @param args Pointers of this run (host struct).
+ * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
+ *        NULL if that size is 0.
+ * @param workspace_bytes Size of workspace.
+ * @param stream CUDA stream (cudaStream_t) or NULL for the default stream; must be NULL for CPU.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_STRIDE;
+ *         INVALID_SEQLENS; MISALIGNED_POINTER; WORKSPACE_TOO_SMALL; INCOMPATIBLE_OPTIONS;
+ *         INVALID_ARGUMENT (stream on CPU); NOT_SUPPORTED; HEAD_DIM_NOT_SUPPORTED;
+ *         DTYPE_NOT_SUPPORTED; LIBRARY_UNAVAILABLE; OUT_OF_MEMORY; CUDA_ERROR;
+ *         LAUNCH_FAILED; WRONG_MEMORY_SPACE.
+ */
+FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flashattn_fwd_args_t* args,
+                                               void* workspace, size_t workspace_bytes,
+                                               struct CUstream_st* stream);
+
+/**
+ * @brief Backward pass: dQ, dK, dV (and dBias) by recomputation from Q, K, V, O, dO, LSE.
+ *
+ * Uses the plan's dropout seed/offset, so the mask equals the forward's. Fully masked
+ * rows get zero gradients. Same checks, threading and stream rules as ::flashattn_fwd.
+ * @param plan The plan (shape set).
+ * @param args Pointers of this run (host struct).
+ * @param workspace Scratch of at least the queried BACKWARD size.
+ * @param workspace_bytes Size of workspace.
+ * @param stream CUDA stream or NULL.
+ * @return As ::flashattn_fwd.
+ */
+FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flashattn_bwd_args_t* args,
+                                               void* workspace, size_t workspace_bytes,
+                                               struct CUstream_st* stream);
+
+/** @} */
+
+/**
+ * @addtogroup version
+ * @{
+ */
+
+/**
+ * @brief Number of CUDA devices usable by the library (0 with no driver, no device, or a
+ * CPU-only build). Never fails: errors count as 0 devices.
+ * @return Device count.
+ */
+FLASHATTN_API int flashattn_cuda_device_count(void);
+
+/**
+ * @brief Whether the library was built with the CUDA backend.
+ * @return 1 if built with CUDA, else 0.
+ */
+FLASHATTN_API int flashattn_has_cuda_backend(void);
+
+/** @} */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHATTN_H */

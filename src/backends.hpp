@@ -1,0 +1,38 @@
+// The interface between the API layer (src/api.cpp, src/validate.cpp) and the backends.
+//
+// The API layer validates everything that does not need the backend (shapes, strides,
+// pointers, workspace size, options) and builds an AttnParams; a backend may still
+// refuse a valid configuration (e.g. a head dim with no kernel) but must do so before
+// writing any output. Backends report failures through fail() (error.hpp).
+#pragma once
+#include <stddef.h>
+
+#include "common/params.h"
+#include "flashattn.h"
+
+namespace flashattn {
+
+// ---- CPU backend (src/cpu/) ----
+// Scratch bytes for a pass; p holds shapes and options (pointers may be null).
+size_t cpu_workspace_size(const AttnParams& p);
+// Backend-specific checks on host data (varlen offsets); nothing written.
+flashattn_status_t cpu_check(const AttnParams& p);
+// Run p.direction with p.algorithm. workspace has at least cpu_workspace_size(p) bytes.
+flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes);
+
+// ---- CUDA backend (src/cuda/; stubs in src/cuda_disabled.cpp without CUDA) ----
+bool cuda_built();
+int cuda_device_count();
+// Validates a device ordinal (NO_DEVICE, BACKEND_UNAVAILABLE) with a message.
+flashattn_status_t cuda_check_device(int device);
+// Copies a host block-sparse layout to device memory owned by the caller (freed with cuda_free).
+flashattn_status_t cuda_upload(int device, const void* host, size_t bytes, void** device_copy);
+void cuda_free(int device, void* device_ptr);
+size_t cuda_workspace_size(const AttnParams& p, int device);
+// Support checks (head dims, dtypes, pointer memory spaces, alignment) before any launch.
+flashattn_status_t cuda_check(const AttnParams& p, int device);
+// Enqueues the pass on stream; no allocation, no host synchronization.
+flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,
+                            struct CUstream_st* stream);
+
+}  // namespace flashattn

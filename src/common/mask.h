@@ -1,0 +1,43 @@
+// Per-element score semantics shared by every backend: band mask, block-sparse lookup,
+// softcap, ALiBi. One definition, so the CPU backend (the oracle) and the CUDA kernels
+// cannot disagree on what a plan means.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "hostdevice.h"
+#include "params.h"
+
+namespace flashattn {
+
+// Shift from query row i to the aligned row i' for a sequence of lengths (len_q, len_k).
+FA_HD int64_t align_shift(const AttnParams& p, int64_t len_q, int64_t len_k) {
+  return p.align == 1 ? len_k - len_q : 0;
+}
+
+// Band mask on aligned row ip = i + shift.
+FA_HD bool band_keep(const AttnParams& p, int64_t ip, int64_t j) {
+  if (!p.has_band) return true;
+  if (p.window_right >= 0 && j > ip + p.window_right) return false;
+  if (p.window_left >= 0 && j < ip - p.window_left) return false;
+  return true;
+}
+
+// Block-sparse layout lookup (true when there is no layout).
+FA_HD bool layout_keep(const AttnParams& p, int64_t h, int64_t i, int64_t j) {
+  if (p.layout == nullptr) return true;
+  const int64_t lh = p.layout_heads == 1 ? 0 : h;
+  return p.layout[(lh * p.n_row_blocks + i / p.block_q) * p.n_col_blocks + j / p.block_k] != 0;
+}
+
+// ALiBi bias for query head h at aligned row ip and column j (0 when not ALiBi).
+FA_HD float alibi_bias(const AttnParams& p, float slope, int64_t ip, int64_t j) {
+  if (p.bias_kind == kBiasAlibi) return slope * static_cast<float>(j - ip);
+  if (p.bias_kind == kBiasAlibiSymmetric) {
+    const int64_t d = ip - j;
+    return -slope * static_cast<float>(d < 0 ? -d : d);
+  }
+  return 0.f;
+}
+
+}  // namespace flashattn

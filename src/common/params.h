@@ -1,0 +1,79 @@
+// The fully validated description of one run, handed from the API layer to a backend.
+//
+// Built by src/validate.cpp from a plan and a run's args once every check passed; the
+// CPU backend reads it directly and the CUDA host code copies what its kernels need.
+// Plain data only, so it can also be passed by value to a kernel.
+#pragma once
+#include <stdint.h>
+
+namespace flashattn {
+
+enum DtypeId : int32_t { kFp16 = 0, kBf16 = 1, kFp32 = 2 };
+enum BiasKind : int32_t { kBiasNone = 0, kBiasTensor = 1, kBiasAlibi = 2, kBiasAlibiSymmetric = 3 };
+enum Direction : int32_t { kForward = 0, kBackward = 1 };
+
+// Strides in elements, order (batch, seq, head, dim); dim is always 1.
+struct Strides4 {
+  int64_t b, s, h, d;
+};
+
+struct AttnParams {
+  // ---- problem shape ----
+  int64_t batch;        // number of sequences
+  int64_t seqlen_q;     // max query length (per-sequence length without varlen)
+  int64_t seqlen_k;     // max key length
+  int64_t heads_q, heads_kv;
+  int64_t head_dim_qk, head_dim_v;
+  int32_t dtype;        // DtypeId
+  int32_t algorithm;    // flashattn_algorithm_t value
+  int32_t direction;    // Direction
+  int32_t deterministic;
+
+  // ---- variable length (varlen != 0): token offsets per sequence, batch+1 entries ----
+  int32_t varlen;
+  int64_t total_q, total_k;
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+
+  // ---- tensors (dtype above unless stated) ----
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o_in;     // backward: forward output
+  void* o;              // forward: output
+  float* lse;           // forward: output, may be null; contiguous [batch, heads_q, seqlen_q] or [heads_q, total_q]
+  const float* lse_in;  // backward: forward LSE, same layout
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  Strides4 q_stride, k_stride, v_stride, o_stride, do_stride, dq_stride, dk_stride, dv_stride;
+
+  // ---- scores ----
+  float scale;          // softmax scale
+  float softcap;        // 0 = off
+
+  // ---- band mask: keep (i, j) iff j <= i' + window_right (if >= 0) and j >= i' - window_left (if >= 0) ----
+  int32_t has_band;     // 0 when both windows are unbounded
+  int32_t align;        // flashattn_mask_align_t: 0 top-left, 1 bottom-right
+  int64_t window_left, window_right;
+
+  // ---- bias ----
+  int32_t bias_kind;    // BiasKind
+  const void* bias;     // kBiasTensor: strides (batch, head, q, k); k stride is 0 or 1
+  void* dbias;          // backward, optional: same strides, summed over zero-stride dims
+  int64_t bias_stride[4];
+  const float* alibi_slopes;  // [heads_q]
+
+  // ---- dropout ----
+  float p_drop;               // 0 = off
+  float rp_keep;              // 1 / (1 - p_drop)
+  uint32_t drop_threshold;    // dropout_threshold(p_drop)
+  uint64_t seed, offset;
+
+  // ---- block-sparse (layout != null): [layout_heads, n_row_blocks, n_col_blocks] ----
+  const uint8_t* layout;      // host copy for CPU, device copy for CUDA
+  int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
+};
+
+}  // namespace flashattn

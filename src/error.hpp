@@ -1,0 +1,19 @@
+// Thread-local error state behind flashattn_last_error(), and the helper every layer
+// uses to fail with a status and a message naming the argument and its value.
+#pragma once
+#include "flashattn.h"
+
+namespace flashattn {
+
+// Records a printf-style message for this thread and returns status, so callers can
+// write `return fail(FLASHATTN_STATUS_INVALID_SHAPE, "batch=%lld must be >= 1", b);`.
+flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+// Clears the message (called at the start of every API entry point).
+void clear_error();
+
+}  // namespace flashattn
