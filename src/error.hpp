@@ -16,4 +16,7 @@ flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
 // Clears the message (called at the start of every API entry point).
 void clear_error();
 
+// The current thread's message (flashattn_last_error).
+const char* last_error_message();
+
 }  // namespace flashattn

@@ -1,0 +1,431 @@
+// The extern "C" boundary: every exported function. Each one clears the thread's error
+// message, checks its own arguments before touching any state, and catches every C++
+// exception (bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL_ERROR).
+#include <math.h>
+
+#include <cstring>
+#include <new>
+
+#include "backends.hpp"
+#include "error.hpp"
+#include "plan.hpp"
+
+using flashattn::fail;
+
+namespace {
+
+// Runs body() with the boundary's guarantees.
+template <class F>
+flashattn_status_t guarded(F&& body) {
+  flashattn::clear_error();
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "host memory allocation failed");
+  } catch (const std::exception& e) {
+    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected exception: %s", e.what());
+  } catch (...) {
+    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected unknown exception");
+  }
+}
+
+#define FA_CHECK_PLAN(plan) \
+  if ((plan) == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan is NULL")
+
+#define FA_TRY(expr)                                               \
+  do {                                                             \
+    const flashattn_status_t fa_status_ = (expr);                  \
+    if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
+  } while (0)
+
+void set_contiguous_strides(flashattn_plan_s& plan) {
+  for (int t = 0; t < 8; ++t) {
+    int64_t e[4];
+    flashattn::tensor_extents(plan, static_cast<flashattn_tensor_t>(t), e);
+    // Contiguous [batch, seq, head, dim]; in varlen mode the batch stride is ignored and
+    // the rest is exactly the packed [token, head, dim] layout.
+    plan.strides[t].d = 1;
+    plan.strides[t].h = e[3];
+    plan.strides[t].s = e[2] * e[3];
+    plan.strides[t].b = e[1] * e[2] * e[3];
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+FLASHATTN_API int flashattn_get_version(int* major, int* minor, int* patch) {
+  if (major) *major = FLASHATTN_VERSION_MAJOR;
+  if (minor) *minor = FLASHATTN_VERSION_MINOR;
+  if (patch) *patch = FLASHATTN_VERSION_PATCH;
+  return FLASHATTN_VERSION_NUMBER;
+}
+
+FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status) {
+  switch (status) {
+#define FA_CASE(name) \
+  case name: return #name;
+    FA_CASE(FLASHATTN_STATUS_SUCCESS)
+    FA_CASE(FLASHATTN_STATUS_INVALID_ARGUMENT)
+    FA_CASE(FLASHATTN_STATUS_NULL_POINTER)
+    FA_CASE(FLASHATTN_STATUS_INVALID_SHAPE)
+    FA_CASE(FLASHATTN_STATUS_INVALID_HEADS)
+    FA_CASE(FLASHATTN_STATUS_INVALID_STRIDE)
+    FA_CASE(FLASHATTN_STATUS_INVALID_ENUM)
+    FA_CASE(FLASHATTN_STATUS_INVALID_VALUE)
+    FA_CASE(FLASHATTN_STATUS_INVALID_LAYOUT)
+    FA_CASE(FLASHATTN_STATUS_INVALID_STRUCT_SIZE)
+    FA_CASE(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL)
+    FA_CASE(FLASHATTN_STATUS_PLAN_INCOMPLETE)
+    FA_CASE(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS)
+    FA_CASE(FLASHATTN_STATUS_INVALID_SEQLENS)
+    FA_CASE(FLASHATTN_STATUS_MISALIGNED_POINTER)
+    FA_CASE(FLASHATTN_STATUS_NOT_SUPPORTED)
+    FA_CASE(FLASHATTN_STATUS_BACKEND_UNAVAILABLE)
+    FA_CASE(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED)
+    FA_CASE(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED)
+    FA_CASE(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE)
+    FA_CASE(FLASHATTN_STATUS_OUT_OF_MEMORY)
+    FA_CASE(FLASHATTN_STATUS_CUDA_ERROR)
+    FA_CASE(FLASHATTN_STATUS_NO_DEVICE)
+    FA_CASE(FLASHATTN_STATUS_LAUNCH_FAILED)
+    FA_CASE(FLASHATTN_STATUS_WRONG_MEMORY_SPACE)
+    FA_CASE(FLASHATTN_STATUS_INTERNAL_ERROR)
+#undef FA_CASE
+  }
+  return "FLASHATTN_STATUS_UNKNOWN";
+}
+
+FLASHATTN_API const char* flashattn_last_error(void) { return flashattn::last_error_message(); }
+
+FLASHATTN_API int flashattn_cuda_device_count(void) {
+  flashattn::clear_error();
+  try {
+    return flashattn::cuda_device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+FLASHATTN_API int flashattn_has_cuda_backend(void) {
+  flashattn::clear_error();
+  return flashattn::cuda_built() ? 1 : 0;
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
+                                                       int device) {
+  return guarded([&]() -> flashattn_status_t {
+    if (plan == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan (out-parameter) is NULL");
+    const int b = static_cast<int>(backend);
+    if (b < FLASHATTN_BACKEND_AUTO || b > FLASHATTN_BACKEND_CUDA)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", b);
+    if (device < 0) return fail(FLASHATTN_STATUS_INVALID_VALUE, "device=%d must be >= 0", device);
+    flashattn_backend_t resolved = backend;
+    if (backend == FLASHATTN_BACKEND_AUTO)
+      resolved = (flashattn::cuda_built() && device < flashattn::cuda_device_count()) ? FLASHATTN_BACKEND_CUDA
+                                                                                      : FLASHATTN_BACKEND_CPU;
+    if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
+    flashattn_plan_s* p = new flashattn_plan_s();
+    p->backend = resolved;
+    p->device = device;
+    *plan = p;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API void flashattn_plan_destroy(flashattn_plan_t plan) {
+  flashattn::clear_error();
+  if (plan == nullptr) return;
+  if (plan->layout_device != nullptr) flashattn::cuda_free(plan->device, plan->layout_device);
+  delete plan;
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t plan, flashattn_backend_t* backend) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (backend == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "backend (out-parameter) is NULL");
+    *backend = plan->backend;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
+                                                          int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
+                                                          int64_t head_dim_qk, int64_t head_dim_v) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    // Sequence positions feed 32-bit Philox counters and int32 cu_seqlens.
+    const int64_t kMaxSeq = INT64_C(2147483647);
+    const struct {
+      int64_t value;
+      int64_t max;
+      const char* name;
+    } dims[] = {{batch, INT64_C(1) << 31, "batch"},
+                {seqlen_q, kMaxSeq, "seqlen_q"},
+                {seqlen_k, kMaxSeq, "seqlen_k"},
+                {heads_q, INT64_C(1) << 24, "heads_q"},
+                {heads_kv, INT64_C(1) << 24, "heads_kv"},
+                {head_dim_qk, FLASHATTN_MAX_HEAD_DIM, "head_dim_qk"},
+                {head_dim_v, FLASHATTN_MAX_HEAD_DIM, "head_dim_v"}};
+    for (const auto& d : dims) {
+      if (d.value < 1)
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s=%lld must be >= 1", d.name, static_cast<long long>(d.value));
+      if (d.value > d.max)
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s=%lld exceeds the supported maximum %lld", d.name,
+                    static_cast<long long>(d.value), static_cast<long long>(d.max));
+    }
+    if (heads_q % heads_kv != 0)
+      return fail(FLASHATTN_STATUS_INVALID_HEADS, "heads_q=%lld is not a multiple of heads_kv=%lld",
+                  static_cast<long long>(heads_q), static_cast<long long>(heads_kv));
+    // Element counts of every tensor (and the bias) must fit comfortably in int64.
+    const double biggest = static_cast<double>(batch) * static_cast<double>(seqlen_q > seqlen_k ? seqlen_q : seqlen_k) *
+                           static_cast<double>(heads_q) *
+                           static_cast<double>(head_dim_qk > head_dim_v ? head_dim_qk : head_dim_v);
+    const double bias_elems = static_cast<double>(batch) * static_cast<double>(heads_q) *
+                              static_cast<double>(seqlen_q) * static_cast<double>(seqlen_k);
+    if (biggest > 4.0e18 || bias_elems > 4.0e18)
+      return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                  "shape batch=%lld seqlen_q=%lld seqlen_k=%lld heads_q=%lld is too large for 64-bit offsets",
+                  static_cast<long long>(batch), static_cast<long long>(seqlen_q), static_cast<long long>(seqlen_k),
+                  static_cast<long long>(heads_q));
+    flashattn_plan_s next = *plan;
+    next.has_shape = true;
+    next.batch = batch;
+    next.seqlen_q = seqlen_q;
+    next.seqlen_k = seqlen_k;
+    next.heads_q = heads_q;
+    next.heads_kv = heads_kv;
+    next.head_dim_qk = head_dim_qk;
+    next.head_dim_v = head_dim_v;
+    if (!next.layout.empty())
+      FA_TRY(flashattn::check_layout_dims(next, next.layout_heads, next.n_row_blocks, next.n_col_blocks,
+                                          next.block_q, next.block_k));
+    if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
+      FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
+    set_contiguous_strides(next);
+    *plan = std::move(next);  // layout_device (if any) is carried over unchanged
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan, flashattn_dtype_t dtype) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int d = static_cast<int>(dtype);
+    if (d < FLASHATTN_DTYPE_FP16 || d > FLASHATTN_DTYPE_FP32)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "dtype=%d is not a flashattn_dtype_t value", d);
+    plan->dtype = dtype;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_strides(flashattn_plan_t plan, flashattn_tensor_t tensor,
+                                                            const int64_t strides[4]) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int t = static_cast<int>(tensor);
+    if (t < FLASHATTN_TENSOR_Q || t > FLASHATTN_TENSOR_DV)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "tensor=%d is not a flashattn_tensor_t value", t);
+    if (strides == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "strides is NULL");
+    if (!plan->has_shape)
+      return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape before strides");
+    const flashattn::Strides4 s = {strides[0], strides[1], strides[2], strides[3]};
+    FA_TRY(flashattn::check_tensor_strides(*plan, tensor, s));
+    plan->strides[t] = s;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_softmax_scale(flashattn_plan_t plan, float scale) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (!(isfinite(scale) && scale >= 0.f))
+      return fail(FLASHATTN_STATUS_INVALID_VALUE, "scale=%g must be finite and > 0 (0 = default)",
+                  static_cast<double>(scale));
+    plan->scale = scale;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t plan,
+                                                              flashattn_algorithm_t algorithm) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int a = static_cast<int>(algorithm);
+    if (a < FLASHATTN_ALGORITHM_FLASH || a > FLASHATTN_ALGORITHM_STANDARD)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "algorithm=%d is not a flashattn_algorithm_t value", a);
+    plan->algorithm = algorithm;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_varlen(flashattn_plan_t plan, int enabled, int64_t total_q,
+                                                           int64_t total_k) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (enabled) {
+      const int64_t kMax = INT64_C(2147483647);  // cu_seqlens are int32
+      if (total_q < 0 || total_q > kMax)
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE, "total_q=%lld must be in [0, 2^31-1]",
+                    static_cast<long long>(total_q));
+      if (total_k < 0 || total_k > kMax)
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE, "total_k=%lld must be in [0, 2^31-1]",
+                    static_cast<long long>(total_k));
+    }
+    // Strides keep their values: contiguous BSHD strides are also the packed [token, head,
+    // dim] strides (the batch stride is ignored), and every stride is re-checked at run time.
+    plan->varlen = enabled != 0;
+    plan->total_q = enabled ? total_q : 0;
+    plan->total_k = enabled ? total_k : 0;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan_t plan, int enabled) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    plan->deterministic = enabled != 0;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_band_mask(flashattn_plan_t plan, flashattn_mask_align_t align,
+                                                              int64_t window_left, int64_t window_right) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int a = static_cast<int>(align);
+    if (a < FLASHATTN_ALIGN_TOP_LEFT || a > FLASHATTN_ALIGN_BOTTOM_RIGHT)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "align=%d is not a flashattn_mask_align_t value", a);
+    plan->align = align;
+    plan->window_left = window_left < 0 ? -1 : window_left;
+    plan->window_right = window_right < 0 ? -1 : window_right;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_softcap(flashattn_plan_t plan, float softcap) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (!(isfinite(softcap) && softcap >= 0.f))
+      return fail(FLASHATTN_STATUS_INVALID_VALUE, "softcap=%g must be finite and >= 0 (0 disables)",
+                  static_cast<double>(softcap));
+    plan->softcap = softcap;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, flashattn_bias_t kind,
+                                                         const int64_t strides[4]) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int k = static_cast<int>(kind);
+    if (k < FLASHATTN_BIAS_NONE || k > FLASHATTN_BIAS_ALIBI_SYMMETRIC)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "kind=%d is not a flashattn_bias_t value", k);
+    if (kind == FLASHATTN_BIAS_TENSOR) {
+      if (strides == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "strides is NULL but kind is TENSOR");
+      FA_TRY(flashattn::check_bias_strides(*plan, strides, "strides"));
+      for (int i = 0; i < 4; ++i) plan->bias_stride[i] = strides[i];
+    } else {
+      if (strides != nullptr)
+        return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "strides must be NULL for bias kind=%d (only TENSOR takes strides)",
+                    k);
+      for (int i = 0; i < 4; ++i) plan->bias_stride[i] = 0;
+    }
+    plan->bias_kind = kind;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_dropout(flashattn_plan_t plan, float p, uint64_t seed,
+                                                            uint64_t offset) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (!(p >= 0.f && p < 1.f))
+      return fail(FLASHATTN_STATUS_INVALID_VALUE, "p=%g must be in [0, 1)", static_cast<double>(p));
+    plan->dropout_p = p;
+    plan->seed = seed;
+    plan->offset = offset;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_t plan, const uint8_t* layout,
+                                                                 int64_t layout_heads, int64_t num_row_blocks,
+                                                                 int64_t num_col_blocks, int64_t block_q,
+                                                                 int64_t block_k) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (layout == nullptr) {  // clear
+      if (plan->layout_device != nullptr) flashattn::cuda_free(plan->device, plan->layout_device);
+      plan->layout_device = nullptr;
+      plan->layout.clear();
+      plan->layout_heads = plan->n_row_blocks = plan->n_col_blocks = plan->block_q = plan->block_k = 0;
+      return FLASHATTN_STATUS_SUCCESS;
+    }
+    if (!plan->has_shape)
+      return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
+                  "plan has no shape: call flashattn_plan_set_shape before flashattn_plan_set_block_sparse");
+    FA_TRY(flashattn::check_layout_dims(*plan, layout_heads, num_row_blocks, num_col_blocks, block_q, block_k));
+    const size_t bytes = static_cast<size_t>(layout_heads * num_row_blocks * num_col_blocks);
+    std::vector<uint8_t> host(layout, layout + bytes);
+    void* device_copy = nullptr;
+    if (plan->backend == FLASHATTN_BACKEND_CUDA)
+      FA_TRY(flashattn::cuda_upload(plan->device, host.data(), bytes, &device_copy));
+    if (plan->layout_device != nullptr) flashattn::cuda_free(plan->device, plan->layout_device);
+    plan->layout_device = device_copy;
+    plan->layout.swap(host);
+    plan->layout_heads = layout_heads;
+    plan->n_row_blocks = num_row_blocks;
+    plan->n_col_blocks = num_col_blocks;
+    plan->block_q = block_q;
+    plan->block_k = block_k;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
+                                                                   size_t* bytes) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    const int ps = static_cast<int>(pass);
+    if (ps < FLASHATTN_PASS_FORWARD || ps > FLASHATTN_PASS_BACKWARD)
+      return fail(FLASHATTN_STATUS_INVALID_ENUM, "pass=%d is not a flashattn_pass_t value", ps);
+    if (bytes == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "bytes (out-parameter) is NULL");
+    if (!plan->has_shape)
+      return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
+    if (!plan->layout.empty())
+      FA_TRY(flashattn::check_layout_dims(*plan, plan->layout_heads, plan->n_row_blocks, plan->n_col_blocks,
+                                          plan->block_q, plan->block_k));
+    const flashattn::Direction dir = pass == FLASHATTN_PASS_FORWARD ? flashattn::kForward : flashattn::kBackward;
+    const flashattn::AttnParams p = flashattn::params_from_plan(*plan, dir);
+    *bytes = flashattn::workspace_size(*plan, dir, p);
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flashattn_fwd_args_t* args,
+                                               void* workspace, size_t workspace_bytes,
+                                               struct CUstream_st* stream) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    flashattn::AttnParams p;
+    FA_TRY(flashattn::validate_fwd(*plan, args, workspace, workspace_bytes, stream, &p));
+    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flashattn_bwd_args_t* args,
+                                               void* workspace, size_t workspace_bytes,
+                                               struct CUstream_st* stream) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    flashattn::AttnParams p;
+    FA_TRY(flashattn::validate_bwd(*plan, args, workspace, workspace_bytes, stream, &p));
+    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
+  });
+}
+
+}  // extern "C"

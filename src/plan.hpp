@@ -1,0 +1,72 @@
+// The plan: the configuration a user builds with the setters. Only src/api.cpp and
+// src/validate.cpp see this struct; backends receive an AttnParams built from it.
+#pragma once
+#include <stdint.h>
+
+#include <vector>
+
+#include "common/params.h"
+#include "flashattn.h"
+
+struct flashattn_plan_s {
+  flashattn_backend_t backend = FLASHATTN_BACKEND_CPU;  // resolved, never AUTO
+  int device = 0;
+
+  bool has_shape = false;
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim_qk = 0, head_dim_v = 0;
+  flashattn_dtype_t dtype = FLASHATTN_DTYPE_FP16;
+  flashattn::Strides4 strides[8] = {};  // indexed by flashattn_tensor_t; contiguous BSHD after set_shape
+
+  float scale = 0.f;  // 0 = 1/sqrt(head_dim_qk)
+  flashattn_algorithm_t algorithm = FLASHATTN_ALGORITHM_FLASH;
+
+  bool varlen = false;
+  int64_t total_q = 0, total_k = 0;
+  bool deterministic = false;
+
+  flashattn_mask_align_t align = FLASHATTN_ALIGN_TOP_LEFT;
+  int64_t window_left = -1, window_right = -1;
+  float softcap = 0.f;
+
+  flashattn_bias_t bias_kind = FLASHATTN_BIAS_NONE;
+  int64_t bias_stride[4] = {0, 0, 0, 0};
+
+  float dropout_p = 0.f;
+  uint64_t seed = 0, offset = 0;
+
+  // Block-sparse layout: host copy always; device copy for CUDA plans.
+  std::vector<uint8_t> layout;
+  int64_t layout_heads = 0, n_row_blocks = 0, n_col_blocks = 0, block_q = 0, block_k = 0;
+  void* layout_device = nullptr;
+};
+
+namespace flashattn {
+
+// Extents (batch, seq, head, dim) of a tensor under the plan's current shape and varlen
+// mode (varlen: batch extent 1 and seq extent = total tokens).
+void tensor_extents(const flashattn_plan_s& plan, flashattn_tensor_t tensor, int64_t extents[4]);
+
+// Checks one tensor's strides against the plan (INVALID_STRIDE with a message).
+flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_tensor_t tensor,
+                                        const Strides4& strides);
+
+// Checks the bias strides (kind TENSOR) against the plan.
+flashattn_status_t check_bias_strides(const flashattn_plan_s& plan, const int64_t strides[4], const char* what);
+
+// Checks that a block-sparse layout's dimensions match the plan's shape.
+flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layout_heads, int64_t n_row_blocks,
+                                     int64_t n_col_blocks, int64_t block_q, int64_t block_k);
+
+// AttnParams holding the plan's shape and options for `direction`, with no tensor pointers.
+AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction);
+
+// Workspace bytes of a pass (plan must have a shape).
+size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params);
+
+// Full validation of a run; fills params. Nothing is written anywhere on failure.
+flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* args, void* workspace,
+                                size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
+flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bwd_args_t* args, void* workspace,
+                                size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
+
+}  // namespace flashattn
