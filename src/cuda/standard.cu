@@ -1,0 +1,744 @@
+// Standard attention on cuBLAS: the baseline that materializes S and P (O(N^2) memory),
+// and the GPU reference of `flashattn check --backend cuda`.
+//
+// Forward, per (batch b, query head h), with g = heads_q / heads_kv and kv head h / g:
+//   S = scale * Q K^T          cuBLAS, fp32 output in the workspace          [Sq, ldS] fp32
+//   P = softmax(options(S))    one CTA per row; every option elementwise through
+//                              common/mask.h and common/philox.h, the same semantics as
+//                              the CPU backend; P (input dtype, dropout applied, like a
+//                              PyTorch implementation) overwrites S in place; LSE out
+//   O = P V                    cuBLAS, written with the plan's O strides
+// Backward, recomputing S and P from the forward's LSE:
+//   dP = dO V^T (fp32, second N^2 region); Delta_i = sum_j Pdrop_ij dP_ij (= dO_i . O_i);
+//   dS = P * (dP * keep/(1-p) - Delta) (* softcap derivative); dBias = dS before the
+//   softcap derivative; Pdrop and dS overwrite their regions in the input dtype;
+//   dV = Pdrop^T dO, dQ = scale dS K, dK = scale dS^T Q (cuBLAS; for GQA dK and dV are
+//   accumulated over the group's query heads in fp32 and converted afterwards).
+//
+// Layouts: when every tensor's seq stride can serve as a cuBLAS leading dimension, the
+// GEMMs read and write the caller's tensors in place (one strided-batched call per batch
+// and group member, batched over kv heads). Otherwise, and always in varlen mode, the
+// tensors are first gathered into zero-padded [batch, heads, max_len, dim] buffers in the
+// workspace and results scattered back: cu_seqlens live in device memory and a run may not
+// synchronize, so the per-sequence lengths are only read by these kernels and by the
+// softmax kernels, which mask padded rows and columns. Varlen is therefore fully
+// supported, at the cost of batch * max_len padding (the plan's seqlen_q/k are the max
+// lengths).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/mask.h"
+#include "common/params.h"
+#include "common/philox.h"
+#include "cuda/cublas_loader.hpp"
+#include "cuda/launch.hpp"
+#include "error.hpp"
+
+namespace flashattn {
+namespace {
+
+// cuBLAS gets a slice of our workspace (cublasSetWorkspace) so that it never allocates
+// during a run; 32 MiB is NVIDIA's recommended size on Hopper.
+constexpr size_t kCublasWorkspace = size_t(32) << 20;
+constexpr size_t kAlign = 256;  // cublasSetWorkspace requires 256-byte alignment
+constexpr int kRowThreads = 256;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+int64_t elem_bytes(int32_t dtype) { return dtype == kFp32 ? 4 : 2; }
+
+cudaDataType cuda_type(int32_t dtype) {
+  return dtype == kFp16 ? CUDA_R_16F : dtype == kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// ---------------------------------------------------------------- element conversion
+template <typename T>
+__device__ __forceinline__ float to_f(T x);
+template <>
+__device__ __forceinline__ float to_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// ---------------------------------------------------------------- plan geometry
+// Where everything lives in the workspace, and how the GEMMs see each tensor.
+struct Geometry {
+  bool gathered = false;   // tensors copied to padded BHSD buffers (varlen or unusable strides)
+  bool acc_dkv = false;    // dK/dV accumulated in fp32 buffers, then converted
+  bool dt_buffer = false;  // dBias over broadcast dims: per-element fp32 gradient, then reduced
+  int64_t B = 0, Hq = 0, Hkv = 0, G = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
+  int64_t ldS = 0;         // fp32 elements per row of S / dP
+  size_t off_s = 0, off_dp = 0, off_q = 0, off_k = 0, off_v = 0, off_o = 0, off_dq = 0, off_dk = 0, off_dv = 0,
+         off_dt = 0, off_cublas = 0, total = 0;
+};
+
+// cuBLAS can use a tensor in place if its seq stride is a valid leading dimension.
+bool ld_ok(int64_t seq_stride, int64_t len, int64_t dim) {
+  if (seq_stride > INT_MAX) return false;
+  return len <= 1 || seq_stride >= dim;
+}
+
+Geometry geometry(const AttnParams& p) {
+  Geometry g;
+  const bool bwd = p.direction == kBackward;
+  g.B = p.batch;
+  g.Hq = p.heads_q;
+  g.Hkv = p.heads_kv;
+  g.G = p.heads_q / p.heads_kv;
+  g.Sq = p.seqlen_q;
+  g.Sk = p.seqlen_k;
+  g.Dqk = p.head_dim_qk;
+  g.Dv = p.head_dim_v;
+  g.ldS = (g.Sk + 7) / 8 * 8;  // 16-bit P rows then start 32-byte aligned too
+  bool direct = !p.varlen && ld_ok(p.q_stride.s, g.Sq, g.Dqk) && ld_ok(p.k_stride.s, g.Sk, g.Dqk) &&
+                ld_ok(p.v_stride.s, g.Sk, g.Dv);
+  if (!bwd) {
+    direct = direct && ld_ok(p.o_stride.s, g.Sq, g.Dv);
+  } else {
+    direct = direct && ld_ok(p.do_stride.s, g.Sq, g.Dv) && ld_ok(p.dq_stride.s, g.Sq, g.Dqk) &&
+             ld_ok(p.dk_stride.s, g.Sk, g.Dqk) && ld_ok(p.dv_stride.s, g.Sk, g.Dv);
+  }
+  g.gathered = !direct;
+  g.acc_dkv = bwd && (g.gathered || g.G > 1);
+  g.dt_buffer = bwd && p.bias_kind == kBiasTensor &&
+                (p.bias_stride[0] == 0 || p.bias_stride[1] == 0 || p.bias_stride[2] == 0 || p.bias_stride[3] == 0);
+
+  const size_t eb = static_cast<size_t>(elem_bytes(p.dtype));
+  const size_t rows = static_cast<size_t>(g.B * g.Hq * g.Sq);
+  const size_t n_s = rows * static_cast<size_t>(g.ldS) * 4;
+  size_t off = 0;
+  auto take = [&off](size_t bytes) {
+    const size_t at = off;
+    off += align_up(bytes);
+    return at;
+  };
+  g.off_s = take(n_s);
+  if (bwd) g.off_dp = take(n_s);
+  if (g.gathered) {
+    g.off_q = take(size_t(g.B * g.Hq * g.Sq * g.Dqk) * eb);
+    g.off_k = take(size_t(g.B * g.Hkv * g.Sk * g.Dqk) * eb);
+    g.off_v = take(size_t(g.B * g.Hkv * g.Sk * g.Dv) * eb);
+    g.off_o = take(size_t(g.B * g.Hq * g.Sq * g.Dv) * eb);  // O (forward) or dO (backward)
+    if (bwd) g.off_dq = take(size_t(g.B * g.Hq * g.Sq * g.Dqk) * eb);
+  }
+  if (g.acc_dkv) {
+    g.off_dk = take(size_t(g.B * g.Hkv * g.Sk * g.Dqk) * 4);
+    g.off_dv = take(size_t(g.B * g.Hkv * g.Sk * g.Dv) * 4);
+  }
+  if (g.dt_buffer) g.off_dt = take(rows * static_cast<size_t>(g.Sk) * 4);
+  g.off_cublas = take(kCublasWorkspace);
+  g.total = off + kAlign;  // slack to align an arbitrary caller pointer up to 256 bytes
+  return g;
+}
+
+// ---------------------------------------------------------------- copy kernels
+// Sequence b's [start, len) for varlen (lengths clamped to the padded extent and the
+// packed total, so bad offsets can never read or write out of bounds), else [0, S).
+struct Seq {
+  int64_t start, len;
+};
+__device__ __forceinline__ Seq seq_of(const int32_t* cu, int64_t b, int64_t S, int64_t total) {
+  if (cu == nullptr) return {0, S};
+  int64_t start = cu[b];
+  int64_t end = cu[b + 1];
+  if (start < 0) start = 0;
+  if (end > total) end = total;
+  int64_t len = end - start;
+  if (len < 0) len = 0;
+  if (len > S) len = S;
+  return {start, len};
+}
+
+// Strided (or packed varlen) [B, S, H, D] -> padded [B, H, S, D], zeros past each length.
+template <typename T>
+__global__ void gather_kernel(T* __restrict__ dst, const T* __restrict__ src, Strides4 st, const int32_t* cu,
+                              int64_t total_tokens, int64_t B, int64_t H, int64_t S, int64_t D) {
+  const int64_t n = B * H * S * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t d = idx % D;
+    int64_t t = idx / D;
+    const int64_t s = t % S;
+    t /= S;
+    const int64_t h = t % H;
+    const int64_t b = t / H;
+    const Seq q = seq_of(cu, b, S, total_tokens);
+    T v = from_f<T>(0.f);
+    if (s < q.len) {
+      const int64_t off = cu != nullptr ? (q.start + s) * st.s + h * st.h + d : b * st.b + s * st.s + h * st.h + d;
+      v = src[off];
+    }
+    dst[idx] = v;
+  }
+}
+
+// Padded [B, H, S, D] (any element type) -> strided (or packed) output, valid rows only.
+template <typename Tin, typename Tout>
+__global__ void scatter_kernel(Tout* __restrict__ dst, const Tin* __restrict__ src, Strides4 st, const int32_t* cu,
+                               int64_t total_tokens, int64_t B, int64_t H, int64_t S, int64_t D) {
+  const int64_t n = B * H * S * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t d = idx % D;
+    int64_t t = idx / D;
+    const int64_t s = t % S;
+    t /= S;
+    const int64_t h = t % H;
+    const int64_t b = t / H;
+    const Seq q = seq_of(cu, b, S, total_tokens);
+    if (s >= q.len) continue;
+    const int64_t off = cu != nullptr ? (q.start + s) * st.s + h * st.h + d : b * st.b + s * st.s + h * st.h + d;
+    dst[off] = from_f<Tout>(to_f<Tin>(src[idx]));
+  }
+}
+
+// ---------------------------------------------------------------- block reductions
+__device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) {
+    m = mx;
+    l = 0.f;
+    return;
+  }
+  l = l * __expf(m - mx) + l2 * __expf(m2 - mx);
+  m = mx;
+}
+
+// Reduces (max, sum-of-exp) pairs over the CTA; every thread gets the result.
+__device__ void block_reduce_ml(float& m, float& l) {
+  __shared__ float sm[32], sl[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    merge_ml(m, l, m2, l2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();  // protect sm/sl from an earlier use
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+  __syncthreads();
+  m = -INFINITY;
+  l = 0.f;
+  for (int w = 0; w < nw; ++w) merge_ml(m, l, sm[w], sl[w]);
+}
+
+__device__ float block_reduce_sum(float x) {
+  __shared__ float ss[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) ss[warp] = x;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < nw; ++w) t += ss[w];  // fixed order: deterministic
+  return t;
+}
+
+// ---------------------------------------------------------------- per-row context
+// Everything the softmax kernels need about one row (b, h, i) of the score matrix.
+template <typename T>
+struct Row {
+  int64_t b, h, i, ip, len_q, len_k, q_start;
+  bool valid;          // i < len_q (padded rows in varlen mode are not)
+  float slope;
+  const T* bias_row;   // bias[b, h, i, :], stride bias_stride[3]
+};
+
+template <typename T>
+__device__ __forceinline__ Row<T> make_row(const AttnParams& p, int64_t row, int64_t Sq, int64_t Sk) {
+  Row<T> r;
+  r.i = row % Sq;
+  const int64_t hh = row / Sq;
+  r.h = hh % p.heads_q;
+  r.b = hh / p.heads_q;
+  if (p.varlen) {
+    const Seq sq = seq_of(p.cu_seqlens_q, r.b, Sq, p.total_q);
+    const Seq sk = seq_of(p.cu_seqlens_k, r.b, Sk, p.total_k);
+    r.len_q = sq.len;
+    r.len_k = sk.len;
+    r.q_start = sq.start;
+  } else {
+    r.len_q = Sq;
+    r.len_k = Sk;
+    r.q_start = 0;
+  }
+  r.valid = r.i < r.len_q;
+  r.ip = r.i + align_shift(p, r.len_q, r.len_k);
+  r.slope = (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) ? p.alibi_slopes[r.h] : 0.f;
+  r.bias_row = p.bias_kind == kBiasTensor
+                   ? static_cast<const T*>(p.bias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] +
+                         r.i * p.bias_stride[2]
+                   : nullptr;
+  return r;
+}
+
+// Final score of element j given the raw scale*q.k value s (-inf when masked); *th gets
+// tanh(s/softcap) for the softcap derivative.
+template <typename T>
+__device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int64_t j, float s, float* th) {
+  if (j >= r.len_k || !band_keep(p, r.ip, j) || !layout_keep(p, r.h, r.i, j)) return -INFINITY;
+  if (p.softcap > 0.f) {
+    const float t = tanhf(s / p.softcap);
+    *th = t;
+    s = p.softcap * t;
+  }
+  if (r.bias_row != nullptr) {
+    s += to_f<T>(r.bias_row[j * p.bias_stride[3]]);
+  } else {
+    s += alibi_bias(p, r.slope, r.ip, j);
+  }
+  return s;
+}
+
+// keep/(1-p) for element j (1 without dropout).
+template <typename T>
+__device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
+  if (p.p_drop <= 0.f) return 1.f;
+  return dropout_keep(p.seed, p.offset, static_cast<uint64_t>(r.b), static_cast<uint64_t>(p.heads_q),
+                      static_cast<uint64_t>(r.h), static_cast<uint32_t>(r.i), static_cast<uint32_t>(j),
+                      p.drop_threshold)
+             ? p.rp_keep
+             : 0.f;
+}
+
+__device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int64_t h, int64_t i, int64_t q_start) {
+  return p.varlen ? h * p.total_q + q_start + i : (b * p.heads_q + h) * p.seqlen_q + i;
+}
+
+// ---------------------------------------------------------------- forward softmax
+// One CTA per row of S. Pass 1: online max / sum of exp. Pass 2: P = exp(s - lse) with
+// dropout, written in the input dtype over the row in place: chunk c writes bytes
+// [c*sizeof(T)*blockDim, ...) that only overlap fp32 elements already read by this chunk
+// or earlier ones, and the barrier between read and write of each chunk orders them.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) softmax_fwd_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk,
+                                                                   int64_t ldS) {
+  const int64_t row = blockIdx.x;
+  const Row<T> r = make_row<T>(p, row, Sq, Sk);
+  float* srow = S + row * ldS;
+  T* prow = reinterpret_cast<T*>(srow);
+
+  float m = -INFINITY, l = 0.f, th = 0.f;
+  if (r.valid) {
+    for (int64_t j = threadIdx.x; j < r.len_k; j += blockDim.x) {
+      const float x = score(p, r, j, srow[j], &th);
+      if (x == -INFINITY) continue;
+      if (x > m) {
+        l = l * __expf(m - x) + 1.f;
+        m = x;
+      } else {
+        l += __expf(x - m);
+      }
+    }
+  }
+  block_reduce_ml(m, l);
+  const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
+  if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
+
+  for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
+    const int64_t j = c0 + threadIdx.x;
+    float pv = 0.f;
+    if (r.valid && j < r.len_k && lse != -INFINITY) {
+      const float x = score(p, r, j, srow[j], &th);
+      if (x != -INFINITY) pv = __expf(x - lse) * dropout_scale(p, r, j);
+    }
+    if (sizeof(T) != sizeof(float)) __syncthreads();
+    if (j < Sk) prow[j] = from_f<T>(pv);
+  }
+}
+
+// ---------------------------------------------------------------- backward softmax
+// One CTA per row. Pass 1: Delta = sum_j Pdrop_ij dP_ij. Pass 2: writes Pdrop over S and
+// dS (gradient of scale*q.k) over dP in the input dtype, in place as in the forward, and
+// the bias gradient dT = P * (dPdrop*keep - Delta): straight into dbias when no dimension
+// is broadcast, else into the fp32 per-element buffer dt for the ordered reduction.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt,
+                                                                   int64_t Sq, int64_t Sk, int64_t ldS) {
+  const int64_t row = blockIdx.x;
+  const Row<T> r = make_row<T>(p, row, Sq, Sk);
+  float* srow = S + row * ldS;
+  float* dprow = dP + row * ldS;
+  T* prow = reinterpret_cast<T*>(srow);
+  T* dsrow = reinterpret_cast<T*>(dprow);
+  const float lse = r.valid ? p.lse_in[lse_index(p, r.b, r.h, r.i, r.q_start)] : -INFINITY;
+  const bool live = r.valid && lse != -INFINITY;
+
+  float th = 0.f, delta = 0.f;
+  if (live) {
+    for (int64_t j = threadIdx.x; j < r.len_k; j += blockDim.x) {
+      const float x = score(p, r, j, srow[j], &th);
+      if (x == -INFINITY) continue;
+      delta += __expf(x - lse) * dropout_scale(p, r, j) * dprow[j];
+    }
+  }
+  delta = block_reduce_sum(delta);
+
+  T* dbias_row = nullptr;
+  if (p.dbias != nullptr && dt == nullptr) {
+    dbias_row = static_cast<T*>(p.dbias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] + r.i * p.bias_stride[2];
+  }
+  float* dt_row = dt != nullptr ? dt + row * Sk : nullptr;
+
+  for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
+    const int64_t j = c0 + threadIdx.x;
+    float pd = 0.f, dsr = 0.f, dtv = 0.f;
+    if (live && j < r.len_k) {
+      th = 0.f;
+      const float x = score(p, r, j, srow[j], &th);
+      if (x != -INFINITY) {
+        const float pr = __expf(x - lse);
+        const float ks = dropout_scale(p, r, j);
+        pd = pr * ks;
+        dtv = pr * (dprow[j] * ks - delta);
+        dsr = p.softcap > 0.f ? dtv * (1.f - th * th) : dtv;
+      }
+    }
+    if (sizeof(T) != sizeof(float)) __syncthreads();
+    if (j < Sk) {
+      prow[j] = from_f<T>(pd);
+      dsrow[j] = from_f<T>(dsr);
+      if (dbias_row != nullptr) dbias_row[j * p.bias_stride[3]] = from_f<T>(dtv);
+      if (dt_row != nullptr) dt_row[j] = dtv;
+    }
+  }
+}
+
+// dBias over broadcast (zero-stride) dimensions: one thread per dbias element sums the
+// per-element gradients over the broadcast dimensions in a fixed order (deterministic).
+template <typename T>
+__global__ void dbias_reduce_kernel(T* dbias, const float* dt, int64_t st0, int64_t st1, int64_t st2, int64_t st3,
+                                    int64_t e0, int64_t e1, int64_t e2, int64_t e3) {
+  const int64_t st[4] = {st0, st1, st2, st3};
+  const int64_t ext[4] = {e0, e1, e2, e3};
+  int64_t n_out = 1, n_red = 1;
+  for (int d = 0; d < 4; ++d) (st[d] == 0 ? n_red : n_out) *= ext[d];
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c[4];
+    int64_t t = o;
+    for (int d = 3; d >= 0; --d) {
+      if (st[d] != 0) {
+        c[d] = t % ext[d];
+        t /= ext[d];
+      }
+    }
+    float sum = 0.f;
+    for (int64_t rr = 0; rr < n_red; ++rr) {
+      int64_t u = rr;
+      for (int d = 3; d >= 0; --d) {
+        if (st[d] == 0) {
+          c[d] = u % ext[d];
+          u /= ext[d];
+        }
+      }
+      sum += dt[((c[0] * e1 + c[1]) * e2 + c[2]) * e3 + c[3]];
+    }
+    int64_t off = 0;
+    for (int d = 0; d < 4; ++d) off += c[d] * st[d];
+    dbias[off] = from_f<T>(sum);
+  }
+}
+
+// ---------------------------------------------------------------- GEMM driver
+// One operand as cuBLAS sees it for head (b, head): ptr + b*batch + head*hstride, with
+// leading dimension ld. kv operands are indexed by kv head, q operands by query head.
+struct Mat {
+  void* ptr;
+  cudaDataType type;
+  int64_t esize;
+  int64_t ld, hstride, bstride;
+  bool kv;
+};
+
+struct Gemm {
+  const cublas::Api* api;
+  cublas::Handle handle;
+  int64_t B, Hkv, G;
+};
+
+// C = alpha * op(A) op(B) (+ C for the 2nd..G-th query head of a group when C is a kv
+// operand: the GQA sum) for every (b, kv head, group member r).
+flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const Mat& A, const Mat& B, const Mat& C) {
+  const Mat* ops[3] = {&A, &B, &C};
+  auto hs = [&ctx](const Mat& x) { return x.kv ? x.hstride : x.hstride * ctx.G; };  // stride over kv heads
+  bool combined = true;  // batches fold into the batched dimension
+  for (const Mat* x : ops) combined = combined && x->bstride == hs(*x) * ctx.Hkv;
+  const int64_t outer = combined ? 1 : ctx.B;
+  const int64_t count = combined ? ctx.B * ctx.Hkv : ctx.Hkv;
+  for (int64_t b = 0; b < outer; ++b) {
+    for (int64_t r = 0; r < ctx.G; ++r) {
+      auto at = [&](const Mat& x) {
+        const int64_t e = b * x.bstride + (x.kv ? 0 : r * x.hstride);
+        return static_cast<char*>(x.ptr) + e * x.esize;
+      };
+      const float beta = (C.kv && r > 0) ? 1.f : 0.f;
+      const cublas::Status st = ctx.api->gemm_strided_batched(
+          ctx.handle, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, at(A), A.type,
+          static_cast<int>(A.ld), hs(A), at(B), B.type, static_cast<int>(B.ld), hs(B), &beta, at(C), C.type,
+          static_cast<int>(C.ld), hs(C), static_cast<int>(count), cublas::kCompute32F, cublas::kGemmDefault);
+      if (st != cublas::kSuccess) {
+        return fail(FLASHATTN_STATUS_CUDA_ERROR, "cublasGemmStridedBatchedEx (%s, m=%lld n=%lld k=%lld) failed: %s",
+                    what, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                    cublas::status_text(st));
+      }
+    }
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t launch_status(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "launching %s failed: %s (%s)", kernel, cudaGetErrorName(err),
+              cudaGetErrorString(err));
+}
+
+unsigned elementwise_blocks(int64_t n) {
+  const int64_t b = (n + 255) / 256;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65536 ? 65536 : b));
+}
+
+template <typename T>
+flashattn_status_t gather(const void* src, void* dst, const Strides4& st, const int32_t* cu, int64_t total, int64_t B,
+                          int64_t H, int64_t S, int64_t D, cudaStream_t stream) {
+  const int64_t n = B * H * S * D;
+  gather_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), st,
+                                                              cu, total, B, H, S, D);
+  return launch_status("gather_kernel");
+}
+
+template <typename Tin, typename Tout>
+flashattn_status_t scatter(const void* src, void* dst, const Strides4& st, const int32_t* cu, int64_t total, int64_t B,
+                           int64_t H, int64_t S, int64_t D, cudaStream_t stream) {
+  const int64_t n = B * H * S * D;
+  scatter_kernel<Tin, Tout><<<elementwise_blocks(n), 256, 0, stream>>>(
+      static_cast<Tout*>(dst), static_cast<const Tin*>(src), st, cu, total, B, H, S, D);
+  return launch_status("scatter_kernel");
+}
+
+// Operand for a caller tensor used in place, or for its padded copy.
+Mat tensor_mat(const Geometry& g, const AttnParams& p, const void* ptr, void* padded, const Strides4& st, bool kv,
+               int64_t S, int64_t D) {
+  const int64_t eb = elem_bytes(p.dtype);
+  const int64_t H = kv ? g.Hkv : g.Hq;
+  if (g.gathered) return Mat{padded, cuda_type(p.dtype), eb, D, S * D, H * S * D, kv};
+  // A stride that cuBLAS ignores (a single row) must still be a valid leading dimension.
+  const int64_t ld = S <= 1 && st.s < D ? D : st.s;
+  return Mat{const_cast<void*>(ptr), cuda_type(p.dtype), eb, ld, st.h, st.b, kv};
+}
+
+// The workspace regions of a run, from an arbitrary caller pointer.
+struct Regions {
+  char* base;
+  char* at(size_t off) const { return base + off; }
+};
+
+flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream, Gemm* ctx, Regions* reg) {
+  if (workspace_bytes < g.total || workspace == nullptr) {
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
+                "workspace_bytes=%zu is smaller than the %zu bytes the standard algorithm needs", workspace_bytes,
+                g.total);
+  }
+  const cublas::Api* api = nullptr;
+  if (const flashattn_status_t s = cublas::load(&api)) return s;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "cudaGetDevice failed");
+  }
+  cublas::Handle h = nullptr;
+  if (const flashattn_status_t s = cublas::thread_handle(device, &h)) return s;
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);
+  reg->base = reinterpret_cast<char*>((raw + kAlign - 1) / kAlign * kAlign);
+  cublas::Status st = api->set_stream(h, stream);
+  if (st == cublas::kSuccess) st = api->set_workspace(h, reg->at(g.off_cublas), kCublasWorkspace);
+  if (st != cublas::kSuccess) {
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "cublasSetStream/cublasSetWorkspace failed: %s", cublas::status_text(st));
+  }
+  *ctx = Gemm{api, h, g.B, g.Hkv, g.G};
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+#define FA_TRY(expr)                                   \
+  do {                                                 \
+    const flashattn_status_t fa_s_ = (expr);           \
+    if (fa_s_ != FLASHATTN_STATUS_SUCCESS) return fa_s_; \
+  } while (0)
+
+template <typename T>
+flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const Geometry g = geometry(p);
+  Gemm ctx{};
+  Regions reg{};
+  FA_TRY(prepare(g, workspace, workspace_bytes, stream, &ctx, &reg));
+  const int32_t* cuq = p.varlen ? p.cu_seqlens_q : nullptr;
+  const int32_t* cuk = p.varlen ? p.cu_seqlens_k : nullptr;
+  void* qp = reg.at(g.off_q);
+  void* kp = reg.at(g.off_k);
+  void* vp = reg.at(g.off_v);
+  void* op = reg.at(g.off_o);
+  if (g.gathered) {
+    FA_TRY(gather<T>(p.q, qp, p.q_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
+    FA_TRY(gather<T>(p.k, kp, p.k_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream));
+    FA_TRY(gather<T>(p.v, vp, p.v_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream));
+  }
+  const Mat Q = tensor_mat(g, p, p.q, qp, p.q_stride, false, g.Sq, g.Dqk);
+  const Mat K = tensor_mat(g, p, p.k, kp, p.k_stride, true, g.Sk, g.Dqk);
+  const Mat V = tensor_mat(g, p, p.v, vp, p.v_stride, true, g.Sk, g.Dv);
+  const Mat O = tensor_mat(g, p, p.o, op, p.o_stride, false, g.Sq, g.Dv);
+  float* S = reinterpret_cast<float*>(reg.at(g.off_s));
+  const int64_t eb = elem_bytes(p.dtype);
+  const int64_t ldP = g.ldS * 4 / eb;
+  const Mat Sm{S, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
+  const Mat Pm{S, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
+
+  // Column-major view: S^T[Sk x Sq] = K Q^T.
+  FA_TRY(gemm(ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, K, Q, Sm));
+  const int64_t rows = g.B * g.Hq * g.Sq;
+  softmax_fwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
+  FA_TRY(launch_status("softmax_fwd_kernel"));
+  // O^T[Dv x Sq] = V^T P^T.
+  FA_TRY(gemm(ctx, "O = P V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, V, Pm, O));
+  if (g.gathered) FA_TRY((scatter<T, T>(op, p.o, p.o_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream)));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+template <typename T>
+flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const Geometry g = geometry(p);
+  Gemm ctx{};
+  Regions reg{};
+  FA_TRY(prepare(g, workspace, workspace_bytes, stream, &ctx, &reg));
+  const int32_t* cuq = p.varlen ? p.cu_seqlens_q : nullptr;
+  const int32_t* cuk = p.varlen ? p.cu_seqlens_k : nullptr;
+  void* qp = reg.at(g.off_q);
+  void* kp = reg.at(g.off_k);
+  void* vp = reg.at(g.off_v);
+  void* dop = reg.at(g.off_o);
+  void* dqp = reg.at(g.off_dq);
+  if (g.gathered) {
+    FA_TRY(gather<T>(p.q, qp, p.q_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
+    FA_TRY(gather<T>(p.k, kp, p.k_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream));
+    FA_TRY(gather<T>(p.v, vp, p.v_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream));
+    FA_TRY(gather<T>(p.dout, dop, p.do_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream));
+  }
+  const Mat Q = tensor_mat(g, p, p.q, qp, p.q_stride, false, g.Sq, g.Dqk);
+  const Mat K = tensor_mat(g, p, p.k, kp, p.k_stride, true, g.Sk, g.Dqk);
+  const Mat V = tensor_mat(g, p, p.v, vp, p.v_stride, true, g.Sk, g.Dv);
+  const Mat dO = tensor_mat(g, p, p.dout, dop, p.do_stride, false, g.Sq, g.Dv);
+  const Mat dQ = tensor_mat(g, p, p.dq, dqp, p.dq_stride, false, g.Sq, g.Dqk);
+  Mat dK = tensor_mat(g, p, p.dk, nullptr, p.dk_stride, true, g.Sk, g.Dqk);
+  Mat dV = tensor_mat(g, p, p.dv, nullptr, p.dv_stride, true, g.Sk, g.Dv);
+  if (g.acc_dkv) {
+    dK = Mat{reg.at(g.off_dk), CUDA_R_32F, 4, g.Dqk, g.Sk * g.Dqk, g.Hkv * g.Sk * g.Dqk, true};
+    dV = Mat{reg.at(g.off_dv), CUDA_R_32F, 4, g.Dv, g.Sk * g.Dv, g.Hkv * g.Sk * g.Dv, true};
+  }
+  float* S = reinterpret_cast<float*>(reg.at(g.off_s));
+  float* dP = reinterpret_cast<float*>(reg.at(g.off_dp));
+  float* dt = g.dt_buffer && p.dbias != nullptr ? reinterpret_cast<float*>(reg.at(g.off_dt)) : nullptr;
+  const int64_t eb = elem_bytes(p.dtype);
+  const int64_t ldP = g.ldS * 4 / eb;
+  const Mat Sm{S, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
+  const Mat dPm{dP, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
+  const Mat Pm{S, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
+  const Mat dSm{dP, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
+
+  FA_TRY(gemm(ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, K, Q, Sm));
+  // dP^T[Sk x Sq] = V dO^T.
+  FA_TRY(gemm(ctx, "dP = dO V^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dv, 1.f, V, dO, dPm));
+  const int64_t rows = g.B * g.Hq * g.Sq;
+  softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS);
+  FA_TRY(launch_status("softmax_bwd_kernel"));
+  if (dt != nullptr) {
+    int64_t n_out = 1;
+    const int64_t ext[4] = {g.B, g.Hq, g.Sq, g.Sk};
+    for (int d = 0; d < 4; ++d) n_out *= p.bias_stride[d] == 0 ? 1 : ext[d];
+    dbias_reduce_kernel<T><<<elementwise_blocks(n_out), 256, 0, stream>>>(
+        static_cast<T*>(p.dbias), dt, p.bias_stride[0], p.bias_stride[1], p.bias_stride[2], p.bias_stride[3], g.B,
+        g.Hq, g.Sq, g.Sk);
+    FA_TRY(launch_status("dbias_reduce_kernel"));
+  }
+  // dV^T[Dv x Sk] = dO^T Pdrop; dQ^T[Dqk x Sq] = scale K^T dS^T; dK^T[Dqk x Sk] = scale Q^T dS.
+  FA_TRY(gemm(ctx, "dV = P^T dO", cublas::kOpN, cublas::kOpT, g.Dv, g.Sk, g.Sq, 1.f, dO, Pm, dV));
+  FA_TRY(gemm(ctx, "dQ = scale dS K", cublas::kOpN, cublas::kOpN, g.Dqk, g.Sq, g.Sk, p.scale, K, dSm, dQ));
+  FA_TRY(gemm(ctx, "dK = scale dS^T Q", cublas::kOpN, cublas::kOpT, g.Dqk, g.Sk, g.Sq, p.scale, Q, dSm, dK));
+  if (g.gathered) FA_TRY((scatter<T, T>(dqp, p.dq, p.dq_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream)));
+  if (g.acc_dkv) {
+    FA_TRY((scatter<float, T>(dK.ptr, p.dk, p.dk_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream)));
+    FA_TRY((scatter<float, T>(dV.ptr, p.dv, p.dv_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream)));
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+flashattn_status_t standard_check(const AttnParams& p) {
+  if (p.dtype != kFp16 && p.dtype != kBf16 && p.dtype != kFp32) {
+    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, "dtype=%d is not supported by the standard algorithm",
+                static_cast<int>(p.dtype));
+  }
+  const Geometry g = geometry(p);
+  // cuBLAS takes int sizes, leading dimensions and batch counts; the softmax grid has one
+  // CTA per score row.
+  const int64_t rows = g.B * g.Hq * g.Sq;
+  if (g.Sq > INT_MAX || g.Sk > INT_MAX || g.ldS * 2 > INT_MAX || g.B * g.Hkv > INT_MAX || rows > INT_MAX) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "algorithm=STANDARD: batch=%lld x heads_q=%lld x seqlen_q=%lld x seqlen_k=%lld exceeds the 32-bit "
+                "limits of cuBLAS and of the softmax grid",
+                static_cast<long long>(g.B), static_cast<long long>(g.Hq), static_cast<long long>(g.Sq),
+                static_cast<long long>(g.Sk));
+  }
+  const cublas::Api* api = nullptr;
+  if (const flashattn_status_t s = cublas::load(&api)) return s;
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "cudaGetDevice failed: %s", cudaGetErrorString(err));
+  }
+  // Creating the handle allocates device memory: done here, before anything is written.
+  cublas::Handle h = nullptr;
+  return cublas::thread_handle(device, &h);
+}
+
+size_t standard_workspace_size(const AttnParams& p) { return geometry(p).total; }
+
+flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  switch (p.dtype) {
+    case kFp16: return run_fwd<__half>(p, workspace, workspace_bytes, stream);
+    case kBf16: return run_fwd<__nv_bfloat16>(p, workspace, workspace_bytes, stream);
+    case kFp32: return run_fwd<float>(p, workspace, workspace_bytes, stream);
+  }
+  return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, "dtype=%d is not supported by the standard algorithm",
+              static_cast<int>(p.dtype));
+}
+
+flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  switch (p.dtype) {
+    case kFp16: return run_bwd<__half>(p, workspace, workspace_bytes, stream);
+    case kBf16: return run_bwd<__nv_bfloat16>(p, workspace, workspace_bytes, stream);
+    case kFp32: return run_bwd<float>(p, workspace, workspace_bytes, stream);
+  }
+  return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, "dtype=%d is not supported by the standard algorithm",
+              static_cast<int>(p.dtype));
+}
+
+}  // namespace flashattn
