@@ -1,0 +1,73 @@
+# ctest script (cmake -P): build the Debian packages from the build tree with CPack,
+# check what is in them, and run lintian on them.
+#   -DCPACK=<cpack> -DCONFIG=<build>/CPackConfig.cmake -DWORK_DIR=... -DDPKG_DEB=<dpkg-deb>
+#   -DRUNTIME=libflashattn0 -DDEV=libflashattn-dev [-DLINTIAN=<lintian>]
+# lintian fails the test on any error or warning, except initial-upload-closes-no-bugs
+# (these packages are not uploaded to Debian, so there is no ITP bug to close).
+cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/RequireVars.cmake)
+fa_require_vars(CheckDeb.cmake CPACK CONFIG WORK_DIR DPKG_DEB RUNTIME DEV)
+file(REMOVE_RECURSE ${WORK_DIR})
+execute_process(COMMAND ${CPACK} -G DEB --config ${CONFIG} -B ${WORK_DIR}
+                OUTPUT_VARIABLE out ERROR_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cpack failed (${rc}):\n${out}")
+endif()
+set(errors "")
+set(debs "")
+foreach(pkg ${RUNTIME} ${DEV})
+  file(GLOB deb ${WORK_DIR}/${pkg}_*.deb)
+  if(NOT deb)
+    message(FATAL_ERROR "cpack made no ${pkg}_*.deb in ${WORK_DIR}:\n${out}")
+  endif()
+  list(APPEND debs ${deb})
+  execute_process(COMMAND ${DPKG_DEB} -c ${deb} OUTPUT_VARIABLE contents_${pkg} COMMAND_ERROR_IS_FATAL ANY)
+  execute_process(COMMAND ${DPKG_DEB} -I ${deb} OUTPUT_VARIABLE info_${pkg} COMMAND_ERROR_IS_FATAL ANY)
+  message(STATUS "${deb}:\n${info_${pkg}}${contents_${pkg}}")
+endforeach()
+
+function(expect pkg what regex)
+  if(NOT "${contents_${pkg}}" MATCHES "${regex}")
+    set(errors "${errors}${pkg} lacks ${what}\n" PARENT_SCOPE)
+  endif()
+endfunction()
+expect(${RUNTIME} "the versioned library" "usr/lib/[^\n]*/libflashattn\\.so\\.[0-9]+\\.[0-9]+\\.[0-9]+\n")
+expect(${RUNTIME} "the SONAME link" "usr/lib/[^\n]*/libflashattn\\.so\\.[0-9]+ -> ")
+expect(${RUNTIME} "a copyright file" "usr/share/doc/${RUNTIME}/copyright")
+expect(${DEV} "the header" "usr/include/flashattn\\.h")
+expect(${DEV} "the .so link" "usr/lib/[^\n]*/libflashattn\\.so -> ")
+expect(${DEV} "the pkg-config file" "usr/lib/[^\n]*/pkgconfig/flashattn\\.pc")
+expect(${DEV} "the CMake package" "usr/lib/[^\n]*/cmake/flashattn/flashattnConfig\\.cmake")
+if("${contents_${DEV}}" MATCHES "libflashattn\\.so\\.[0-9]")
+  string(APPEND errors "${DEV} ships the runtime library too\n")
+endif()
+if("${info_${RUNTIME}}" MATCHES "postinst|postrm")
+  string(APPEND errors "${RUNTIME} has maintainer scripts (ldconfig must run through the trigger)\n")
+endif()
+if(NOT "${info_${RUNTIME}}" MATCHES " triggers")
+  string(APPEND errors "${RUNTIME} has no triggers file\n")
+endif()
+
+# The installed .pc file must name /usr, not the staging directory.
+list(GET debs 1 dev_deb)
+execute_process(COMMAND ${DPKG_DEB} -x ${dev_deb} ${WORK_DIR}/dev-root COMMAND_ERROR_IS_FATAL ANY)
+file(GLOB_RECURSE pc ${WORK_DIR}/dev-root/*/flashattn.pc)
+file(READ "${pc}" pc_text)
+if(NOT pc_text MATCHES "(^|\n)prefix=/usr\n")
+  string(APPEND errors "flashattn.pc in ${DEV} does not say prefix=/usr:\n${pc_text}\n")
+endif()
+
+if(LINTIAN)
+  execute_process(COMMAND ${LINTIAN} --fail-on error,warning --suppress-tags initial-upload-closes-no-bugs
+                          --tag-display-limit 0 ${debs}
+                  OUTPUT_VARIABLE lint ERROR_VARIABLE lint_err RESULT_VARIABLE rc)
+  message(STATUS "lintian (exit ${rc}):\n${lint}")
+  if(NOT rc EQUAL 0)
+    string(APPEND errors "lintian reported errors or warnings:\n${lint}${lint_err}\n")
+  endif()
+else()
+  message(STATUS "lintian not found: package contents checked, lintian skipped")
+endif()
+if(errors)
+  message(FATAL_ERROR "${errors}")
+endif()
