@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# The one script to run on a GPU machine: configure + build everything, run the GPU
+# tests, compute-sanitizer (memcheck, racecheck) on a representative subset, and the
+# benchmark against PyTorch SDPA; copies logs/CSV/JSON/PNG to $OUT when set and prints a
+# summary table LAST.
+#
+# usage: scripts/gpu_check.sh [quick|full]
+#   quick (default): bench --quick (bf16, d=64/128, seqlen 1k/4k/16k) + verification
+#   full:            full bench sweep (bf16+fp16, d=64/128/256, seqlen 512..16k) and the
+#                    CPU-labelled tests as well
+# environment:
+#   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90)
+#   BUILD_DIR                     build folder (default <repo>/build-gpu)
+#   JOBS                          parallel build jobs (default 16)
+#   SANITIZE_TESTS                Catch2 test spec of test_gpu cases to run under the
+#                                 sanitizers (default "[sanitize]"; skipped if none match)
+#   BENCH_ARGS                    extra arguments for bench/bench_peers.py
+#   OUT                           folder that receives the logs and bench outputs
+set -u -o pipefail
+
+MODE=${1:-quick}
+case "$MODE" in quick|full) ;; *) echo "usage: $0 [quick|full]" >&2; exit 2 ;; esac
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90}
+JOBS=${JOBS:-16}
+SANITIZE_TESTS=${SANITIZE_TESTS:-[sanitize]}
+LOGS=$BUILD/gpu-check
+mkdir -p "$LOGS"
+
+SUMMARY=()   # "step|result|detail"
+FAILED=0
+record() { SUMMARY+=("$1|$2|$3"); [[ "$2" == FAIL ]] && FAILED=1; return 0; }
+secs() { echo $(( $(date +%s) - $1 )); }
+
+# Runs "$@" with its output in $LOGS/<name>.log (and on the console); returns its status.
+logged() {
+  local name=$1; shift
+  echo "==== $name: $*"
+  "$@" 2>&1 | tee "$LOGS/$name.log"   # pipefail: the status is the command's
+}
+
+echo "gpu_check: mode=$MODE build=$BUILD archs=$ARCHS jobs=$JOBS"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$LOGS/device.txt"
+
+# ---------------------------------------------------------------- configure + build
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+t0=$(date +%s)
+if logged configure cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES="$ARCHS" \
+    -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_TESTS=ON; then
+  record configure OK "archs=$ARCHS"
+  CONFIGURED=1
+else
+  record configure FAIL "see $LOGS/configure.log"
+  CONFIGURED=0
+fi
+
+BUILT=0
+if [[ $CONFIGURED == 1 ]]; then
+  t0=$(date +%s)
+  if logged build cmake --build "$BUILD" -j "$JOBS"; then
+    record build OK "$(secs "$t0") s, -j$JOBS"
+    BUILT=1
+  else
+    record build FAIL "$(grep -m3 -E 'error|Error' "$LOGS/build.log" | tr '\n' ' ' | cut -c1-160)"
+  fi
+fi
+
+LIB=$BUILD/libflashattn.so.0
+CLI=$(find "$BUILD" -maxdepth 3 -type f -name flashattn -perm -u+x 2>/dev/null | head -1)
+TEST_GPU=$(find "$BUILD" -maxdepth 3 -type f -name test_gpu -perm -u+x 2>/dev/null | head -1)
+
+# ---------------------------------------------------------------- linkage
+if [[ $BUILT == 1 && -f "$LIB" ]]; then
+  needed=$(readelf -d "$LIB" | awk '/NEEDED/ {gsub(/[\[\]]/, "", $5); print $5}' | tr '\n' ' ')
+  echo "NEEDED: $needed" | tee "$LOGS/linkage.log"
+  if echo "$needed" | grep -Eq 'libcublas|libcudart|libcuda\.so'; then
+    record linkage FAIL "NEEDED has CUDA libraries: $needed"
+  else
+    record linkage OK "NEEDED: $needed"
+  fi
+fi
+
+# ---------------------------------------------------------------- tests
+ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
+  local log=$1 total failed skipped
+  total=$(grep -Eo 'tests failed out of [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+  failed=$(grep -Eo '[0-9]+ tests failed' "$log" | grep -Eo '^[0-9]+' | tail -1)
+  skipped=$(grep -c '\*\*\*Skipped\|Not Run' "$log")
+  total=${total:-0}; failed=${failed:-0}
+  echo "$(( total - failed - skipped )) passed, $failed failed, $skipped skipped of $total"
+}
+if [[ $BUILT == 1 ]]; then
+  if logged ctest_gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600; then
+    record "tests (gpu)" OK "$(ctest_counts "$LOGS/ctest_gpu.log")"
+  else
+    record "tests (gpu)" FAIL "$(ctest_counts "$LOGS/ctest_gpu.log")"
+  fi
+  if [[ $MODE == full ]]; then
+    if logged ctest_cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS" --timeout 900; then
+      record "tests (other)" OK "$(ctest_counts "$LOGS/ctest_cpu.log")"
+    else
+      record "tests (other)" FAIL "$(ctest_counts "$LOGS/ctest_cpu.log")"
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------- compute-sanitizer
+# Representative subset: the CLI's own checks (flash and standard, fwd+bwd, odd lengths,
+# GQA, causal bottom-right, dropout, ALiBi, block-sparse) and the test_gpu cases matching
+# $SANITIZE_TESTS. Result: the tool's "ERROR SUMMARY" (the program's own verdict too).
+sanitize() {  # tool name args...
+  local tool=$1 name=$2; shift 2
+  local log="$LOGS/san_${tool}_${name}.log"
+  echo "==== compute-sanitizer --tool $tool: $*"
+  compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" > "$log" 2>&1
+  local rc=$?
+  local errs
+  errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+  tail -3 "$log"
+  if [[ $rc == 99 || ( -n "$errs" && "$errs" != 0 ) ]]; then
+    record "$tool $name" FAIL "${errs:-?} errors (see $(basename "$log"))"
+  elif [[ -z "$errs" ]]; then
+    record "$tool $name" FAIL "no ERROR SUMMARY, exit $rc (see $(basename "$log"))"
+  elif [[ $rc != 0 ]]; then
+    # Clean under the tool, but the program itself failed (check FAIL / library error).
+    record "$tool $name" FAIL "0 sanitizer errors, but the program exited $rc"
+  else
+    record "$tool $name" OK "0 errors"
+  fi
+}
+if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  SMALL=(--batch 2 --seqlen-q 67 --seqlen-k 131 --heads-q 4 --heads-kv 2 --head-dim 64 --dtype bf16 --bwd)
+  if [[ -n "$CLI" ]]; then
+    for tool in memcheck racecheck; do
+      sanitize "$tool" flash-causal "$CLI" check --backend cuda --algorithm flash "${SMALL[@]}" --causal=bottom-right
+      sanitize "$tool" standard-options "$CLI" check --backend cuda --algorithm standard "${SMALL[@]}" \
+        --causal=bottom-right --dropout 0.1 --alibi
+    done
+    sanitize memcheck flash-sparse-dropout "$CLI" check --backend cuda --algorithm flash \
+      --batch 1 --seqlen-q 300 --heads-q 2 --head-dim 128 --dtype fp16 --bwd --block-sparse 0.5 --dropout 0.2
+    sanitize memcheck standard-softcap "$CLI" check --backend cuda --algorithm standard \
+      --batch 1 --seqlen-q 100 --seqlen-k 37 --heads-q 2 --head-dim 256 --dtype fp32 --bwd --softcap 4 --window 8,3
+  else
+    record sanitizers FAIL "the flashattn CLI was not built"
+  fi
+  if [[ -n "$TEST_GPU" ]]; then
+    listing=$("$TEST_GPU" --list-tests "$SANITIZE_TESTS" 2>&1)
+    if ! grep -Eqi 'no test cases matched|^ *0 matching' <<<"$listing" && grep -Eqi 'matching test case' <<<"$listing"; then
+      sanitize memcheck "test_gpu$SANITIZE_TESTS" "$TEST_GPU" "$SANITIZE_TESTS"
+      sanitize racecheck "test_gpu$SANITIZE_TESTS" "$TEST_GPU" "$SANITIZE_TESTS"
+    else
+      record "sanitize test_gpu" SKIP "no test_gpu case matches '$SANITIZE_TESTS'"
+    fi
+  fi
+elif [[ $BUILT == 1 ]]; then
+  record sanitizers SKIP "compute-sanitizer not found"
+fi
+
+# ---------------------------------------------------------------- benchmark
+BENCH_OUT=$LOGS/bench
+if [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
+  QUICK=(--quick)
+  [[ $MODE == full ]] && QUICK=()
+  # shellcheck disable=SC2086
+  if logged bench python3 "$ROOT/bench/bench_peers.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
+      ${BENCH_ARGS:-}; then
+    record bench OK "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //')"
+  else
+    record bench FAIL "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //') (see bench.log)"
+  fi
+elif [[ $BUILT == 1 ]]; then
+  record bench SKIP "PyTorch is not importable"
+fi
+
+# ---------------------------------------------------------------- collect
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT/gpu-check"
+  cp -r "$LOGS"/. "$OUT/gpu-check/" 2>/dev/null
+fi
+
+# ---------------------------------------------------------------- summary (last)
+echo
+echo "================================ gpu_check summary ($MODE) ================================"
+if [[ -f "$LOGS/bench.log" ]]; then
+  # The bench's own compact tables (verification, memory, sparse, TFLOP/s).
+  sed -n '/^== verification/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
+  echo
+fi
+printf '%-34s %-5s %s\n' STEP RESULT DETAIL
+for line in "${SUMMARY[@]}"; do
+  IFS='|' read -r step result detail <<<"$line"
+  printf '%-34s %-5s %s\n' "$step" "$result" "$detail"
+done
+[[ -n "${OUT:-}" ]] && echo "logs and bench outputs copied to $OUT/gpu-check"
+exit $FAILED
