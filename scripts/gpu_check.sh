@@ -15,7 +15,9 @@
 #   SANITIZE_TESTS                Catch2 test spec of test_gpu cases to run under the
 #                                 sanitizers (default "[sanitize]"; skipped if none match)
 #   BENCH_ARGS                    extra arguments for bench/bench_peers.py
-#   OUT                           folder that receives the logs and bench outputs
+#   CMAKE_ARGS                    extra arguments for the CMake configure step
+#   OUT                           folder that receives summary.txt, gpu-check-logs.tar.gz
+#                                 and bench.csv/json/png
 set -u -o pipefail
 
 MODE=${1:-quick}
@@ -47,9 +49,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 t0=$(date +%s)
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of words
 if logged configure cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES="$ARCHS" \
-    -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_TESTS=ON; then
+    -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_TESTS=ON ${CMAKE_ARGS:-}; then
   record configure OK "archs=$ARCHS"
   CONFIGURED=1
 else
@@ -175,24 +178,31 @@ elif [[ $BUILT == 1 ]]; then
   record bench SKIP "PyTorch is not importable"
 fi
 
-# ---------------------------------------------------------------- collect
-if [[ -n "${OUT:-}" ]]; then
-  mkdir -p "$OUT/gpu-check"
-  cp -r "$LOGS"/. "$OUT/gpu-check/" 2>/dev/null
-fi
-
 # ---------------------------------------------------------------- summary (last)
-echo
-echo "================================ gpu_check summary ($MODE) ================================"
-if [[ -f "$LOGS/bench.log" ]]; then
-  # The bench's own compact tables (verification, memory, sparse, TFLOP/s).
-  sed -n '/^== verification/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
-  echo
+summary() {
+  echo "================================ gpu_check summary ($MODE) ================================"
+  if [[ -f "$LOGS/bench.log" ]]; then
+    # The bench's own compact tables (verification failures, memory, sparse, TFLOP/s).
+    sed -n '/^== verification/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
+    echo
+  fi
+  printf '%-34s %-5s %s\n' STEP RESULT DETAIL
+  for line in "${SUMMARY[@]}"; do
+    IFS='|' read -r step result detail <<<"$line"
+    printf '%-34s %-5s %s\n' "$step" "$result" "$detail"
+  done
+}
+summary > "$LOGS/summary.txt"
+if [[ -n "${OUT:-}" ]]; then
+  # Few files (the device tool returns at most 8): summary, logs as one archive, bench outputs.
+  mkdir -p "$OUT"
+  cp "$LOGS/summary.txt" "$OUT/"
+  tar -C "$LOGS" -czf "$OUT/gpu-check-logs.tar.gz" --exclude=bench . 2>/dev/null
+  for f in bench.csv bench.json bench.png; do
+    [[ -f "$BENCH_OUT/$f" ]] && cp "$BENCH_OUT/$f" "$OUT/"
+  done
 fi
-printf '%-34s %-5s %s\n' STEP RESULT DETAIL
-for line in "${SUMMARY[@]}"; do
-  IFS='|' read -r step result detail <<<"$line"
-  printf '%-34s %-5s %s\n' "$step" "$result" "$detail"
-done
-[[ -n "${OUT:-}" ]] && echo "logs and bench outputs copied to $OUT/gpu-check"
+echo
+cat "$LOGS/summary.txt"
+[[ -n "${OUT:-}" ]] && echo "copied summary.txt, gpu-check-logs.tar.gz and bench outputs to $OUT"
 exit $FAILED
