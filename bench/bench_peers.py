@@ -287,13 +287,16 @@ class LibCase:
 
 def bench_lib(lib, torch, algo, q, k, v, do, causal, dtype, directions, opts=None):
     c = LibCase(lib, torch, algo, q, k, v, do, causal, dtype, "bwd" in directions, opts)
-    res = {"ws_fwd": c.ws_fwd, "ws_bwd": c.ws_bwd}
+    res = {"ws_fwd": c.ws_fwd, "ws_bwd": c.ws_bwd, "errors": {}}
     c.fwd()  # surface a library error before timing
     if "fwd" in directions:
         res["fwd"] = time_cuda(torch, c.fwd)
     if "bwd" in directions:
-        c.fwd()
-        res["bwd"] = time_cuda(torch, c.bwd)
+        try:  # the forward's timing stands even if the backward is refused
+            c.bwd()
+            res["bwd"] = time_cuda(torch, c.bwd)
+        except LibError as e:
+            res["errors"]["bwd"] = "library " + short(e)
     return res
 
 
@@ -354,10 +357,12 @@ def run_sweep(args, lib, torch, rows):
                         for direction in directions:
                             ms = res.get(direction)
                             tf = flops(b, h, sq, sq, d, causal, direction) / (ms * 1e-3) / 1e12 if ms else None
+                            derr = res.get("errors", {}).get(direction, err)
                             rows.append(dict(base, impl=impl, direction=direction,
                                              ms=round(ms, 4) if ms else None, tflops=round(tf, 1) if tf else None,
-                                             error=err if not ms else ""))
+                                             error=derr if not ms else ""))
                         msg = " ".join(f"{k_}={res[k_]:.3f}ms" for k_ in ("fwd", "bwd") if k_ in res)
+                        err = " ".join([err] + list(res.get("errors", {}).values())).strip()
                         print(f"  {dtype} d={d} causal={int(causal)} sq={sq} {impl:13s} {msg} {err}", flush=True)
                     del q, k, v, do
                     torch.cuda.empty_cache()
@@ -386,7 +391,10 @@ def run_memory(args, lib, torch):
                 c = LibCase(lib, torch, algo, q, k, v, do, False, "bf16", not args.no_bwd)
                 c.fwd()
                 if not args.no_bwd:
-                    c.bwd()
+                    try:
+                        c.bwd()
+                    except LibError as e:
+                        r["note"] = "forward only: bwd " + short(e, 80)
                 r.update(ws_fwd=c.ws_fwd, ws_bwd=c.ws_bwd)
                 torch.cuda.synchronize()
                 del c
@@ -436,6 +444,8 @@ def run_sparse(args, lib, torch):
             res = bench_lib(lib, torch, ALGO_FLASH, q, k, v, do, False, "bf16",
                             ["fwd"] if args.no_bwd else ["fwd", "bwd"],
                             opts={"layout": (lay, h, nb, nb, blk, blk)})
+            if res["errors"]:
+                r["error"] = "; ".join(f"{k_}: {v_}" for k_, v_ in res["errors"].items())
             for direction in ("fwd", "bwd"):
                 if direction in res:
                     r[direction + "_ms"] = round(res[direction], 4)
@@ -697,6 +707,7 @@ def print_table(rows, memory, sparse, verify_res):
             extra = ""
             if "ws_fwd" in r:
                 extra = f"  (workspace fwd {r['ws_fwd'] / 2**20:.1f} MiB, bwd {r['ws_bwd'] / 2**20:.1f} MiB)"
+            extra += f"  [{r['note']}]" if "note" in r else ""
             print(f"  {impl:13s} " + (f"{r['peak_bytes'] / 2**20:9.0f} MiB" if "peak_bytes" in r else r["error"]) + extra)
     if sparse:
         print(f"== block-sparse lib-flash, bf16 d=128 seqlen={sparse['seqlen']} block {sparse['block']}x{sparse['block']}")
