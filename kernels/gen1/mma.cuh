@@ -132,6 +132,26 @@ struct SwizzledTile {
   }
 };
 
+// Per-lane ldmatrix addressing into a SwizzledTile with no per-access swizzle math: a lane
+// reads rows row_lane + (multiple of 8) and columns (multiple of 16) + col_lane (col_lane 0 or
+// 8). Within a row, chunk (2k | col_lane/8) lands at (2k | col_lane/8) ^ (row & 7), which takes
+// 4 values (k = 0..3); they are precomputed, so each access is a register + immediate.
+template <int kRows>
+struct SwizzledLane {
+  uint32_t base[4];
+  __device__ __forceinline__ void init(uint32_t tile_smem_addr, int row_lane, int col_lane) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      base[k] = tile_smem_addr + 2u * static_cast<uint32_t>(row_lane * 64 +
+                                                            (((2 * k) | (col_lane >> 3)) ^ (row_lane & 7)) * 8);
+  }
+  // Shared address of (row_lane + row_off, col + col_lane); row_off % 8 == 0, col % 16 == 0,
+  // both compile-time constants after unrolling.
+  __device__ __forceinline__ uint32_t at(int row_off, int col) const {
+    return base[(col >> 4) & 3] + 2u * static_cast<uint32_t>((col >> 6) * (kRows * 64) + row_off * 64);
+  }
+};
+
 // Round up to a multiple of 64 (shared tile width for a head dim).
 __host__ __device__ constexpr int round64(int d) { return (d + 63) / 64 * 64; }
 

@@ -1,0 +1,512 @@
+// Generation-1 FlashAttention forward kernel (FA2 design, sm_80+).
+//
+// One CTA per (q block, query head, sequence). Warps split the q block by rows (kMT m16
+// tiles each), so row max / row sum are quad shuffles. S = Q K^T and O += P V run on
+// mma.sync m16n8k16 with fp32 accumulation; P never leaves registers. Q, K, V live in
+// XOR-swizzled shared tiles filled by 16-byte cp.async with zero-fill predicates (rows
+// past the sequence, head-dim chunks past the real head dim). K and V are single
+// buffered: V(n) is loaded while S(n) is computed, K(n-1) while softmax and P V(n) run.
+//
+// Every plan option is a warp-uniform runtime branch: band masks (causal/sliding window,
+// both alignments: only KV tiles intersecting the band are walked, only boundary tiles
+// apply the element mask), softcap, bias tensor, ALiBi, dropout (Philox keep decisions of
+// common/philox.h), block-sparse layouts (inactive tiles skipped, partial tiles masked
+// per element), varlen, GQA/MQA, arbitrary strides.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/params.h"
+#include "common/philox.h"
+#include "gen1/mma.cuh"
+
+namespace flashattn {
+namespace gen1 {
+
+template <int kD_, int kDV_, int kBlockM_, int kBlockN_, int kNWarps_>
+struct FwdTraits {
+  static constexpr int kD = kD_;          // head_dim_qk served (multiple of 16)
+  static constexpr int kDV = kDV_;        // head_dim_v served (multiple of 16)
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kThreads = kNWarps * 32;
+  static constexpr int kMT = kBlockM / (16 * kNWarps);  // m16 tiles per warp
+  static constexpr int kRowsPerWarp = kMT * 16;
+  static constexpr int kNT = kBlockN / 8;   // n8 tiles of S
+  static constexpr int kKQ = kD / 16;       // k16 steps of Q K^T
+  static constexpr int kKV = kBlockN / 16;  // k16 steps of P V
+  static constexpr int kNV = kDV / 8;       // n8 tiles of O
+  static constexpr int kDS = round64(kD);
+  static constexpr int kDVS = round64(kDV);
+  using QTile = SwizzledTile<kBlockM, kDS>;
+  using KTile = SwizzledTile<kBlockN, kDS>;
+  using VTile = SwizzledTile<kBlockN, kDVS>;
+  using OTile = SwizzledTile<kBlockM, kDVS>;  // aliases the Q tile in the epilogue
+  static constexpr int kSmemBytes = QTile::kBytes + KTile::kBytes + VTile::kBytes;
+  static_assert(kMT >= 1 && kBlockM % (16 * kNWarps) == 0, "rows must split evenly over warps");
+  static_assert(kD % 16 == 0 && kDV % 16 == 0 && kBlockN % 16 == 0, "tile shape");
+  static_assert(OTile::kBytes <= QTile::kBytes, "O staging must fit in the Q tile");
+};
+
+// Per-configuration tile shapes (KERNELS.md, generation 1).
+template <int D, int DV>
+struct FwdTileFor;
+template <> struct FwdTileFor<32, 32> { using type = FwdTraits<32, 32, 128, 128, 4>; };
+template <> struct FwdTileFor<64, 64> { using type = FwdTraits<64, 64, 128, 128, 4>; };
+template <> struct FwdTileFor<96, 96> { using type = FwdTraits<96, 96, 128, 64, 4>; };
+template <> struct FwdTileFor<128, 128> { using type = FwdTraits<128, 128, 128, 64, 4>; };
+template <> struct FwdTileFor<192, 128> { using type = FwdTraits<192, 128, 128, 64, 8>; };
+template <> struct FwdTileFor<192, 192> { using type = FwdTraits<192, 192, 128, 64, 8>; };
+template <> struct FwdTileFor<256, 256> { using type = FwdTraits<256, 256, 64, 64, 4>; };
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Copies a [kRows x kCols] tile (row stride in elements) into a SwizzledTile<kRows, kCols>
+// with cp.async; rows >= rows_valid and 8-column chunks >= chunks_valid are zero-filled.
+// Thread tid owns chunk (tid % 8) of every 64-column block in rows tid/8 + k*(kThreads/8),
+// so the swizzle and the global address advance by constants.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int64_t row_stride, int rows_valid,
+                                                int chunks_valid, const T* safe, int tid) {
+  constexpr int kRowStep = kThreads / 8;
+  static_assert(kRows % kRowStep == 0 && kCols % 64 == 0, "tile loader shape");
+  const int r0 = tid >> 3, c0 = tid & 7;
+  const uint32_t s_lane = s_tile + 2u * static_cast<uint32_t>(r0 * 64 + ((c0 ^ (r0 & 7)) << 3));
+  const T* gp = g + r0 * row_stride + c0 * 8;
+  const int64_t step = kRowStep * row_stride;
+#pragma unroll
+  for (int it = 0; it < kRows / kRowStep; ++it) {
+    const bool row_ok = r0 + it * kRowStep < rows_valid;
+#pragma unroll
+    for (int cb = 0; cb < kCols / 64; ++cb) {
+      const bool pred = row_ok && cb * 8 + c0 < chunks_valid;
+      cp_async_16(s_lane + 2u * static_cast<uint32_t>(cb * kRows * 64 + it * kRowStep * 64), pred ? gp + cb * 64 : safe,
+                  pred);
+    }
+    gp += step;
+  }
+}
+
+// kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
+// layouts); without them the kernel needs fewer registers. Both variants branch on the
+// options at run time; the host picks the extras variant only when one is enabled.
+template <typename Cfg, typename T, bool kExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kMT = Cfg::kMT, kNT = Cfg::kNT;
+  constexpr int kThreads = Cfg::kThreads;
+  using QTile = typename Cfg::QTile;
+  using KTile = typename Cfg::KTile;
+  using VTile = typename Cfg::VTile;
+  using OTile = typename Cfg::OTile;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + QTile::kElems;
+  T* sV = sK + KTile::kElems;
+
+  const int m_block = blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+
+  // ---- this sequence's extent (varlen offsets clamped so bad inputs stay in bounds) ----
+  int64_t q_start = 0, k_start = 0;
+  int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
+  if (p.varlen) {
+    int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
+    a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
+    e = e < a ? a : (e > p.total_q ? p.total_q : e);
+    q_start = a;
+    len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
+    a = p.cu_seqlens_k[b];
+    e = p.cu_seqlens_k[b + 1];
+    a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
+    e = e < a ? a : (e > p.total_k ? p.total_k : e);
+    k_start = a;
+    len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
+  }
+  const int m0 = m_block * kBlockM;
+  if (m0 >= len_q) return;
+  const int rows_q = min(kBlockM, len_q - m0);
+  const int m_last = m0 + rows_q - 1;
+  const int hk = h / static_cast<int>(p.heads_q / p.heads_kv);
+
+  const T* q_base = static_cast<const T*>(p.q);
+  const T* k_base = static_cast<const T*>(p.k);
+  const T* v_base = static_cast<const T*>(p.v);
+  const T* gQ = q_base + (p.varlen ? q_start * p.q_stride.s : b * p.q_stride.b) + h * p.q_stride.h +
+                m0 * p.q_stride.s;
+  const T* gK = k_base + (p.varlen ? k_start * p.k_stride.s : b * p.k_stride.b) + hk * p.k_stride.h;
+  const T* gV = v_base + (p.varlen ? k_start * p.v_stride.s : b * p.v_stride.b) + hk * p.v_stride.h;
+  T* gO = static_cast<T*>(p.o) + (p.varlen ? q_start * p.o_stride.s : b * p.o_stride.b) + h * p.o_stride.h +
+          m0 * p.o_stride.s;
+  const int dq_chunks = static_cast<int>(p.head_dim_qk >> 3);
+  const int dv_chunks = static_cast<int>(p.head_dim_v >> 3);
+
+  // ---- KV tile range from the band mask (int32: lengths < 2^30, windows clamped) ----
+  const int shift = p.align == 1 ? len_k - len_q : 0;
+  const bool band = p.has_band != 0;
+  const int wl = p.window_left < 0 ? -1 : static_cast<int>(min(p.window_left, static_cast<int64_t>(1) << 30));
+  const int wr = p.window_right < 0 ? -1 : static_cast<int>(min(p.window_right, static_cast<int64_t>(1) << 30));
+  int64_t col_begin = 0, col_end = len_k;  // columns any row of this tile may keep
+  if (band && wr >= 0) col_end = min(col_end, static_cast<int64_t>(m_last) + shift + wr + 1);
+  if (band && wl >= 0) col_begin = max(col_begin, static_cast<int64_t>(m0) + shift - wl);
+  const int n_block_min = col_begin < col_end ? static_cast<int>(col_begin / kBlockN) : 0;
+  const int n_block_max = col_begin < col_end ? static_cast<int>((col_end + kBlockN - 1) / kBlockN) : 0;
+
+  // ---- block-sparse tile classification (warp-uniform; each warp computes it itself) ----
+  const uint8_t* layout = kExtras ? p.layout : nullptr;
+  const uint8_t* layout_h = nullptr;
+  int rb0 = 0, n_rb = 0;
+  if (layout != nullptr) {
+    layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
+    rb0 = static_cast<int>(m0 / p.block_q);
+    n_rb = static_cast<int>(m_last / p.block_q) - rb0 + 1;
+  }
+  // 0: no element of the tile attended, 1: partially covered, 2: fully covered.
+  auto tile_state = [&](int n) -> int {
+    if (layout == nullptr) return 2;
+    const int c_first = n * kBlockN;
+    const int c_last = min(c_first + kBlockN, len_k) - 1;
+    const int cb0 = static_cast<int>(c_first / p.block_k);
+    const int n_cb = static_cast<int>(c_last / p.block_k) - cb0 + 1;
+    const int total = n_rb * n_cb;
+    bool any = false, all = true;
+    for (int idx = lane; idx < total; idx += 32) {
+      const int r = idx / n_cb, c = idx - r * n_cb;
+      const bool on = layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb0 + c] != 0;
+      any |= on;
+      all &= on;
+    }
+    any = __any_sync(0xffffffffu, any);
+    all = __all_sync(0xffffffffu, all);
+    return all ? 2 : (any ? 1 : 0);
+  };
+  // Largest active tile index <= n (or n_block_min - 1), its state in *state.
+  auto prev_active = [&](int n, int* state) -> int {
+    *state = 2;
+    if (layout == nullptr) return n;
+    for (; n >= n_block_min; --n) {
+      const int s = tile_state(n);
+      if (s != 0) {
+        *state = s;
+        return n;
+      }
+    }
+    return n;
+  };
+
+  int cur_state = 2;
+  int n_block = n_block_max > n_block_min ? prev_active(n_block_max - 1, &cur_state) : n_block_min - 1;
+
+  const int row_w0 = warp * Cfg::kRowsPerWarp;  // first row of this warp within the tile
+
+  if (n_block < n_block_min) {
+    // Every element of these rows is masked: O = 0, LSE = -inf.
+    for (int idx = tid; idx < rows_q * dv_chunks; idx += kThreads) {
+      const int r = idx / dv_chunks, c = idx - r * dv_chunks;
+      *reinterpret_cast<uint4*>(gO + r * p.o_stride.s + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+    if (p.lse != nullptr) {
+      float* lse = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
+      for (int r = tid; r < rows_q; r += kThreads) lse[m0 + r] = -INFINITY;
+    }
+    return;
+  }
+
+  // ---- prologue: Q tile and the first K tile ----
+  load_tile_async<kBlockM, Cfg::kDS, kThreads>(smem_u32(sQ), gQ, p.q_stride.s, rows_q, dq_chunks, q_base, tid);
+  load_tile_async<kBlockN, Cfg::kDS, kThreads>(smem_u32(sK), gK + static_cast<int64_t>(n_block) * kBlockN * p.k_stride.s,
+                                                         p.k_stride.s, len_k - n_block * kBlockN, dq_chunks, k_base,
+                                                         tid);
+  cp_async_commit();
+
+  // ---- per-thread options ----
+  const bool softcap_on = kExtras && p.softcap > 0.f;
+  const bool bias_on = kExtras && p.bias_kind == kBiasTensor;
+  const bool alibi_on = kExtras && (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric);
+  const bool elementwise = softcap_on || bias_on || alibi_on;
+  const float sl2 = elementwise ? 1.f : p.scale * kLog2e;  // scores are pre-scaled when elementwise
+  const float inv_softcap = softcap_on ? 1.f / p.softcap : 0.f;
+  const float alibi_slope = alibi_on ? p.alibi_slopes[h] : 0.f;
+  const bool dropout = kExtras && p.p_drop > 0.f;
+  const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
+  const T* bias_base = nullptr;
+  if (bias_on)
+    bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
+
+  float acc_o[kMT][Cfg::kNV][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nv = 0; nv < Cfg::kNV; ++nv)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][nv][e] = 0.f;
+  float row_max[kMT * 2], row_sum[kMT * 2];
+#pragma unroll
+  for (int r = 0; r < kMT * 2; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+  }
+
+  // ldmatrix lane addressing (swizzle precomputed per lane).
+  SwizzledLane<kBlockM> lq;  // Q, A operand: rows (lane & 15), cols (lane >> 4) * 8
+  lq.init(smem_u32(sQ), row_w0 + (lane & 15), (lane >> 4) * 8);
+  SwizzledLane<kBlockN> lk;  // K, B operand from [n][k]: rows (lane & 7) + (lane >> 4) * 8, cols ((lane >> 3) & 1) * 8
+  lk.init(smem_u32(sK), (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
+  SwizzledLane<kBlockN> lv;  // V, B operand from [k][n] (.trans): rows (lane & 15), cols (lane >> 4) * 8
+  lv.init(smem_u32(sV), lane & 15, (lane >> 4) * 8);
+
+  for (;;) {
+    const int n0 = n_block * kBlockN;
+    cp_async_wait<0>();
+    __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
+    load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
+                                                            p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
+    cp_async_commit();
+
+    // ---- S = Q K^T ----
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kKQ; ++ks) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        ldmatrix_x4(qa[mt], lq.at(mt * 16, ks * 16));
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, lk.at(np * 16, ks * 16));
+        const uint32_t b0[2] = {kb[0], kb[1]};
+        const uint32_t b1[2] = {kb[2], kb[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816<T>(s[mt][2 * np], qa[mt], b0);
+          mma16816<T>(s[mt][2 * np + 1], qa[mt], b1);
+        }
+      }
+    }
+
+    // Next active tile (warp-uniform scan of the layout, if any).
+    int next_state = 2;
+    const int n_next = n_block > n_block_min ? prev_active(n_block - 1, &next_state) : n_block_min - 1;
+
+    // ---- elementwise score transform: scale, softcap, bias / ALiBi (log2 domain) ----
+    if (elementwise) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
+          const int ip = i + shift;
+          const T* brow = bias_on ? bias_base + static_cast<int64_t>(i) * p.bias_stride[2] : nullptr;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = n0 + nt * 8 + 2 * t + e;
+              float x = s[mt][nt][2 * hh + e] * p.scale;
+              if (softcap_on) x = p.softcap * tanhf(x * inv_softcap);
+              if (bias_on) {
+                if (i < len_q && j < len_k) x += ElemTraits<T>::to_float(brow[j * p.bias_stride[3]]);
+              } else if (alibi_on) {
+                const int dist = j - ip;
+                x += p.bias_kind == kBiasAlibi ? alibi_slope * static_cast<float>(dist)
+                                               : -alibi_slope * static_cast<float>(dist < 0 ? -dist : dist);
+              }
+              s[mt][nt][2 * hh + e] = x * kLog2e;
+            }
+        }
+    }
+
+    // ---- element mask on boundary tiles ----
+    const bool col_edge = n0 + kBlockN > len_k;
+    const bool band_edge = band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) ||
+                                    (wl >= 0 && n0 < m_last + shift - wl));
+    if (col_edge || band_edge || cur_state == 1) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
+          const int ip = i + shift;
+          const uint8_t* lrow = nullptr;
+          if (cur_state == 1) {
+            const int ic = min(i, m_last);
+            lrow = layout_h + static_cast<int64_t>(ic / p.block_q) * p.n_col_blocks;
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = n0 + nt * 8 + 2 * t + e;
+              bool keep = j < len_k;
+              if (band) {
+                if (wr >= 0 && j > ip + wr) keep = false;
+                if (wl >= 0 && j < ip - wl) keep = false;
+              }
+              if (cur_state == 1 && keep && lrow[j / p.block_k] == 0) keep = false;
+              if (!keep) s[mt][nt][2 * hh + e] = -INFINITY;
+            }
+        }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V(n) visible; every warp is done reading K(n)
+    if (n_next >= n_block_min) {
+      load_tile_async<kBlockN, Cfg::kDS, kThreads>(
+          smem_u32(sK), gK + static_cast<int64_t>(n_next) * kBlockN * p.k_stride.s, p.k_stride.s, len_k - n_next * kBlockN,
+          dq_chunks, k_base, tid);
+      cp_async_commit();
+    }
+
+    // ---- online softmax (base 2) ----
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = mt * 2 + hh;
+        float mx = row_max[r];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+        mx = quad_max(mx);
+        const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
+        const float alpha = fast_exp2(row_max[r] * sl2 - m_scaled);
+        row_max[r] = mx;
+        row_sum[r] *= alpha;
+#pragma unroll
+        for (int nv = 0; nv < Cfg::kNV; ++nv) {
+          acc_o[mt][nv][2 * hh] *= alpha;
+          acc_o[mt][nv][2 * hh + 1] *= alpha;
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pe = fast_exp2(fmaf(s[mt][nt][2 * hh + e], sl2, -m_scaled));
+            s[mt][nt][2 * hh + e] = pe;
+            sum += pe;
+          }
+        row_sum[r] += sum;
+      }
+
+    // ---- dropout on P (the row sums above keep the undropped values) ----
+    if (dropout) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
+        const uint32_t i_own = static_cast<uint32_t>(m0 + row_w0 + mt * 16 + g + (t & 1) * 8);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const uint32_t j4 = static_cast<uint32_t>((n0 + nt * 8) >> 2) + (t >> 1);
+          const Philox4 w = dropout_words(p.seed, drop_head, i_own, j4);
+          const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
+          const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
+          const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          const uint32_t r00 = (t & 1) ? recv0 : w.x[0];  // row g, col 2t
+          const uint32_t r01 = (t & 1) ? recv1 : w.x[1];  // row g, col 2t+1
+          const uint32_t r10 = (t & 1) ? w.x[2] : recv0;  // row g+8, col 2t
+          const uint32_t r11 = (t & 1) ? w.x[3] : recv1;  // row g+8, col 2t+1
+          const uint32_t th = p.drop_threshold;
+          if (r00 < th) s[mt][nt][0] = 0.f;
+          if (r01 < th) s[mt][nt][1] = 0.f;
+          if (r10 < th) s[mt][nt][2] = 0.f;
+          if (r11 < th) s[mt][nt][3] = 0.f;
+        }
+      }
+    }
+
+    // ---- O += P V (P from registers) ----
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kKV; ++kk) {
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < Cfg::kNV / 2; ++np) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, lv.at(kk * 16, np * 16));
+        const uint32_t b0[2] = {vb[0], vb[1]};
+        const uint32_t b1[2] = {vb[2], vb[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816<T>(acc_o[mt][2 * np], pa[mt], b0);
+          mma16816<T>(acc_o[mt][2 * np + 1], pa[mt], b1);
+        }
+      }
+    }
+
+    if (n_next < n_block_min) break;
+    n_block = n_next;
+    cur_state = next_state;
+  }
+
+  // ---- epilogue: normalize, LSE, O through shared memory (this warp's rows only) ----
+  const float out_scale = dropout ? p.rp_keep : 1.f;
+  float* lse_out = nullptr;
+  if (p.lse != nullptr)
+    lse_out = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = mt * 2 + hh;
+      const float sum = quad_sum(row_sum[r]);
+      const float inv = sum > 0.f ? out_scale / sum : 0.f;
+#pragma unroll
+      for (int nv = 0; nv < Cfg::kNV; ++nv) {
+        acc_o[mt][nv][2 * hh] *= inv;
+        acc_o[mt][nv][2 * hh + 1] *= inv;
+      }
+      const int row = row_w0 + mt * 16 + g + hh * 8;
+      if (lse_out != nullptr && t == 0 && row < rows_q)
+        lse_out[m0 + row] = sum > 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
+    }
+  // Each warp only ever read its own rows of sQ, so it may overwrite them now.
+  T* sO = sQ;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nv = 0; nv < Cfg::kNV; ++nv)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = row_w0 + mt * 16 + g + hh * 8;
+        const int col = nv * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(sO + OTile::offset(row, col)) =
+            pack2<T>(acc_o[mt][nv][2 * hh], acc_o[mt][nv][2 * hh + 1]);
+      }
+  __syncwarp();
+  constexpr int kOChunks = Cfg::kDV / 8;
+#pragma unroll
+  for (int it = 0; it < (Cfg::kRowsPerWarp * kOChunks + 31) / 32; ++it) {
+    const int idx = lane + it * 32;
+    const int r = idx / kOChunks, c = idx - r * kOChunks;
+    const int row = row_w0 + r;
+    if (r < Cfg::kRowsPerWarp && row < rows_q && c < dv_chunks) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sO + OTile::offset(row, c * 8));
+      *reinterpret_cast<uint4*>(gO + row * p.o_stride.s + c * 8) = v;
+    }
+  }
+}
+
+}  // namespace gen1
+}  // namespace flashattn

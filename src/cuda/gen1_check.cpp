@@ -1,0 +1,97 @@
+// Support checks of the generation-1 CUDA kernels (forward and backward): everything a
+// valid plan may still ask for that gen1 cannot run is refused here, before any launch.
+#include <stdint.h>
+
+#include "cuda/launch.hpp"
+#include "error.hpp"
+#include "gen1/fwd.h"
+
+namespace flashattn {
+
+namespace {
+
+constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // positions are int32 in the kernels
+constexpr int64_t kMaxGridYZ = 65535;
+
+flashattn_status_t check_ptr(const void* ptr, const char* name) {
+  if (ptr != nullptr && (reinterpret_cast<uintptr_t>(ptr) & 15u) != 0)
+    return fail(FLASHATTN_STATUS_MISALIGNED_POINTER,
+                "%s=%p is not 16-byte aligned (the gen1 CUDA kernels use 16-byte vector loads/stores)", name, ptr);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t check_strides(const Strides4& st, bool varlen, const char* name) {
+  const int64_t v[3] = {st.b, st.s, st.h};
+  const char* which[3] = {"batch", "seq", "head"};
+  for (int i = varlen ? 1 : 0; i < 3; ++i)
+    if (v[i] % 8 != 0)
+      return fail(FLASHATTN_STATUS_MISALIGNED_POINTER,
+                  "%s %s stride=%lld is not a multiple of 8 elements (the gen1 CUDA kernels use 16-byte vector "
+                  "loads/stores)",
+                  name, which[i], static_cast<long long>(v[i]));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
+  if (prop.major < 8)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "device %s has compute capability %d.%d; the gen1 CUDA kernels need 8.0 (Ampere) or later", prop.name,
+                prop.major, prop.minor);
+  if (p.dtype != kFp16 && p.dtype != kBf16)
+    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
+                "dtype=%s: the gen1 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
+                "the tensors to fp16/bf16",
+                p.dtype == kFp32 ? "FP32" : "unknown");
+  const int64_t dims[2] = {p.head_dim_qk, p.head_dim_v};
+  const char* dim_names[2] = {"head_dim_qk", "head_dim_v"};
+  for (int i = 0; i < 2; ++i)
+    if (dims[i] % 8 != 0 || dims[i] < 8 || dims[i] > 256)
+      return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                  "%s=%lld: the gen1 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
+                  static_cast<long long>(dims[i]));
+  if (gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no gen1 kernel configuration",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
+  if (p.seqlen_q >= kMaxSeqlen || p.seqlen_k >= kMaxSeqlen)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "seqlen_q=%lld, seqlen_k=%lld: the gen1 CUDA kernels support sequence lengths below 2^30",
+                static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
+  if (p.heads_q > kMaxGridYZ)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "heads_q=%lld exceeds %lld, the gen1 CUDA kernels' grid limit",
+                static_cast<long long>(p.heads_q), static_cast<long long>(kMaxGridYZ));
+  if (p.batch > kMaxGridYZ)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "batch=%lld exceeds %lld, the gen1 CUDA kernels' grid limit",
+                static_cast<long long>(p.batch), static_cast<long long>(kMaxGridYZ));
+
+  const bool varlen = p.varlen != 0;
+  flashattn_status_t st;
+  if ((st = check_ptr(p.q, "q")) || (st = check_ptr(p.k, "k")) || (st = check_ptr(p.v, "v")))
+    return st;
+  if ((st = check_strides(p.q_stride, varlen, "q")) || (st = check_strides(p.k_stride, varlen, "k")) ||
+      (st = check_strides(p.v_stride, varlen, "v")))
+    return st;
+  if (p.direction == kForward) {
+    if ((st = check_ptr(p.o, "o")) || (st = check_strides(p.o_stride, varlen, "o"))) return st;
+    const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+    const int smem = gen1::kFwdConfigs[cfg].smem_bytes();
+    if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
+      return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                  "head_dim_qk=%lld, head_dim_v=%lld: the gen1 forward kernel needs %d bytes of shared memory per "
+                  "block, device %s allows %zu",
+                  static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem, prop.name,
+                  static_cast<size_t>(prop.sharedMemPerBlockOptin));
+  } else {
+    if ((st = check_ptr(p.o_in, "o")) || (st = check_ptr(p.dout, "dout")) || (st = check_ptr(p.dq, "dq")) ||
+        (st = check_ptr(p.dk, "dk")) || (st = check_ptr(p.dv, "dv")))
+      return st;
+    if ((st = check_strides(p.o_stride, varlen, "o")) || (st = check_strides(p.do_stride, varlen, "dout")) ||
+        (st = check_strides(p.dq_stride, varlen, "dq")) || (st = check_strides(p.dk_stride, varlen, "dk")) ||
+        (st = check_strides(p.dv_stride, varlen, "dv")))
+      return st;
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace flashattn
