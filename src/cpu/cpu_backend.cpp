@@ -1,0 +1,119 @@
+// CPU backend entry points (backends.hpp): varlen offset checks, workspace sizing and
+// dispatch to the flash or standard implementation.
+#include <math.h>
+
+#include <new>
+
+#include "backends.hpp"
+#include "cpu/cpu_impl.hpp"
+#include "cpu/tensor_view.hpp"
+#include "cpu/thread_pool.hpp"
+#include "error.hpp"
+
+namespace flashattn {
+
+namespace cpu {
+namespace {
+
+size_t slot_bytes(const AttnParams& p) {
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_slot_bytes(p);
+  return p.direction == kBackward ? flash_bwd_slot_bytes(p) : flash_fwd_slot_bytes(p);
+}
+
+size_t shared_bytes(const AttnParams& p) {
+  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : 0;
+}
+
+flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total,
+                                 int64_t max_len, const char* max_name) {
+  if (cu[0] != 0) return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "%s[0]=%d must be 0", name, cu[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "%s[%lld]=%d is less than %s[%lld]=%d (offsets must not decrease)",
+                  name, static_cast<long long>(b + 1), cu[b + 1], name, static_cast<long long>(b), cu[b]);
+    }
+    if (len > max_len) {
+      return fail(FLASHATTN_STATUS_INVALID_SEQLENS,
+                  "%s[%lld]=%d gives sequence %lld length %lld, more than %s=%lld", name,
+                  static_cast<long long>(b + 1), cu[b + 1], static_cast<long long>(b), static_cast<long long>(len),
+                  max_name, static_cast<long long>(max_len));
+    }
+  }
+  if (cu[batch] > total) {
+    return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "%s[%lld]=%d exceeds the total token count %lld", name,
+                static_cast<long long>(batch), cu[batch], static_cast<long long>(total));
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+void write_uncovered_tokens(const AttnParams& p) {
+  if (!p.varlen) return;
+  const int64_t end_q = p.cu_seqlens_q[p.batch], end_k = p.cu_seqlens_k[p.batch];
+  for (int64_t h = 0; h < p.heads_q; ++h) {
+    for (int64_t t = end_q; t < p.total_q; ++t) {
+      if (p.direction == kForward) {
+        zero_rows(p, p.o, p.o_stride, 0, t, h, 0, 1, p.head_dim_v);
+        if (p.lse) p.lse[h * p.total_q + t] = -INFINITY;
+      } else {
+        zero_rows(p, p.dq, p.dq_stride, 0, t, h, 0, 1, p.head_dim_qk);
+      }
+    }
+  }
+  if (p.direction == kBackward) {
+    for (int64_t h = 0; h < p.heads_kv; ++h) {
+      for (int64_t t = end_k; t < p.total_k; ++t) {
+        zero_rows(p, p.dk, p.dk_stride, 0, t, h, 0, 1, p.head_dim_qk);
+        zero_rows(p, p.dv, p.dv_stride, 0, t, h, 0, 1, p.head_dim_v);
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+
+size_t cpu_workspace_size(const AttnParams& p) {
+  return cpu::shared_bytes(p) + static_cast<size_t>(cpu::default_thread_count()) * cpu::slot_bytes(p);
+}
+
+flashattn_status_t cpu_check(const AttnParams& p) {
+  if (!p.varlen) return FLASHATTN_STATUS_SUCCESS;
+  if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr) {
+    return fail(FLASHATTN_STATUS_NULL_POINTER, "cu_seqlens_%s is NULL in varlen mode", p.cu_seqlens_q ? "k" : "q");
+  }
+  flashattn_status_t st =
+      cpu::check_offsets(p.cu_seqlens_q, "cu_seqlens_q", p.batch, p.total_q, p.seqlen_q, "max_seqlen_q");
+  if (st != FLASHATTN_STATUS_SUCCESS) return st;
+  return cpu::check_offsets(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.total_k, p.seqlen_k, "max_seqlen_k");
+}
+
+flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes) {
+  const size_t shared = cpu::shared_bytes(p), slot = cpu::slot_bytes(p);
+  if (workspace == nullptr || workspace_bytes < shared + slot) {
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is less than the %zu bytes one thread needs",
+                workspace_bytes, shared + slot);
+  }
+  // As many threads as the workspace has slots for (the queried size has one per
+  // default thread); results do not depend on the count.
+  size_t fit = (workspace_bytes - shared) / slot;
+  int threads = cpu::default_thread_count();
+  if (fit < static_cast<size_t>(threads)) threads = static_cast<int>(fit);
+  char* ws = static_cast<char*>(workspace);
+  try {
+    const bool standard = p.algorithm == FLASHATTN_ALGORITHM_STANDARD;
+    if (p.direction == kForward) {
+      standard ? cpu::standard_forward(p, ws, threads) : cpu::flash_forward(p, ws, threads);
+    } else {
+      standard ? cpu::standard_backward(p, ws, threads) : cpu::flash_backward(p, ws, threads);
+    }
+  } catch (const std::bad_alloc&) {
+    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "CPU backend: out of memory starting worker threads");
+  } catch (...) {
+    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "CPU backend: unexpected exception");
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace flashattn

@@ -1,0 +1,58 @@
+// Internal interface between the CPU entry points (cpu_backend.cpp) and the algorithm
+// implementations (flash_fwd.cpp, flash_bwd.cpp, standard.cpp).
+//
+// Workspace model: every algorithm splits its workspace into a shared region (only the
+// standard path has one: S/P and friends) followed by one private slot per thread. The
+// sizes are pure functions of the shapes and options, so the size the user queried and
+// the layout the run uses always agree; a run uses as many threads as the workspace
+// has slots (and no more than default_thread_count()).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/params.h"
+
+namespace flashattn {
+namespace cpu {
+
+// Tile sizes of the flash path: 64 x 64 score tiles keep Q/K/V/S tiles of head dim up
+// to 128 inside L2 of one core, and 64 is a multiple of the GEMM column unit (16).
+constexpr int64_t kBr = 64;  // query rows per tile
+constexpr int64_t kBc = 64;  // key columns per tile
+
+// Alignment of every buffer carved from the workspace (cache line).
+constexpr size_t kAlign = 64;
+
+inline size_t align_bytes(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+inline size_t floats_bytes(int64_t n) { return align_bytes(static_cast<size_t>(n) * sizeof(float)); }
+
+// Bump allocator over a workspace region (the sizes were computed by the same code
+// path with a null base, so carving never overflows).
+struct Carver {
+  char* base;
+  size_t used = 0;
+  float* floats(int64_t n) {
+    float* ptr = base ? reinterpret_cast<float*>(base + used) : nullptr;
+    used += floats_bytes(n);
+    return ptr;
+  }
+};
+
+// Per-thread slot bytes and shared bytes of each algorithm.
+size_t flash_fwd_slot_bytes(const AttnParams& p);
+size_t flash_bwd_slot_bytes(const AttnParams& p);
+size_t standard_shared_bytes(const AttnParams& p);
+size_t standard_slot_bytes(const AttnParams& p);
+
+// Runs with `threads` team members; workspace holds shared + threads * slot bytes.
+void flash_forward(const AttnParams& p, char* workspace, int threads);
+void flash_backward(const AttnParams& p, char* workspace, int threads);
+void standard_forward(const AttnParams& p, char* workspace, int threads);
+void standard_backward(const AttnParams& p, char* workspace, int threads);
+
+// Varlen tokens past cu_seqlens[batch] belong to no sequence: forward writes O = 0 and
+// LSE = -inf for them, backward writes zero gradients.
+void write_uncovered_tokens(const AttnParams& p);
+
+}  // namespace cpu
+}  // namespace flashattn

@@ -1,0 +1,312 @@
+// Tiled FlashAttention backward by recomputation (no N x N buffer).
+//
+// With P = exp(S - LSE) recomputed per tile, Z = dropout(P) (multipliers D), and
+// Delta_i = rowsum(dO_i * O_i) (= rowsum(Z * dZ), see fwd-bwd-derivation.md):
+//   dV = Z^T dO,  dZ = dO V^T,  dS = P * (dZ * D - Delta),
+//   dS_raw = dS * (1 - tanh^2) with softcap,  dQ = scale dS_raw K,  dK = scale dS_raw^T Q,
+//   dBias = dS (summed over broadcast dims).
+//
+// Two passes, so that every output element is owned by exactly one task (no atomics,
+// no per-thread partial sums, bitwise identical for any thread count):
+//   pass 1, tasks (b, kv head, key tile): dK, dV of that tile, looping over the query
+//           heads of the GQA group and every query tile (computed on S^T, so the tile
+//           GEMMs need no transposes of P or dS);
+//   pass 2, tasks (b, h, query tile): dQ of that tile, looping over the key tiles; it
+//           also produces dBias. When dBias broadcasts over batch, heads or rows, a
+//           pass-2 task covers all the (b, h, query tile) that share its dBias elements,
+//           in a fixed order, and sums them in an fp32 slot buffer.
+// Pass 2 recomputes S and dP: 7 tile GEMMs per (q, k) tile pair instead of 5, the price
+// of determinism without O(N * d * threads) partial buffers.
+#include <math.h>
+#include <string.h>
+
+#include <utility>
+
+#include "cpu/cpu_impl.hpp"
+#include "cpu/scores.hpp"
+#include "cpu/tensor_view.hpp"
+#include "cpu/thread_pool.hpp"
+#include "cpu/tile_math.hpp"
+
+namespace flashattn {
+namespace cpu {
+namespace {
+
+struct BwdSlot {
+  // pass 1 (key tile fixed)
+  float* k;       // [kBc x dqk]
+  float* v;       // [kBc x dv]
+  float* qt;      // [dqk x kBr]
+  float* dot;     // [dv x kBr]
+  float* dk_acc;  // [kBc x dqkp]
+  float* dv_acc;  // [kBc x dvp]
+  // pass 2 (query tile fixed)
+  float* kt;      // [dqk x kBc]
+  float* vt;      // [dv x kBc]
+  float* dq_acc;  // [kBr x dqkp]
+  float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
+  // both
+  float* q;       // [kBr x dqkp]  (pass 2 also stores K tiles here: kr)
+  float* kr;      // [kBc x dqkp]
+  float* dout;    // [kBr x dvp]
+  float* s;       // [64 x 64]  S (pass 2) or S^T (pass 1)
+  float* dp;      // [64 x 64]
+  float* drop;    // [64 x 64]  dropout only
+  float* capg;    // [64 x 64]  softcap only
+  float* lse;     // [kBr]  +inf for rows without any kept key
+  float* delta;   // [kBr]
+  float* tmp;     // [max(dqkp, dvp)]
+};
+
+int64_t dbias_ld(const AttnParams& p) { return p.bias_stride[3] != 0 ? round_up(p.seqlen_k, kTileN) : 1; }
+int64_t dbias_rows(const AttnParams& p) { return p.bias_stride[2] != 0 ? kBr : 1; }
+
+BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  BwdSlot s;
+  s.k = cv.floats(kBc * dqk);
+  s.v = cv.floats(kBc * dv);
+  s.qt = cv.floats(dqk * kBr);
+  s.dot = cv.floats(dv * kBr);
+  s.dk_acc = cv.floats(kBc * dqkp);
+  s.dv_acc = cv.floats(kBc * dvp);
+  s.kt = cv.floats(dqk * kBc);
+  s.vt = cv.floats(dv * kBc);
+  s.dq_acc = cv.floats(kBr * dqkp);
+  s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p) * dbias_ld(p)) : nullptr;
+  s.q = cv.floats(kBr * dqkp);
+  s.kr = cv.floats(kBc * dqkp);
+  s.dout = cv.floats(kBr * dvp);
+  s.s = cv.floats(kBr * kBc);
+  s.dp = cv.floats(kBr * kBc);
+  s.drop = p.p_drop > 0.f ? cv.floats(kBr * kBc) : nullptr;
+  s.capg = p.softcap > 0.f ? cv.floats(kBr * kBc) : nullptr;
+  s.lse = cv.floats(kBr);
+  s.delta = cv.floats(kBr);
+  s.tmp = cv.floats(dqkp > dvp ? dqkp : dvp);
+  return s;
+}
+
+// Loads Q, dO of query rows [i0, i0+ni) of context c, the LSE (a -inf LSE marks a fully
+// masked row: stored as +inf so exp(s - lse) = 0 for every s, including s = -inf), and
+// Delta = rowsum(dO * O) in fp32 (fixed summation order, identical in both passes).
+void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, i0, ni, dqk, w.q, dqkp);
+  load_rows(p, p.dout, p.do_stride, c.b, c.q0, c.h, i0, ni, dv, w.dout, dvp);
+  for (int64_t r = 0; r < ni; ++r) {
+    const float lse = p.lse_in[lse_index(p, c, i0 + r)];
+    w.lse[r] = lse == -INFINITY ? INFINITY : lse;
+    row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, c.b, c.q0 + i0 + r, c.h)), p.dtype, w.tmp, dv);
+    const float* d = w.dout + r * dvp;
+    float acc = 0.f;
+    for (int64_t x = 0; x < dv; ++x) acc += d[x] * w.tmp[x];
+    w.delta[r] = acc;
+  }
+  for (int64_t r = ni; r < kBr; ++r) {
+    w.lse[r] = INFINITY;
+    w.delta[r] = 0.f;
+  }
+}
+
+// ---- pass 1: dK, dV of key tile [j0, j0+nj) of kv head hk, sequence b ----
+void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  const int64_t group = p.heads_q / p.heads_kv;
+  const int64_t len_k = seq_len_k(p, b), len_q = seq_len_q(p, b);
+  const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
+  const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
+
+  load_rows(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.k, dqk);
+  load_rows(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.v, dv);
+  memset(w.dk_acc, 0, sizeof(float) * static_cast<size_t>(nj * dqkp));
+  memset(w.dv_acc, 0, sizeof(float) * static_cast<size_t>(nj * dvp));
+
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    const HeadCtx c = make_head_ctx(p, b, h);
+    for (int64_t i0 = 0; i0 < len_q; i0 += kBr) {
+      const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
+      const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
+      if (kind == kTileSkip) continue;
+      load_query_side(p, c, i0, ni, w);
+      transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
+      transpose_tile(w.dout, dvp, ni, dv, w.dot, kBr);
+
+      // S^T = K Q^T and dZ^T = V dO^T, both [nj x kBr].
+      gemm(nj, kBr, dqk, w.k, dqk, w.qt, kBr, w.s, kBr, false);
+      transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, kBr, kind == kTilePartial, w.capg);
+      gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
+      if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
+
+      for (int64_t x = 0; x < nj; ++x) {
+        float* st = w.s + x * kBr;
+        float* dpt = w.dp + x * kBr;
+        exp_sub_vec(st, w.lse, kBr);  // P^T
+        if (w.drop) {
+          const float* d = w.drop + x * kBr;
+          for (int64_t r = 0; r < ni; ++r) {
+            const float pr = st[r];
+            dpt[r] = pr * (dpt[r] * d[r] - w.delta[r]);
+            st[r] = pr * d[r];  // Z^T
+          }
+        } else {
+          for (int64_t r = 0; r < ni; ++r) dpt[r] = st[r] * (dpt[r] - w.delta[r]);
+        }
+        if (w.capg) {
+          const float* g = w.capg + x * kBr;
+          for (int64_t r = 0; r < ni; ++r) dpt[r] *= g[r];
+        }
+      }
+      // dV += Z^T dO, dK += dS^T Q (the K dimension is the ni valid query rows).
+      gemm(nj, dvp, ni, w.s, kBr, w.dout, dvp, w.dv_acc, dvp, true);
+      gemm(nj, dqkp, ni, w.dp, kBr, w.q, dqkp, w.dk_acc, dqkp, true);
+    }
+  }
+  store_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
+  store_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, dv, w.dv_acc, dvp, 1.f, w.tmp);
+}
+
+// ---- pass 2: dQ of query tile [i0, i0+ni) of (b, h); dS into the dBias accumulator ----
+void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN);
+  const int64_t dvp = round_up(dv, kTileN);
+  const int64_t ni = c.len_q - i0 < kBr ? c.len_q - i0 : kBr;
+  const bool want_dbias = p.dbias != nullptr && w.dbias != nullptr;
+  const int64_t db_ld = dbias_ld(p);
+  const bool db_rows = p.bias_stride[2] != 0, db_cols = p.bias_stride[3] != 0;
+
+  load_query_side(p, c, i0, ni, w);
+  memset(w.dq_acc, 0, sizeof(float) * static_cast<size_t>(ni * dqkp));
+
+  for (int64_t j0 = 0; j0 < c.len_k; j0 += kBc) {
+    const int64_t nj = c.len_k - j0 < kBc ? c.len_k - j0 : kBc;
+    const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
+    if (kind == kTileSkip) continue;
+    load_rows_t(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kt, kBc);
+    load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kr, dqkp);
+    load_rows_t(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.vt, kBc);
+
+    gemm(ni, kBc, dqk, w.q, dqkp, w.kt, kBc, w.s, kBc, false);
+    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, w.capg);
+    gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
+    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
+
+    for (int64_t r = 0; r < ni; ++r) {
+      float* srow = w.s + r * kBc;
+      float* dprow = w.dp + r * kBc;
+      exp_sub(srow, kBc, w.lse[r]);  // P
+      const float delta = w.delta[r];
+      if (w.drop) {
+        const float* d = w.drop + r * kBc;
+        for (int64_t x = 0; x < nj; ++x) dprow[x] = srow[x] * (dprow[x] * d[x] - delta);
+      } else {
+        for (int64_t x = 0; x < nj; ++x) dprow[x] = srow[x] * (dprow[x] - delta);
+      }
+      if (want_dbias) {
+        float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
+        if (db_cols) {
+          for (int64_t x = 0; x < nj; ++x) acc[j0 + x] += dprow[x];
+        } else {
+          for (int64_t x = 0; x < nj; ++x) acc[0] += dprow[x];
+        }
+      }
+      if (w.capg) {
+        const float* g = w.capg + r * kBc;
+        for (int64_t x = 0; x < nj; ++x) dprow[x] *= g[x];
+      }
+    }
+    gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_acc, dqkp, true);
+  }
+  store_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
+}
+
+// How pass-2 tasks are grouped: the dims (batch, head, query tile) along which dBias
+// has a nonzero stride index tasks; the others are looped inside a task.
+struct DqGrouping {
+  int64_t nb, nh, nqt;      // extents indexing tasks
+  int64_t inb, inh, inqt;   // extents looped inside a task
+};
+
+DqGrouping dq_grouping(const AttnParams& p) {
+  const int64_t n_qt = ceil_div(p.seqlen_q, kBr);
+  DqGrouping g{p.batch, p.heads_q, n_qt, 1, 1, 1};
+  if (p.bias_kind == kBiasTensor && p.dbias != nullptr) {
+    if (p.bias_stride[0] == 0) std::swap(g.nb, g.inb);
+    if (p.bias_stride[1] == 0) std::swap(g.nh, g.inh);
+    if (p.bias_stride[2] == 0) std::swap(g.nqt, g.inqt);
+  }
+  return g;
+}
+
+// Writes the dBias elements owned by a pass-2 task: rows [i0, i0+kBr) (or the single
+// broadcast row) by every column, within the logical extent [seqlen_q, seqlen_k].
+void store_dbias(const AttnParams& p, int64_t b, int64_t h, int64_t i0, const BwdSlot& w) {
+  const int64_t* bs = p.bias_stride;
+  const int64_t rows = bs[2] != 0 ? (p.seqlen_q - i0 < kBr ? p.seqlen_q - i0 : kBr) : 1;
+  const int64_t cols = bs[3] != 0 ? p.seqlen_k : 1;
+  const int64_t ld = dbias_ld(p);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = b * bs[0] + h * bs[1] + (i0 + r) * bs[2];
+    const float* acc = w.dbias + r * ld;
+    for (int64_t x = 0; x < cols; ++x) store_elem(p.dbias, p.dtype, base + x * bs[3], acc[x]);
+  }
+}
+
+}  // namespace
+
+size_t flash_bwd_slot_bytes(const AttnParams& p) {
+  Carver cv{nullptr};
+  carve_bwd(p, cv);
+  return cv.used;
+}
+
+void flash_backward(const AttnParams& p, char* workspace, int threads) {
+  const size_t slot_bytes = flash_bwd_slot_bytes(p);
+  const int64_t n_kt = ceil_div(p.seqlen_k, kBc);
+  const int64_t n_tasks1 = p.batch * p.heads_kv * n_kt;
+  const DqGrouping g = dq_grouping(p);
+  const int64_t n_tasks2 = g.nb * g.nh * g.nqt;
+  const int64_t max_tasks = n_tasks1 > n_tasks2 ? n_tasks1 : n_tasks2;
+  if (threads > max_tasks) threads = static_cast<int>(max_tasks > 0 ? max_tasks : 1);
+  TaskCounter tasks1(n_tasks1), tasks2(n_tasks2);
+
+  run_team(threads, [&](const TeamMember& me) {
+    char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
+    memset(slot, 0, slot_bytes);  // GEMM padding columns must be finite
+    Carver cv{slot};
+    const BwdSlot w = carve_bwd(p, cv);
+
+    for (int64_t t = tasks1.next(); t >= 0; t = tasks1.next()) {
+      const int64_t kt = t % n_kt, bhk = t / n_kt;
+      const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+      if (kt * kBc >= seq_len_k(p, b)) continue;
+      dkdv_tile(p, b, hk, kt * kBc, w);
+    }
+    // No barrier needed: the passes write disjoint outputs and read only inputs.
+    for (int64_t t = tasks2.next(); t >= 0; t = tasks2.next()) {
+      const int64_t tq = t % g.nqt, th = (t / g.nqt) % g.nh, tb = t / (g.nqt * g.nh);
+      if (w.dbias && p.dbias) memset(w.dbias, 0, sizeof(float) * static_cast<size_t>(dbias_rows(p) * dbias_ld(p)));
+      for (int64_t ib = 0; ib < g.inb; ++ib) {
+        const int64_t b = g.inb > 1 ? ib : tb;
+        for (int64_t ih = 0; ih < g.inh; ++ih) {
+          const int64_t h = g.inh > 1 ? ih : th;
+          const HeadCtx c = make_head_ctx(p, b, h);
+          for (int64_t iq = 0; iq < g.inqt; ++iq) {
+            const int64_t qt = g.inqt > 1 ? iq : tq;
+            if (qt * kBr >= c.len_q) continue;
+            dq_tile(p, c, qt * kBr, w);
+          }
+        }
+      }
+      if (w.dbias && p.dbias) store_dbias(p, tb, th, tq * kBr, w);
+    }
+  });
+  write_uncovered_tokens(p);
+}
+
+}  // namespace cpu
+}  // namespace flashattn

@@ -1,0 +1,132 @@
+// Score semantics on a tile, shared by the flash and standard paths so both produce
+// the same S for the same (b, h, i, j): scale, softcap, bias tensor or ALiBi, band mask,
+// block-sparse layout, and which tiles may be skipped entirely.
+//
+// A tile is rows [i0, i0+ni) (query positions within the sequence) by columns
+// [j0, j0+nj) (key positions). It is stored either "normal" (element (r, c) at
+// s[r*ld + c]) or transposed (s[c*ld + r], used by the dK/dV pass which works on S^T);
+// the loops always run along the contiguous dimension.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/mask.h"
+#include "common/philox.h"
+#include "common/params.h"
+#include "cpu/convert.hpp"
+#include "cpu/tensor_view.hpp"
+
+namespace flashattn {
+namespace cpu {
+
+enum TileKind { kTileSkip, kTileFull, kTilePartial };
+
+// Whether any / every element of the tile survives the band mask and the block-sparse
+// layout. Skip tiles are never computed (that is what makes causal, sliding-window and
+// block-sparse attention cheaper); Full tiles need no per-element mask.
+inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0,
+                              int64_t nj) {
+  bool full = true;
+  if (p.has_band) {
+    // Row ip keeps [ip - wl, ip + wr]; the union over the tile's rows is contiguous.
+    const int64_t ip_first = i0 + c.shift, ip_last = i0 + ni - 1 + c.shift, j_last = j0 + nj - 1;
+    if (p.window_right >= 0) {
+      if (j0 > ip_last + p.window_right) return kTileSkip;
+      if (j_last > ip_first + p.window_right) full = false;
+    }
+    if (p.window_left >= 0) {
+      if (j_last < ip_first - p.window_left) return kTileSkip;
+      if (j0 < ip_last - p.window_left) full = false;
+    }
+  }
+  if (p.layout != nullptr) {
+    const int64_t lh = p.layout_heads == 1 ? 0 : c.h;
+    const int64_t rb0 = i0 / p.block_q, rb1 = (i0 + ni - 1) / p.block_q;
+    const int64_t cb0 = j0 / p.block_k, cb1 = (j0 + nj - 1) / p.block_k;
+    bool any = false, all = true;
+    for (int64_t rb = rb0; rb <= rb1; ++rb) {
+      const uint8_t* row = p.layout + (lh * p.n_row_blocks + rb) * p.n_col_blocks;
+      for (int64_t cb = cb0; cb <= cb1; ++cb) {
+        any |= row[cb] != 0;
+        all &= row[cb] != 0;
+      }
+    }
+    if (!any) return kTileSkip;
+    if (!all) full = false;
+  }
+  return full ? kTileFull : kTilePartial;
+}
+
+// Turns raw dot products q.k of a tile into final scores:
+//   s = scale * qk;  softcap: s = cap * tanh(s / cap);  s += bias | ALiBi;  masked -> -inf.
+// Padding (inner index in [n_inner, inner_pad)) is set to -inf so row reductions can
+// run over the padded width. If cap_grad is given (backward with softcap) it receives
+// ds_final/ds_capped-input = 1 - tanh^2 in the same layout.
+template <bool kTransposed>
+inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, int64_t ld, int64_t i0, int64_t ni,
+                             int64_t j0, int64_t nj, int64_t inner_pad, bool partial, float* cap_grad) {
+  const int64_t n_outer = kTransposed ? nj : ni;
+  const int64_t n_inner = kTransposed ? ni : nj;
+  const float scale = p.scale;
+  const float cap = p.softcap;
+  for (int64_t o = 0; o < n_outer; ++o) {
+    float* row = s + o * ld;
+    if (cap > 0.f) {
+      float* g = cap_grad ? cap_grad + o * ld : nullptr;
+      for (int64_t x = 0; x < n_inner; ++x) {
+        const float t = tanhf((row[x] * scale) / cap);
+        row[x] = cap * t;
+        if (g) g[x] = 1.f - t * t;
+      }
+    } else {
+      for (int64_t x = 0; x < n_inner; ++x) row[x] *= scale;
+    }
+    if (p.bias_kind == kBiasTensor) {
+      const int64_t* bs = p.bias_stride;
+      const int64_t base = c.b * bs[0] + c.h * bs[1];
+      for (int64_t x = 0; x < n_inner; ++x) {
+        const int64_t i = i0 + (kTransposed ? x : o), j = j0 + (kTransposed ? o : x);
+        row[x] += load_elem(p.bias, p.dtype, base + i * bs[2] + j * bs[3]);
+      }
+    } else if (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) {
+      for (int64_t x = 0; x < n_inner; ++x) {
+        const int64_t i = i0 + (kTransposed ? x : o), j = j0 + (kTransposed ? o : x);
+        row[x] += alibi_bias(p, c.slope, i + c.shift, j);
+      }
+    }
+    if (partial) {
+      for (int64_t x = 0; x < n_inner; ++x) {
+        const int64_t i = i0 + (kTransposed ? x : o), j = j0 + (kTransposed ? o : x);
+        if (!band_keep(p, i + c.shift, j) || !layout_keep(p, c.h, i, j)) row[x] = -INFINITY;
+      }
+    }
+    for (int64_t x = n_inner; x < inner_pad; ++x) row[x] = -INFINITY;
+  }
+}
+
+// Dropout multipliers of a tile: rp_keep where kept, 0 where dropped (philox.h keying:
+// b = sequence, h = query head, i/j = positions within the sequence). One Philox call
+// yields the words of four consecutive columns. Layout as in transform_scores.
+template <bool kTransposed>
+inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_t ld, int64_t i0, int64_t ni,
+                         int64_t j0, int64_t nj) {
+  for (int64_t r = 0; r < ni; ++r) {
+    const uint32_t i = static_cast<uint32_t>(i0 + r);
+    int64_t x = 0;
+    while (x < nj) {
+      const uint32_t j = static_cast<uint32_t>(j0 + x);
+      const Philox4 w = dropout_words(p.seed, c.head_counter, i, j >> 2);
+      for (uint32_t l = j & 3u; l < 4u && x < nj; ++l, ++x) {
+        const float v = w.x[l] >= p.drop_threshold ? p.rp_keep : 0.f;
+        if (kTransposed) {
+          d[x * ld + r] = v;
+        } else {
+          d[r * ld + x] = v;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace flashattn

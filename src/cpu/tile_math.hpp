@@ -1,0 +1,45 @@
+// The hot loops of the CPU backend on fp32 tiles: a small GEMM and the softmax row
+// operations. Everything O(tile * head_dim) or O(tile^2) per tile goes through here.
+//
+// Portability vs speed: the library is built for the baseline ISA (no -march), so these
+// functions are compiled twice through GCC/Clang function multiversioning (an x86-64-v3
+// clone with AVX2+FMA, and the baseline) and the loader picks one per machine. The
+// results of one machine are deterministic; the two clones may differ in the last bit
+// (FMA contraction).
+//
+// Shapes: every tile is row-major with an explicit leading dimension; the N extent of a
+// GEMM is a multiple of kTileN (tiles are padded), which lets the inner loops run
+// without tails.
+#pragma once
+#include <stdint.h>
+
+namespace flashattn {
+namespace cpu {
+
+constexpr int64_t kTileN = 16;  // column padding unit (two AVX registers)
+
+// C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N]; N % kTileN == 0.
+// Each C element is summed over k in increasing order.
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+          int64_t ldc, bool accumulate);
+
+// max over x[0..n), n % kTileN == 0; -inf for an all -inf row.
+float row_max(const float* x, int64_t n);
+
+// x[j] = exp(x[j] - m) for j < n (n % kTileN == 0); returns the sum of the new values in
+// a fixed order. exp(-inf) = 0. m must be finite.
+float exp_sub_sum(float* x, int64_t n, float m);
+
+// x[j] = exp(x[j] - m[j]) for j < n (n % kTileN == 0); m[j] may be +inf (gives 0).
+void exp_sub_vec(float* x, const float* m, int64_t n);
+// x[j] = exp(x[j] - m) (m may be +inf).
+void exp_sub(float* x, int64_t n, float m);
+
+// y[j] *= a for j < n.
+void scale_row(float* y, int64_t n, float a);
+
+// exp used by both algorithms (|rel err| < 2 ulp for x in [-87, 0]; 0 below -87.3).
+float exp_scalar(float x);
+
+}  // namespace cpu
+}  // namespace flashattn
