@@ -1,7 +1,7 @@
 # ctest script (cmake -P): build the Debian packages from the build tree with CPack,
 # check what is in them, and run lintian on them.
 #   -DCPACK=<cpack> -DCONFIG=<build>/CPackConfig.cmake -DWORK_DIR=... -DDPKG_DEB=<dpkg-deb>
-#   -DRUNTIME=libflashattn0 -DDEV=libflashattn-dev [-DLINTIAN=<lintian>]
+#   -DRUNTIME=libflashattn0 -DDEV=libflashattn-dev [-DTOOLS=flashattn-tools] [-DLINTIAN=<lintian>]
 # lintian fails the test on any error or warning, except initial-upload-closes-no-bugs
 # (these packages are not uploaded to Debian, so there is no ITP bug to close).
 cmake_minimum_required(VERSION 3.25)
@@ -15,7 +15,7 @@ if(NOT rc EQUAL 0)
 endif()
 set(errors "")
 set(debs "")
-foreach(pkg ${RUNTIME} ${DEV})
+foreach(pkg ${RUNTIME} ${DEV} ${TOOLS})
   file(GLOB deb ${WORK_DIR}/${pkg}_*.deb)
   if(NOT deb)
     message(FATAL_ERROR "cpack made no ${pkg}_*.deb in ${WORK_DIR}:\n${out}")
@@ -38,7 +38,11 @@ expect(${DEV} "the header" "usr/include/flashattn\\.h")
 expect(${DEV} "the .so link" "usr/lib/[^\n]*/libflashattn\\.so -> ")
 expect(${DEV} "the pkg-config file" "usr/lib/[^\n]*/pkgconfig/flashattn\\.pc")
 expect(${DEV} "the CMake package" "usr/lib/[^\n]*/cmake/flashattn/flashattnConfig\\.cmake")
-if("${contents_${DEV}}" MATCHES "libflashattn\\.so\\.[0-9]")
+if(TOOLS)
+  expect(${TOOLS} "the flashattn tool" "usr/bin/flashattn\n")
+  expect(${TOOLS} "the man page" "usr/share/man/man1/flashattn\\.1\\.gz")
+endif()
+if("${contents_${DEV}}" MATCHES "\\./[^ \n]*/libflashattn\\.so\\.[0-9]")
   string(APPEND errors "${DEV} ships the runtime library too\n")
 endif()
 if("${info_${RUNTIME}}" MATCHES "postinst|postrm")
@@ -46,6 +50,9 @@ if("${info_${RUNTIME}}" MATCHES "postinst|postrm")
 endif()
 if(NOT "${info_${RUNTIME}}" MATCHES " triggers")
   string(APPEND errors "${RUNTIME} has no triggers file\n")
+endif()
+if("${contents_${RUNTIME}}" MATCHES "usr/bin/")
+  string(APPEND errors "${RUNTIME} ships programs (a library package must not)\n")
 endif()
 
 # The installed .pc file must name /usr, not the staging directory.

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sets up, builds and tests libflashattn: the command CI runs (.ci/run).
+#   bash scripts/test.sh
+# - installs missing build dependencies (scripts/setup.sh; apt-get as root or via sudo);
+# - configures preset `ci` (CPU + CUDA kernels for sm_90, so every kernel is compiled)
+#   when nvcc exists, else `ci-cpu`, builds everything with Ninja;
+# - runs the whole CTest suite: unit and reference tests, packaging tests (exports,
+#   consumers of the installed library, ABI, Doxygen docs, Debian packages + lintian),
+#   bindings; GPU tests report "skipped" on a machine without a GPU;
+# - runs the Rust binding's tests when cargo exists.
+# Exits nonzero if anything fails.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+start=$SECONDS
+step() { printf '\n==== %s (%ds elapsed)\n' "$*" $((SECONDS - start)); }
+
+step "setup"
+bash scripts/setup.sh
+
+# shellcheck source=scripts/nvcc.sh
+source scripts/nvcc.sh
+if [[ -n "$NVCC" ]]; then
+  preset=ci
+  configure_args=(-DCMAKE_CUDA_COMPILER="$NVCC")
+  echo "test: CUDA compiler $NVCC ($("$NVCC" --version | tail -n 1)): building the CUDA backend too"
+else
+  preset=ci-cpu
+  configure_args=()
+  echo "test: no nvcc found: building the CPU backend only"
+fi
+
+step "configure (preset $preset)"
+cmake --preset "$preset" "${configure_args[@]}"
+step "build"
+cmake --build --preset "$preset" --parallel "$(nproc)"
+step "test"
+ctest --preset "$preset"
+
+if [[ -d bindings/rust ]]; then
+  step "Rust binding"
+  if command -v cargo >/dev/null 2>&1; then
+    export PKG_CONFIG_PATH="$PWD/build/$preset/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export LD_LIBRARY_PATH="$PWD/build/$preset${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    (cd bindings/rust && cargo test --offline --workspace)
+  else
+    echo "SKIPPED: cargo not found: the Rust binding's tests did not run"
+  fi
+fi
+step "all tests passed"
