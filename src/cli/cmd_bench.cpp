@@ -378,10 +378,10 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
       << (!c.causal ? "no" : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left" : "bottom-right") << ',' << r.pass
       << ',';
     if (ok)
-      f << strf("%.6f,%.6f,%.6f,%.6g,%.4f,%zu,%zu,%zu,", r.ms_median, r.ms_min, r.ms_max, r.flops,
+      f << strf("%.6f,%.6f,%.6f,%.0f,%.4f,%zu,%zu,%zu,", r.ms_median, r.ms_min, r.ms_max, r.flops,
                 r.flops / (r.ms_median * 1e-3) / 1e9, r.workspace, r.io_bytes, r.workspace + r.io_bytes);
     else
-      f << ",,," << strf("%.6g", r.flops) << ",," << r.workspace << ',' << r.io_bytes << ",,";
+      f << ",,," << strf("%.0f", r.flops) << ",," << r.workspace << ',' << r.io_bytes << ",,";
     if (r.rss_peak >= 0 && ok) f << strf("%.0f,%.0f,", r.rss_peak, r.rss_extra);
     else f << ",,";
     f << csv_str(r.error) << '\n';
@@ -407,7 +407,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << ", \"heads\": " << c.heads << ", \"heads_kv\": " << c.heads_kv << ", \"head_dim\": " << c.head_dim
       << ", \"causal\": " << json_str(!c.causal ? "no" : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left" : "bottom-right")
       << ", \"pass\": \"" << r.pass << "\", \"warmup\": " << c.warmup << ", \"repeats\": " << c.repeats
-      << strf(", \"flops\": %.6g", r.flops);
+      << strf(", \"flops\": %.0f", r.flops);
     if (ok)
       f << strf(", \"ms_median\": %.6f, \"ms_min\": %.6f, \"ms_max\": %.6f, \"gflops_per_s\": %.4f", r.ms_median,
                 r.ms_min, r.ms_max, r.flops / (r.ms_median * 1e-3) / 1e9);
