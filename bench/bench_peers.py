@@ -700,7 +700,8 @@ def write_outputs(args, rows, memory, sparse, verify_res, meta):
                 pts = [(r["seqlen"], r["tflops"]) for r in rows if r["impl"] == impl and r["dtype"] == dt and
                        r["hdim"] == hd and r["causal"] == ca and r["direction"] == direction and r["tflops"]]
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl,
+                            color=f"C{impls.index(impl) % 10}")  # one colour per impl in every panel
             ax.set_xscale("log", base=2)
             ax.set_title(f"{direction} {dt} d={hd}{' causal' if ca else ''}", fontsize=8)
             ax.set_xlabel("seqlen", fontsize=7)
