@@ -491,10 +491,10 @@ int cmd_bench(int argc, char** argv) {
   Problem mask;
   parse_mask(a, &mask);  // only --causal is declared for bench
 
-  // Resolve AUTO now (a plan says where it landed); --isolate is CPU-only, so the
-  // parent never touches CUDA before forking.
-  flashattn_backend_t backend = requested;
-  if (backend == FLASHATTN_BACKEND_AUTO) backend = Plan(requested, device).backend();
+  // Resolve the backend now (a plan says where AUTO landed, and an unusable backend
+  // fails here, once, with exit 3). --isolate is CPU-only, so the parent never touches
+  // CUDA before forking.
+  const flashattn_backend_t backend = Plan(requested, device).backend();
   const bool cuda = backend == FLASHATTN_BACKEND_CUDA;
 
   const int64_t kMax = int64_t(1) << 40;
