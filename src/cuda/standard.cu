@@ -363,14 +363,113 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_kernel(AttnParams p, 
   }
 }
 
+// The same, for rows that fit in shared memory (the common case, seqlen_k <= 16k): pass 1
+// reads S once with 16-byte loads and keeps the final scores in shared memory, pass 2
+// writes P from there with vector stores and one Philox call per 4 columns. S is read
+// once instead of twice (6 instead of 10 bytes of traffic per element for 16-bit P), and
+// since pass 2 reads no global S, the in-place write needs no per-chunk barrier.
+template <typename T>
+__device__ __forceinline__ void store4(T* dst, float a, float b, float c, float d);
+template <>
+__device__ __forceinline__ void store4<float>(float* dst, float a, float b, float c, float d) {
+  *reinterpret_cast<float4*>(dst) = make_float4(a, b, c, d);
+}
+template <>
+__device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, float c, float d) {
+  const __half2 lo = __floats2half2_rn(a, b), hi = __floats2half2_rn(c, d);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = u;
+}
+template <>
+__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float a, float b, float c, float d) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = u;
+}
+
+constexpr int64_t kCachedRowMax = 16384;  // 64 KiB of fp32 scores per CTA
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnParams p, float* S, int64_t Sq,
+                                                                          int64_t Sk, int64_t ldS) {
+  extern __shared__ float xs[];  // [round_up(Sk, 4)] final scores of this row
+  const int64_t row = blockIdx.x;
+  const Row<T> r = make_row<T>(p, row, Sq, Sk);
+  float* srow = S + row * ldS;  // ldS % 8 == 0: 16-byte aligned rows, j0 + 3 < ldS
+  T* prow = reinterpret_cast<T*>(srow);
+
+  float m = -INFINITY, l = 0.f, th = 0.f;
+  if (r.valid) {
+    for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < r.len_k; j0 += 4 * int64_t(blockDim.x)) {
+      const float4 v = *reinterpret_cast<const float4*>(srow + j0);
+      const float raw[4] = {v.x, v.y, v.z, v.w};
+      float xv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t j = j0 + u;
+        const float x = j < r.len_k ? score(p, r, j, raw[u], &th) : -INFINITY;
+        xv[u] = x;
+        if (x == -INFINITY) continue;
+        if (x > m) {
+          l = l * __expf(m - x) + 1.f;
+          m = x;
+        } else {
+          l += __expf(x - m);
+        }
+      }
+      // One 16-byte store per thread: conflict-free, unlike four strided 4-byte ones.
+      *reinterpret_cast<float4*>(xs + j0) = make_float4(xv[0], xv[1], xv[2], xv[3]);
+    }
+  }
+  block_reduce_ml(m, l);  // its barriers also order pass 1's reads of S before pass 2's writes of P
+  const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
+  if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
+
+  const bool live = r.valid && lse != -INFINITY;
+  const uint64_t head_counter = p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h;
+  for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < Sk; j0 += 4 * int64_t(blockDim.x)) {
+    float pv[4] = {0.f, 0.f, 0.f, 0.f};
+    if (live && j0 < r.len_k) {
+      Philox4 w;
+      if (p.p_drop > 0.f) {
+        w = dropout_words(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j0 >> 2));
+      }
+      const float4 x4 = *reinterpret_cast<const float4*>(xs + j0);  // written by this thread in pass 1
+      const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (j0 + u < r.len_k) {
+          const float x = xv[u];
+          if (x != -INFINITY) {
+            pv[u] = __expf(x - lse);
+            if (p.p_drop > 0.f) pv[u] *= w.x[u] >= p.drop_threshold ? p.rp_keep : 0.f;
+          }
+        }
+      }
+    }
+    store4<T>(prow + j0, pv[0], pv[1], pv[2], pv[3]);
+  }
+}
+
 // ---------------------------------------------------------------- backward softmax
 // One CTA per row. Pass 1: Delta = sum_j Pdrop_ij dP_ij. Pass 2: writes Pdrop over S and
 // dS (gradient of scale*q.k) over dP in the input dtype, in place as in the forward, and
 // the bias gradient dT = P * (dPdrop*keep - Delta): straight into dbias when no dimension
 // is broadcast, else into the fp32 per-element buffer dt for the ordered reduction.
-template <typename T>
+// kCached (rows up to kCachedRowMax / 2 columns): pass 1 reads S and dP once with 16-byte
+// loads into shared memory and pass 2 works from there, so the rows are read once, not
+// twice, and the in-place writes need no per-chunk barrier.
+template <typename T, bool kCached>
 __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt,
                                                                    int64_t Sq, int64_t Sk, int64_t ldS) {
+  extern __shared__ float4 smem4[];
+  const int64_t Sk4 = (Sk + 3) / 4 * 4;
+  float* cs = reinterpret_cast<float*>(smem4);  // [Sk4] raw scores (kCached)
+  float* cdp = cs + Sk4;                        // [Sk4] dP (kCached)
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
   float* srow = S + row * ldS;
@@ -381,36 +480,54 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
   const bool live = r.valid && lse != -INFINITY;
 
   float th = 0.f, delta = 0.f;
-  if (live) {
+  if (live && kCached) {
+    for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < r.len_k; j0 += 4 * int64_t(blockDim.x)) {
+      const float4 s4 = *reinterpret_cast<const float4*>(srow + j0);  // ldS % 8 == 0: aligned, in the row
+      const float4 d4 = *reinterpret_cast<const float4*>(dprow + j0);
+      *reinterpret_cast<float4*>(cs + j0) = s4;
+      *reinterpret_cast<float4*>(cdp + j0) = d4;
+      const float sv[4] = {s4.x, s4.y, s4.z, s4.w}, dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t j = j0 + u;
+        if (j >= r.len_k) break;
+        const float x = score(p, r, j, sv[u], &th);
+        if (x == -INFINITY) continue;
+        delta += __expf(x - lse) * dropout_scale(p, r, j) * dv[u];
+      }
+    }
+  } else if (live) {
     for (int64_t j = threadIdx.x; j < r.len_k; j += blockDim.x) {
       const float x = score(p, r, j, srow[j], &th);
       if (x == -INFINITY) continue;
       delta += __expf(x - lse) * dropout_scale(p, r, j) * dprow[j];
     }
   }
-  delta = block_reduce_sum(delta);
+  delta = block_reduce_sum(delta);  // its barriers also publish cs/cdp and end pass 1's global reads
 
   T* dbias_row = nullptr;
   if (p.dbias != nullptr && dt == nullptr) {
     dbias_row = static_cast<T*>(p.dbias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] + r.i * p.bias_stride[2];
   }
   float* dt_row = dt != nullptr ? dt + row * Sk : nullptr;
+  const float* src_s = kCached ? cs : srow;
+  const float* src_dp = kCached ? cdp : dprow;
 
   for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
     const int64_t j = c0 + threadIdx.x;
     float pd = 0.f, dsr = 0.f, dtv = 0.f;
     if (live && j < r.len_k) {
       th = 0.f;
-      const float x = score(p, r, j, srow[j], &th);
+      const float x = score(p, r, j, src_s[j], &th);
       if (x != -INFINITY) {
         const float pr = __expf(x - lse);
         const float ks = dropout_scale(p, r, j);
         pd = pr * ks;
-        dtv = pr * (dprow[j] * ks - delta);
+        dtv = pr * (src_dp[j] * ks - delta);
         dsr = p.softcap > 0.f ? dtv * (1.f - th * th) : dtv;
       }
     }
-    if (sizeof(T) != sizeof(float)) __syncthreads();
+    if (!kCached && sizeof(T) != sizeof(float)) __syncthreads();
     if (j < Sk) {
       prow[j] = from_f<T>(pd);
       dsrow[j] = from_f<T>(dsr);
@@ -507,6 +624,19 @@ flashattn_status_t launch_status(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "launching %s failed: %s (%s)", kernel, cudaGetErrorName(err),
+              cudaGetErrorString(err));
+}
+
+// Opts a kernel into more than 48 KiB of dynamic shared memory (a host-side attribute;
+// no synchronization).
+template <typename Kernel>
+flashattn_status_t allow_smem(Kernel kernel, size_t bytes, const char* name) {
+  if (bytes <= 48 * 1024) return FLASHATTN_STATUS_SUCCESS;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  (void)cudaGetLastError();
+  return fail(FLASHATTN_STATUS_CUDA_ERROR, "cudaFuncSetAttribute(%s, %zu bytes of shared memory): %s", name, bytes,
               cudaGetErrorString(err));
 }
 
@@ -613,8 +743,15 @@ flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspac
   // Column-major view: S^T[Sk x Sq] = K Q^T.
   FA_TRY(gemm(ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, K, Q, Sm));
   const int64_t rows = g.B * g.Hq * g.Sq;
-  softmax_fwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
-  FA_TRY(launch_status("softmax_fwd_kernel"));
+  if (g.Sk <= kCachedRowMax) {
+    const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * sizeof(float);
+    FA_TRY(allow_smem(softmax_fwd_cached_kernel<T>, smem, "softmax_fwd_cached_kernel"));
+    softmax_fwd_cached_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
+    FA_TRY(launch_status("softmax_fwd_cached_kernel"));
+  } else {
+    softmax_fwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
+    FA_TRY(launch_status("softmax_fwd_kernel"));
+  }
   // O^T[Dv x Sq] = V^T P^T.
   FA_TRY(gemm(ctx, "O = P V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, V, Pm, O));
   if (g.gathered) FA_TRY((scatter<T, T>(op, p.o, p.o_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream)));
@@ -665,7 +802,15 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
   // dP^T[Sk x Sq] = V dO^T.
   FA_TRY(gemm(ctx, "dP = dO V^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dv, 1.f, V, dO, dPm));
   const int64_t rows = g.B * g.Hq * g.Sq;
-  softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS);
+  if (g.Sk <= kCachedRowMax / 2) {
+    const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * 2 * sizeof(float);
+    FA_TRY(allow_smem(softmax_bwd_kernel<T, true>, smem, "softmax_bwd_kernel"));
+    softmax_bwd_kernel<T, true><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk,
+                                                                                           g.ldS);
+  } else {
+    softmax_bwd_kernel<T, false><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, dP, dt, g.Sq, g.Sk,
+                                                                                          g.ldS);
+  }
   FA_TRY(launch_status("softmax_bwd_kernel"));
   if (dt != nullptr) {
     int64_t n_out = 1;
