@@ -716,6 +716,7 @@ def write_outputs(args, rows, memory, sparse, verify_res, meta):
 
 def print_table(rows, memory, sparse, verify_res):
     print()
+    print("==== bench_peers results")
     if verify_res:
         npass = sum(1 for _, ok, _ in verify_res if ok)
         nfail = sum(1 for _, ok, _ in verify_res if ok is False)
@@ -738,6 +739,17 @@ def print_table(rows, memory, sparse, verify_res):
             print("  " + " ".join(f"{k}={v}" for k, v in r.items()))
     if not rows:
         return
+    errs = [r for r in rows if r["error"]]
+    if errs:
+        print("== errors (first per impl/message)")
+        seen = set()
+        for r in errs:
+            key = (r["impl"], r["error"][:60])
+            if key in seen:
+                continue
+            seen.add(key)
+            print(f"  {r['impl']} {r['dtype']} d={r['hdim']} c={r['causal']} sq={r['seqlen']} {r['direction']}: "
+                  f"{r['error']}")
     impls = []
     for r in rows:
         if r["impl"] not in impls:
@@ -760,17 +772,6 @@ def print_table(rows, memory, sparse, verify_res):
                 return f"{a['tflops'] / p['tflops']:7.2f}"
             return f"{'-':>7}"
         print(f"{k[0]:5} {k[1]:3d} {k[2]:1d} {k[3]:6d} {k[4]:3} " + " ".join(cells) + f" {ratio('flash')} {ratio('cudnn')}")
-    errs = [r for r in rows if r["error"]]
-    if errs:
-        print("== errors (first per impl/message)")
-        seen = set()
-        for r in errs:
-            key = (r["impl"], r["error"][:60])
-            if key in seen:
-                continue
-            seen.add(key)
-            print(f"  {r['impl']} {r['dtype']} d={r['hdim']} c={r['causal']} sq={r['seqlen']} {r['direction']}: "
-                  f"{r['error']}")
 
 
 def main():

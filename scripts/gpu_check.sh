@@ -188,7 +188,7 @@ summary() {
   echo "================================ gpu_check summary ($MODE) ================================"
   if [[ -f "$LOGS/bench.log" ]]; then
     # The bench's own compact tables (verification failures, memory, sparse, TFLOP/s).
-    sed -n '/^== verification/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
+    sed -n '/^==== bench_peers results/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
     echo
   fi
   printf '%-34s %-5s %s\n' STEP RESULT DETAIL
