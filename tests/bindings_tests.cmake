@@ -1,0 +1,59 @@
+# Tests of the language bindings and the examples (owned by the bindings work).
+# Included from tests/CMakeLists.txt. Every test uses this build tree's library.
+#   bindings.python         pytest suite (CPU backend, numpy); skips (77) without numpy/pytest
+#   bindings.rust           cargo test --offline; skips (77) without cargo
+#   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
+#   bindings.julia_checker  the checker detects deliberately broken copies
+#   bindings.hpp_*          include/flashattn.hpp compiles alone under strict flags
+#   examples.c / .cpp       the CPU examples run and check their results
+#   examples.cuda           the CUDA example (label gpu; skipped without a device)
+
+set(_fa_bindings ${PROJECT_SOURCE_DIR}/bindings)
+
+add_test(NAME bindings.python
+         COMMAND sh ${_fa_bindings}/python/run_tests.sh $<TARGET_FILE:flashattn>)
+set_tests_properties(bindings.python PROPERTIES
+  LABELS "bindings;python" SKIP_RETURN_CODE 77 TIMEOUT 900)
+
+add_test(NAME bindings.rust
+         COMMAND sh ${_fa_bindings}/rust/run_tests.sh $<TARGET_FILE_DIR:flashattn>
+                 ${CMAKE_CURRENT_BINARY_DIR}/cargo-target)
+set_tests_properties(bindings.rust PROPERTIES
+  LABELS "bindings;rust" SKIP_RETURN_CODE 77 TIMEOUT 1200)
+
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME bindings.julia_header
+           COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/julia/check_against_header.py
+                   --header ${PROJECT_SOURCE_DIR}/include/flashattn.h
+                   --julia ${_fa_bindings}/julia/src/FlashAttn.jl)
+  add_test(NAME bindings.julia_checker
+           COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/julia/test_checker.py)
+  set_tests_properties(bindings.julia_header bindings.julia_checker PROPERTIES
+    LABELS "bindings;julia" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+else()
+  foreach(_t julia_header julia_checker)
+    add_test(NAME bindings.${_t}
+             COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: no python3 interpreter found")
+    set_tests_properties(bindings.${_t} PROPERTIES LABELS "bindings;julia" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+  endforeach()
+endif()
+
+# The optional C++ wrapper compiles on its own with the strict flags (C++17).
+add_test(NAME bindings.hpp_cxx17_alone
+         COMMAND ${CMAKE_CXX_COMPILER} -std=c++17 -Wall -Wextra -pedantic -Werror -fsyntax-only
+                 -I${PROJECT_SOURCE_DIR}/include -x c++ ${PROJECT_SOURCE_DIR}/include/flashattn.hpp)
+set_tests_properties(bindings.hpp_cxx17_alone PROPERTIES LABELS "bindings;header")
+
+if(TARGET flashattn_example_c)
+  add_test(NAME examples.c COMMAND flashattn_example_c)
+  set_tests_properties(examples.c PROPERTIES LABELS examples)
+endif()
+if(TARGET flashattn_example_cpp)
+  add_test(NAME examples.cpp COMMAND flashattn_example_cpp)
+  set_tests_properties(examples.cpp PROPERTIES LABELS examples)
+endif()
+if(TARGET flashattn_example_cuda)
+  add_test(NAME examples.cuda COMMAND flashattn_example_cuda)
+  set_tests_properties(examples.cuda PROPERTIES LABELS "examples;gpu" SKIP_REGULAR_EXPRESSION "FLASHATTN_TEST_SKIPPED")
+endif()
