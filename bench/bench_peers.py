@@ -555,6 +555,23 @@ def verify(args, lib, torch):
             results.append((name + " bwd", ok, "err dq/dk/dv=" + "/".join(f"{e:.2e}" for e in errs) + " (lowp " +
                             "/".join(f"{e:.2e}" for e in base_err[1:]) + ")"))
 
+    # The CUDA backend's memory-space checks: a host (unregistered) pointer is refused with
+    # WRONG_MEMORY_SPACE naming the argument, and nothing is written.
+    for algo, aname in ((ALGO_FLASH, "flash"), (ALGO_STANDARD, "standard")):
+        label = f"api {aname}: host pointer for args->k is refused"
+        q = torch.randn(1, 64, 2, 64, device=dev, dtype=torch.float16)
+        c = LibCase(lib, torch, algo, q, q.clone(), q.clone(), q.clone(), False, "fp16", False)
+        c.k = torch.randn(1, 64, 2, 64, dtype=torch.float16)  # host memory
+        c.o.fill_(7.0)
+        try:
+            c.fwd()
+            results.append((label, False, "accepted a host pointer"))
+        except LibError as e:
+            torch.cuda.synchronize()
+            untouched = bool((c.o == 7.0).all())
+            ok = e.status == 403 and "args->k" in str(e) and "host memory" in str(e) and untouched
+            results.append((label, ok, short(e, 120) + ("" if untouched else " (output was written!)")))
+
     # Options: CUDA (both algorithms) against the CPU backend on the same inputs.
     b, s, hq, hkv, d = 2, 160, 4, 2, 64
     opt_cases = [
