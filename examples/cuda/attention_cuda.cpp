@@ -2,7 +2,7 @@
 // cudaMalloc'd buffers and a user stream; the result is checked against the CPU backend
 // run on the same (host) data.
 //
-// Build: c++ -std=c++17 attention_cuda.cpp -I/usr/local/cuda/include \
+// Build: c++ -std=c++17 attention_cuda.cpp -I/usr/local/cuda/include
 //          $(pkg-config --cflags --libs flashattn) -L/usr/local/cuda/lib64 -lcudart
 // With no GPU (or a library built without CUDA) it prints a skip line and exits 0.
 #include <cuda_runtime.h>
