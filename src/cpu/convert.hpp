@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/params.h"
+#include "cpu/tile_math.hpp"
 
 namespace flashattn {
 namespace cpu {
@@ -88,31 +89,27 @@ inline void store_elem(void* base, int32_t dtype, int64_t idx, float v) {
   }
 }
 
-// n contiguous elements -> fp32.
+// n contiguous elements -> fp32 (vectorized converters in tile_math.cpp: tiles are
+// reconverted for every tile pair, so this is on the hot path).
 inline void row_to_float(const void* src, int32_t dtype, float* dst, int64_t n) {
   if (dtype == kFp32) {
     memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   } else if (dtype == kBf16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(s[c]);
+    bf16_row_to_float(static_cast<const uint16_t*>(src), dst, n);
   } else {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t c = 0; c < n; ++c) dst[c] = half_to_float(s[c]);
+    half_row_to_float(static_cast<const uint16_t*>(src), dst, n);
   }
 }
 
-// n contiguous elements -> fp32, written with stride dst_stride (tile transposes).
+// n contiguous elements -> fp32, written with stride dst_stride (tile transposes);
+// converted in chunks of 256 (the largest head dim) through a stack buffer.
 inline void row_to_float_strided(const void* src, int32_t dtype, float* dst, int64_t dst_stride, int64_t n) {
-  if (dtype == kFp32) {
-    const float* s = static_cast<const float*>(src);
-    for (int64_t c = 0; c < n; ++c) dst[c * dst_stride] = s[c];
-  } else {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    if (dtype == kBf16) {
-      for (int64_t c = 0; c < n; ++c) dst[c * dst_stride] = bf16_to_float(s[c]);
-    } else {
-      for (int64_t c = 0; c < n; ++c) dst[c * dst_stride] = half_to_float(s[c]);
-    }
+  float tmp[256];
+  for (int64_t c0 = 0; c0 < n; c0 += 256) {
+    const int64_t m = n - c0 < 256 ? n - c0 : 256;
+    const char* chunk = static_cast<const char*>(src) + c0 * static_cast<int64_t>(dtype_size(dtype));
+    row_to_float(chunk, dtype, tmp, m);
+    for (int64_t c = 0; c < m; ++c) dst[(c0 + c) * dst_stride] = tmp[c];
   }
 }
 

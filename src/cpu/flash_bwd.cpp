@@ -100,10 +100,7 @@ void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t 
     const float lse = p.lse_in[lse_index(p, c, i0 + r)];
     w.lse[r] = lse == -INFINITY ? INFINITY : lse;
     row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, c.b, c.q0 + i0 + r, c.h)), p.dtype, w.tmp, dv);
-    const float* d = w.dout + r * dvp;
-    float acc = 0.f;
-    for (int64_t x = 0; x < dv; ++x) acc += d[x] * w.tmp[x];
-    w.delta[r] = acc;
+    w.delta[r] = dot(w.dout + r * dvp, w.tmp, dv);
   }
   for (int64_t r = ni; r < kBr; ++r) {
     w.lse[r] = INFINITY;
@@ -145,20 +142,8 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
         float* st = w.s + x * kBr;
         float* dpt = w.dp + x * kBr;
         exp_sub_vec(st, w.lse, kBr);  // P^T
-        if (w.drop) {
-          const float* d = w.drop + x * kBr;
-          for (int64_t r = 0; r < ni; ++r) {
-            const float pr = st[r];
-            dpt[r] = pr * (dpt[r] * d[r] - w.delta[r]);
-            st[r] = pr * d[r];  // Z^T
-          }
-        } else {
-          for (int64_t r = 0; r < ni; ++r) dpt[r] = st[r] * (dpt[r] - w.delta[r]);
-        }
-        if (w.capg) {
-          const float* g = w.capg + x * kBr;
-          for (int64_t r = 0; r < ni; ++r) dpt[r] *= g[r];
-        }
+        ds_rows(st, dpt, w.drop ? w.drop + x * kBr : nullptr, w.delta, 1, ni);  // dS^T, Z^T
+        if (w.capg) mul_row(dpt, w.capg + x * kBr, ni);
       }
       // dV += Z^T dO, dK += dS^T Q (the K dimension is the ni valid query rows).
       gemm(nj, dvp, ni, w.s, kBr, w.dout, dvp, w.dv_acc, dvp, true);
@@ -199,13 +184,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
       float* srow = w.s + r * kBc;
       float* dprow = w.dp + r * kBc;
       exp_sub(srow, kBc, w.lse[r]);  // P
-      const float delta = w.delta[r];
-      if (w.drop) {
-        const float* d = w.drop + r * kBc;
-        for (int64_t x = 0; x < nj; ++x) dprow[x] = srow[x] * (dprow[x] * d[x] - delta);
-      } else {
-        for (int64_t x = 0; x < nj; ++x) dprow[x] = srow[x] * (dprow[x] - delta);
-      }
+      ds_rows(srow, dprow, w.drop ? w.drop + r * kBc : nullptr, w.delta + r, 0, nj);  // dS
       if (want_dbias) {
         float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
         if (db_cols) {
@@ -214,10 +193,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
           for (int64_t x = 0; x < nj; ++x) acc[0] += dprow[x];
         }
       }
-      if (w.capg) {
-        const float* g = w.capg + r * kBc;
-        for (int64_t x = 0; x < nj; ++x) dprow[x] *= g[x];
-      }
+      if (w.capg) mul_row(dprow, w.capg + r * kBc, nj);
     }
     gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_acc, dqkp, true);
   }

@@ -87,10 +87,7 @@ void forward_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdSl
       w.l[r] = w.l[r] * alpha + sum;
       if (alpha != 1.f) scale_row(w.acc + r * dvp, dvp, alpha);
       w.m[r] = m_new;
-      if (w.drop) {
-        const float* d = w.drop + r * kBc;
-        for (int64_t x = 0; x < kBc; ++x) row[x] *= d[x];
-      }
+      if (w.drop) mul_row(row, w.drop + r * kBc, kBc);
     }
     gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, w.acc, dvp, true);
   }

@@ -149,10 +149,7 @@ void forward_head(const AttnParams& p, const HeadCtx& c, const StdShared& sh, co
         const float l = exp_sub_sum(row, d.lds, m);
         scale_row(row, d.lds, 1.f / l);  // P
         lse = m + logf(l);
-        if (w.drop) {
-          const float* dr = w.drop + r * d.lds;
-          for (int64_t x = 0; x < c.len_k; ++x) row[x] *= dr[x];
-        }
+        if (w.drop) mul_row(row, w.drop + r * d.lds, c.len_k);
       }
       if (p.lse) p.lse[lse_index(p, c, i0 + r)] = lse;
     }
@@ -207,10 +204,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
         sh.lse[i0 + r] = lse == -INFINITY ? INFINITY : lse;  // fully masked row: P = 0
         row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, b, c.q0 + i0 + r, h)), p.dtype, w.tmp,
                      d.dv);
-        const float* dor = sh.dof + (i0 + r) * d.dvp;
-        float acc = 0.f;
-        for (int64_t x = 0; x < d.dv; ++x) acc += dor[x] * w.tmp[x];
-        sh.delta[i0 + r] = acc;
+        sh.delta[i0 + r] = dot(sh.dof + (i0 + r) * d.dvp, w.tmp, d.dv);
       }
       gemm(ni, d.lds, d.dqk, sh.qf + i0 * d.dqkp, d.dqkp, sh.kt, d.lds, s, d.lds, false);  // S
       transform_scores<false>(p, c, s, d.lds, i0, ni, 0, len_k, d.lds, true, capg);
@@ -221,14 +215,9 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
         float* dprow = dp + r * d.lds;
         float* dsr = w.dsr + r * d.lds;
         exp_sub(srow, d.lds, sh.lse[i0 + r]);  // P
-        const float delta = sh.delta[i0 + r];
-        for (int64_t x = 0; x < len_k; ++x) {
-          const float dr = w.drop ? w.drop[r * d.lds + x] : 1.f;
-          const float pr = srow[x];
-          dprow[x] = pr * (dprow[x] * dr - delta);  // dS
-          srow[x] = pr * dr;                        // Z
-          dsr[x] = capg ? dprow[x] * capg[r * d.lds + x] : dprow[x];
-        }
+        ds_rows(srow, dprow, w.drop ? w.drop + r * d.lds : nullptr, sh.delta + i0 + r, 0, len_k);  // dS, Z
+        memcpy(dsr, dprow, sizeof(float) * static_cast<size_t>(len_k));
+        if (capg) mul_row(dsr, capg + r * d.lds, len_k);
         for (int64_t x = len_k; x < d.lds; ++x) dprow[x] = srow[x] = dsr[x] = 0.f;
         if (want_dbias && db_rows) {  // this member owns rows i0..i0+ni of the dBias sums
           float* acc = dbias_head + (i0 + r) * e[3];

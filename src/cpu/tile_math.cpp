@@ -3,6 +3,12 @@
 #include <math.h>
 #include <string.h>
 
+// The 32-byte vector helpers below are always inlined into their callers, so the
+// "ABI changes without AVX" note GCC gives for the baseline clone does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 // Function multiversioning needs ifunc support (glibc on x86-64). Elsewhere the
 // baseline build is the only one.
 #if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
@@ -17,18 +23,38 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
+// GCC/Clang vector extension: 8 floats, one AVX register in the x86-64-v3 clone, two
+// SSE registers in the baseline clone. Explicit vectors because the autovectorizer
+// turns the register-blocked loop nest below into shuffles instead of broadcasts.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+FA_ALWAYS_INLINE v8f loadu8(const float* p) {
+  v8f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+FA_ALWAYS_INLINE void storeu8(float* p, v8f v) { memcpy(p, &v, sizeof v); }
+FA_ALWAYS_INLINE v8f splat(float x) { return v8f{} + x; }
+// m ? a : b for a lane mask m (all ones / all zeros per lane), as bit operations.
+FA_ALWAYS_INLINE v8f select(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); }
+
 // exp(x) = 2^n * e^r with n = round(x / ln2), r = x - n ln2 (Cody-Waite two-part ln2),
 // e^r by a degree-7 Taylor polynomial (|r| <= ln2/2: truncation < 4e-9 relative).
-// Branch-free so loops over it vectorize; inputs below -87.3 (including -inf) give 0,
-// the subnormal range being irrelevant for softmax weights.
-FA_ALWAYS_INLINE float exp_poly(float x) {
-  const float xc = x < -87.3f ? -87.3f : (x > 88.f ? 88.f : x);
-  const float kShift = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = xc * 1.44269504088896341f + kShift;
-  const float n = t - kShift;
-  float r = xc - n * 0.693145751953125f;
+// Branch-free on 8 lanes; inputs below -87.3 (including -inf) give 0, the subnormal
+// range being irrelevant for softmax weights; NaN stays NaN.
+FA_ALWAYS_INLINE v8f exp8(v8f x) {
+  const v8f lo = splat(-87.3f), hi = splat(88.f);
+  const v8i under = x < lo;
+  v8f xc = select(under, lo, x);
+  xc = select(xc > hi, hi, xc);
+  const v8f shift = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const v8f t = xc * 1.44269504088896341f + shift;
+  const v8f n = t - shift;
+  v8f r = xc - n * 0.693145751953125f;
   r = r - n * 1.42860682030941723212e-6f;
-  float q = 1.f / 5040.f;
+  v8f q = splat(1.f / 5040.f);
   q = q * r + 1.f / 720.f;
   q = q * r + 1.f / 120.f;
   q = q * r + 1.f / 24.f;
@@ -36,33 +62,56 @@ FA_ALWAYS_INLINE float exp_poly(float x) {
   q = q * r + 0.5f;
   q = q * r + 1.f;
   q = q * r + 1.f;
-  uint32_t tb;
-  memcpy(&tb, &t, sizeof tb);
-  // The low mantissa bits of t hold n (two's complement within the 2^22 window).
-  const uint32_t bits = (tb + 127u) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  const float e = q * scale;
-  return x < -87.3f ? 0.f : e;
+  // The low mantissa bits of t hold n; (n + 127) << 23 is the fp32 bit pattern of 2^n.
+  const v8u bits = ((v8u)t + 127u) << 23;
+  return select(under, v8f{}, q * (v8f)bits);
 }
 
-// 4 x 16 register tile: 8 AVX accumulators + 2 B vectors + 1 broadcast.
+// Scalar version of the same computation (lane 0 of exp8), for per-row factors.
+FA_ALWAYS_INLINE float exp1(float x) { return exp8(splat(x))[0]; }
+
+// Exact binary16 -> binary32 on 8 lanes (same cases as half_to_float in convert.hpp).
+FA_ALWAYS_INLINE v8f half8_to_float(const uint16_t* src) {
+  v8u h;
+  for (int l = 0; l < 8; ++l) h[l] = src[l];
+  const v8u sign = (h & 0x8000u) << 16;
+  const v8u exp = (h >> 10) & 0x1fu;
+  const v8u mant = h & 0x3ffu;
+  const v8f sub = __builtin_convertvector((v8i)mant, v8f) * 5.9604644775390625e-08f;
+  const v8u normal = ((exp + 112u) << 23) | (mant << 13);
+  const v8u special = 0x7f800000u | (mant << 13);
+  const v8i is_sub = (v8i)(exp == 0u), is_special = (v8i)(exp == 31u);
+  v8u body = (v8u)select(is_special, (v8f)special, (v8f)normal);
+  body = (v8u)select(is_sub, sub, (v8f)body);
+  return (v8f)(sign | body);
+}
+
+// MR x 16 register tile of C: 2*MR accumulators + 2 B vectors + 1 broadcast (MR = 6
+// uses 15 of the 16 AVX registers). Each C element sums k in increasing order.
 template <int MR>
 FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                                  int64_t ldc, bool accumulate) {
-  float c[MR][16];
+  v8f c0[MR], c1[MR];
   for (int r = 0; r < MR; ++r) {
-    for (int j = 0; j < 16; ++j) c[r][j] = accumulate ? C[r * ldc + j] : 0.f;
+    if (accumulate) {
+      c0[r] = loadu8(C + r * ldc);
+      c1[r] = loadu8(C + r * ldc + 8);
+    } else {
+      c0[r] = v8f{};
+      c1[r] = v8f{};
+    }
   }
   for (int64_t k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
+    const v8f b0 = loadu8(B + k * ldb), b1 = loadu8(B + k * ldb + 8);
     for (int r = 0; r < MR; ++r) {
-      const float a = A[r * lda + k];
-      for (int j = 0; j < 16; ++j) c[r][j] += a * b[j];
+      const v8f a = v8f{} + A[r * lda + k];
+      c0[r] += a * b0;
+      c1[r] += a * b1;
     }
   }
   for (int r = 0; r < MR; ++r) {
-    for (int j = 0; j < 16; ++j) C[r * ldc + j] = c[r][j];
+    storeu8(C + r * ldc, c0[r]);
+    storeu8(C + r * ldc + 8, c1[r]);
   }
 }
 
@@ -87,9 +136,14 @@ FA_CPU_CLONES void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
       int64_t i = 0;
-      for (; i + 4 <= M; i += 4) {
+      for (; i + 6 <= M; i += 6) {
         for (int64_t j = jb; j < je; j += 16) {
-          micro_tile<4>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+          micro_tile<6>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+        }
+      }
+      for (; i + 2 <= M; i += 2) {
+        for (int64_t j = jb; j < je; j += 16) {
+          micro_tile<2>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i < M; ++i) {
@@ -102,44 +156,97 @@ FA_CPU_CLONES void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 }
 
 FA_CPU_CLONES float row_max(const float* x, int64_t n) {
-  float lane[16];
-  for (int l = 0; l < 16; ++l) lane[l] = -INFINITY;
+  v8f m0 = splat(-INFINITY), m1 = m0;
   for (int64_t j = 0; j < n; j += 16) {
-    for (int l = 0; l < 16; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+    const v8f a = loadu8(x + j), b = loadu8(x + j + 8);
+    m0 = select(a > m0, a, m0);
+    m1 = select(b > m1, b, m1);
   }
-  float m = lane[0];
-  for (int l = 1; l < 16; ++l) m = lane[l] > m ? lane[l] : m;
+  m0 = select(m1 > m0, m1, m0);
+  float m = m0[0];
+  for (int l = 1; l < 8; ++l) m = m0[l] > m ? m0[l] : m;
   return m;
 }
 
 FA_CPU_CLONES float exp_sub_sum(float* x, int64_t n, float m) {
-  // Per-lane partial sums, combined in a fixed order: vectorizable and deterministic.
-  float lane[16] = {};
+  // 16 lane sums combined in a fixed order: vectorized and deterministic.
+  v8f s0 = v8f{}, s1 = v8f{};
+  const v8f mv = splat(m);
   for (int64_t j = 0; j < n; j += 16) {
-    for (int l = 0; l < 16; ++l) {
-      const float e = exp_poly(x[j + l] - m);
-      x[j + l] = e;
-      lane[l] += e;
-    }
+    const v8f e0 = exp8(loadu8(x + j) - mv), e1 = exp8(loadu8(x + j + 8) - mv);
+    storeu8(x + j, e0);
+    storeu8(x + j + 8, e1);
+    s0 += e0;
+    s1 += e1;
   }
-  float s = 0.f;
-  for (int l = 0; l < 16; ++l) s += lane[l];
-  return s;
+  const v8f s = s0 + s1;
+  float total = 0.f;
+  for (int l = 0; l < 8; ++l) total += s[l];
+  return total;
 }
 
 FA_CPU_CLONES void exp_sub_vec(float* x, const float* m, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) x[j] = exp_poly(x[j] - m[j]);
+  for (int64_t j = 0; j < n; j += 8) storeu8(x + j, exp8(loadu8(x + j) - loadu8(m + j)));
 }
 
 FA_CPU_CLONES void exp_sub(float* x, int64_t n, float m) {
-  for (int64_t j = 0; j < n; ++j) x[j] = exp_poly(x[j] - m);
+  const v8f mv = splat(m);
+  for (int64_t j = 0; j < n; j += 8) storeu8(x + j, exp8(loadu8(x + j) - mv));
 }
 
 FA_CPU_CLONES void scale_row(float* y, int64_t n, float a) {
-  for (int64_t j = 0; j < n; ++j) y[j] *= a;
+  const v8f av = splat(a);
+  for (int64_t j = 0; j < n; j += 8) storeu8(y + j, loadu8(y + j) * av);
 }
 
-float exp_scalar(float x) { return exp_poly(x); }
+FA_CPU_CLONES float dot(const float* a, const float* b, int64_t n) {
+  v8f s0 = v8f{}, s1 = v8f{};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    s0 += loadu8(a + j) * loadu8(b + j);
+    s1 += loadu8(a + j + 8) * loadu8(b + j + 8);
+  }
+  const v8f s = s0 + s1;
+  float total = 0.f;
+  for (int l = 0; l < 8; ++l) total += s[l];
+  for (; j < n; ++j) total += a[j] * b[j];
+  return total;
+}
+
+FA_CPU_CLONES void half_row_to_float(const uint16_t* src, float* dst, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) storeu8(dst + j, half8_to_float(src + j));
+  if (j < n) {
+    uint16_t tail[8] = {};
+    for (int64_t l = j; l < n; ++l) tail[l - j] = src[l];
+    const v8f v = half8_to_float(tail);
+    for (int64_t l = j; l < n; ++l) dst[l] = v[l - j];
+  }
+}
+
+FA_CPU_CLONES void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
+    memcpy(dst + j, &u, sizeof u);
+  }
+}
+
+FA_CPU_CLONES void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step,
+                           int64_t n) {
+  // delta_step 0: one Delta for the row (normal tile); 1: Delta per element (S^T tile).
+  for (int64_t j = 0; j < n; ++j) {
+    const float d = drop ? drop[j] : 1.f;
+    const float pr = p[j];
+    dp[j] = pr * (dp[j] * d - delta[j * delta_step]);
+    p[j] = pr * d;
+  }
+}
+
+FA_CPU_CLONES void mul_row(float* y, const float* g, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] *= g[j];
+}
+
+float exp_scalar(float x) { return exp1(x); }
 
 }  // namespace cpu
 }  // namespace flashattn

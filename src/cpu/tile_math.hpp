@@ -23,6 +23,8 @@ constexpr int64_t kTileN = 16;  // column padding unit (two AVX registers)
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate);
 
+// The vector loops below require n % kTileN == 0 unless stated.
+
 // max over x[0..n), n % kTileN == 0; -inf for an all -inf row.
 float row_max(const float* x, int64_t n);
 
@@ -37,6 +39,21 @@ void exp_sub(float* x, int64_t n, float m);
 
 // y[j] *= a for j < n.
 void scale_row(float* y, int64_t n, float a);
+
+// sum a[j] * b[j] for any n (16 lane sums in a fixed order, then the tail).
+float dot(const float* a, const float* b, int64_t n);
+
+// Exact conversions of n (any) elements to fp32.
+void half_row_to_float(const uint16_t* src, float* dst, int64_t n);
+void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n);
+
+// Backward elementwise step on one row of a tile (any n): with P in p and dZ in dp,
+//   dp = P * (dZ * D - Delta),  p = P * D   (D = drop[j], or 1 when drop is null),
+// Delta = delta[0] (delta_step 0) or delta[j] (delta_step 1, transposed tiles).
+void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n);
+
+// y[j] *= g[j] (any n).
+void mul_row(float* y, const float* g, int64_t n);
 
 // exp used by both algorithms (|rel err| < 2 ulp for x in [-87, 0]; 0 below -87.3).
 float exp_scalar(float x);
