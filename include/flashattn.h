@@ -90,7 +90,8 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_NO_DEVICE = 401,            /**< No CUDA device, driver, or the device index is out of range. */
   FLASHATTN_STATUS_LAUNCH_FAILED = 402,        /**< A kernel launch failed. */
   FLASHATTN_STATUS_WRONG_MEMORY_SPACE = 403,   /**< A pointer lives in the wrong memory (host vs device) for the backend. */
-  FLASHATTN_STATUS_INTERNAL_ERROR = 900        /**< A bug in the library; please report the message. */
+  FLASHATTN_STATUS_INTERNAL_ERROR = 900,       /**< A bug in the library; please report the message. */
+  FLASHATTN_STATUS_MAX_ENUM = 0x7FFFFFFF       /**< Not a status: keeps the enum 32-bit with every int value valid. */
 } flashattn_status_t;
 
 /**
@@ -136,14 +137,16 @@ typedef struct flashattn_plan_s* flashattn_plan_t;
 typedef enum flashattn_backend_t {
   FLASHATTN_BACKEND_AUTO = 0, /**< CUDA if a device is present and the build has CUDA, else CPU. */
   FLASHATTN_BACKEND_CPU = 1,  /**< Multithreaded CPU implementation of every option. */
-  FLASHATTN_BACKEND_CUDA = 2  /**< CUDA kernels on the given device (sm_80 or later). */
+  FLASHATTN_BACKEND_CUDA = 2, /**< CUDA kernels on the given device (sm_80 or later). */
+  FLASHATTN_BACKEND_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_backend_t;
 
 /** Element type of Q, K, V, O, dO, dQ, dK, dV and the bias tensor. Accumulation is always fp32. */
 typedef enum flashattn_dtype_t {
   FLASHATTN_DTYPE_FP16 = 0, /**< IEEE binary16. */
   FLASHATTN_DTYPE_BF16 = 1, /**< bfloat16. */
-  FLASHATTN_DTYPE_FP32 = 2  /**< IEEE binary32. */
+  FLASHATTN_DTYPE_FP32 = 2, /**< IEEE binary32. */
+  FLASHATTN_DTYPE_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_dtype_t;
 
 /** Identifies a tensor whose strides are set with ::flashattn_plan_set_strides. */
@@ -155,14 +158,16 @@ typedef enum flashattn_tensor_t {
   FLASHATTN_TENSOR_DO = 4, /**< Output gradient, like O. */
   FLASHATTN_TENSOR_DQ = 5, /**< Query gradient, like Q. */
   FLASHATTN_TENSOR_DK = 6, /**< Key gradient, like K. */
-  FLASHATTN_TENSOR_DV = 7  /**< Value gradient, like V. */
+  FLASHATTN_TENSOR_DV = 7, /**< Value gradient, like V. */
+  FLASHATTN_TENSOR_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_tensor_t;
 
 /** Which algorithm a plan runs. */
 typedef enum flashattn_algorithm_t {
   FLASHATTN_ALGORITHM_FLASH = 0,   /**< Default: tiled FlashAttention, O(N) extra memory. */
-  FLASHATTN_ALGORITHM_STANDARD = 1 /**< Standard attention materializing S and P (O(N^2) workspace):
-                                        the baseline and GPU reference. CUDA: cuBLAS, loaded at first use. */
+  FLASHATTN_ALGORITHM_STANDARD = 1, /**< Standard attention materializing S and P (O(N^2) workspace):
+                                         the baseline and GPU reference. CUDA: cuBLAS, loaded at first use. */
+  FLASHATTN_ALGORITHM_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_algorithm_t;
 
 /**
@@ -294,7 +299,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan
 /** How query row i lines up with key column j in masks and ALiBi. */
 typedef enum flashattn_mask_align_t {
   FLASHATTN_ALIGN_TOP_LEFT = 0,    /**< i' = i. */
-  FLASHATTN_ALIGN_BOTTOM_RIGHT = 1 /**< i' = i + seqlen_k - seqlen_q (per sequence in varlen mode). */
+  FLASHATTN_ALIGN_BOTTOM_RIGHT = 1, /**< i' = i + seqlen_k - seqlen_q (per sequence in varlen mode). */
+  FLASHATTN_ALIGN_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_mask_align_t;
 
 /** A window value meaning "no bound on this side". Any negative value means the same. */
@@ -327,7 +333,8 @@ typedef enum flashattn_bias_t {
   FLASHATTN_BIAS_NONE = 0,            /**< No bias (default). */
   FLASHATTN_BIAS_TENSOR = 1,          /**< bias[b, h, i, j] from args.bias, in the plan's dtype, strided. */
   FLASHATTN_BIAS_ALIBI = 2,           /**< slope[h] * (j - i'), slopes fp32 [heads_q] from args.alibi_slopes. */
-  FLASHATTN_BIAS_ALIBI_SYMMETRIC = 3  /**< -slope[h] * |i' - j|, slopes as for ALIBI. */
+  FLASHATTN_BIAS_ALIBI_SYMMETRIC = 3, /**< -slope[h] * |i' - j|, slopes as for ALIBI. */
+  FLASHATTN_BIAS_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_bias_t;
 
 /**
@@ -418,7 +425,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_
 /** A pass, for workspace queries. */
 typedef enum flashattn_pass_t {
   FLASHATTN_PASS_FORWARD = 0, /**< ::flashattn_fwd. */
-  FLASHATTN_PASS_BACKWARD = 1 /**< ::flashattn_bwd. */
+  FLASHATTN_PASS_BACKWARD = 1, /**< ::flashattn_bwd. */
+  FLASHATTN_PASS_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_pass_t;
 
 /**

@@ -93,6 +93,7 @@ FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status) {
     FA_CASE(FLASHATTN_STATUS_WRONG_MEMORY_SPACE)
     FA_CASE(FLASHATTN_STATUS_INTERNAL_ERROR)
 #undef FA_CASE
+    case FLASHATTN_STATUS_MAX_ENUM: break;
   }
   return "FLASHATTN_STATUS_UNKNOWN";
 }
