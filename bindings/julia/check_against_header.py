@@ -103,6 +103,8 @@ def parse_header(text):
 
 def eval_c_int(expr, names):
     expr = expr.strip()
+    # Hex and decimal literals with optional integer suffixes (0x7FFFFFFF, 10u, 5LL).
+    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b", lambda m: str(int(m.group(1), 0)), expr)
     expr = re.sub(r"\b(\w+)\b", lambda m: str(names[m.group(1)]) if m.group(1) in names else m.group(1), expr)
     if not re.fullmatch(r"[\d\s()+\-*]+", expr):
         raise ValueError(expr)
@@ -220,9 +222,9 @@ def parse_julia(text):
         out["ccalls"].append({"lib": lib, "name": name, "args": types, "ret": ret, "line": line})
     for m in re.finditer(r"^\s*const\s+(\w+)\s*=\s*(.+?)\s*$", text, flags=re.M):
         name, val = m.group(1), m.group(2)
-        vm = re.fullmatch(r"(?:Cint|Int32|Int64|Int)?\(?\s*(-?\d+)\s*\)?", val)
+        vm = re.fullmatch(r"(?:Cint|Int32|Int64|Int)?\(?\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*\)?", val)
         if vm:
-            out["consts"][name] = int(vm.group(1))
+            out["consts"][name] = int(vm.group(1), 0)
         elif re.fullmatch(r"[\w{}]+", val):
             out["aliases"][name] = val
         else:

@@ -82,16 +82,19 @@ const FLASHATTN_STATUS_NO_DEVICE = Cint(401)
 const FLASHATTN_STATUS_LAUNCH_FAILED = Cint(402)
 const FLASHATTN_STATUS_WRONG_MEMORY_SPACE = Cint(403)
 const FLASHATTN_STATUS_INTERNAL_ERROR = Cint(900)
+const FLASHATTN_STATUS_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_backend_t
 const FLASHATTN_BACKEND_AUTO = Cint(0)
 const FLASHATTN_BACKEND_CPU = Cint(1)
 const FLASHATTN_BACKEND_CUDA = Cint(2)
+const FLASHATTN_BACKEND_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_dtype_t
 const FLASHATTN_DTYPE_FP16 = Cint(0)
 const FLASHATTN_DTYPE_BF16 = Cint(1)
 const FLASHATTN_DTYPE_FP32 = Cint(2)
+const FLASHATTN_DTYPE_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_tensor_t
 const FLASHATTN_TENSOR_Q = Cint(0)
@@ -102,24 +105,29 @@ const FLASHATTN_TENSOR_DO = Cint(4)
 const FLASHATTN_TENSOR_DQ = Cint(5)
 const FLASHATTN_TENSOR_DK = Cint(6)
 const FLASHATTN_TENSOR_DV = Cint(7)
+const FLASHATTN_TENSOR_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_algorithm_t
 const FLASHATTN_ALGORITHM_FLASH = Cint(0)
 const FLASHATTN_ALGORITHM_STANDARD = Cint(1)
+const FLASHATTN_ALGORITHM_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_mask_align_t
 const FLASHATTN_ALIGN_TOP_LEFT = Cint(0)
 const FLASHATTN_ALIGN_BOTTOM_RIGHT = Cint(1)
+const FLASHATTN_ALIGN_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_bias_t
 const FLASHATTN_BIAS_NONE = Cint(0)
 const FLASHATTN_BIAS_TENSOR = Cint(1)
 const FLASHATTN_BIAS_ALIBI = Cint(2)
 const FLASHATTN_BIAS_ALIBI_SYMMETRIC = Cint(3)
+const FLASHATTN_BIAS_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # flashattn_pass_t
 const FLASHATTN_PASS_FORWARD = Cint(0)
 const FLASHATTN_PASS_BACKWARD = Cint(1)
+const FLASHATTN_PASS_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # ---------------------------------------------------------------- argument structs
 

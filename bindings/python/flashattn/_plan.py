@@ -896,7 +896,8 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
 
 def _dense_like(shape_bshd, strides_bshd):
     """Dense strides for shape_bshd, with the dimension order of strides_bshd (dim innermost)."""
-    order = sorted(range(3), key=lambda i: -strides_bshd[i])  # outermost first among b, s, h
+    # Outermost first among b, s, h; extent-1 dims (e.g. the ignored batch of varlen) outermost.
+    order = sorted(range(3), key=lambda i: -strides_bshd[i] if shape_bshd[i] > 1 else -float("inf"))
     st = [0, 0, 0, 1]
     acc = shape_bshd[3]
     for i in reversed(order):

@@ -51,18 +51,24 @@ pub const FLASHATTN_STATUS_NO_DEVICE: flashattn_status_t = 401;
 pub const FLASHATTN_STATUS_LAUNCH_FAILED: flashattn_status_t = 402;
 pub const FLASHATTN_STATUS_WRONG_MEMORY_SPACE: flashattn_status_t = 403;
 pub const FLASHATTN_STATUS_INTERNAL_ERROR: flashattn_status_t = 900;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_STATUS_MAX_ENUM: flashattn_status_t = 0x7FFF_FFFF;
 
 /// `flashattn_backend_t`.
 pub type flashattn_backend_t = c_int;
 pub const FLASHATTN_BACKEND_AUTO: flashattn_backend_t = 0;
 pub const FLASHATTN_BACKEND_CPU: flashattn_backend_t = 1;
 pub const FLASHATTN_BACKEND_CUDA: flashattn_backend_t = 2;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_BACKEND_MAX_ENUM: flashattn_backend_t = 0x7FFF_FFFF;
 
 /// `flashattn_dtype_t`.
 pub type flashattn_dtype_t = c_int;
 pub const FLASHATTN_DTYPE_FP16: flashattn_dtype_t = 0;
 pub const FLASHATTN_DTYPE_BF16: flashattn_dtype_t = 1;
 pub const FLASHATTN_DTYPE_FP32: flashattn_dtype_t = 2;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_DTYPE_MAX_ENUM: flashattn_dtype_t = 0x7FFF_FFFF;
 
 /// `flashattn_tensor_t`.
 pub type flashattn_tensor_t = c_int;
@@ -74,16 +80,22 @@ pub const FLASHATTN_TENSOR_DO: flashattn_tensor_t = 4;
 pub const FLASHATTN_TENSOR_DQ: flashattn_tensor_t = 5;
 pub const FLASHATTN_TENSOR_DK: flashattn_tensor_t = 6;
 pub const FLASHATTN_TENSOR_DV: flashattn_tensor_t = 7;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_TENSOR_MAX_ENUM: flashattn_tensor_t = 0x7FFF_FFFF;
 
 /// `flashattn_algorithm_t`.
 pub type flashattn_algorithm_t = c_int;
 pub const FLASHATTN_ALGORITHM_FLASH: flashattn_algorithm_t = 0;
 pub const FLASHATTN_ALGORITHM_STANDARD: flashattn_algorithm_t = 1;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_ALGORITHM_MAX_ENUM: flashattn_algorithm_t = 0x7FFF_FFFF;
 
 /// `flashattn_mask_align_t`.
 pub type flashattn_mask_align_t = c_int;
 pub const FLASHATTN_ALIGN_TOP_LEFT: flashattn_mask_align_t = 0;
 pub const FLASHATTN_ALIGN_BOTTOM_RIGHT: flashattn_mask_align_t = 1;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_ALIGN_MAX_ENUM: flashattn_mask_align_t = 0x7FFF_FFFF;
 
 /// `flashattn_bias_t`.
 pub type flashattn_bias_t = c_int;
@@ -91,11 +103,15 @@ pub const FLASHATTN_BIAS_NONE: flashattn_bias_t = 0;
 pub const FLASHATTN_BIAS_TENSOR: flashattn_bias_t = 1;
 pub const FLASHATTN_BIAS_ALIBI: flashattn_bias_t = 2;
 pub const FLASHATTN_BIAS_ALIBI_SYMMETRIC: flashattn_bias_t = 3;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_BIAS_MAX_ENUM: flashattn_bias_t = 0x7FFF_FFFF;
 
 /// `flashattn_pass_t`.
 pub type flashattn_pass_t = c_int;
 pub const FLASHATTN_PASS_FORWARD: flashattn_pass_t = 0;
 pub const FLASHATTN_PASS_BACKWARD: flashattn_pass_t = 1;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_PASS_MAX_ENUM: flashattn_pass_t = 0x7FFF_FFFF;
 
 /// `struct CUstream_st` (the type behind cudaStream_t); only ever used by pointer.
 #[repr(C)]
