@@ -4,6 +4,7 @@
 #   bindings.rust           cargo test --offline; skips (77) without cargo
 #   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
 #   bindings.julia_checker  the checker detects deliberately broken copies
+#   bindings.rust_sys_*     flashattn-sys's extern block against the header (+ self-test)
 #   bindings.hpp_*          include/flashattn.hpp compiles alone under strict flags
 #   examples.c / .cpp       the CPU examples run and check their results
 #   examples.cuda           the CUDA example (label gpu; skipped without a device)
@@ -41,8 +42,18 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/julia/test_checker.py)
   set_tests_properties(bindings.julia_header bindings.julia_checker PROPERTIES
     LABELS "bindings;julia" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  # flashattn-sys's hand-written extern block against the header (no Rust toolchain needed),
+  # and the same check proving it catches broken copies.
+  add_test(NAME bindings.rust_sys_header
+           COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/rust/check_sys_against_header.py
+                   --header ${PROJECT_SOURCE_DIR}/include/flashattn.h
+                   --sys ${_fa_bindings}/rust/flashattn-sys/src/lib.rs)
+  add_test(NAME bindings.rust_sys_checker
+           COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/rust/check_sys_against_header.py --self-test)
+  set_tests_properties(bindings.rust_sys_header bindings.rust_sys_checker PROPERTIES
+    LABELS "bindings;rust" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 else()
-  foreach(_t julia_header julia_checker)
+  foreach(_t julia_header julia_checker rust_sys_header rust_sys_checker)
     add_test(NAME bindings.${_t}
              COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: no python3 interpreter found")
     set_tests_properties(bindings.${_t} PROPERTIES LABELS "bindings;julia" SKIP_REGULAR_EXPRESSION "SKIPPED:")
