@@ -1009,20 +1009,16 @@ def backward(q, k, v, out, lse, dout, *, causal=False, window=None, align="top_l
         grads = [_bshd_view(_out_array(info["q"], plan, t, layout), n, layout, kind)
                  for n, t in (("dq", Tensor.DQ), ("dk", Tensor.DK), ("dv", Tensor.DV))]
         b = _bias4(bias) if bias is not None else None
-        dbias = None
-        if want_dbias:
-            if b is None:
-                raise make_error(Status.INVALID_ARGUMENT, "want_dbias=True needs a bias tensor")
-            bv = A.view("bias", b, kind)
-            dbias = alloc(info["q"], bv.shape, plan._bias_strides, kind)
+        if want_dbias and b is None:
+            raise make_error(Status.INVALID_ARGUMENT, "want_dbias=True needs a bias tensor")
         res = plan.backward(views["q"], views["k"], views["v"], views["out"], lse, views["dout"],
                             dq=grads[0], dk=grads[1], dv=grads[2], bias=b,
-                            dbias=dbias if want_dbias else None, alibi_slopes=alibi_slopes,
+                            dbias=True if want_dbias else None, alibi_slopes=alibi_slopes,
                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, stream=stream)
     dq, dk, dv = (g.owner for g in res[:3])
     if want_dbias:
-        db = res[3]
-        if len(bias.shape) < 4 and hasattr(db, "reshape"):
-            db = db.reshape(bias.shape)
+        db = res[3]  # size 1 along broadcast (zero-stride) dims, which hold the summed gradient
+        if len(bias.shape) < 4 and db.shape[:4 - len(bias.shape)] == (1,) * (4 - len(bias.shape)):
+            db = db.reshape(db.shape[4 - len(bias.shape):])
         return dq, dk, dv, db
     return dq, dk, dv
