@@ -80,6 +80,7 @@ def test_attention_gpu_matches_sdpa(dtype, causal, hq, hkv):
 def test_attention_gpu_on_a_side_stream():
     s = torch.cuda.Stream()
     q = torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.float16)
+    s.wait_stream(torch.cuda.current_stream())  # q is produced on the default stream
     with torch.cuda.stream(s):
         out = flashattn.attention(q, q, q, causal=True)
     s.synchronize()
