@@ -15,6 +15,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/params.h"
 #include "common/philox.h"
@@ -308,27 +309,67 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
-          const int ip = i + shift;
-          const T* brow = bias_on ? bias_base + static_cast<int64_t>(i) * p.bias_stride[2] : nullptr;
+        for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
+          for (int e = 0; e < 4; ++e) {
+            float x = s[mt][nt][e] * p.scale;
+            if (softcap_on) x = p.softcap * tanhf(x * inv_softcap);
+            s[mt][nt][e] = x;
+          }
+      if (bias_on) {
+        // One row at a time (the empty asm keeps the loads of a row together, bounding
+        // the registers in flight); pairs of columns are one 32-bit load when aligned.
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = n0 + nt * 8 + 2 * t + e;
-              float x = s[mt][nt][2 * hh + e] * p.scale;
-              if (softcap_on) x = p.softcap * tanhf(x * inv_softcap);
-              if (bias_on) {
-                if (i < len_q && j < len_k) x += ElemTraits<T>::to_float(brow[j * p.bias_stride[3]]);
-              } else if (alibi_on) {
-                const int dist = j - ip;
-                x += p.bias_kind == kBiasAlibi ? alibi_slope * static_cast<float>(dist)
-                                               : -alibi_slope * static_cast<float>(dist < 0 ? -dist : dist);
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
+            if (i < len_q) {
+              const T* brow = bias_base + static_cast<int64_t>(i) * p.bias_stride[2];
+              const int64_t bsk = p.bias_stride[3];
+              const bool pairs = bsk == 1 && (reinterpret_cast<uintptr_t>(brow) & 3u) == 0;
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                const int j = n0 + nt * 8 + 2 * t;
+                float b0 = 0.f, b1 = 0.f;
+                if (pairs && j + 1 < len_k) {
+                  const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + j);
+                  T h2[2];
+                  memcpy(h2, &u, 4);
+                  b0 = ElemTraits<T>::to_float(h2[0]);
+                  b1 = ElemTraits<T>::to_float(h2[1]);
+                } else {
+                  if (j < len_k) b0 = ElemTraits<T>::to_float(brow[j * bsk]);
+                  if (j + 1 < len_k) b1 = ElemTraits<T>::to_float(brow[(j + 1) * bsk]);
+                }
+                s[mt][nt][2 * hh] += b0;
+                s[mt][nt][2 * hh + 1] += b1;
               }
-              s[mt][nt][2 * hh + e] = x * kLog2e;
             }
-        }
+            asm volatile("" ::: "memory");
+          }
+      } else if (alibi_on) {
+        const bool sym = p.bias_kind == kBiasAlibiSymmetric;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int ip = m0 + row_w0 + mt * 16 + g + hh * 8 + shift;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int dist = n0 + nt * 8 + 2 * t + e - ip;
+                s[mt][nt][2 * hh + e] += alibi_slope * static_cast<float>(sym ? -abs(dist) : dist);
+              }
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= kLog2e;
     }
 
     // ---- element mask on boundary tiles ----
@@ -404,12 +445,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       }
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
+    // Keep decisions are first gathered into a bit mask by a rolled loop (one Philox
+    // call per thread, n8 tile and m16 tile), which keeps register pressure low.
     if (dropout) {
+      static_assert(kNT <= 16, "dropout bit mask holds 16 n8 tiles");
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
         const uint32_t i_own = static_cast<uint32_t>(m0 + row_w0 + mt * 16 + g + (t & 1) * 8);
-#pragma unroll
+        uint64_t drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
+#pragma unroll 1
         for (int nt = 0; nt < kNT; ++nt) {
           const uint32_t j4 = static_cast<uint32_t>((n0 + nt * 8) >> 2) + (t >> 1);
           const Philox4 w = dropout_words(p.seed, drop_head, i_own, j4);
@@ -422,11 +467,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
           const uint32_t r10 = (t & 1) ? w.x[2] : recv0;  // row g+8, col 2t
           const uint32_t r11 = (t & 1) ? w.x[3] : recv1;  // row g+8, col 2t+1
           const uint32_t th = p.drop_threshold;
-          if (r00 < th) s[mt][nt][0] = 0.f;
-          if (r01 < th) s[mt][nt][1] = 0.f;
-          if (r10 < th) s[mt][nt][2] = 0.f;
-          if (r11 < th) s[mt][nt][3] = 0.f;
+          const uint32_t f = (r00 < th ? 1u : 0u) | (r01 < th ? 2u : 0u) | (r10 < th ? 4u : 0u) | (r11 < th ? 8u : 0u);
+          drop_bits |= static_cast<uint64_t>(f) << (4 * nt);
         }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if ((drop_bits >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
       }
     }
 

@@ -591,82 +591,186 @@ static int run_checks() {
   return fails;
 }
 
-static void bench() {
-  printf("\nBENCH gen1 fwd bf16, 16k tokens, h = 2048/d (TFLOP/s, median of 30)\n");
-  struct B {
-    int d, s;
-    bool causal;
-  };
-  std::vector<B> bs = {{64, 4096, false},  {64, 16384, false},  {128, 4096, false}, {128, 16384, false},
-                       {128, 16384, true}, {256, 4096, false},  {256, 16384, false}, {128, 512, false}};
-  for (const B& bb : bs) {
-    const int64_t s = bb.s, bsz = 16384 / s, h = 2048 / bb.d, d = bb.d;
-    AttnParams p{};
-    p.batch = bsz;
-    p.seqlen_q = p.seqlen_k = s;
-    p.heads_q = p.heads_kv = h;
-    p.head_dim_qk = p.head_dim_v = d;
-    p.dtype = kBf16;
-    p.direction = kForward;
-    int64_t n;
-    p.q_stride = p.k_stride = p.v_stride = p.o_stride = make_strides(0, bsz, s, h, d, &n);
-    p.scale = 1.f / sqrtf(float(d));
-    p.has_band = bb.causal;
-    p.window_left = -1;
-    p.window_right = bb.causal ? 0 : -1;
-    p.rp_keep = 1.f;
-    std::vector<uint16_t> hbuf(n);
-    std::mt19937 rng(7);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& x : hbuf) x = f2h(nd(rng), kBf16);
-    void *q, *k, *v, *o;
-    float* lse;
-    CK(cudaMalloc(&q, n * 2));
-    CK(cudaMalloc(&k, n * 2));
-    CK(cudaMalloc(&v, n * 2));
-    CK(cudaMalloc(&o, n * 2));
-    CK(cudaMalloc(&lse, bsz * h * s * 4));
-    CK(cudaMemcpy(q, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(k, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(v, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
-    p.q = q;
-    p.k = k;
-    p.v = v;
-    p.o = o;
-    p.lse = lse;
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int w = 0; w < 3; ++w)
-      if (gen1_fwd(p, nullptr, 0, 0) != FLASHATTN_STATUS_SUCCESS) printf("launch failed: %s\n", last_error_message());
-    std::vector<float> ts;
-    for (int r = 0; r < 30; ++r) {
-      CK(cudaEventRecord(e0));
-      gen1_fwd(p, nullptr, 0, 0);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    const double ms = ts[ts.size() / 2];
-    double flops = 4.0 * bsz * h * double(s) * s * d;
-    if (bb.causal) flops /= 2;
-    printf("BENCH gen1 d=%d seq=%d %s: %.3f ms  %.1f TFLOP/s\n", bb.d, bb.s, bb.causal ? "causal" : "noncausal", ms,
-           flops / ms / 1e9);
-    cudaFree(q);
-    cudaFree(k);
-    cudaFree(v);
-    cudaFree(o);
-    cudaFree(lse);
+struct BenchCfg {
+  std::string name;
+  int d = 128, s = 16384;
+  bool causal = false;
+  float p_drop = 0.f, softcap = 0.f;
+  int bias_kind = kBiasNone;
+  float density = 1.f;  // block-sparse layout 128x64 blocks when < 1
+  int64_t window = -1;  // sliding window (left, right 0)
+  bool extras_only_check = false;
+};
+
+static void bench_one(const BenchCfg& bb) {
+  const int64_t s = bb.s, bsz = 16384 / s, h = 2048 / bb.d, d = bb.d;
+  AttnParams p{};
+  p.batch = bsz;
+  p.seqlen_q = p.seqlen_k = s;
+  p.heads_q = p.heads_kv = h;
+  p.head_dim_qk = p.head_dim_v = d;
+  p.dtype = kBf16;
+  p.direction = kForward;
+  int64_t n;
+  p.q_stride = p.k_stride = p.v_stride = p.o_stride = make_strides(0, bsz, s, h, d, &n);
+  p.scale = 1.f / sqrtf(float(d));
+  p.has_band = bb.causal || bb.window >= 0;
+  p.window_left = bb.window;
+  p.window_right = (bb.causal || bb.window >= 0) ? 0 : -1;
+  p.softcap = bb.softcap;
+  p.p_drop = bb.p_drop;
+  p.rp_keep = 1.f / (1.f - bb.p_drop);
+  p.drop_threshold = dropout_threshold(bb.p_drop);
+  p.seed = 42;
+  p.bias_kind = bb.bias_kind;
+  std::vector<uint16_t> hbuf(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : hbuf) x = f2h(nd(rng), kBf16);
+  void *q, *k, *v, *o, *bias = nullptr;
+  float *lse, *slopes;
+  uint8_t* lay = nullptr;
+  CK(cudaMalloc(&q, n * 2));
+  CK(cudaMalloc(&k, n * 2));
+  CK(cudaMalloc(&v, n * 2));
+  CK(cudaMalloc(&o, n * 2));
+  CK(cudaMalloc(&lse, bsz * h * s * 4));
+  CK(cudaMemcpy(q, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  std::vector<float> sl(h);
+  for (int64_t i = 0; i < h; ++i) sl[i] = powf(2.f, -8.f * (i + 1) / h);
+  CK(cudaMalloc(&slopes, h * 4));
+  CK(cudaMemcpy(slopes, sl.data(), h * 4, cudaMemcpyHostToDevice));
+  p.alibi_slopes = slopes;
+  if (bb.bias_kind == kBiasTensor) {  // [sq, sk] broadcast over batch and heads
+    CK(cudaMalloc(&bias, s * s * 2));
+    std::vector<uint16_t> bh(s * s);
+    for (auto& x : bh) x = f2h(nd(rng), kBf16);
+    CK(cudaMemcpy(bias, bh.data(), s * s * 2, cudaMemcpyHostToDevice));
+    p.bias = bias;
+    p.bias_stride[0] = 0;
+    p.bias_stride[1] = 0;
+    p.bias_stride[2] = s;
+    p.bias_stride[3] = 1;
   }
+  double active = 1.0;
+  if (bb.density < 1.f) {
+    p.block_q = 128;
+    p.block_k = 64;
+    p.layout_heads = 1;
+    p.n_row_blocks = (s + 127) / 128;
+    p.n_col_blocks = (s + 63) / 64;
+    std::vector<uint8_t> lh(p.n_row_blocks * p.n_col_blocks);
+    std::uniform_real_distribution<float> ud(0.f, 1.f);
+    size_t on = 0;
+    for (auto& x : lh) on += (x = ud(rng) < bb.density ? 1 : 0);
+    active = double(on) / lh.size();
+    CK(cudaMalloc(&lay, lh.size()));
+    CK(cudaMemcpy(lay, lh.data(), lh.size(), cudaMemcpyHostToDevice));
+    p.layout = lay;
+  }
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int w = 0; w < 3; ++w)
+    if (gen1_fwd(p, nullptr, 0, 0) != FLASHATTN_STATUS_SUCCESS) printf("launch failed: %s\n", last_error_message());
+  std::vector<float> ts;
+  for (int r = 0; r < 30; ++r) {
+    CK(cudaEventRecord(e0));
+    gen1_fwd(p, nullptr, 0, 0);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms);
+  }
+  CK(cudaGetLastError());
+  std::sort(ts.begin(), ts.end());
+  const double ms = ts[ts.size() / 2];
+  // FLOPs of the dense problem (causal halved), the peers' convention.
+  double flops = 4.0 * bsz * h * double(s) * s * d;
+  if (bb.causal) flops /= 2;
+  printf("BENCH gen1 %-28s d=%d seq=%d: %.3f ms  %.1f TFLOP/s", bb.name.c_str(), bb.d, bb.s, ms, flops / ms / 1e9);
+  if (bb.density < 1.f) printf("  (active blocks %.3f; %.1f TFLOP/s on active)", active, flops * active / ms / 1e9);
+  if (bb.window >= 0) printf("  (window %lld)", (long long)bb.window);
+  printf("\n");
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+  cudaFree(slopes);
+  cudaFree(bias);
+  cudaFree(lay);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+static void bench(const std::string& which) {
+  printf("\nBENCH gen1 fwd bf16, 16k tokens, h = 2048/d (TFLOP/s, median of 30)\n");
+  std::vector<BenchCfg> bs;
+  auto add = [&](BenchCfg b) { bs.push_back(b); };
+  for (auto dsc : std::vector<std::tuple<int, int, bool>>{{64, 4096, false}, {64, 16384, false}, {128, 4096, false},
+                                                          {128, 16384, false}, {128, 16384, true}, {256, 4096, false},
+                                                          {256, 16384, false}, {128, 512, false}}) {
+    BenchCfg b;
+    b.d = std::get<0>(dsc);
+    b.s = std::get<1>(dsc);
+    b.causal = std::get<2>(dsc);
+    b.name = b.causal ? "causal" : "noncausal";
+    add(b);
+  }
+  if (which == "options" || which == "all") {
+    for (int d : {64, 128}) {
+      BenchCfg b;
+      b.d = d;
+      b.s = 4096;
+      b.name = "opt:none";
+      add(b);
+      b.name = "opt:dropout0.1";
+      b.p_drop = 0.1f;
+      add(b);
+      b.p_drop = 0;
+      b.name = "opt:softcap30";
+      b.softcap = 30.f;
+      add(b);
+      b.softcap = 0;
+      b.name = "opt:alibi";
+      b.bias_kind = kBiasAlibi;
+      add(b);
+      b.name = "opt:bias[sq,sk]";
+      b.bias_kind = kBiasTensor;
+      add(b);
+      b.bias_kind = kBiasNone;
+      b.name = "opt:blocksparse0.5";
+      b.density = 0.5f;
+      add(b);
+      b.name = "opt:blocksparse0.25";
+      b.density = 0.25f;
+      add(b);
+      b.density = 1.f;
+      b.name = "opt:window(512,0)";
+      b.window = 512;
+      add(b);
+      b.window = -1;
+      b.name = "opt:causal";
+      b.causal = true;
+      add(b);
+    }
+  }
+  for (const BenchCfg& b : bs) bench_one(b);
 }
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   int fails = 0;
   if (mode == "check" || mode == "all") fails = run_checks();
-  if (mode == "bench" || mode == "all") bench();
+  if (mode == "bench" || mode == "all" || mode == "options") bench(mode);
   return fails ? 1 : 0;
 }
