@@ -20,10 +20,26 @@ fn main() -> Result<(), flashattn::Error> {
 
     let dout = vec![1f32; shape.o_len()];
     let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);
-    plan.backward(&q, &k, &v, &out, &lse, &dout, Grads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbias: None }, &Inputs::default())?;
+    plan.backward(
+        &q,
+        &k,
+        &v,
+        &out,
+        &lse,
+        &dout,
+        Grads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbias: None },
+        &Inputs::default(),
+    )?;
 
     let norm = |x: &[f32]| x.iter().map(|v| v * v).sum::<f32>().sqrt();
-    println!("|out| = {:.4}  lse[0] = {:.4}  |dq| = {:.4}  |dk| = {:.4}  |dv| = {:.4}", norm(&out), lse[0], norm(&dq), norm(&dk), norm(&dv));
+    println!(
+        "|out| = {:.4}  lse[0] = {:.4}  |dq| = {:.4}  |dk| = {:.4}  |dv| = {:.4}",
+        norm(&out),
+        lse[0],
+        norm(&dq),
+        norm(&dk),
+        norm(&dv)
+    );
 
     // Errors carry the status and the library's message.
     match Plan::cpu(Shape::new(1, 8, 8, 2, 2, 300), DType::F32) {

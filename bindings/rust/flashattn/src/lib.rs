@@ -389,7 +389,7 @@ struct Chunk([u8; 64]);
 
 /// Host scratch, 64-byte aligned.
 fn host_workspace(bytes: usize) -> Vec<Chunk> {
-    vec![Chunk([0; 64]); bytes.div_ceil(64)]
+    vec![Chunk([0; 64]); (bytes + 63) / 64]
 }
 
 // ------------------------------------------------------------------ plan
@@ -441,7 +441,8 @@ impl Plan {
         let mut raw: sys::flashattn_plan_t = ptr::null_mut();
         // SAFETY: valid out-pointer.
         check(unsafe { sys::flashattn_plan_create(&mut raw, backend.raw(), device) }, "flashattn_plan_create")?;
-        let raw = NonNull::new(raw).ok_or_else(|| wrapper_error(Status::INTERNAL_ERROR, "plan_create gave NULL".into()))?;
+        let raw =
+            NonNull::new(raw).ok_or_else(|| wrapper_error(Status::INTERNAL_ERROR, "plan_create gave NULL".into()))?;
         let mut resolved: sys::flashattn_backend_t = 0;
         // SAFETY: valid plan and out-pointer.
         let st = unsafe { sys::flashattn_plan_get_backend(raw.as_ptr(), &mut resolved) };
@@ -504,7 +505,10 @@ impl Plan {
             Pass::Backward => sys::FLASHATTN_PASS_BACKWARD,
         };
         // SAFETY: valid plan and out-pointer.
-        check(unsafe { sys::flashattn_plan_get_workspace_size(self.as_raw(), p, &mut n) }, "flashattn_plan_get_workspace_size")?;
+        check(
+            unsafe { sys::flashattn_plan_get_workspace_size(self.as_raw(), p, &mut n) },
+            "flashattn_plan_get_workspace_size",
+        )?;
         Ok(n)
     }
 
@@ -514,7 +518,14 @@ impl Plan {
         check(
             unsafe {
                 sys::flashattn_plan_set_shape(
-                    self.as_raw(), s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv, s.head_dim_qk, s.head_dim_v,
+                    self.as_raw(),
+                    s.batch,
+                    s.seqlen_q,
+                    s.seqlen_k,
+                    s.heads_q,
+                    s.heads_kv,
+                    s.head_dim_qk,
+                    s.head_dim_v,
                 )
             },
             "flashattn_plan_set_shape",
@@ -548,7 +559,10 @@ impl Plan {
     /// Softmax scale (0 restores 1/sqrt(head_dim_qk)).
     pub fn set_scale(&mut self, scale: f32) -> Result<&mut Self> {
         // SAFETY: valid plan.
-        check(unsafe { sys::flashattn_plan_set_softmax_scale(self.as_raw(), scale) }, "flashattn_plan_set_softmax_scale")?;
+        check(
+            unsafe { sys::flashattn_plan_set_softmax_scale(self.as_raw(), scale) },
+            "flashattn_plan_set_softmax_scale",
+        )?;
         Ok(self)
     }
 
@@ -630,7 +644,10 @@ impl Plan {
     /// Dropout probability p in [0, 1) (0 disables) with the Philox seed and offset.
     pub fn set_dropout(&mut self, p: f32, seed: u64, offset: u64) -> Result<&mut Self> {
         // SAFETY: valid plan.
-        check(unsafe { sys::flashattn_plan_set_dropout(self.as_raw(), p, seed, offset) }, "flashattn_plan_set_dropout")?;
+        check(
+            unsafe { sys::flashattn_plan_set_dropout(self.as_raw(), p, seed, offset) },
+            "flashattn_plan_set_dropout",
+        )?;
         Ok(self)
     }
 
@@ -660,8 +677,13 @@ impl Plan {
                 // SAFETY: valid plan; layout holds at least the entries the library reads.
                 unsafe {
                     sys::flashattn_plan_set_block_sparse(
-                        self.as_raw(), l.layout.as_ptr(), l.layout_heads, l.num_row_blocks, l.num_col_blocks,
-                        l.block_q, l.block_k,
+                        self.as_raw(),
+                        l.layout.as_ptr(),
+                        l.layout_heads,
+                        l.num_row_blocks,
+                        l.num_col_blocks,
+                        l.block_q,
+                        l.block_k,
                     )
                 }
             }
@@ -685,7 +707,9 @@ impl Plan {
             }
             None => span(&[b, s, h, d], &st),
         };
-        r.ok_or_else(|| wrapper_error(Status::INVALID_STRIDE, format!("{t:?}: strides {st:?} are negative or overflow")))
+        r.ok_or_else(|| {
+            wrapper_error(Status::INVALID_STRIDE, format!("{t:?}: strides {st:?} are negative or overflow"))
+        })
     }
 
     fn check_len(&self, name: &str, got: usize, need: usize) -> Result<()> {
@@ -735,7 +759,10 @@ impl Plan {
         if let Some(b) = x.bias {
             self.check_len("bias", b.len(), self.bias_need()?)?;
         } else if matches!(self.bias, BiasKind::Tensor(_)) {
-            return Err(wrapper_error(Status::NULL_POINTER, "bias: the plan's bias kind is Tensor but none given".into()));
+            return Err(wrapper_error(
+                Status::NULL_POINTER,
+                "bias: the plan's bias kind is Tensor but none given".into(),
+            ));
         }
         if let Some(a) = x.alibi_slopes {
             self.check_len("alibi_slopes", a.len(), self.shape.heads_q as usize)?;

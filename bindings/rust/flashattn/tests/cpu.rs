@@ -97,10 +97,7 @@ fn reference(s: Shape, q: &[f32], k: &[f32], v: &[f32], dout: &[f32], causal: Op
 
 fn max_err(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(&x, &y)| if x as f64 == y { 0.0 } else { (x as f64 - y).abs() })
-        .fold(0.0, f64::max)
+    a.iter().zip(b).map(|(&x, &y)| if x as f64 == y { 0.0 } else { (x as f64 - y).abs() }).fold(0.0, f64::max)
 }
 
 fn run_case(shape: Shape, causal: Option<Align>, scale: Option<f32>) {
@@ -221,7 +218,7 @@ fn bias_tensor_block_sparse_and_varlen_run() {
     let mut sparse = vec![0f32; shape.o_len()];
     plan.forward(&q, &k, &v, &mut sparse, None, &Inputs::default()).unwrap();
     let small = Shape::new(1, 4, 2, 1, 1, 4);
-    let r = reference(small, &q, &k[..8], &v[..8], &vec![0.0; 16], None, 0.5);
+    let r = reference(small, &q, &k[..8], &v[..8], &[0.0; 16], None, 0.5);
     assert!(max_err(&sparse, &r.o) < 2e-5);
     // Varlen: two packed sequences of (2 q, 3 k) and (2 q, 3 k) equal two dense batches.
     let mut vl = Plan::cpu(Shape::new(2, 2, 3, 1, 1, 4), DType::F32).unwrap();
@@ -231,7 +228,7 @@ fn bias_tensor_block_sparse_and_varlen_run() {
     let inputs = Inputs { cu_seqlens_q: Some(&cq), cu_seqlens_k: Some(&ck), ..Default::default() };
     vl.forward(&q[..16], &k[..24], &v[..24], &mut packed, None, &inputs).unwrap();
     let dense = Shape::new(2, 2, 3, 1, 1, 4);
-    let r = reference(dense, &q[..16], &k[..24], &v[..24], &vec![0.0; 16], None, 0.5);
+    let r = reference(dense, &q[..16], &k[..24], &v[..24], &[0.0; 16], None, 0.5);
     assert!(max_err(&packed, &r.o) < 2e-5);
 }
 
@@ -275,7 +272,14 @@ fn errors_carry_status_and_message() {
     let mut o = vec![9f32; 24];
     let bad = [0i32, 5, 3];
     let e = vl
-        .forward(&x, &x, &x, &mut o, None, &Inputs { cu_seqlens_q: Some(&bad), cu_seqlens_k: Some(&bad), ..Default::default() })
+        .forward(
+            &x,
+            &x,
+            &x,
+            &mut o,
+            None,
+            &Inputs { cu_seqlens_q: Some(&bad), cu_seqlens_k: Some(&bad), ..Default::default() },
+        )
         .unwrap_err();
     assert_eq!(e.status, Status::INVALID_SEQLENS);
     assert!(e.message.contains("cu_seqlens"), "{}", e.message);
