@@ -1,0 +1,711 @@
+// Generation-1 backward main kernel (sm_80+, FA2 design).
+//
+// One CTA per (k-block of Bc keys, kv head, sequence). K_j and V_j stay in shared memory;
+// the CTA walks the query heads of its GQA group and, for each, the q-blocks of Br rows
+// that are not fully masked, so dK_j and dV_j of the whole group accumulate in registers
+// (GQA reduction is free and deterministic). Per (head, q-block):
+//   S  = Q K^T, dP = dO V^T                          (registers, warp grid WS_M x WS_N)
+//   P  = exp2(S*scale*log2e - LSE*log2e), dropout mask from philox (same as the forward)
+//   dS = P * (dP * keep/(1-p) - Delta)  [* (1 - tanh^2) with softcap]
+//   P_dropped and dS go to shared memory (bf16/fp16), then
+//   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N)
+//   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N);
+//   in deterministic mode the adds into one (head, q-block) happen in ascending k-block
+//   order, serialized by a per-(sequence, head, q-block) turn counter.
+// The softmax scale is applied to dK here and to dQ in the convert kernel.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "common/mask.h"
+#include "common/params.h"
+#include "common/philox.h"
+#include "gen1/bwd.h"
+#include "gen1/mma.cuh"
+
+namespace flashattn {
+namespace gen1 {
+
+// ---------------------------------------------------------------------------------
+// Tile traits. 8 warps; Br x Bc per (q-block, k-block) step; the three warp grids are
+// chosen per config so every warp tile is a multiple of 16 x 16 and the accumulators fit
+// the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
+// ---------------------------------------------------------------------------------
+template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_>
+struct BwdTraits {
+  static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
+  static constexpr int kWarps = 8, kThreads = 256;
+  static constexpr int WS_M = WS_M_, WS_N = WS_N_, WK_M = WK_M_, WK_N = WK_N_, WQ_M = WQ_M_, WQ_N = WQ_N_;
+  static_assert(WS_M * WS_N == kWarps && WK_M * WK_N == kWarps && WQ_M * WQ_N == kWarps, "8 warps per grid");
+  // Shared widths: swizzled tiles are multiples of 64 columns (96 -> 128).
+  static constexpr int DS = round64(D), DVS = round64(DV);
+  // S / dP warp tile: kSM x kSN.
+  static constexpr int kSM = Br / WS_M, kSN = Bc / WS_N;
+  static constexpr int kMTs = kSM / 16, kNTs = kSN / 8;
+  // dK / dV warp tile: kKM keys x kKN (dK) / kVN (dV) columns.
+  static constexpr int kKM = Bc / WK_M, kKN = D / WK_N, kVN = DV / WK_N;
+  static constexpr int kMTk = kKM / 16, kNTk = kKN / 8, kNTv = kVN / 8;
+  // dQ warp tile: kQM x kQN.
+  static constexpr int kQM = Br / WQ_M, kQN = D / WQ_N;
+  static constexpr int kMTq = kQM / 16, kNTq = kQN / 8;
+  static_assert(kSM % 16 == 0 && kSN % 16 == 0, "S warp tile must be a multiple of 16x16");
+  static_assert(kKM % 16 == 0 && kKN % 16 == 0 && kVN % 16 == 0, "dK/dV warp tile must be a multiple of 16x16");
+  static_assert(kQM % 16 == 0 && kQN % 16 == 0, "dQ warp tile must be a multiple of 16x16");
+  static_assert(Bc % 64 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shapes");
+
+  using TileK = SwizzledTile<Bc, DS>;
+  using TileV = SwizzledTile<Bc, DVS>;
+  using TileQ = SwizzledTile<Br, DS>;
+  using TileDO = SwizzledTile<Br, DVS>;
+  using TileP = SwizzledTile<Br, Bc>;  // P_dropped and dS, [query][key]
+
+  // Shared layout (bytes): K | V | P | dS | Q[stages] | dO[stages] | lse2[stages][Br] | delta[stages][Br]
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + TileK::kBytes;
+  static constexpr int kOffP = kOffV + TileV::kBytes;
+  static constexpr int kOffDS = kOffP + TileP::kBytes;
+  static constexpr int kOffQ = kOffDS + TileP::kBytes;
+  static constexpr int kStageBytes = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;
+  static constexpr int smem_bytes(int stages) { return kOffQ + stages * kStageBytes; }
+};
+
+// The configurations (index = kBwdConfigs index).
+//   d<=64: 128x128 (Br x Bc) like FA2; S 4x2 warps (32x64 tiles), dK/dV 4x2, dQ 4x2.
+//   d=96,128: Br 64, Bc 128; S 2x4 (32x32), dK/dV 4x2 (32 keys x d/2), dQ 2x4 / 4x2.
+//   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
+using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2>;
+using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2>;
+using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2>;
+using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4>;
+using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4>;
+using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4>;
+using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4>;
+
+template <int D, int DV>
+struct BwdCfgFor;
+template <> struct BwdCfgFor<32, 32> { using type = BwdCfg32; };
+template <> struct BwdCfgFor<64, 64> { using type = BwdCfg64; };
+template <> struct BwdCfgFor<96, 96> { using type = BwdCfg96; };
+template <> struct BwdCfgFor<128, 128> { using type = BwdCfg128; };
+template <> struct BwdCfgFor<192, 128> { using type = BwdCfg192x128; };
+template <> struct BwdCfgFor<192, 192> { using type = BwdCfg192; };
+template <> struct BwdCfgFor<256, 256> { using type = BwdCfg256; };
+
+template <int kDtype>
+struct BwdElem;
+template <> struct BwdElem<kFp16> { using type = __half; };
+template <> struct BwdElem<kBf16> { using type = __nv_bfloat16; };
+
+#if defined(__CUDACC__)
+
+// threadIdx.x behind an opaque move: values derived from it are recomputed where they
+// are used instead of being hoisted out of the main loop, where they would pin dozens
+// of registers next to the dK/dV accumulators (a few integer ops per use is cheaper).
+__device__ __forceinline__ int bwd_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+// ---------------------------------------------------------------------------------
+// Warp GEMM on swizzled shared tiles: acc[MT][NT] (a (16MT) x (8NT) warp tile) += A * B.
+//   A(m, k) = sA[a_off + m][k]   (kAT false)    or  sA[k][a_off + m]  (kAT true)
+//   B(k, n) = sB[b_off + n][k]   (kBT false)    or  sB[k][b_off + n]  (kBT true)
+// kRA / kRB are the tiles' row counts (stride of their 64-column blocks). Every ldmatrix
+// reads 8 consecutive stored rows at one 16-byte chunk column, which the XOR swizzle
+// (chunk ^ (row & 7)) makes conflict-free with or without transposition.
+// Addresses are built so that each one is a per-lane register plus a compile-time
+// offset (k steps move whole 16-row groups or flip swizzle bits by a constant): hoisting
+// every (k step, tile) address out of the main loop would cost hundreds of registers.
+// ---------------------------------------------------------------------------------
+template <typename T, int MT, int NT, int K, bool kAT, bool kBT, int kRA, int kRB>
+__device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t sA, int a_off, uint32_t sB,
+                                              int b_off) {
+  static_assert(NT % 2 == 0, "B fragments are loaded for pairs of n8 tiles");
+  const int lane = bwd_tid() & 31;
+  const int li = lane >> 3, lr = lane & 7;
+  uint32_t a_base[MT], b_base[NT / 2];
+  uint32_t a_x = 0, b_x = 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    if (!kAT) {
+      a_base[mt] = sA + static_cast<uint32_t>(a_off + mt * 16 + lr + 8 * (li & 1)) * 128u;
+    } else {
+      const int c = (a_off + mt * 16) / 8 + (li & 1);
+      a_base[mt] = sA + static_cast<uint32_t>((c >> 3) * kRA * 128 + (lr + 8 * (li >> 1)) * 128 + (((c & 7) ^ lr) << 4));
+    }
+  }
+  if (!kAT) a_x = static_cast<uint32_t>(((li >> 1) ^ lr) << 4);
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    if (!kBT) {
+      b_base[np] = sB + static_cast<uint32_t>(b_off + np * 16 + lr + 8 * (li >> 1)) * 128u;
+    } else {
+      const int c = (b_off + np * 16) / 8 + (li >> 1);
+      b_base[np] = sB + static_cast<uint32_t>((c >> 3) * kRB * 128 + (lr + 8 * (li & 1)) * 128 + (((c & 7) ^ lr) << 4));
+    }
+  }
+  if (!kBT) b_x = static_cast<uint32_t>(((li & 1) ^ lr) << 4);
+#pragma unroll
+  for (int kk = 0; kk < K; kk += 16) {
+    // Non-transposed operands: k runs along the stored row; chunk kk/8 (even) lives in
+    // 64-column block kk/64 with swizzle bits ((kk/8)&7) ^ lane bits.
+    const uint32_t a_step = kAT ? static_cast<uint32_t>(kk * 128) : static_cast<uint32_t>((kk >> 6) * kRA * 128);
+    const uint32_t b_step = kBT ? static_cast<uint32_t>(kk * 128) : static_cast<uint32_t>((kk >> 6) * kRB * 128);
+    const uint32_t a_sw = kAT ? 0u : (a_x ^ static_cast<uint32_t>(((kk >> 3) & 7) << 4));
+    const uint32_t b_sw = kBT ? 0u : (b_x ^ static_cast<uint32_t>(((kk >> 3) & 7) << 4));
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (!kAT) ldmatrix_x4(a[mt], a_base[mt] + a_sw + a_step);
+      else ldmatrix_x4_trans(a[mt], a_base[mt] + a_step);
+    }
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      if (!kBT) ldmatrix_x4(b, b_base[np] + b_sw + b_step);
+      else ldmatrix_x4_trans(b, b_base[np] + b_step);
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(acc[mt][2 * np], a[mt], b0);
+        mma16816<T>(acc[mt][2 * np + 1], a[mt], b1);
+      }
+    }
+  }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+}
+
+// Loads rows [0, n_valid) x cols [0, d_valid) of a [kRows x kCols] swizzled tile from
+// global rows at `g + r * row_stride`; everything else is zero-filled (no global read).
+template <class Tile, int kRows, int kColsUsed, int kThreads>
+__device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int64_t row_stride, int n_valid,
+                                              int d_valid) {
+  constexpr int kChunksPerRow = kColsUsed / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+  for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
+    const int c = c0 + bwd_tid();
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+      const bool ok = r < n_valid && ch * 8 < d_valid;
+      const uint16_t* src = ok ? g + r * row_stride + ch * 8 : g;
+      cp_async_16(s + 2u * Tile::offset(r, ch * 8), src, ok);
+    }
+  }
+}
+
+__device__ __forceinline__ int bwd_ld_acquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void bwd_st_release(int32_t* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Spins until *p == v (the k-blocks before this one finished the q-block).
+__device__ __forceinline__ void bwd_wait_turn(const int32_t* p, int v) {
+  while (bwd_ld_acquire(p) != v) __nanosleep(64);
+}
+
+__device__ __forceinline__ void bwd_red_add2(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
+// Per-CTA scalars, kept in shared memory and re-read (volatile) where they are used: in
+// registers they would stay live across the whole main loop next to the dK/dV
+// accumulators and push the kernel into spills.
+struct BwdCtx {
+  int64_t q_tok0, k_tok0;  // first token of the sequence (varlen), else 0
+  int len_q, len_k;        // sequence lengths
+  int n0, n_valid;         // first key of the block, keys in it
+  int shift;               // aligned row i' = i + shift
+  int m_lo, m_hi, n_mb;    // q-blocks seeing this k-block under the band mask; q-blocks of the sequence
+  int band_lo, band_hi;    // keep j iff i + band_lo <= j <= i + band_hi (clamped)
+  int b, hk, n_blk;
+};
+__device__ __forceinline__ int bwd_lds(const int& x) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(&x)));
+  return v;
+}
+__device__ __forceinline__ int64_t bwd_lds64(const int64_t& x) {
+  int64_t v;
+  asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(v) : "r"(smem_u32(&x)));
+  return v;
+}
+
+template <class Tr, typename T>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs args) {
+  using Elem = ElemTraits<T>;
+  constexpr int Br = Tr::Br, Bc = Tr::Bc, D = Tr::D, DV = Tr::DV;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ BwdCtx ctx;
+  const AttnParams& p = args.p;
+  const int tid = threadIdx.x;
+  const int group = static_cast<int>(p.heads_q / p.heads_kv);
+  const bool det = p.deterministic != 0;
+
+  if (tid == 0) {
+    const int n_blk = static_cast<int>(blockIdx.x % static_cast<unsigned>(args.n_kblocks));
+    const int64_t rest = blockIdx.x / static_cast<unsigned>(args.n_kblocks);
+    const int hk = static_cast<int>(rest % p.heads_kv);
+    const int b = static_cast<int>(rest / p.heads_kv);
+    int64_t q_tok0 = 0, k_tok0 = 0;
+    int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
+    if (p.varlen) {
+      // Defensive clamps: offsets outside [0, total], decreasing offsets and lengths
+      // above the plan maxima cannot make the kernel leave its tensors.
+      int64_t qs = p.cu_seqlens_q[b], qe = p.cu_seqlens_q[b + 1];
+      int64_t ks = p.cu_seqlens_k[b], ke = p.cu_seqlens_k[b + 1];
+      qs = qs < 0 ? 0 : (qs > p.total_q ? p.total_q : qs);
+      qe = qe < qs ? qs : (qe > p.total_q ? p.total_q : qe);
+      ks = ks < 0 ? 0 : (ks > p.total_k ? p.total_k : ks);
+      ke = ke < ks ? ks : (ke > p.total_k ? p.total_k : ke);
+      len_q = static_cast<int>(qe - qs < p.seqlen_q ? qe - qs : p.seqlen_q);
+      len_k = static_cast<int>(ke - ks < p.seqlen_k ? ke - ks : p.seqlen_k);
+      q_tok0 = qs;
+      k_tok0 = ks;
+    }
+    const int n0 = n_blk * Bc;
+    const int n_valid = len_k - n0 < Bc ? len_k - n0 : Bc;
+    const int64_t shift = p.align == 1 ? static_cast<int64_t>(len_k) - len_q : 0;
+    // q rows that see at least one key of [n0, n_last] under the band mask.
+    const int64_t n_last = n0 + n_valid - 1;
+    int64_t i_lo = 0, i_hi = static_cast<int64_t>(len_q) - 1;
+    if (p.has_band) {
+      if (p.window_right >= 0 && n0 - shift - p.window_right > i_lo) i_lo = n0 - shift - p.window_right;
+      if (p.window_left >= 0 && n_last - shift + p.window_left < i_hi) i_hi = n_last - shift + p.window_left;
+    }
+    constexpr int64_t kBig = int64_t{1} << 30;  // lengths are < 2^30, so clamping here changes nothing
+    const int64_t lo64 = (p.has_band && p.window_left >= 0) ? shift - p.window_left : -kBig;
+    const int64_t hi64 = (p.has_band && p.window_right >= 0) ? shift + p.window_right : kBig;
+    ctx.q_tok0 = q_tok0;
+    ctx.k_tok0 = k_tok0;
+    ctx.len_q = len_q;
+    ctx.len_k = len_k;
+    ctx.n0 = n0;
+    ctx.n_valid = n_valid;
+    ctx.shift = static_cast<int>(shift);
+    ctx.m_lo = i_lo <= i_hi ? static_cast<int>(i_lo / Br) : 0;
+    ctx.m_hi = i_lo <= i_hi ? static_cast<int>(i_hi / Br) + 1 : 0;
+    ctx.n_mb = (len_q + Br - 1) / Br;
+    ctx.band_lo = static_cast<int>(lo64 < -kBig ? -kBig : (lo64 > kBig ? kBig : lo64));
+    ctx.band_hi = static_cast<int>(hi64 < -kBig ? -kBig : (hi64 > kBig ? kBig : hi64));
+    ctx.b = b;
+    ctx.hk = hk;
+    ctx.n_blk = n_blk;
+  }
+  __syncthreads();
+  if (bwd_lds(ctx.n0) >= bwd_lds(ctx.len_k)) return;  // varlen: this sequence has fewer k-blocks (CTA-uniform)
+
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
+  const uint32_t sP = s_base + Tr::kOffP, sdS = s_base + Tr::kOffDS;
+  auto sQ = [&](int st) { return s_base + Tr::kOffQ + st * Tr::kStageBytes; };
+  auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
+  auto lse_s = [&](int st) {
+    return reinterpret_cast<float*>(smem + Tr::kOffQ + st * Tr::kStageBytes + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
+  };
+  auto delta_s = [&](int st) { return lse_s(st) + Br; };
+
+  // Tile state of (head h, q-block m): 0 skip, 1 compute, 2 compute with element mask.
+  // Collective (all threads, uniform arguments) when a block-sparse layout is present.
+  auto tile_state = [&](int h, int m) -> int {
+    if (m < bwd_lds(ctx.m_lo) || m >= bwd_lds(ctx.m_hi)) return 0;
+    const int len_q = bwd_lds(ctx.len_q), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
+    const int n_last = n0 + n_valid - 1;
+    const int r0 = m * Br;
+    const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
+    // Whole tile inside the band: every row's interval covers [n0, n_last].
+    bool partial = n_valid < Bc || n0 < r1 + bwd_lds(ctx.band_lo) || n_last > r0 + bwd_lds(ctx.band_hi);
+    if (p.layout != nullptr) {
+      const int64_t lh = p.layout_heads == 1 ? 0 : h;
+      const int64_t rb0 = r0 / p.block_q, rb1 = r1 / p.block_q;
+      const int64_t cb0 = n0 / p.block_k, cb1 = n_last / p.block_k;
+      const int64_t ncb = cb1 - cb0 + 1, cnt = (rb1 - rb0 + 1) * ncb;
+      bool any_on = false, any_off = false;
+      for (int64_t e = bwd_tid(); e < cnt; e += Tr::kThreads) {
+        const int64_t rb = rb0 + e / ncb, cb = cb0 + e % ncb;
+        if (p.layout[(lh * p.n_row_blocks + rb) * p.n_col_blocks + cb]) any_on = true; else any_off = true;
+      }
+      const bool on = __syncthreads_or(any_on) != 0;
+      const bool off = __syncthreads_or(any_off) != 0;
+      if (!on) return 0;
+      if (off) partial = true;
+    }
+    return partial ? 2 : 1;
+  };
+
+  // Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
+  // deterministic mode every q-block of the sequence is visited and the skipped ones
+  // still pass this k-block's turn on to the next k-block.
+  auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
+    while (hi < group) {
+      const int h = bwd_lds(ctx.hk) * group + hi;
+      const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
+      if (m < mb) m = mb;
+      for (; m < me; ++m) {
+        const int st = tile_state(h, m);
+        if (st != 0) {
+          masked = st == 2;
+          return true;
+        }
+        if (det && bwd_tid() == 0) {
+          int32_t* sem = args.dq_sema + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
+          const int n_blk = bwd_lds(ctx.n_blk);
+          bwd_wait_turn(sem, n_blk);
+          bwd_st_release(sem, n_blk + 1);
+        }
+      }
+      ++hi;
+      m = 0;
+    }
+    return false;
+  };
+
+  auto load_q_do = [&](int st, int h, int m) {
+    const int r0 = m * Br;
+    const int len_q = bwd_lds(ctx.len_q);
+    const int nv = len_q - r0 < Br ? len_q - r0 : Br;
+    const int64_t q_tok0 = bwd_lds64(ctx.q_tok0);
+    const int b = bwd_lds(ctx.b);
+    const int64_t tok = p.varlen ? q_tok0 + r0 : r0;
+    const T* gq = static_cast<const T*>(p.q) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.q_stride.b) +
+                  tok * p.q_stride.s + static_cast<int64_t>(h) * p.q_stride.h;
+    const T* gdo = static_cast<const T*>(p.dout) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.do_stride.b) +
+                   tok * p.do_stride.s + static_cast<int64_t>(h) * p.do_stride.h;
+    bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
+                                                           p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+    bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
+                                                             p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+    const int t = bwd_tid();
+    if (t < Br) {
+      const int i = r0 + t;
+      float l2 = INFINITY, dl = 0.f;  // rows past the end: P = exp2(-inf) = 0
+      if (i < len_q) {
+        const int64_t idx = p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
+                                     : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
+        const float l = p.lse_in[idx];
+        // Fully masked row (LSE = -inf): +inf makes every P of the row exactly 0.
+        l2 = l == -INFINITY ? INFINITY : l * kLog2e;
+        dl = args.delta[idx];
+      }
+      lse_s(st)[t] = l2;
+      delta_s(st)[t] = dl;
+    }
+  };
+
+  float acc_dk[Tr::kMTk][Tr::kNTk][4];
+  float acc_dv[Tr::kMTk][Tr::kNTv][4];
+  bwd_zero(acc_dk);
+  bwd_zero(acc_dv);
+
+  int hi = 0, m = 0;
+  bool masked = false;
+  bool have = find_tile(hi, m, masked);
+
+  {
+    // Prologue: K, V and the first Q/dO in one cp.async group.
+    const int b = bwd_lds(ctx.b), hk = bwd_lds(ctx.hk), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
+    const int64_t k_tok = (p.varlen ? bwd_lds64(ctx.k_tok0) : 0) + n0;
+    const T* gk = static_cast<const T*>(p.k) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.k_stride.b) +
+                  k_tok * p.k_stride.s + static_cast<int64_t>(hk) * p.k_stride.h;
+    const T* gv = static_cast<const T*>(p.v) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.v_stride.b) +
+                  k_tok * p.v_stride.s + static_cast<int64_t>(hk) * p.v_stride.h;
+    bwd_load_tile<typename Tr::TileK, Bc, D, Tr::kThreads>(sK, reinterpret_cast<const uint16_t*>(gk), p.k_stride.s,
+                                                           n_valid, static_cast<int>(p.head_dim_qk));
+    bwd_load_tile<typename Tr::TileV, Bc, DV, Tr::kThreads>(sV, reinterpret_cast<const uint16_t*>(gv), p.v_stride.s,
+                                                            n_valid, static_cast<int>(p.head_dim_v));
+    if (have) load_q_do(0, hk * group + hi, m);
+    cp_async_commit();
+  }
+
+  int st = 0;
+  while (have) {
+    cp_async_wait<0>();
+    __syncthreads();  // stage st ready; the previous step's readers of sP/sdS and of stage st^1 are done
+
+    const int h = bwd_lds(ctx.hk) * group + hi;
+    const int r0 = m * Br;
+    int nhi = hi, nm = m + 1;
+    bool nmasked = false;
+    const bool next = find_tile(nhi, nm, nmasked);
+    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nm);
+    cp_async_commit();
+
+    // ---- per 16-row slice of the warp's S tile: S = Q K^T, dP = dO V^T, then P, dS ----
+    // One slice at a time keeps only 2 x kNTs x 4 fragment registers live next to the
+    // dK/dV accumulators (the K/V fragments are re-read per slice from shared memory).
+#pragma unroll 1
+    for (int ms = 0; ms < Tr::kMTs; ++ms) {
+      const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
+      const int g = lane >> 2, t = lane & 3;
+      const int ws_m0 = (warp / Tr::WS_N) * Tr::kSM + ms * 16, ws_n0 = (warp % Tr::WS_N) * Tr::kSN;
+      float acc_s[1][Tr::kNTs][4];
+      float acc_dp[1][Tr::kNTs][4];
+      bwd_zero(acc_s);
+      bwd_zero(acc_dp);
+      bwd_warp_gemm<T, 1, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+      bwd_warp_gemm<T, 1, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+
+      const float* lse2 = lse_s(st);
+      const float* dlt = delta_s(st);
+      const int b = bwd_lds(ctx.b);
+      const int n0 = bwd_lds(ctx.n0), len_q = bwd_lds(ctx.len_q), len_k = bwd_lds(ctx.len_k);
+      const bool has_softcap = p.softcap > 0.f;
+      const bool has_bias = p.bias_kind == kBiasTensor;
+      const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
+      const bool score_mod = has_softcap || has_bias || has_alibi;
+      const bool has_dropout = p.p_drop > 0.f;
+      const int rr = ws_m0 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+#pragma unroll
+      for (int nt = 0; nt < Tr::kNTs; ++nt) {
+        const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
+        // Dropout keep words: lanes t and t^1 share the 4-column philox group; each
+        // computes one of the two rows and they swap the halves the other needs.
+        uint32_t kw[4] = {0u, 0u, 0u, 0u};
+        if (has_dropout) {
+          const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
+          const uint32_t i_sel = static_cast<uint32_t>(r0 + rr + 8 * (t & 1));
+          const uint32_t j4 = static_cast<uint32_t>((n0 + ws_n0 + nt * 8) / 4 + (t >> 1));
+          const Philox4 w = dropout_words(p.seed, head_ctr, i_sel, j4);
+          const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
+          const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
+          const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          if (t & 1) {
+            kw[0] = recv0; kw[1] = recv1; kw[2] = w.x[2]; kw[3] = w.x[3];
+          } else {
+            kw[0] = w.x[0]; kw[1] = w.x[1]; kw[2] = recv0; kw[3] = recv1;
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = rr + 8 * (e >> 1), c = cc + (e & 1);
+          const int i = r0 + r, j = n0 + c;
+          float x, th = 0.f;
+          if (!score_mod) {
+            x = acc_s[0][nt][e] * (p.scale * kLog2e) - lse2[r];
+          } else {
+            float s = acc_s[0][nt][e] * p.scale;
+            if (has_softcap) {
+              th = tanhf(s * (1.f / p.softcap));
+              s = p.softcap * th;
+            }
+            if (i < len_q && j < len_k) {
+              if (has_bias) {
+                s += Elem::to_float(static_cast<const T*>(p.bias)[static_cast<int64_t>(b) * p.bias_stride[0] +
+                                                                  static_cast<int64_t>(h) * p.bias_stride[1] +
+                                                                  static_cast<int64_t>(i) * p.bias_stride[2] +
+                                                                  static_cast<int64_t>(j) * p.bias_stride[3]]);
+              } else if (has_alibi) {
+                s += alibi_bias(p, p.alibi_slopes[h], i + bwd_lds(ctx.shift), j);
+              }
+            }
+            x = s * kLog2e - lse2[r];
+          }
+          if (masked) {
+            // Band as the per-row key interval [i + band_lo, i + band_hi] within [0, len_k).
+            bool keep = j >= i + bwd_lds(ctx.band_lo) && j <= i + bwd_lds(ctx.band_hi) && j < len_k;
+            if (p.layout != nullptr && keep) {
+              const int lh = p.layout_heads == 1 ? 0 : h;
+              keep = p.layout[(static_cast<int64_t>(lh) * p.n_row_blocks + i / static_cast<int>(p.block_q)) *
+                                  p.n_col_blocks +
+                              j / static_cast<int>(p.block_k)] != 0;
+            }
+            if (!keep) x = -INFINITY;
+          }
+          const float pr = fast_exp2(x);
+          float dp = acc_dp[0][nt][e];
+          float pd = pr;
+          if (has_dropout) {
+            const bool kept = kw[e] >= p.drop_threshold;
+            dp = kept ? dp * p.rp_keep : 0.f;
+            pd = kept ? pr * p.rp_keep : 0.f;
+          }
+          float ds = pr * (dp - dlt[r]);
+          if (args.dbias_mode != kDbiasNone && i < len_q && j < len_k) {
+            if (args.dbias_mode == kDbiasDirect) {
+              T* db = static_cast<T*>(p.dbias) + static_cast<int64_t>(b) * p.bias_stride[0] +
+                      static_cast<int64_t>(h) * p.bias_stride[1] + static_cast<int64_t>(i) * p.bias_stride[2] +
+                      static_cast<int64_t>(j) * p.bias_stride[3];
+              *db = Elem::from_float(ds);
+            } else if (ds != 0.f) {
+              atomicAdd(args.dbias_accum + static_cast<int64_t>(b) * args.dbias_accum_stride[0] +
+                            static_cast<int64_t>(h) * args.dbias_accum_stride[1] +
+                            static_cast<int64_t>(i) * args.dbias_accum_stride[2] +
+                            static_cast<int64_t>(j) * args.dbias_accum_stride[3],
+                        ds);
+            }
+          }
+          if (has_softcap) ds *= 1.f - th * th;
+          acc_s[0][nt][e] = pd;
+          acc_dp[0][nt][e] = ds;
+        }
+        // P_dropped and dS rows to shared memory ([query][key]).
+        const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
+        const uint32_t p01 = pack2<T>(acc_s[0][nt][0], acc_s[0][nt][1]);
+        const uint32_t p23 = pack2<T>(acc_s[0][nt][2], acc_s[0][nt][3]);
+        const uint32_t d01 = pack2<T>(acc_dp[0][nt][0], acc_dp[0][nt][1]);
+        const uint32_t d23 = pack2<T>(acc_dp[0][nt][2], acc_dp[0][nt][3]);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(p01) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro8), "r"(p23) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(d01) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(d23) : "memory");
+      }
+    }
+    __syncthreads();  // sP, sdS complete
+
+    // ---- dV += P_dropped^T dO, dK += dS^T Q ----
+    {
+      const int warp = bwd_tid() >> 5;
+      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
+                wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
+      bwd_warp_gemm<T, Tr::kMTk, Tr::kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
+      bwd_warp_gemm<T, Tr::kMTk, Tr::kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
+    }
+
+    // ---- dQ += dS K (fp32 workspace) ----
+    {
+      const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
+      const int g = lane >> 2, t = lane & 3;
+      const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM, wq_n0 = (warp % Tr::WQ_N) * Tr::kQN;
+      float acc_dq[Tr::kMTq][Tr::kNTq][4];
+      bwd_zero(acc_dq);
+      bwd_warp_gemm<T, Tr::kMTq, Tr::kNTq, Bc, false, true, Br, Bc>(acc_dq, sdS, wq_m0, sK, wq_n0);
+      const int b = bwd_lds(ctx.b);
+      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
+      if (det) {
+        if (bwd_tid() == 0) bwd_wait_turn(sem, bwd_lds(ctx.n_blk));
+        __syncthreads();
+      }
+      const int dqk = static_cast<int>(p.head_dim_qk);
+      const int len_q = bwd_lds(ctx.len_q);
+      const int64_t dq_row0 = p.varlen ? bwd_lds64(ctx.q_tok0) : static_cast<int64_t>(b) * p.seqlen_q;
+      float* dq_base = args.dq_accum + ((dq_row0 + r0) * p.heads_q + h) * dqk;
+      const int64_t dq_rs = p.heads_q * dqk;
+#pragma unroll
+      for (int mt = 0; mt < Tr::kMTq; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTq; ++nt) {
+          const int r = wq_m0 + mt * 16 + g, c = wq_n0 + nt * 8 + 2 * t;
+          if (c < dqk) {
+            if (r0 + r < len_q) bwd_red_add2(dq_base + r * dq_rs + c, acc_dq[mt][nt][0], acc_dq[mt][nt][1]);
+            if (r0 + r + 8 < len_q)
+              bwd_red_add2(dq_base + (r + 8) * dq_rs + c, acc_dq[mt][nt][2], acc_dq[mt][nt][3]);
+          }
+        }
+      }
+      if (det) {
+        __threadfence();
+        __syncthreads();
+        if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
+      }
+    }
+
+    if (args.stages == 1) {
+      __syncthreads();  // every read of stage 0 is done
+      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nm);
+      cp_async_commit();
+    } else {
+      st ^= 1;
+    }
+    hi = nhi;
+    m = nm;
+    masked = nmasked;
+    have = next;
+  }
+
+  // ---- dK (scaled), dV to global ----
+  {
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
+              wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
+    const int b = bwd_lds(ctx.b), hk = bwd_lds(ctx.hk), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
+    const int64_t k_tok = (p.varlen ? bwd_lds64(ctx.k_tok0) : 0) + n0;
+    T* gdk = static_cast<T*>(p.dk) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dk_stride.b) +
+             k_tok * p.dk_stride.s + static_cast<int64_t>(hk) * p.dk_stride.h;
+    T* gdv = static_cast<T*>(p.dv) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dv_stride.b) +
+             k_tok * p.dv_stride.s + static_cast<int64_t>(hk) * p.dv_stride.h;
+    const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
+    const float scale = p.scale;
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTk; ++mt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = wk_m0 + mt * 16 + g + 8 * hf;
+        if (r >= n_valid) continue;
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTk; ++nt) {
+          const int c = wk_n0 + nt * 8 + 2 * t;
+          if (c < dqk) {
+            const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
+            *reinterpret_cast<uint32_t*>(gdk + static_cast<int64_t>(r) * p.dk_stride.s + c) = v;
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTv; ++nt) {
+          const int c = wv_n0 + nt * 8 + 2 * t;
+          if (c < dv) {
+            const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
+            *reinterpret_cast<uint32_t*>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c) = v;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Launcher body shared by the generated translation units.
+template <int D, int DV, int kDtype>
+cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t stream) {
+  using Tr = typename BwdCfgFor<D, DV>::type;
+  using T = typename BwdElem<kDtype>::type;
+  auto kernel = bwd_main_kernel<Tr, T>;
+  // The attribute is per (function, device); setting it again with the same value is
+  // harmless, so concurrent first calls need no lock. A per-device bit remembers success.
+  static std::atomic<uint64_t> attr_done{0};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = dev < 64 ? (uint64_t{1} << dev) : 0;
+  if (bit == 0 || (attr_done.load(std::memory_order_acquire) & bit) == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::smem_bytes(2));
+    if (err != cudaSuccess) {
+      // The 2-stage maximum may exceed this device's limit; the 1-stage size then must fit.
+      (void)cudaGetLastError();
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      if (err != cudaSuccess) return err;
+    } else if (bit != 0) {
+      attr_done.fetch_or(bit, std::memory_order_acq_rel);
+    }
+  }
+  const int64_t ctas = static_cast<int64_t>(args.n_kblocks) * args.p.heads_kv * args.p.batch;
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+#endif  // __CUDACC__
+
+}  // namespace gen1
+}  // namespace flashattn

@@ -1,0 +1,28 @@
+#!/bin/bash
+# One device call: build the standalone backward harness (parallel nvcc), run the checks
+# and the benchmark, then the PyTorch SDPA backward comparison.
+# Usage (repo root): bash kernels/gen1/tests/bwd_run_device.sh [all|check|bench] [arch]
+set -o pipefail
+MODE=${1:-all}
+ARCH=${2:-sm_90}
+OUTDIR=${OUT:-/tmp/bwd_out}
+mkdir -p "$OUTDIR" /tmp/bwdh
+FLAGS="-std=c++17 -O3 -DNDEBUG -arch=$ARCH --use_fast_math -Iinclude -Isrc -Ikernels"
+srcs="kernels/gen1/tests/bwd_harness.cu src/cuda/gen1_bwd.cu src/error.cpp $(ls kernels/gen1/bwd_*.cu)"
+pids=()
+for f in $srcs; do
+  o=/tmp/bwdh/$(basename $f).o
+  ( nvcc $FLAGS -Xptxas -v -c $f -o $o > /tmp/bwdh/$(basename $f).log 2>&1 || { echo "COMPILE FAILED $f"; cat /tmp/bwdh/$(basename $f).log; } ) &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait $p; done
+cat /tmp/bwdh/*.log > "$OUTDIR/ptxas.txt"
+nvcc -arch=$ARCH /tmp/bwdh/*.o -o /tmp/bwdh/bwd_harness || exit 1
+grep -E "bwd_main|spill|registers" "$OUTDIR/ptxas.txt" | grep -B1 -A1 "bwd_main" | grep -E "spill|Used" | paste - - | sed 's/ptxas info *: //' | head -20
+/tmp/bwdh/bwd_harness "$MODE" 2>&1 | tee "$OUTDIR/harness.txt"
+rc=$?
+if [ "$MODE" != check ] && [ -z "$NO_SDPA" ]; then
+  PYTHONUNBUFFERED=1 python3 kernels/gen1/tests/bwd_sdpa_bench.py 2>&1 | tee "$OUTDIR/sdpa.txt"
+fi
+echo "== SUMMARY =="; grep -hE "FAIL|CHECKS|BENCH" "$OUTDIR/harness.txt" "$OUTDIR/sdpa.txt" 2>/dev/null
+exit $rc

@@ -1,0 +1,415 @@
+// Host launcher of the generation-1 backward pass (kernels/gen1/bwd*), plus its small
+// memory-bound kernels: Delta = rowsum(dO * O), dQ fp32 -> dtype, dBias zero-fill and
+// fp32 -> dtype.
+//
+// Sequence on the caller's stream (no allocation, no synchronization):
+//   1. memset of the fp32 dQ accumulator, the deterministic turn counters and the
+//      broadcast-dBias accumulator (one contiguous workspace range);
+//   2. dBias zero-fill (direct mode, only when masks or varlen leave elements unwritten);
+//   3. Delta;  4. main kernel;  5. dQ convert (applies the softmax scale);
+//   6. dBias convert (broadcast mode).
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/launch.hpp"
+#include "error.hpp"
+#include "gen1/bwd.h"
+#include "gen1/bwd_kernel.cuh"
+
+namespace flashattn {
+namespace gen1 {
+namespace {
+
+template <int I>
+struct CfgAt;
+template <> struct CfgAt<0> { using type = BwdCfg32; };
+template <> struct CfgAt<1> { using type = BwdCfg64; };
+template <> struct CfgAt<2> { using type = BwdCfg96; };
+template <> struct CfgAt<3> { using type = BwdCfg128; };
+template <> struct CfgAt<4> { using type = BwdCfg192x128; };
+template <> struct CfgAt<5> { using type = BwdCfg192; };
+template <> struct CfgAt<6> { using type = BwdCfg256; };
+static_assert(kNumBwdConfigs == 7, "CfgAt and kLaunch list every config of kBwdConfigs");
+
+template <int I>
+constexpr bool cfg_matches() {
+  return CfgAt<I>::type::D == kBwdConfigs[I].d && CfgAt<I>::type::DV == kBwdConfigs[I].dv;
+}
+static_assert(cfg_matches<0>() && cfg_matches<1>() && cfg_matches<2>() && cfg_matches<3>() && cfg_matches<4>() &&
+                  cfg_matches<5>() && cfg_matches<6>(),
+              "CfgAt order differs from kBwdConfigs");
+
+using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
+#define FA_BWD_ENTRY(D, DV) {&launch_bwd_main<D, DV, kFp16>, &launch_bwd_main<D, DV, kBf16>}
+const LaunchFn kLaunch[kNumBwdConfigs][2] = {FA_BWD_ENTRY(32, 32),   FA_BWD_ENTRY(64, 64),   FA_BWD_ENTRY(96, 96),
+                                             FA_BWD_ENTRY(128, 128), FA_BWD_ENTRY(192, 128), FA_BWD_ENTRY(192, 192),
+                                             FA_BWD_ENTRY(256, 256)};
+#undef FA_BWD_ENTRY
+
+// Static shared memory of the main kernel (BwdCtx) on top of the dynamic part.
+constexpr int kStaticSmemSlack = 256;
+
+// ---------------------------------------------------------------------------------
+// Workspace layout
+// ---------------------------------------------------------------------------------
+struct DbiasLayout {
+  bool broadcast = false;      // some dim has stride 0 and size > 1
+  int64_t size[4] = {0, 0, 0, 0};     // logical sizes (batch, heads_q, seqlen_q, seqlen_k)
+  int64_t csize[4] = {0, 0, 0, 0};    // compact accumulator sizes (1 along broadcast dims)
+  int64_t cstride[4] = {0, 0, 0, 0};  // compact accumulator strides (0 along broadcast dims)
+  int64_t celems = 0;
+};
+
+DbiasLayout dbias_layout(const AttnParams& p) {
+  DbiasLayout d;
+  if (p.bias_kind != kBiasTensor) return d;
+  d.size[0] = p.batch;
+  d.size[1] = p.heads_q;
+  d.size[2] = p.seqlen_q;
+  d.size[3] = p.seqlen_k;
+  for (int i = 0; i < 4; ++i) {
+    const bool bc = p.bias_stride[i] == 0 && d.size[i] > 1;
+    d.broadcast = d.broadcast || bc;
+    d.csize[i] = bc ? 1 : d.size[i];
+  }
+  int64_t s = 1;
+  for (int i = 3; i >= 0; --i) {
+    d.cstride[i] = d.csize[i] == 1 ? 0 : s;
+    s *= d.csize[i];
+  }
+  d.celems = s;
+  return d;
+}
+
+struct WsLayout {
+  size_t delta = 0, dq = 0, sema = 0, dbias = 0, total = 0;
+};
+
+size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+WsLayout ws_layout(const AttnParams& p, int cfg) {
+  WsLayout w;
+  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  const BwdTileInfo ti = bwd_tile_info(cfg < 0 ? 0 : cfg);
+  const int64_t n_qblocks = (p.seqlen_q + ti.br - 1) / ti.br;
+  size_t off = 0;
+  w.delta = off;
+  off = align256(off + static_cast<size_t>(rows * p.heads_q) * sizeof(float));
+  w.dq = off;
+  off = align256(off + static_cast<size_t>(rows * p.heads_q * p.head_dim_qk) * sizeof(float));
+  w.sema = off;
+  if (p.deterministic) off = align256(off + static_cast<size_t>(p.batch * p.heads_q * n_qblocks) * sizeof(int32_t));
+  w.dbias = off;
+  const DbiasLayout db = dbias_layout(p);
+  // dbias is not known at workspace-query time: reserve the accumulator whenever the
+  // bias is broadcast (a run without dbias simply leaves it unused).
+  if (db.broadcast) off = align256(off + static_cast<size_t>(db.celems) * sizeof(float));
+  w.total = off;
+  return w;
+}
+
+// ---------------------------------------------------------------------------------
+// Small kernels
+// ---------------------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ void bwd_unpack8(const uint4& u, float (&f)[8]) {
+  const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = ElemTraits<T>::to_float(h[i]);
+}
+
+// Delta[row, h] = sum_c dO * O over head_dim_v. `lanes` threads (a power of two <= 32)
+// share one (token, head) row; the loop runs per warp so shuffles stay converged.
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, int lanes) {
+  const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
+  const int rows_per_warp = 32 / lanes;
+  const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane / lanes, li = lane % lanes;
+  const int chunks = static_cast<int>(p.head_dim_v / 8);
+  const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warp_step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t w = warp0; w < n_warps; w += warp_step) {
+    const int64_t row = w * rows_per_warp + sub;
+    float acc = 0.f;
+    int64_t out_idx = -1;
+    if (row < rows) {
+      const int64_t tok = row / p.heads_q;
+      const int64_t h = row % p.heads_q;
+      int64_t o_off, do_off;
+      if (p.varlen) {
+        o_off = tok * p.o_stride.s + h * p.o_stride.h;
+        do_off = tok * p.do_stride.s + h * p.do_stride.h;
+        out_idx = h * p.total_q + tok;
+      } else {
+        const int64_t b = tok / p.seqlen_q, i = tok % p.seqlen_q;
+        o_off = b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h;
+        do_off = b * p.do_stride.b + i * p.do_stride.s + h * p.do_stride.h;
+        out_idx = (b * p.heads_q + h) * p.seqlen_q + i;
+      }
+      const T* o = static_cast<const T*>(p.o_in) + o_off;
+      const T* d = static_cast<const T*>(p.dout) + do_off;
+      for (int c = li; c < chunks; c += lanes) {
+        float fo[8], fd[8];
+        bwd_unpack8<T>(*reinterpret_cast<const uint4*>(o + c * 8), fo);
+        bwd_unpack8<T>(*reinterpret_cast<const uint4*>(d + c * 8), fd);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc = fmaf(fo[k], fd[k], acc);
+      }
+    }
+    for (int off = lanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (li == 0 && out_idx >= 0) delta[out_idx] = acc;
+  }
+}
+
+// dQ = scale * dq_accum in the output dtype, 8 elements per thread-step.
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p, const float* __restrict__ acc) {
+  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  const int64_t cpr = p.head_dim_qk / 8;  // chunks per (token, head)
+  const int64_t n = rows * p.heads_q * cpr;
+  const float scale = p.scale;
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = x % cpr;
+    const int64_t th = x / cpr;
+    const int64_t h = th % p.heads_q, tok = th / p.heads_q;
+    const float4 a0 = *reinterpret_cast<const float4*>(acc + x * 8);
+    const float4 a1 = *reinterpret_cast<const float4*>(acc + x * 8 + 4);
+    const float f[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    uint4 u;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = pack2<T>(f[2 * k] * scale, f[2 * k + 1] * scale);
+    int64_t off;
+    if (p.varlen) {
+      off = tok * p.dq_stride.s;
+    } else {
+      off = (tok / p.seqlen_q) * p.dq_stride.b + (tok % p.seqlen_q) * p.dq_stride.s;
+    }
+    off += h * p.dq_stride.h + c * 8;
+    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + off) = u;
+  }
+}
+
+// Zero every element of the logical dBias [batch, heads_q, seqlen_q, seqlen_k].
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_dbias_zero_kernel(const AttnParams p) {
+  const int64_t n = p.batch * p.heads_q * p.seqlen_q * p.seqlen_k;
+  T* db = static_cast<T*>(p.dbias);
+  const T zero = ElemTraits<T>::from_float(0.f);
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = x % p.seqlen_k;
+    int64_t r = x / p.seqlen_k;
+    const int64_t i = r % p.seqlen_q;
+    r /= p.seqlen_q;
+    const int64_t h = r % p.heads_q, b = r / p.heads_q;
+    db[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]] = zero;
+  }
+}
+
+// dBias (user strides) = compact fp32 accumulator [csize0, csize1, csize2, csize3].
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_dbias_convert_kernel(const AttnParams p, const float* __restrict__ acc,
+                                                                int64_t c1, int64_t c2, int64_t c3, int64_t n) {
+  T* db = static_cast<T*>(p.dbias);
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = x % c3;
+    int64_t r = x / c3;
+    const int64_t i = r % c2;
+    r /= c2;
+    const int64_t h = r % c1, b = r / c1;
+    db[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]] =
+        ElemTraits<T>::from_float(acc[x]);
+  }
+}
+
+unsigned grid_for(int64_t work_items, int64_t per_block) {
+  int64_t g = (work_items + per_block - 1) / per_block;
+  if (g < 1) g = 1;
+  if (g > (int64_t{1} << 20)) g = int64_t{1} << 20;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(g);
+}
+
+flashattn_status_t launch_error(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "gen1 backward: launching %s failed: %s (%s)", what,
+              cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+template <typename T>
+flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, int cfg, int smem,
+                           cudaStream_t stream, char* ws, const WsLayout& wl) {
+  // 1. zero the accumulators (dQ, turn counters, broadcast dBias): one contiguous range.
+  if (wl.total > wl.dq) {
+    const cudaError_t err = cudaMemsetAsync(ws + wl.dq, 0, wl.total - wl.dq, stream);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: cudaMemsetAsync of %zu workspace bytes failed: %s (%s)",
+                  wl.total - wl.dq, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+  }
+  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  // 2. direct dBias: elements of skipped tiles and past varlen ends are never written.
+  if (a.dbias_mode == kDbiasDirect && (p.has_band || p.layout != nullptr || p.varlen)) {
+    const int64_t n = p.batch * p.heads_q * p.seqlen_q * p.seqlen_k;
+    if (n > 0) {
+      bwd_dbias_zero_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(p);
+      if (const flashattn_status_t s = launch_error("the dBias zero-fill kernel")) return s;
+    }
+  }
+  // 3. Delta.
+  if (rows * p.heads_q > 0) {
+    int lanes = 1;
+    while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
+    const int64_t threads = (rows * p.heads_q) * lanes;
+    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, lanes);
+    if (const flashattn_status_t s = launch_error("the Delta preprocess kernel")) return s;
+  }
+  // 4. main kernel.
+  const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
+  if (ctas > 0) {
+    const cudaError_t err = kLaunch[cfg][p.dtype == kBf16 ? 1 : 0](a, smem, stream);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                  "gen1 backward: launching the main kernel (head dims %d/%d config, %d bytes shared memory) failed: "
+                  "%s (%s)",
+                  kBwdConfigs[cfg].d, kBwdConfigs[cfg].dv, smem, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+  }
+  // 5. dQ.
+  const int64_t nchunks = rows * p.heads_q * (p.head_dim_qk / 8);
+  if (nchunks > 0) {
+    bwd_dq_convert_kernel<T><<<grid_for(nchunks, 256), 256, 0, stream>>>(p, a.dq_accum);
+    if (const flashattn_status_t s = launch_error("the dQ convert kernel")) return s;
+  }
+  // 6. broadcast dBias.
+  if (a.dbias_mode == kDbiasAccum && db.celems > 0) {
+    bwd_dbias_convert_kernel<T><<<grid_for(db.celems, 256), 256, 0, stream>>>(p, a.dbias_accum, db.csize[1],
+                                                                              db.csize[2], db.csize[3], db.celems);
+    if (const flashattn_status_t s = launch_error("the dBias convert kernel")) return s;
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+BwdTileInfo bwd_tile_info(int config_index) {
+  switch (config_index) {
+    case 0: return {BwdCfg32::Br, BwdCfg32::Bc};
+    case 1: return {BwdCfg64::Br, BwdCfg64::Bc};
+    case 2: return {BwdCfg96::Br, BwdCfg96::Bc};
+    case 3: return {BwdCfg128::Br, BwdCfg128::Bc};
+    case 4: return {BwdCfg192x128::Br, BwdCfg192x128::Bc};
+    case 5: return {BwdCfg192::Br, BwdCfg192::Bc};
+    case 6: return {BwdCfg256::Br, BwdCfg256::Bc};
+    default: return {0, 0};
+  }
+}
+
+int bwd_smem_bytes(int config_index, int stages) {
+  switch (config_index) {
+    case 0: return BwdCfg32::smem_bytes(stages);
+    case 1: return BwdCfg64::smem_bytes(stages);
+    case 2: return BwdCfg96::smem_bytes(stages);
+    case 3: return BwdCfg128::smem_bytes(stages);
+    case 4: return BwdCfg192x128::smem_bytes(stages);
+    case 5: return BwdCfg192::smem_bytes(stages);
+    case 6: return BwdCfg256::smem_bytes(stages);
+    default: return 0;
+  }
+}
+
+}  // namespace gen1
+
+size_t gen1_bwd_workspace_size(const AttnParams& p) {
+  const int cfg = gen1::select_bwd_config(p.head_dim_qk, p.head_dim_v);
+  return gen1::ws_layout(p, cfg).total;
+}
+
+flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  using namespace gen1;
+  // ---- every check before anything is written ----
+  if (p.dtype != kFp16 && p.dtype != kBf16) {
+    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
+                "dtype=%d: the CUDA gen1 backward supports fp16 and bf16 only", static_cast<int>(p.dtype));
+  }
+  const int cfg = select_bwd_config(p.head_dim_qk, p.head_dim_v);
+  if (cfg < 0 || p.head_dim_qk % 8 != 0 || p.head_dim_v % 8 != 0) {
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs multiples of 8 up to 256",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
+  }
+  const DbiasLayout db = dbias_layout(p);
+  const int32_t dbias_mode = p.dbias == nullptr ? kDbiasNone : (db.broadcast ? kDbiasAccum : kDbiasDirect);
+  if (dbias_mode == kDbiasAccum && p.deterministic) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "deterministic backward with args.dbias and a broadcast bias (strides b=%lld h=%lld q=%lld k=%lld; a "
+                "zero stride over a dimension of size > 1) is not supported by the CUDA gen1 kernels: the summed "
+                "dBias is accumulated with float atomics. Pass dbias=NULL, use a bias with no zero strides, or "
+                "disable deterministic mode",
+                static_cast<long long>(p.bias_stride[0]), static_cast<long long>(p.bias_stride[1]),
+                static_cast<long long>(p.bias_stride[2]), static_cast<long long>(p.bias_stride[3]));
+  }
+  if (p.seqlen_q >= (int64_t{1} << 30) || p.seqlen_k >= (int64_t{1} << 30)) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
+                static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
+  }
+  int dev = 0, optin = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
+                cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  int stages = 2;
+  if (bwd_smem_bytes(cfg, 2) + kStaticSmemSlack > optin) stages = 1;
+  const int smem = bwd_smem_bytes(cfg, stages);
+  if (smem + kStaticSmemSlack > optin) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward kernel needs %d bytes of shared memory per "
+                "block; device %d allows %d",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem + kStaticSmemSlack,
+                dev, optin);
+  }
+  const BwdTileInfo ti = bwd_tile_info(cfg);
+  const int64_t n_kblocks = (p.seqlen_k + ti.bc - 1) / ti.bc;
+  const int64_t n_qblocks = (p.seqlen_q + ti.br - 1) / ti.br;
+  const int64_t ctas = n_kblocks * p.heads_kv * p.batch;
+  if (ctas > INT32_MAX) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "batch=%lld x heads_kv=%lld x %lld key blocks = %lld thread blocks exceeds the CUDA grid limit",
+                static_cast<long long>(p.batch), static_cast<long long>(p.heads_kv),
+                static_cast<long long>(n_kblocks), static_cast<long long>(ctas));
+  }
+  const WsLayout wl = ws_layout(p, cfg);
+  if (workspace_bytes < wl.total || (wl.total > 0 && workspace == nullptr)) {
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
+                "workspace=%p with workspace_bytes=%zu: the CUDA gen1 backward needs %zu bytes", workspace,
+                workspace_bytes, wl.total);
+  }
+
+  char* ws = static_cast<char*>(workspace);
+  BwdArgs a{};
+  a.p = p;
+  a.delta = reinterpret_cast<float*>(ws + wl.delta);
+  a.dq_accum = reinterpret_cast<float*>(ws + wl.dq);
+  a.dq_sema = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
+  a.dbias_accum = dbias_mode == kDbiasAccum ? reinterpret_cast<float*>(ws + wl.dbias) : nullptr;
+  for (int i = 0; i < 4; ++i) a.dbias_accum_stride[i] = db.cstride[i];
+  a.dbias_mode = dbias_mode;
+  a.n_kblocks = static_cast<int32_t>(n_kblocks);
+  a.n_qblocks = static_cast<int32_t>(n_qblocks);
+  a.stages = stages;
+  if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, cfg, smem, stream, ws, wl);
+  return run_aux<__half>(p, a, db, cfg, smem, stream, ws, wl);
+}
+
+}  // namespace flashattn
