@@ -460,16 +460,18 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnPar
 // dS (gradient of scale*q.k) over dP in the input dtype, in place as in the forward, and
 // the bias gradient dT = P * (dPdrop*keep - Delta): straight into dbias when no dimension
 // is broadcast, else into the fp32 per-element buffer dt for the ordered reduction.
-// kCached (rows up to kCachedRowMax / 2 columns): pass 1 reads S and dP once with 16-byte
-// loads into shared memory and pass 2 works from there, so the rows are read once, not
-// twice, and the in-place writes need no per-chunk barrier.
-template <typename T, bool kCached>
+// The first `cap` columns (a multiple of 4; 8192 at most, 64 KiB of shared memory) are
+// read once in pass 1 with 16-byte loads and kept in shared memory for pass 2; columns past
+// cap are read again from global memory. In-place safety: a 16-bit write to column j
+// overlaps the fp32 column j/2, so while Sk <= 2*cap every overlapped column is a cached
+// one and pass 2 never reads global memory that another thread may have overwritten;
+// longer rows fall back to a barrier between each chunk's reads and writes.
+template <typename T>
 __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt,
-                                                                   int64_t Sq, int64_t Sk, int64_t ldS) {
+                                                                   int64_t Sq, int64_t Sk, int64_t ldS, int64_t cap) {
   extern __shared__ float4 smem4[];
-  const int64_t Sk4 = (Sk + 3) / 4 * 4;
-  float* cs = reinterpret_cast<float*>(smem4);  // [Sk4] raw scores (kCached)
-  float* cdp = cs + Sk4;                        // [Sk4] dP (kCached)
+  float* cs = reinterpret_cast<float*>(smem4);  // [cap] raw scores
+  float* cdp = cs + cap;                        // [cap] dP
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
   float* srow = S + row * ldS;
@@ -480,11 +482,12 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
   const bool live = r.valid && lse != -INFINITY;
 
   float th = 0.f, delta = 0.f;
-  if (live && kCached) {
-    for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < r.len_k; j0 += 4 * int64_t(blockDim.x)) {
+  if (live) {
+    const int64_t n_cached = r.len_k < cap ? r.len_k : cap;
+    for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < n_cached; j0 += 4 * int64_t(blockDim.x)) {
       const float4 s4 = *reinterpret_cast<const float4*>(srow + j0);  // ldS % 8 == 0: aligned, in the row
       const float4 d4 = *reinterpret_cast<const float4*>(dprow + j0);
-      *reinterpret_cast<float4*>(cs + j0) = s4;
+      *reinterpret_cast<float4*>(cs + j0) = s4;  // j0 + 3 < cap (cap % 4 == 0)
       *reinterpret_cast<float4*>(cdp + j0) = d4;
       const float sv[4] = {s4.x, s4.y, s4.z, s4.w}, dv[4] = {d4.x, d4.y, d4.z, d4.w};
 #pragma unroll
@@ -496,8 +499,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
         delta += __expf(x - lse) * dropout_scale(p, r, j) * dv[u];
       }
     }
-  } else if (live) {
-    for (int64_t j = threadIdx.x; j < r.len_k; j += blockDim.x) {
+    for (int64_t j = cap + threadIdx.x; j < r.len_k; j += blockDim.x) {
       const float x = score(p, r, j, srow[j], &th);
       if (x == -INFINITY) continue;
       delta += __expf(x - lse) * dropout_scale(p, r, j) * dprow[j];
@@ -510,24 +512,24 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
     dbias_row = static_cast<T*>(p.dbias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] + r.i * p.bias_stride[2];
   }
   float* dt_row = dt != nullptr ? dt + row * Sk : nullptr;
-  const float* src_s = kCached ? cs : srow;
-  const float* src_dp = kCached ? cdp : dprow;
+  const bool chunk_barrier = sizeof(T) != sizeof(float) && Sk > 2 * cap;
 
   for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
     const int64_t j = c0 + threadIdx.x;
     float pd = 0.f, dsr = 0.f, dtv = 0.f;
     if (live && j < r.len_k) {
       th = 0.f;
-      const float x = score(p, r, j, src_s[j], &th);
+      const bool cached = j < cap;
+      const float x = score(p, r, j, cached ? cs[j] : srow[j], &th);
       if (x != -INFINITY) {
         const float pr = __expf(x - lse);
         const float ks = dropout_scale(p, r, j);
         pd = pr * ks;
-        dtv = pr * (src_dp[j] * ks - delta);
+        dtv = pr * ((cached ? cdp[j] : dprow[j]) * ks - delta);
         dsr = p.softcap > 0.f ? dtv * (1.f - th * th) : dtv;
       }
     }
-    if (!kCached && sizeof(T) != sizeof(float)) __syncthreads();
+    if (chunk_barrier) __syncthreads();
     if (j < Sk) {
       prow[j] = from_f<T>(pd);
       dsrow[j] = from_f<T>(dsr);
@@ -802,15 +804,11 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
   // dP^T[Sk x Sq] = V dO^T.
   FA_TRY(gemm(ctx, "dP = dO V^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dv, 1.f, V, dO, dPm));
   const int64_t rows = g.B * g.Hq * g.Sq;
-  if (g.Sk <= kCachedRowMax / 2) {
-    const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * 2 * sizeof(float);
-    FA_TRY(allow_smem(softmax_bwd_kernel<T, true>, smem, "softmax_bwd_kernel"));
-    softmax_bwd_kernel<T, true><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk,
-                                                                                           g.ldS);
-  } else {
-    softmax_bwd_kernel<T, false><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, dP, dt, g.Sq, g.Sk,
-                                                                                          g.ldS);
-  }
+  const int64_t Sk4 = (g.Sk + 3) / 4 * 4;
+  const int64_t cap = Sk4 < kCachedRowMax / 2 ? Sk4 : kCachedRowMax / 2;
+  const size_t smem = static_cast<size_t>(cap) * 2 * sizeof(float);
+  FA_TRY(allow_smem(softmax_bwd_kernel<T>, smem, "softmax_bwd_kernel"));
+  softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS, cap);
   FA_TRY(launch_status("softmax_bwd_kernel"));
   if (dt != nullptr) {
     int64_t n_out = 1;
