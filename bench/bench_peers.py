@@ -515,6 +515,7 @@ def verify(args, lib, torch):
         (2, 128, 128, 4, 1, 256, "bf16", True),
         (1, 1, 77, 2, 2, 64, "fp16", False),
         (2, 190, 190, 4, 2, 64, "fp32", True),
+        (1, 48, 12000, 2, 1, 128, "fp16", False),  # standard path: partly cached backward rows
         (1, 64, 16500, 2, 2, 64, "bf16", False),  # long rows: the standard path's uncached softmax kernels
     ]
     for (b, sq, sk, hq, hkv, d, dtype, causal) in dense:
