@@ -68,6 +68,13 @@ if [[ $CONFIGURED == 1 ]]; then
     BUILT=1
   else
     record build FAIL "$(grep -m3 -E 'error|Error' "$LOGS/build.log" | tr '\n' ' ' | cut -c1-160)"
+    # Keep going with what does build: the library and the CLI are enough for the
+    # sanitizer runs and the benchmark (a broken test file should not hide them).
+    if logged build_lib cmake --build "$BUILD" -j "$JOBS" --target flashattn flashattn_cli; then
+      record "build (library + CLI only)" OK "tests not built"
+      BUILT=1
+      NO_TESTS=1
+    fi
   fi
 fi
 
@@ -95,7 +102,7 @@ ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
   total=${total:-0}; failed=${failed:-0}
   echo "$(( total - failed - skipped )) passed, $failed failed, $skipped skipped of $total"
 }
-if [[ $BUILT == 1 ]]; then
+if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]]; then
   if logged ctest_gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600; then
     if grep -q 'No tests were found' "$LOGS/ctest_gpu.log"; then
       record "tests (gpu)" SKIP "no gpu-labelled tests in this build"
