@@ -116,7 +116,10 @@ void check_status(flashattn_status_t st) {
 struct Buffer {
   std::vector<uint8_t> bytes;
   void poison(size_t n) { bytes.assign(n + 64, 0xA5); }
-  uint8_t* ptr(size_t misalign = 0) { return bytes.data() + 16 + misalign; }  // +16 leaves room to misalign
+  uint8_t* ptr(size_t misalign = 0) {  // +16 leaves room to misalign; unsized runs get a small buffer
+    if (bytes.size() < 64) bytes.resize(64, 0xA5);
+    return bytes.data() + 16 + misalign;
+  }
   bool untouched() const {
     return std::all_of(bytes.begin(), bytes.end(), [](uint8_t x) { return x == 0xA5; });
   }
@@ -176,136 +179,45 @@ void compare(const char* what, const std::vector<double>& got, const std::vector
   }
 }
 
+// Scatter a reference tensor ([token][head][dim]) into a strided buffer of tensor t.
+void scatter(const Shadow& s, int t, const std::vector<double>& src, Buffer& buf) {
+  int64_t e[4];
+  s.extents(t, e);
+  const size_t es = fat::dtype_size(s.dtype);
+  buf.bytes.assign(s.elems(t) * es + 64, 0);
+  const int64_t tokens = static_cast<int64_t>(src.size()) / (e[2] * e[3]);
+  for (int64_t tok = 0; tok < tokens; ++tok) {
+    const int64_t b = s.varlen ? 0 : tok / e[1], i = s.varlen ? tok : tok % e[1];
+    for (int64_t h = 0; h < e[2]; ++h)
+      for (int64_t d = 0; d < e[3]; ++d) {
+        const int64_t off = b * s.strides[t][0] + i * s.strides[t][1] + h * s.strides[t][2] + d;
+        fat::store_elem(s.dtype, buf.ptr() + off * es, src[(tok * e[2] + h) * e[3] + d]);
+      }
+  }
+}
+
+// Index of LSE element (token, head) in the library's layout.
+int64_t lse_index(const Shadow& s, int64_t tok, int64_t h) {
+  return s.varlen ? h * s.tq + tok : (tok / s.sq * s.hq + h) * s.sq + tok % s.sq;
+}
+
+// Offsets valid by the documented rules (so the reference can index them safely).
+bool offsets_valid(const Shadow& s, const std::vector<int32_t>& cu, int64_t max_len, int64_t total) {
+  if (cu.empty() || cu[0] != 0) return false;
+  for (size_t b = 1; b < cu.size(); ++b)
+    if (cu[b] < cu[b - 1] || cu[b] - cu[b - 1] > max_len) return false;
+  (void)s;
+  return cu.back() <= total;
+}
+
 struct Run {
   const Shadow& s;
   Reader& r;
   flashattn_plan_t plan;
   std::mt19937_64 rng;
 
-  void go(bool backward) {
-    const bool sized = s.has_shape;
-    for (int t = 0; sized && t < 8; ++t)
-      if (s.elems(t) > kMaxElems) return;
-    if (sized && s.b * s.hq * s.sq * s.sk > static_cast<int64_t>(kMaxElems)) return;
-    const double magnitude = (r.u8() & 7) == 0 ? 30.0 : 1.0;
-
-    // Inputs.
-    Buffer q, k, v, o_in, dout, bias;
-    std::vector<float> slopes;
-    std::vector<int32_t> cu_q, cu_k;
-    if (sized) {
-      fill(s, FLASHATTN_TENSOR_Q, q, rng, magnitude);
-      fill(s, FLASHATTN_TENSOR_K, k, rng, magnitude);
-      fill(s, FLASHATTN_TENSOR_V, v, rng, 1.0);
-      fill(s, FLASHATTN_TENSOR_DO, dout, rng, 1.0);
-      int64_t bias_span = 0;
-      const int64_t be[4] = {s.b, s.hq, s.sq, s.sk};
-      for (int d = 0; d < 4; ++d) bias_span += s.bias_strides[d] * (be[d] - 1);
-      bias.bytes.assign((bias_span + 1) * fat::dtype_size(s.dtype) + 64, 0);
-      std::normal_distribution<double> nd;
-      for (int64_t i = 0; i <= bias_span; ++i)
-        fat::store_elem(s.dtype, bias.ptr() + i * fat::dtype_size(s.dtype), nd(rng));
-      for (int64_t h = 0; h < s.hq; ++h) slopes.push_back(0.05f * static_cast<float>(1 + (r.u8() % 16)));
-      if (s.varlen) {
-        // Random lengths within the maxima; sometimes deliberately broken offsets.
-        cu_q.push_back(0);
-        cu_k.push_back(0);
-        for (int64_t b = 0; b < s.b; ++b) {
-          cu_q.push_back(cu_q.back() + static_cast<int32_t>(r.u8() % (s.sq + 1)));
-          cu_k.push_back(cu_k.back() + static_cast<int32_t>(r.u8() % (s.sk + 1)));
-        }
-        if (r.u8() < 16) cu_q[r.u8() % cu_q.size()] += static_cast<int32_t>(r.u8()) - 128;
-      }
-    }
-
-    // Outputs, poisoned.
-    Buffer o, lse, dq, dk, dv, dbias;
-    const size_t es = fat::dtype_size(s.dtype);
-    const size_t lse_elems = sized ? static_cast<size_t>(s.varlen ? s.hq * s.tq : s.b * s.hq * s.sq) : 1;
-    o.poison(sized ? s.elems(FLASHATTN_TENSOR_O) * es : 8);
-    lse.poison(lse_elems * 4);
-    dq.poison(sized ? s.elems(FLASHATTN_TENSOR_DQ) * es : 8);
-    dk.poison(sized ? s.elems(FLASHATTN_TENSOR_DK) * es : 8);
-    dv.poison(sized ? s.elems(FLASHATTN_TENSOR_DV) * es : 8);
-    dbias.poison(bias.bytes.size());
-
-    if (backward) {  // O and LSE of the backward come from a forward of the same plan when possible
-      fill(s, FLASHATTN_TENSOR_O, o_in, rng, 1.0);
-    }
-
-    // Faults injected on purpose (each must be rejected without writing anything).
-    const uint8_t fault = r.u8();
-    const size_t misalign = (fault == 1) ? 1 : 0;
-    size_t ws_need = 0;
-    const flashattn_status_t wst = flashattn_plan_get_workspace_size(
-        plan, backward ? FLASHATTN_PASS_BACKWARD : FLASHATTN_PASS_FORWARD, &ws_need);
-    check_status(wst);
-    if (wst != FLASHATTN_STATUS_SUCCESS) ws_need = 0;
-    if (ws_need > (size_t(1) << 28)) return;
-    std::vector<uint8_t> ws(ws_need + 16);
-    size_t ws_bytes = ws_need;
-    if (fault == 2 && ws_need > 0) ws_bytes = ws_need - 1;
-    struct CUstream_st* stream = fault == 3 ? reinterpret_cast<struct CUstream_st*>(0x1000) : nullptr;
-    const bool want_dbias = s.bias == FLASHATTN_BIAS_TENSOR ? (r.u8() & 1) : (fault == 4);
-    const bool with_lse = (r.u8() & 3) != 0;
-    const bool need_bias = s.bias == FLASHATTN_BIAS_TENSOR ? fault != 5 : fault == 5;
-    const bool need_alibi = (s.bias == FLASHATTN_BIAS_ALIBI || s.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC);
-
-    flashattn_status_t st;
-    static const int32_t dummy_cu[2] = {0, 0};
-    Buffer lse_in;
-    if (!backward) {
-      flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
-      if (fault == 6) a.struct_size = sizeof(a) - 8;
-      a.q = fault == 7 ? nullptr : q.ptr(misalign);
-      a.k = k.ptr();
-      a.v = v.ptr();
-      a.o = o.ptr();
-      a.lse = with_lse ? reinterpret_cast<float*>(lse.ptr()) : nullptr;
-      a.bias = need_bias ? bias.ptr() : nullptr;
-      a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
-      a.cu_seqlens_q = s.varlen != (fault == 9) ? (s.varlen ? cu_q.data() : dummy_cu) : nullptr;
-      a.cu_seqlens_k = s.varlen ? cu_k.data() : nullptr;
-      st = flashattn_fwd(plan, &a, ws.data(), ws_bytes, stream);
-    } else {
-      lse_in.bytes.assign(lse_elems * 4 + 64, 0);
-      std::normal_distribution<double> nd;
-      for (size_t i = 0; i < lse_elems; ++i) {
-        const float x = static_cast<float>(nd(rng)) + 3.f;
-        memcpy(lse_in.ptr() + i * 4, &x, 4);
-      }
-      flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
-      if (fault == 6) a.struct_size = 8;
-      a.q = q.ptr(misalign);
-      a.k = k.ptr();
-      a.v = v.ptr();
-      a.o = o_in.ptr();
-      a.lse = reinterpret_cast<const float*>(lse_in.ptr());
-      a.dout = fault == 7 ? nullptr : dout.ptr();
-      a.dq = dq.ptr();
-      a.dk = dk.ptr();
-      a.dv = dv.ptr();
-      a.bias = need_bias ? bias.ptr() : nullptr;
-      a.dbias = want_dbias ? dbias.ptr() : nullptr;
-      a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
-      a.cu_seqlens_q = s.varlen != (fault == 9) ? (s.varlen ? cu_q.data() : dummy_cu) : nullptr;
-      a.cu_seqlens_k = s.varlen ? cu_k.data() : nullptr;
-      st = flashattn_bwd(plan, &a, ws.data(), ws_bytes, stream);
-    }
-    check_status(st);
-    if (st != FLASHATTN_STATUS_SUCCESS) {
-      if (!o.untouched() || !lse.untouched() || !dq.untouched() || !dk.untouched() || !dv.untouched() ||
-          !dbias.untouched())
-        violation("a failing run wrote to an output", st);
-      return;
-    }
-    if (!sized) violation("run succeeded without a shape", st);
-    // Faults that must always be rejected (4, dbias without a bias tensor, only exists in the backward).
-    if (fault >= 1 && fault <= 9 && !(fault == 4 && (s.bias == FLASHATTN_BIAS_TENSOR || !backward)) &&
-        !(fault == 2 && ws_need == 0))
-      violation("a run with an injected fault succeeded", st);
-
-    // Compare with the fp64 reference built from the shadow.
+  fat::RefSpec make_spec(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, const Buffer& bias,
+                         const std::vector<float>& slopes) const {
     fat::RefSpec spec;
     spec.batch = s.b;
     spec.heads_q = s.hq;
@@ -334,7 +246,7 @@ struct Run {
               const int64_t off =
                   b * s.bias_strides[0] + h * s.bias_strides[1] + i * s.bias_strides[2] + j * s.bias_strides[3];
               spec.bias[((b * s.hq + h) * s.sq + i) * s.sk + j] =
-                  fat::load_elem(s.dtype, bias.ptr() + off * fat::dtype_size(s.dtype));
+                  fat::load_elem(s.dtype, bias.bytes.data() + 16 + off * fat::dtype_size(s.dtype));
             }
       for (int d = 0; d < 4; ++d) spec.bias_bcast[d] = s.bias_strides[d] == 0;
     }
@@ -350,40 +262,192 @@ struct Run {
       spec.block_q = s.bq;
       spec.block_k = s.bk;
     }
+    return spec;
+  }
+
+  void go(bool backward) {
+    const bool sized = s.has_shape;
+    for (int t = 0; sized && t < 8; ++t)
+      if (s.elems(t) > kMaxElems) return;
+    if (sized && s.b * s.hq * s.sq * s.sk > static_cast<int64_t>(kMaxElems)) return;
+    const double magnitude = (r.u8() & 7) == 0 ? 30.0 : 1.0;
+    const size_t es = fat::dtype_size(s.dtype);
+    const size_t lse_elems = sized ? static_cast<size_t>(s.varlen ? s.hq * s.tq : s.b * s.hq * s.sq) : 1;
+
+    // Inputs.
+    Buffer q, k, v, o_in, lse_in, dout, bias;
+    std::vector<float> slopes;
+    std::vector<int32_t> cu_q, cu_k;
+    bool have_ref = false;
+    fat::RefSpec spec;
     fat::RefInputs in;
-    gather(s, FLASHATTN_TENSOR_Q, q, in.q);
-    gather(s, FLASHATTN_TENSOR_K, k, in.k);
-    gather(s, FLASHATTN_TENSOR_V, v, in.v);
-    gather(s, FLASHATTN_TENSOR_DO, dout, in.dout);
-    const double tol = tolerance(s.dtype) * (s.p > 0.f ? 1.0 / (1.0 - s.p) : 1.0) * (magnitude > 1.0 ? 4.0 : 1.0);
+    fat::RefOutputs ref;
+    if (sized) {
+      fill(s, FLASHATTN_TENSOR_Q, q, rng, magnitude);
+      fill(s, FLASHATTN_TENSOR_K, k, rng, magnitude);
+      fill(s, FLASHATTN_TENSOR_V, v, rng, 1.0);
+      fill(s, FLASHATTN_TENSOR_DO, dout, rng, 1.0);
+      int64_t bias_span = 0;
+      const int64_t be[4] = {s.b, s.hq, s.sq, s.sk};
+      for (int d = 0; d < 4; ++d) bias_span += s.bias_strides[d] * (be[d] - 1);
+      bias.bytes.assign((bias_span + 1) * es + 64, 0);
+      std::normal_distribution<double> nd;
+      for (int64_t i = 0; i <= bias_span; ++i) fat::store_elem(s.dtype, bias.ptr() + i * es, nd(rng));
+      for (int64_t h = 0; h < s.hq; ++h) slopes.push_back(0.05f * static_cast<float>(1 + (r.u8() % 16)));
+      if (s.varlen) {
+        // Random lengths within the maxima; sometimes deliberately broken offsets.
+        cu_q.push_back(0);
+        cu_k.push_back(0);
+        for (int64_t b = 0; b < s.b; ++b) {
+          cu_q.push_back(cu_q.back() + static_cast<int32_t>(r.u8() % (s.sq + 1)));
+          cu_k.push_back(cu_k.back() + static_cast<int32_t>(r.u8() % (s.sk + 1)));
+        }
+        if (r.u8() < 16) cu_q[r.u8() % cu_q.size()] += static_cast<int32_t>(r.u8()) - 128;
+      }
+      have_ref = !s.varlen || (offsets_valid(s, cu_q, s.sq, s.tq) && offsets_valid(s, cu_k, s.sk, s.tk));
+      if (have_ref) {
+        spec = make_spec(cu_q, cu_k, bias, slopes);
+        gather(s, FLASHATTN_TENSOR_Q, q, in.q);
+        gather(s, FLASHATTN_TENSOR_K, k, in.k);
+        gather(s, FLASHATTN_TENSOR_V, v, in.v);
+        gather(s, FLASHATTN_TENSOR_DO, dout, in.dout);
+        const size_t nq = static_cast<size_t>(spec.total_q()), nk = static_cast<size_t>(spec.total_k());
+        in.q.resize(nq * s.hq * s.dqk);
+        in.k.resize(nk * s.hkv * s.dqk);
+        in.v.resize(nk * s.hkv * s.dv);
+        in.dout.resize(nq * s.hq * s.dv);
+        ref = fat::reference_fp64(spec, in, backward);
+      }
+    }
+    // The backward's O and LSE: the reference forward's, so gradients can be compared.
+    lse_in.bytes.assign(lse_elems * 4 + 64, 0);
+    if (backward && sized) {
+      if (have_ref) {
+        scatter(s, FLASHATTN_TENSOR_O, ref.o, o_in);
+        for (int64_t tok = 0; tok < spec.total_q(); ++tok)
+          for (int64_t h = 0; h < s.hq; ++h) {
+            const float x = static_cast<float>(ref.lse[tok * s.hq + h]);
+            memcpy(lse_in.ptr() + lse_index(s, tok, h) * 4, &x, 4);
+          }
+      } else {
+        fill(s, FLASHATTN_TENSOR_O, o_in, rng, 1.0);
+      }
+    }
+
+    // Outputs, poisoned.
+    Buffer o, lse, dq, dk, dv, dbias;
+    o.poison(sized ? s.elems(FLASHATTN_TENSOR_O) * es : 8);
+    lse.poison(lse_elems * 4);
+    dq.poison(sized ? s.elems(FLASHATTN_TENSOR_DQ) * es : 8);
+    dk.poison(sized ? s.elems(FLASHATTN_TENSOR_DK) * es : 8);
+    dv.poison(sized ? s.elems(FLASHATTN_TENSOR_DV) * es : 8);
+    dbias.poison(bias.bytes.size());
+
+    // Faults injected on purpose (each must be rejected without writing anything).
+    const uint8_t fault = r.u8();
+    const size_t misalign = (fault == 1) ? 1 : 0;
+    size_t ws_need = 0;
+    const flashattn_status_t wst = flashattn_plan_get_workspace_size(
+        plan, backward ? FLASHATTN_PASS_BACKWARD : FLASHATTN_PASS_FORWARD, &ws_need);
+    check_status(wst);
+    if (wst != FLASHATTN_STATUS_SUCCESS) ws_need = 0;
+    if (ws_need > (size_t(1) << 28)) return;
+    std::vector<uint8_t> ws(ws_need + 16);
+    size_t ws_bytes = ws_need;
+    if (fault == 2 && ws_need > 0) ws_bytes = ws_need - 1;
+    struct CUstream_st* stream = fault == 3 ? reinterpret_cast<struct CUstream_st*>(0x1000) : nullptr;
+    const bool want_dbias = s.bias == FLASHATTN_BIAS_TENSOR ? (r.u8() & 1) : (fault == 4);
+    const bool with_lse = (r.u8() & 3) != 0;
+    const bool need_bias = s.bias == FLASHATTN_BIAS_TENSOR ? fault != 5 : fault == 5;
+    const bool need_alibi = (s.bias == FLASHATTN_BIAS_ALIBI || s.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC);
+    static const int32_t dummy_cu[2] = {0, 0};
+    const int32_t* cuq = s.varlen != (fault == 9) ? (s.varlen ? cu_q.data() : dummy_cu) : nullptr;
+    const int32_t* cuk = s.varlen ? cu_k.data() : nullptr;
+
+    flashattn_status_t st;
     if (!backward) {
-      const fat::RefOutputs ref = fat::reference_fp64(spec, in, false);
-      std::vector<double> got;
+      flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
+      if (fault == 6) a.struct_size = sizeof(a) - 8;
+      a.q = fault == 7 ? nullptr : q.ptr(misalign);
+      a.k = k.ptr();
+      a.v = v.ptr();
+      a.o = o.ptr();
+      a.lse = with_lse ? reinterpret_cast<float*>(lse.ptr()) : nullptr;
+      a.bias = need_bias ? bias.ptr() : nullptr;
+      a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
+      a.cu_seqlens_q = cuq;
+      a.cu_seqlens_k = cuk;
+      st = flashattn_fwd(plan, &a, ws.data(), ws_bytes, stream);
+    } else {
+      flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
+      if (fault == 6) a.struct_size = 8;
+      a.q = q.ptr(misalign);
+      a.k = k.ptr();
+      a.v = v.ptr();
+      a.o = o_in.ptr();
+      a.lse = reinterpret_cast<const float*>(lse_in.ptr());
+      a.dout = fault == 7 ? nullptr : dout.ptr();
+      a.dq = dq.ptr();
+      a.dk = dk.ptr();
+      a.dv = dv.ptr();
+      a.bias = need_bias ? bias.ptr() : nullptr;
+      a.dbias = want_dbias ? dbias.ptr() : nullptr;
+      a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
+      a.cu_seqlens_q = cuq;
+      a.cu_seqlens_k = cuk;
+      st = flashattn_bwd(plan, &a, ws.data(), ws_bytes, stream);
+    }
+    check_status(st);
+    if (st != FLASHATTN_STATUS_SUCCESS) {
+      if (!o.untouched() || !lse.untouched() || !dq.untouched() || !dk.untouched() || !dv.untouched() ||
+          !dbias.untouched())
+        violation("a failing run wrote to an output", st);
+      return;
+    }
+    if (!sized) violation("run succeeded without a shape", st);
+    // Faults that must always be rejected (4, dbias without a bias tensor, only exists in the backward).
+    if (fault >= 1 && fault <= 9 && !(fault == 4 && (s.bias == FLASHATTN_BIAS_TENSOR || !backward)) &&
+        !(fault == 2 && ws_need == 0))
+      violation("a run with an injected fault succeeded", st);
+    if (!have_ref) violation("a run with invalid cu_seqlens succeeded", st);
+
+    const double tol = tolerance(s.dtype) * (s.p > 0.f ? 1.0 / (1.0 - s.p) : 1.0) * (magnitude > 1.0 ? 4.0 : 1.0);
+    std::vector<double> got;
+    if (!backward) {
       gather(s, FLASHATTN_TENSOR_O, o, got);
       compare("O", got, ref.o, tol);
       if (with_lse) {
-        const int64_t tq = spec.total_q();
-        std::vector<double> l(static_cast<size_t>(tq * s.hq));
-        for (int64_t tok = 0; tok < tq; ++tok)
+        std::vector<double> l(static_cast<size_t>(spec.total_q() * s.hq));
+        for (int64_t tok = 0; tok < spec.total_q(); ++tok)
           for (int64_t h = 0; h < s.hq; ++h) {
-            const int64_t idx = s.varlen ? h * s.tq + tok : (tok / s.sq * s.hq + h) * s.sq + tok % s.sq;
             float x;
-            memcpy(&x, lse.bytes.data() + 16 + idx * 4, 4);
+            memcpy(&x, lse.bytes.data() + 16 + lse_index(s, tok, h) * 4, 4);
             l[tok * s.hq + h] = x;
           }
         compare("LSE", l, ref.lse, tolerance(FLASHATTN_DTYPE_FP32) * magnitude * magnitude * 10);
       }
+      return;
     }
-    // Backward runs use a random O/LSE, so only the forward is compared value by value;
-    // the backward's values are covered by the unit tests. Here: no crash, no NaN where the
-    // inputs are finite.
-    if (backward) {
-      std::vector<double> g;
-      for (int t : {FLASHATTN_TENSOR_DQ, FLASHATTN_TENSOR_DK, FLASHATTN_TENSOR_DV}) {
-        gather(s, t, t == FLASHATTN_TENSOR_DQ ? dq : t == FLASHATTN_TENSOR_DK ? dk : dv, g);
-        for (double x : g)
-          if (isnan(x)) violation("NaN gradient from finite inputs", st);
-      }
+    // Gradients: the library starts from O rounded to the dtype, so allow a few dtype ulps more.
+    const double gtol = 4 * tol;
+    gather(s, FLASHATTN_TENSOR_DQ, dq, got);
+    compare("dQ", got, ref.dq, gtol);
+    gather(s, FLASHATTN_TENSOR_DK, dk, got);
+    compare("dK", got, ref.dk, gtol);
+    gather(s, FLASHATTN_TENSOR_DV, dv, got);
+    compare("dV", got, ref.dv, gtol);
+    if (want_dbias && !ref.dbias.empty()) {
+      got.assign(ref.dbias.size(), 0.0);
+      for (int64_t b = 0; b < s.b; ++b)
+        for (int64_t h = 0; h < s.hq; ++h)
+          for (int64_t i = 0; i < s.sq; ++i)
+            for (int64_t j = 0; j < s.sk; ++j) {
+              const int64_t off =
+                  b * s.bias_strides[0] + h * s.bias_strides[1] + i * s.bias_strides[2] + j * s.bias_strides[3];
+              got[((b * s.hq + h) * s.sq + i) * s.sk + j] =
+                  fat::load_elem(s.dtype, dbias.bytes.data() + 16 + off * es);
+            }
+      compare("dBias", got, ref.dbias, gtol);
     }
   }
 };
