@@ -1,0 +1,175 @@
+// Shared test harness: describe a problem (Config), generate fresh random inputs with a fixed
+// seed (Problem), run it through the public API with any strides and options
+// (run_library), and compare with the fp64 reference under the same-precision bound
+// (check_against_reference). Used by the CPU tests and, with device memory, the GPU tests.
+#pragma once
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "dtype.hpp"
+#include "flashattn.h"
+#include "reference.hpp"
+
+namespace fat {
+
+// ---- error bound -------------------------------------------------------------------------
+// For each output tensor the library's max and mean absolute error against reference_fp64
+// must not exceed   factor * (same-precision standard attention's error) + floor,
+//   floor = floor_u * dtype_eps * (1 + C),  dtype_eps the unit roundoff, C the largest
+//   condition magnitude of the tensor (the same sums over absolute values of their terms,
+//   RefOutputs::*_mag; |LSE| for LSE).
+//
+// CPU backend, fp16/bf16: factor 1.0, floor 1/8 unit roundoff of C. The CPU backend
+//   accumulates in fp32 and rounds each output once, while the same-precision standard
+//   attention rounds S, P, scaled V and every gradient intermediate to the dtype, so it must
+//   be at least as accurate (FlashAttention's tests allow 2x; CONVENTIONS.md aims at 1x;
+//   measured: median 0.45x, worst 1.0x on O and dV). The floor matters only where the naive
+//   error vanishes by exact cancellation: with a single visible key P = 1 and the naive
+//   dS = P (dP - sum P dP) is exactly 0, while a backward built on the documented inputs
+//   computes D = rowsum(dO * O) from O rounded to the dtype (FlashAttention's algorithm);
+//   measured there: at most 0.09 unit roundoff of C.
+// GPU backend, fp16/bf16: factor 2.0 (FlashAttention's own criterion): tensor-core kernels
+//   round P and dS to the dtype before the P.V, dS.K and dS^T.Q products, like the naive
+//   attention does, so a 1x bound would only measure luck.
+// fp32: factor 2.0, floor 2 unit roundoffs of C. Here the yardstick is itself fp32, so both
+//   errors are fp32 accumulation noise, and the backward recomputes P = exp(s - LSE) from the
+//   fp32 LSE, which scales P's relative error by |LSE| (a few units); measured worst: 1.08
+//   unit roundoffs of C above 2x. Any real defect (a wrong mask, scale, or an fp16
+//   accumulation) is orders of magnitude larger.
+struct Tolerance {
+  double factor_lowp = 1.0, floor_u_lowp = 0.125;
+  double factor_fp32 = 2.0, floor_u_fp32 = 2.0;
+};
+constexpr Tolerance kCpuTolerance{};
+constexpr Tolerance kGpuTolerance{2.0, 0.125, 2.0, 2.0};
+
+// ---- problem description ------------------------------------------------------------------
+enum class Layout {
+  BSHD,    // contiguous [batch, seq, head, dim] (the default strides; not set explicitly)
+  BHSD,    // [batch, head, seq, dim]
+  Padded,  // BSHD with gaps after every dim, head and token
+  Mixed,   // a different layout per tensor (BHSD, padded, BSHD, explicit BSHD)
+  BcastBatch  // inputs with batch stride 0 (shared across the batch), outputs padded
+};
+
+struct Config {
+  std::string name;
+  int64_t batch = 1, sq = 16, sk = 16, hq = 1, hkv = 1, dqk = 16, dv = 16;
+  flashattn_dtype_t dtype = FLASHATTN_DTYPE_FP32;
+  flashattn_algorithm_t algorithm = FLASHATTN_ALGORITHM_FLASH;
+  Layout layout = Layout::BSHD;
+  float scale = 0.f;        // 0: library default 1/sqrt(dqk)
+  float softcap = 0.f;
+  bool band = false;
+  flashattn_mask_align_t align = FLASHATTN_ALIGN_TOP_LEFT;
+  int64_t wl = -1, wr = -1;
+  flashattn_bias_t bias = FLASHATTN_BIAS_NONE;
+  bool bias_bcast[4] = {false, false, false, false};
+  bool want_dbias = true;
+  int64_t bias_inf_row = -1;  // query row whose bias is -inf for every key (fully masked row)
+  float p_drop = 0.f;
+  uint64_t seed = 0, offset = 0;
+  bool sparse = false;
+  int64_t block_q = 16, block_k = 16, layout_heads = 1;
+  double density = 0.6;
+  int64_t zero_row_block = -1;  // a layout row of zeros (fully masked query rows)
+  std::vector<int> seqlens_q, seqlens_k;  // non-empty: varlen with these lengths
+  bool deterministic = false;
+  uint64_t data_seed = 1;
+  bool backward = true;
+  bool with_lse = true;     // pass an LSE pointer to the forward
+  double input_scale = 1.0; // inputs ~ N(0, input_scale^2)
+};
+
+std::string describe(const Config& c);
+
+struct TensorLayout {
+  int64_t strides[4];  // (batch, seq, head, dim) in elements
+  size_t elems;        // buffer size in elements
+  bool explicit_set;   // false: leave the plan's default (contiguous BSHD)
+};
+
+struct Problem {
+  Config cfg;
+  RefSpec spec;
+  RefInputs in;
+  std::vector<double> bias_reduced;  // stored bias tensor values, reduced shape
+  int64_t bias_strides[4] = {0, 0, 0, 0};
+  size_t bias_elems = 0;
+  std::vector<float> slopes;
+  std::vector<int32_t> cu_q, cu_k;
+  bool varlen = false;
+  TensorLayout lay[8];  // indexed by flashattn_tensor_t
+};
+
+Problem make_problem(const Config& c);
+
+// ---- running the library ------------------------------------------------------------------
+// Where tensors live: host memory for the CPU backend, device memory for CUDA (test_gpu.cpp).
+struct MemOps {
+  virtual ~MemOps() = default;
+  virtual flashattn_backend_t backend() const = 0;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void sync() {}
+};
+
+struct HostMem : MemOps {
+  flashattn_backend_t backend() const override { return FLASHATTN_BACKEND_CPU; }
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+};
+
+struct LibResult {
+  flashattn_status_t create = FLASHATTN_STATUS_SUCCESS, setup = FLASHATTN_STATUS_SUCCESS,
+                     fwd = FLASHATTN_STATUS_SUCCESS, bwd = FLASHATTN_STATUS_SUCCESS;
+  std::string error;                       // last_error of the first failing call
+  std::vector<double> o, lse, dq, dk, dv;  // reference layouts (reference.hpp)
+  std::vector<double> dbias;               // expanded [batch][hq][sq][sk] strided reads
+  std::vector<uint8_t> raw_o, raw_lse, raw_dq, raw_dk, raw_dv, raw_dbias;  // buffers as written
+  bool padding_intact = true;              // gaps in strided outputs kept their poison
+  std::string padding_report;
+  size_t ws_fwd = 0, ws_bwd = 0;
+  bool ok() const {
+    return create == FLASHATTN_STATUS_SUCCESS && setup == FLASHATTN_STATUS_SUCCESS &&
+           fwd == FLASHATTN_STATUS_SUCCESS && bwd == FLASHATTN_STATUS_SUCCESS;
+  }
+};
+
+// Applies every option of p.cfg to a fresh plan (shape, dtype, strides, options).
+flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p);
+
+LibResult run_library(const Problem& p, MemOps& mem, int device = 0);
+// Runs p (fwd, then bwd if p.cfg.backward) on an already configured plan.
+LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem);
+LibResult run_cpu(const Problem& p);
+
+// ---- comparisons --------------------------------------------------------------------------
+struct ErrStats {
+  double max_abs = 0, mean_abs = 0, max_ref = 0;
+  size_t n = 0, nonfinite_mismatch = 0;
+};
+ErrStats error_stats(const std::vector<double>& got, const std::vector<double>& ref);
+
+// Rounder for reference_lowp in the problem's dtype.
+Rounder rounder_for(flashattn_dtype_t t);
+
+// CHECKs O, LSE (and dQ, dK, dV, dBias) of lib against reference_fp64, with the bound above
+// relative to reference_lowp; fully masked rows must be exactly O = 0, LSE = -inf, dQ = 0.
+void check_against_reference(const Problem& p, const LibResult& lib, const Tolerance& tol = kCpuTolerance);
+void check_against_reference(const Problem& p, const LibResult& lib, const RefOutputs& exact,
+                             const RefOutputs& lowp, const Tolerance& tol = kCpuTolerance);
+
+// CHECKs that lib ran and matches the reference (the usual one-liner of the tests).
+void run_and_check_cpu(const Config& c);
+
+// Fills a buffer with the poison pattern the harness uses for outputs.
+constexpr unsigned char kPoison = 0xA5;
+
+}  // namespace fat
