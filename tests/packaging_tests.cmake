@@ -62,7 +62,7 @@ if(FA_DPKG_DEB AND NOT FLASHATTN_SANITIZE)
     COMMAND ${CMAKE_COMMAND} -DCPACK=${CMAKE_CPACK_COMMAND} -DCONFIG=${PROJECT_BINARY_DIR}/CPackConfig.cmake
             -DWORK_DIR=${FA_PKG_WORK}/deb -DDPKG_DEB=${FA_DPKG_DEB} -DRUNTIME=${FA_DEB_RUNTIME} -DDEV=${FA_DEB_DEV}
             -DTOOLS=$<$<TARGET_EXISTS:flashattn_cli>:${FA_DEB_TOOLS}>
-            -DLINTIAN=${FA_LINTIAN} -P ${PROJECT_SOURCE_DIR}/cmake/CheckDeb.cmake)
+            -DLINTIAN=${FA_LINTIAN} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/CheckDeb.cmake)
   set_tests_properties(packaging.deb PROPERTIES TIMEOUT 600)
 elseif(FLASHATTN_SANITIZE)
   fa_skipped_test(packaging.deb "sanitizer build (packages are made from release builds)")
