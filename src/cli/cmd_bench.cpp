@@ -20,6 +20,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.hpp"
@@ -70,6 +71,11 @@ const std::vector<unsigned char>& random_host(flashattn_dtype_t dt, size_t count
   auto key = std::make_tuple(int(dt), count, stream);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  // Keep only buffers of the size asked now: a sweep with a fixed batch changes sizes.
+  for (auto e = cache.begin(); e != cache.end();) {
+    if (std::get<1>(e->first) != count) e = cache.erase(e);
+    else ++e;
+  }
   std::vector<unsigned char>& v = cache[key];
   v.resize(count * dtype_size(dt));
   fill_random_raw(v.data(), dt, count, 0x5EED, stream);
@@ -254,9 +260,19 @@ std::vector<Row> run_isolated(const Config& c, bool want_fwd, bool want_bwd) {
   if (pid == 0) {
     close(fds[0]);
     const double base = current_rss_bytes();
+    std::vector<Row> rows;
+    try {
+      rows = run_config(c, want_fwd, want_bwd);
+    } catch (const std::exception& e) {  // never let the child return into the parent's loop
+      failed.error = e.what();
+      rows = {failed};
+    } catch (...) {
+      failed.error = "unknown exception";
+      rows = {failed};
+    }
     std::ostringstream os;
     os.precision(17);
-    for (const Row& r : run_config(c, want_fwd, want_bwd))
+    for (const Row& r : rows)
       os << r.pass << '\t' << r.ms_median << '\t' << r.ms_min << '\t' << r.ms_max << '\t' << r.workspace << '\t'
          << r.io_bytes << '\t' << base << '\t' << r.error_exit << '\t' << escape_field(r.error) << '\n';
     const std::string s = os.str();

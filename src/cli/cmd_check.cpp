@@ -162,6 +162,7 @@ double tolerance(flashattn_dtype_t dt, Kind k) {
     case FLASHATTN_DTYPE_FP16: return k == kO ? 3e-3 : k == kLse ? 1e-4 : 1e-2;
     case FLASHATTN_DTYPE_BF16: return k == kO ? 2e-2 : k == kLse ? 1e-4 : 5e-2;
     case FLASHATTN_DTYPE_FP32: return k == kO ? 1e-4 : k == kLse ? 2e-5 : 5e-4;
+    default: break;
   }
   return 0;
 }
@@ -299,6 +300,12 @@ int cmd_check(int argc, char** argv) {
     }
   }
 
+  // The fp64 reference is a plain O(N^2) loop nest: warn when it will take a while.
+  const double ref_macs = double(p.batch) * double(p.heads_q) * double(p.seqlen_q) * double(p.seqlen_k) *
+                          double(p.head_dim + p.head_dim_v) * (p.bwd ? 3.0 : 1.0);
+  if (ref_macs > 2e9)
+    std::fprintf(stderr, "computing the fp64 reference (%.1f G multiply-adds; about a second per 0.5 G per core)...\n",
+                 ref_macs / 1e9);
   const double t0 = now_ms();
   RefOutputs ref;
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();

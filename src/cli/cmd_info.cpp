@@ -1,5 +1,7 @@
 // `flashattn info`: versions, backends, CUDA devices, and what each backend supports.
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -107,6 +109,12 @@ int cmd_info(int argc, char** argv) {
               number == FLASHATTN_VERSION_NUMBER ? "" : "  WARNING: differs from the runtime library");
   const bool has_cuda = flashattn_has_cuda_backend() != 0;
   std::printf("backends     cpu%s\n", has_cuda ? ", cuda" : "   (cuda: not built in)");
+
+  if (const char* env = std::getenv("FLASHATTN_CPU_THREADS"))
+    std::printf("cpu threads  FLASHATTN_CPU_THREADS=%s\n", env);
+  else
+    std::printf("cpu threads  %u hardware threads (FLASHATTN_CPU_THREADS overrides)\n",
+                std::thread::hardware_concurrency());
 
   // CUDA devices: the library's count, and names/capabilities through the tool's own
   // CUDA runtime (the library has no query for them).

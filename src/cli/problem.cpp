@@ -100,6 +100,7 @@ const char* backend_name(flashattn_backend_t b) {
     case FLASHATTN_BACKEND_AUTO: return "auto";
     case FLASHATTN_BACKEND_CPU: return "cpu";
     case FLASHATTN_BACKEND_CUDA: return "cuda";
+    default: break;
   }
   return "?";
 }

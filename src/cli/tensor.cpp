@@ -69,6 +69,7 @@ const char* dtype_name(flashattn_dtype_t dt) {
     case FLASHATTN_DTYPE_FP16: return "fp16";
     case FLASHATTN_DTYPE_BF16: return "bf16";
     case FLASHATTN_DTYPE_FP32: return "fp32";
+    default: break;
   }
   return "?";
 }
@@ -118,6 +119,7 @@ static void store(void* base, flashattn_dtype_t dt, int64_t off, float v) {
     case FLASHATTN_DTYPE_FP16: static_cast<uint16_t*>(base)[off] = float_to_half(v); break;
     case FLASHATTN_DTYPE_BF16: static_cast<uint16_t*>(base)[off] = float_to_bf16(v); break;
     case FLASHATTN_DTYPE_FP32: static_cast<float*>(base)[off] = v; break;
+    default: break;  // the tool only makes the three dtypes
   }
 }
 
@@ -126,6 +128,7 @@ static float load(const void* base, flashattn_dtype_t dt, int64_t off) {
     case FLASHATTN_DTYPE_FP16: return half_to_float(static_cast<const uint16_t*>(base)[off]);
     case FLASHATTN_DTYPE_BF16: return bf16_to_float(static_cast<const uint16_t*>(base)[off]);
     case FLASHATTN_DTYPE_FP32: return static_cast<const float*>(base)[off];
+    default: break;
   }
   return 0.f;
 }
