@@ -76,7 +76,8 @@ def _numpy_dtype(kind, like):
     if kind == A.I32:
         return np.int32
     if kind == A.BF16:
-        if like is not None and like.framework == "numpy" and like.owner.dtype.name == "bfloat16":
+        # Outputs use the representation of the inputs: a bfloat16 dtype, or uint16 bits.
+        if like is not None and like.framework == "numpy" and like.owner.dtype.itemsize == 2:
             return like.owner.dtype
         try:
             import ml_dtypes  # noqa: F401

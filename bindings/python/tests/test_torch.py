@@ -61,6 +61,51 @@ def test_attention_dropout_reproducible_with_manual_seed():
     assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
+def test_attention_bhsd_bottom_right_and_expanded_bias_grad():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 33, 16, generator=g, requires_grad=True)
+    k = torch.randn(2, 2, 41, 16, generator=g, requires_grad=True)
+    v = torch.randn(2, 2, 41, 16, generator=g, requires_grad=True)
+    small = torch.randn(1, 4, 33, 41, generator=g, requires_grad=True)
+    out = flashattn.attention(q, k, v, causal=True, align="bottom_right", bias=small.expand(2, 4, 33, 41),
+                              layout="bhsd")
+    ref_in = [t.detach().clone().requires_grad_(True) for t in (q, k, v, small)]
+    mask = torch.ones(33, 41, dtype=torch.bool).tril(41 - 33)
+    bias = ref_in[3].masked_fill(~mask, float("-inf"))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        ref_in[0], ref_in[1].repeat_interleave(2, 1), ref_in[2].repeat_interleave(2, 1), attn_mask=bias)
+    do = torch.randn(out.shape, generator=g)
+    assert out.shape == (2, 4, 33, 16)
+    assert (out - ref).abs().max().item() < 1e-5
+    for a, b in zip(torch.autograd.grad(out, (q, k, v, small), do), torch.autograd.grad(ref, ref_in, do)):
+        assert (a - b).abs().max().item() < 1e-4
+
+
+def test_attention_varlen_matches_per_sequence_sdpa():
+    cu_q = torch.tensor([0, 5, 5, 17], dtype=torch.int32)
+    cu_k = torch.tensor([0, 9, 12, 20], dtype=torch.int32)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(17, 2, 8, generator=g, requires_grad=True)
+    k = torch.randn(20, 2, 8, generator=g, requires_grad=True)
+    v = torch.randn(20, 2, 8, generator=g, requires_grad=True)
+    out = flashattn.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    do = torch.randn(out.shape, generator=g)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    rq, rk, rv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    pieces = []
+    for b in range(3):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0:
+            continue
+        o = torch.nn.functional.scaled_dot_product_attention(rq[q0:q1].transpose(0, 1), rk[k0:k1].transpose(0, 1),
+                                                             rv[k0:k1].transpose(0, 1))
+        pieces.append(o.transpose(0, 1))
+    ref = torch.cat(pieces)
+    assert (out - ref).abs().max().item() < 1e-5
+    for a, b in zip(grads, torch.autograd.grad(ref, (rq, rk, rv), do)):
+        assert (a - b).abs().max().item() < 1e-4
+
+
 def _cuda_ready():
     return torch.cuda.is_available() and flashattn.has_cuda_backend() and flashattn.cuda_device_count() > 0
 
