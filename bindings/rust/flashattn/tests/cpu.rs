@@ -320,3 +320,26 @@ fn plan_is_shared_between_threads() {
         }
     });
 }
+
+#[test]
+fn dropout_is_reproducible_and_keyed_by_offset() {
+    let shape = Shape::new(1, 16, 32, 2, 2, 8);
+    let q = data(shape.q_len(), 41);
+    let k = data(shape.k_len(), 42);
+    let v = data(shape.v_len(), 43);
+    let run = |p: f32, seed: u64, offset: u64| {
+        let mut plan = Plan::cpu(shape, DType::F32).unwrap();
+        plan.set_dropout(p, seed, offset).unwrap();
+        let mut out = vec![0f32; shape.o_len()];
+        plan.forward(&q, &k, &v, &mut out, None, &Inputs::default()).unwrap();
+        out
+    };
+    let a = run(0.3, 9, 0);
+    assert_eq!(a, run(0.3, 9, 0));
+    assert_ne!(a, run(0.3, 9, 4));
+    assert_ne!(a, run(0.3, 10, 0));
+    let plain = run(0.0, 9, 0);
+    let r = reference(shape, &q, &k, &v, &vec![0.0; shape.o_len()], None, 1.0 / 8f64.sqrt());
+    assert!(max_err(&plain, &r.o) < 2e-5);
+    assert_ne!(a, plain);
+}
