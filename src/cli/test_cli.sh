@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Tests of the `flashattn` tool (registered with ctest as cli_*): exit codes, messages
+# naming the bad flag, library errors, check PASS over the option matrix on the CPU
+# backend, and bench output files.   usage: test_cli.sh <path of flashattn> [group]
+set -uo pipefail
+tool="$1"
+group="${2:-all}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect <exit code> <extended regex on stdout+stderr> args...
+expect() {
+  local code="$1" re="$2"
+  shift 2
+  local out rc
+  out="$("$tool" "$@" 2>&1)"
+  rc=$?
+  if [[ $rc -ne $code ]]; then fail "flashattn $* exited $rc, expected $code"$'\n'"$out"; return; fi
+  if ! grep -Eq -e "$re" <<<"$out"; then fail "flashattn $*: output does not match /$re/"$'\n'"$out"; return; fi
+  echo "ok: flashattn $*"
+}
+
+if [[ $group == all || $group == usage ]]; then
+  expect 0 "^usage: flashattn <command>" --help
+  expect 2 "^usage: flashattn <command>"
+  expect 0 "^flashattn [0-9]+\.[0-9]+\.[0-9]+ \(library [0-9]+\.[0-9]+\.[0-9]+\)" --version
+  expect 2 "unknown command 'frob'" frob
+  for c in info check bench; do expect 0 "^usage: flashattn $c" "$c" --help; done
+  expect 2 "--batch=0 must be >= 1" check --batch 0
+  expect 2 "--seqlen-q: 'x' is not an integer" check --seqlen-q x
+  expect 2 "--dtype: 'fp8' is not one of fp16\|bf16\|fp32" check --dtype fp8
+  expect 2 "--causal: 'diag' is not one of" check --causal=diag
+  expect 2 "--window: '5' is not L,R" check --window 5
+  expect 2 "right window 4 contradicts --causal" check --causal --window 3,4
+  expect 2 "--dropout=1 must be < 1" check --dropout 1
+  expect 2 "--block-sparse=0 must be > 0" check --block-sparse 0
+  expect 2 "--alibi=x: the only value is 'symmetric'" check --alibi=x
+  expect 2 "unknown option '--frob'" check --frob
+  expect 2 "option --batch needs a value" check --batch
+  expect 2 "option --bwd takes no value" check --bwd=1
+  expect 2 "option --batch given more than once" check --batch 1 --batch 2
+  expect 2 "unexpected argument 'x'" check x
+  expect 2 "--seqlens: 'x' in '512,x' is not an integer" bench --backend cpu --seqlens 512,x
+  expect 2 "--isolate .* needs --backend cpu" bench --isolate
+  expect 2 "--algorithm: 'fast' is not one of flash\|standard\|both" bench --backend cpu --algorithm fast
+  # Errors the library reports: exit 3 with the status name and the library's message.
+  expect 3 "FLASHATTN_STATUS_INVALID_HEADS: .*heads_q=6" check --backend cpu --heads-q 6 --heads-kv 4
+  expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*head_dim_qk=300" check --backend cpu --head-dim 300
+  expect 0 "^libflashattn [0-9.]+ \(runtime" info --no-probe
+fi
+
+if [[ $group == all || $group == check ]]; then
+  base=(check --backend cpu --bwd --batch 2 --heads-q 4)
+  odd="--seqlen-q 97 --seqlen-k 161 --head-dim 40"
+  while IFS= read -r opts; do
+    opts="${opts//\$odd/$odd}"
+    # shellcheck disable=SC2086
+    expect 0 "^PASS$" "${base[@]}" $opts
+  done <<'OPTS'
+$odd --dtype fp32
+$odd --dtype fp16 --causal
+$odd --dtype bf16 --causal=bottom-right
+$odd --dtype fp16 --window 16,8 --align bottom-right
+$odd --dtype fp32 --softcap 2.5 --alibi
+$odd --dtype fp16 --alibi=symmetric --causal=bottom-right
+$odd --dtype fp16 --dropout 0.25 --seed 11
+--dtype fp32 --block-sparse 0.5 --seqlen-q 300 --seqlen-k 400
+$odd --dtype fp16 --heads-kv 1 --head-dim-v 24 --layout bhsd
+$odd --dtype bf16 --heads-kv 2 --algorithm standard --causal --dropout 0.1
+--dtype fp16 --seqlen-q 1 --seqlen-k 1 --head-dim 1
+OPTS
+fi
+
+if [[ $group == all || $group == bench ]]; then
+  expect 0 "^cpu +flash +fp32 +128 +2 +2 +32 .* bwd" bench --backend cpu --seqlens 64,128 --tokens 256 --heads 2 \
+    --head-dim 32 --algorithm both --bwd --repeats 1 --warmup 0 --csv "$tmp/b.csv" --json "$tmp/b.json"
+  rows=$(($(wc -l <"$tmp/b.csv") - 1))
+  [[ $rows -eq 8 ]] && echo "ok: bench.csv has 8 rows" || fail "bench.csv has $rows rows, expected 8"
+  if command -v python3 >/dev/null; then
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['rows']; assert len(r)==8 and all(x['error'] is None and x['ms_median']>0 for x in r), r" "$tmp/b.json" \
+      && echo "ok: bench.json parses, 8 rows without errors" || fail "bench.json"
+  fi
+  expect 0 "rss_peak\(MiB\)" bench --backend cpu --seqlens 64 --tokens 64 --heads 1 --head-dim 16 --isolate --repeats 1 --warmup 0
+fi
+
+[[ $failures -eq 0 ]] && echo "all CLI tests passed" || echo "$failures CLI test(s) failed"
+[[ $failures -eq 0 ]]
