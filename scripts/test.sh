@@ -26,7 +26,7 @@ if [[ -n "$NVCC" ]]; then
 else
   preset=ci-cpu
   configure_args=()
-  echo "test: no nvcc found: building the CPU backend only"
+  echo "test: no nvcc found (or FLASHATTN_CUDA=OFF): building the CPU backend only"
 fi
 
 step "configure (preset $preset)"
