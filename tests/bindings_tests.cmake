@@ -4,6 +4,7 @@
 #   bindings.rust           cargo test --offline; skips (77) without cargo
 #   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
 #   bindings.julia_checker  the checker detects deliberately broken copies
+#   bindings.julia_syntax   tree-sitter parse of the Julia files (skips without tree-sitter-julia)
 #   bindings.rust_sys_*     flashattn-sys's extern block against the header (+ self-test)
 #   bindings.hpp_*          include/flashattn.hpp compiles alone under strict flags
 #   examples.c / .cpp       the CPU examples run and check their results
@@ -42,6 +43,10 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/julia/test_checker.py)
   set_tests_properties(bindings.julia_header bindings.julia_checker PROPERTIES
     LABELS "bindings;julia" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  # Julia syntax through the tree-sitter grammar; skipped (77) unless the Python packages
+  # tree-sitter and tree-sitter-julia are installed.
+  add_test(NAME bindings.julia_syntax COMMAND ${Python3_EXECUTABLE} ${_fa_bindings}/julia/syntax_check.py)
+  set_tests_properties(bindings.julia_syntax PROPERTIES LABELS "bindings;julia" SKIP_RETURN_CODE 77)
   # flashattn-sys's hand-written extern block against the header (no Rust toolchain needed),
   # and the same check proving it catches broken copies.
   add_test(NAME bindings.rust_sys_header
@@ -53,7 +58,7 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(bindings.rust_sys_header bindings.rust_sys_checker PROPERTIES
     LABELS "bindings;rust" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 else()
-  foreach(_t julia_header julia_checker rust_sys_header rust_sys_checker)
+  foreach(_t julia_header julia_checker julia_syntax rust_sys_header rust_sys_checker)
     add_test(NAME bindings.${_t}
              COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: no python3 interpreter found")
     set_tests_properties(bindings.${_t} PROPERTIES LABELS "bindings;julia" SKIP_REGULAR_EXPRESSION "SKIPPED:")
