@@ -259,10 +259,17 @@ int cmd_check(int argc, char** argv) {
   p.make_derived();
 
   // Validate the configuration with the library before allocating anything large.
+  flashattn_backend_t resolved = FLASHATTN_BACKEND_AUTO;
   {
     Plan plan(p.backend, p.device);
+    resolved = plan.backend();
     configure_plan(plan.get(), p, p.algorithm);
   }
+  std::printf("flashattn check: backend=%s%s algorithm=%s passes=%s\n", backend_name(resolved),
+              p.backend == FLASHATTN_BACKEND_AUTO ? " (auto)" : "", algorithm_name(p.algorithm),
+              p.bwd ? "forward+backward" : "forward");
+  std::printf("%s\n", p.describe().c_str());
+  std::fflush(stdout);
 
   Inputs in;
   in.q = HostTensor(p.dtype, p.layout, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
@@ -276,11 +283,7 @@ int cmd_check(int argc, char** argv) {
     in.dout.fill_random(p.seed, 4);
   }
 
-  RunResult primary = run_once(p, p.backend, p.algorithm, in);
-  std::printf("flashattn check: backend=%s%s algorithm=%s passes=%s\n", backend_name(primary.backend),
-              p.backend == FLASHATTN_BACKEND_AUTO ? " (auto)" : "", algorithm_name(p.algorithm),
-              p.bwd ? "forward+backward" : "forward");
-  std::printf("%s\n", p.describe().c_str());
+  RunResult primary = run_once(p, resolved, p.algorithm, in);
 
   // Other implementations: the CPU backend (when the run is on CUDA) and the other
   // algorithm on the same backend. "Not supported" (2xx) skips one; other errors abort.
