@@ -45,6 +45,9 @@ struct FwdTraits {
   using VTile = SwizzledTile<kBlockN, kDVS>;
   using OTile = SwizzledTile<kBlockM, kDVS>;  // aliases the Q tile in the epilogue
   static constexpr int kSmemBytes = QTile::kBytes + KTile::kBytes + VTile::kBytes;
+  // Optional bias tile [kBlockM][kBlockN + 8] (the pad makes fragment-pattern reads conflict free).
+  static constexpr int kBiasStride = kBlockN + 8;
+  static constexpr int kBiasSmemBytes = kBlockM * kBiasStride * 2;
   static_assert(kMT >= 1 && kBlockM % (16 * kNWarps) == 0, "rows must split evenly over warps");
   static_assert(kD % 16 == 0 && kDV % 16 == 0 && kBlockN % 16 == 0, "tile shape");
   static_assert(OTile::kBytes <= QTile::kBytes, "O staging must fit in the Q tile");
@@ -93,8 +96,11 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
+// bias_smem (extras only): the bias tensor has k stride 1, 16-byte aligned rows and the
+// launch reserved Cfg::kBiasSmemBytes more shared memory; bias tiles are then staged with
+// cp.async next to V instead of being read element by element.
 template <typename Cfg, typename T, bool kExtras>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const int bias_smem) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kMT = Cfg::kMT, kNT = Cfg::kNT;
   constexpr int kThreads = Cfg::kThreads;
   using QTile = typename Cfg::QTile;
@@ -106,6 +112,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + QTile::kElems;
   T* sV = sK + KTile::kElems;
+  T* sB = sV + VTile::kElems;  // bias tile, only with bias_smem
 
   const int m_block = blockIdx.x;
   const int h = blockIdx.y;
@@ -234,8 +241,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   const bool alibi_on = kExtras && (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric);
   const bool elementwise = softcap_on || bias_on || alibi_on;
   const float sl2 = elementwise ? 1.f : p.scale * kLog2e;  // scores are pre-scaled when elementwise
-  const float inv_softcap = softcap_on ? 1.f / p.softcap : 0.f;
-  const float alibi_slope = alibi_on ? p.alibi_slopes[h] : 0.f;
+  // Elementwise scores are produced directly in the log2 domain:
+  //   no softcap: s = x * scale * log2e;  softcap c: s = (c * log2e) * tanh(x * scale / c)
+  //   then + bias * log2e or + (slope * log2e) * distance.
+  const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;
+  const float alibi_slope_l2 = alibi_on ? p.alibi_slopes[h] * kLog2e : 0.f;
+  // Block-sparse divisors (clamping keeps j / block exact for j < 2^30).
+  const uint32_t lay_bq = layout ? static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30)) : 1u;
+  const uint32_t lay_bk = layout ? static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30)) : 1u;
   const bool dropout = kExtras && p.p_drop > 0.f;
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;
@@ -270,6 +284,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
                                                             p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
+    if (kExtras && bias_on && bias_smem) {
+      constexpr int kChunks = kBlockN / 8;
+      const T* gB = bias_base + static_cast<int64_t>(m0) * p.bias_stride[2] + n0;
+      for (int idx = tid; idx < kBlockM * kChunks; idx += kThreads) {
+        const int row = idx / kChunks, ch = idx - row * kChunks;
+        int valid = row < rows_q ? min(8, len_k - n0 - ch * 8) : 0;
+        valid = valid < 0 ? 0 : valid;
+        const T* src = valid > 0 ? gB + row * p.bias_stride[2] + ch * 8 : bias_base;
+        cp_async_16_bytes(smem_u32(sB + row * Cfg::kBiasStride + ch * 8), src, valid * 2);
+      }
+    }
     cp_async_commit();
 
     // ---- S = Q K^T ----
@@ -304,6 +329,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     int next_state = 2;
     const int n_next = n_block > n_block_min ? prev_active(n_block - 1, &next_state) : n_block_min - 1;
 
+    cp_async_wait<0>();
+    __syncthreads();  // V(n) (and the bias tile) visible; every warp is done reading K(n)
+    if (n_next >= n_block_min) {
+      load_tile_async<kBlockN, Cfg::kDS, kThreads>(
+          smem_u32(sK), gK + static_cast<int64_t>(n_next) * kBlockN * p.k_stride.s, p.k_stride.s, len_k - n_next * kBlockN,
+          dq_chunks, k_base, tid);
+      cp_async_commit();
+    }
+
     // ---- elementwise score transform: scale, softcap, bias / ALiBi (log2 domain) ----
     if (elementwise) {
 #pragma unroll
@@ -312,11 +346,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = s[mt][nt][e] * p.scale;
-            if (softcap_on) x = p.softcap * tanhf(x * inv_softcap);
-            s[mt][nt][e] = x;
+            const float x = s[mt][nt][e] * x_mul;
+            s[mt][nt][e] = softcap_on ? cap_l2 * tanhf(x) : x;
           }
-      if (bias_on) {
+      if (bias_on && bias_smem) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const T* brow = sB + (row_w0 + mt * 16 + g + hh * 8) * Cfg::kBiasStride + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + nt * 8);
+              T h2[2];
+              memcpy(h2, &u, 4);
+              s[mt][nt][2 * hh] = fmaf(ElemTraits<T>::to_float(h2[0]), kLog2e, s[mt][nt][2 * hh]);
+              s[mt][nt][2 * hh + 1] = fmaf(ElemTraits<T>::to_float(h2[1]), kLog2e, s[mt][nt][2 * hh + 1]);
+            }
+          }
+      } else if (bias_on) {
         // One row at a time (the empty asm keeps the loads of a row together, bounding
         // the registers in flight); pairs of columns are one 32-bit load when aligned.
 #pragma unroll
@@ -342,8 +390,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
                   if (j < len_k) b0 = ElemTraits<T>::to_float(brow[j * bsk]);
                   if (j + 1 < len_k) b1 = ElemTraits<T>::to_float(brow[(j + 1) * bsk]);
                 }
-                s[mt][nt][2 * hh] += b0;
-                s[mt][nt][2 * hh + 1] += b1;
+                s[mt][nt][2 * hh] = fmaf(b0, kLog2e, s[mt][nt][2 * hh]);
+                s[mt][nt][2 * hh + 1] = fmaf(b1, kLog2e, s[mt][nt][2 * hh + 1]);
               }
             }
             asm volatile("" ::: "memory");
@@ -355,62 +403,64 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int ip = m0 + row_w0 + mt * 16 + g + hh * 8 + shift;
+            const float dist0 = static_cast<float>(n0 + 2 * t - ip);  // one conversion per row
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const int dist = n0 + nt * 8 + 2 * t + e - ip;
-                s[mt][nt][2 * hh + e] += alibi_slope * static_cast<float>(sym ? -abs(dist) : dist);
+                const float dist = dist0 + static_cast<float>(nt * 8 + e);
+                s[mt][nt][2 * hh + e] = fmaf(alibi_slope_l2, sym ? -fabsf(dist) : dist, s[mt][nt][2 * hh + e]);
               }
           }
       }
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= kLog2e;
     }
 
     // ---- element mask on boundary tiles ----
     const bool col_edge = n0 + kBlockN > len_k;
     const bool band_edge = band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) ||
                                     (wl >= 0 && n0 < m_last + shift - wl));
-    if (col_edge || band_edge || cur_state == 1) {
+    if (col_edge || band_edge) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
-          const int ip = i + shift;
-          const uint8_t* lrow = nullptr;
-          if (cur_state == 1) {
-            const int ic = min(i, m_last);
-            lrow = layout_h + static_cast<int64_t>(ic / p.block_q) * p.n_col_blocks;
-          }
+          const int ip = m0 + row_w0 + mt * 16 + g + hh * 8 + shift;
+          // Columns kept by the band and the sequence end: [lo, hi].
+          int hi = len_k - 1, lo = 0;
+          if (band && wr >= 0) hi = min(hi, ip + wr);
+          if (band && wl >= 0) lo = max(lo, ip - wl);
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int j = n0 + nt * 8 + 2 * t + e;
-              bool keep = j < len_k;
-              if (band) {
-                if (wr >= 0 && j > ip + wr) keep = false;
-                if (wl >= 0 && j < ip - wl) keep = false;
-              }
-              if (cur_state == 1 && keep && lrow[j / p.block_k] == 0) keep = false;
-              if (!keep) s[mt][nt][2 * hh + e] = -INFINITY;
+              if (j < lo || j > hi) s[mt][nt][2 * hh + e] = -INFINITY;
             }
         }
     }
-
-    cp_async_wait<0>();
-    __syncthreads();  // V(n) visible; every warp is done reading K(n)
-    if (n_next >= n_block_min) {
-      load_tile_async<kBlockN, Cfg::kDS, kThreads>(
-          smem_u32(sK), gK + static_cast<int64_t>(n_next) * kBlockN * p.k_stride.s, p.k_stride.s, len_k - n_next * kBlockN,
-          dq_chunks, k_base, tid);
-      cp_async_commit();
+    if (cur_state == 1) {
+      // Partially covered block-sparse tile: per-element layout lookup. Column blocks are
+      // computed once per column (32-bit divisions), row offsets once per row.
+      int64_t lrow[kMT][2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = min(m0 + row_w0 + mt * 16 + g + hh * 8, m_last);
+          lrow[mt][hh] = static_cast<int64_t>(static_cast<uint32_t>(i) / lay_bq) * p.n_col_blocks;
+        }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = min(n0 + nt * 8 + 2 * t + e, len_k - 1);
+          const uint8_t* lcol = layout_h + static_cast<uint32_t>(j) / lay_bk;
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+              if (lcol[lrow[mt][hh]] == 0) s[mt][nt][2 * hh + e] = -INFINITY;
+        }
     }
 
     // ---- online softmax (base 2) ----
@@ -454,7 +504,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
         const uint32_t i_own = static_cast<uint32_t>(m0 + row_w0 + mt * 16 + g + (t & 1) * 8);
         uint64_t drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
-#pragma unroll 1
+#pragma unroll 2
         for (int nt = 0; nt < kNT; ++nt) {
           const uint32_t j4 = static_cast<uint32_t>((n0 + nt * 8) >> 2) + (t >> 1);
           const Philox4 w = dropout_words(p.seed, drop_head, i_own, j4);

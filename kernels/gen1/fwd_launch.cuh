@@ -2,6 +2,7 @@
 // unit (kernels/gen1/fwd_<cfg>_<dtype>.cu) explicitly instantiates one run_fwd.
 #pragma once
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #include "error.hpp"
 #include "gen1/fwd.h"
@@ -23,15 +24,33 @@ flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream) {
   static_assert(Cfg::kSmemBytes == fwd_config_smem(D, DV) && fwd_config_block_m(D, DV) == Cfg::kBlockM,
                 "kFwdConfigs (fwd.h) disagrees with FwdTileFor (fwd_kernel.cuh)");
   auto kernel = extras ? fwd_kernel<Cfg, T, true> : fwd_kernel<Cfg, T, false>;
+  // Bias tiles go through shared memory when the bias rows allow 16-byte copies and the
+  // device has room for the extra tile; otherwise the kernel reads the bias directly.
+  int bias_smem = 0;
+  int smem = Cfg::kSmemBytes;
+  cudaError_t err = cudaSuccess;
+  if (p.bias_kind == kBiasTensor && p.bias_stride[3] == 1 && p.bias_stride[2] % 8 == 0 &&
+      p.bias_stride[1] % 8 == 0 && p.bias_stride[0] % 8 == 0 && (reinterpret_cast<uintptr_t>(p.bias) & 15u) == 0) {
+    int device = 0, optin = 0;
+    err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess)
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
+                  cudaGetErrorString(err));
+    if (Cfg::kSmemBytes + Cfg::kBiasSmemBytes <= optin) {
+      bias_smem = 1;
+      smem += Cfg::kBiasSmemBytes;
+    }
+  }
   // Idempotent and cheap; done on every call so it holds for whichever device is current.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
-                D, DV, Cfg::kSmemBytes, cudaGetErrorString(err));
+                D, DV, smem, cudaGetErrorString(err));
   const dim3 grid(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
                   static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, bias_smem);
   err = cudaGetLastError();
   if (err != cudaSuccess)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u) launch failed: %s", D,

@@ -108,6 +108,10 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem
   const int src_size = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_size));
 }
+// Same with an explicit source size in bytes (0..16): bytes past src_bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16_bytes(uint32_t smem_addr, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups are still pending.
 template <int N>

@@ -30,6 +30,7 @@
 #include "common/philox.h"
 #include "cuda/launch.hpp"
 #include "flashattn.h"
+#include "gen1/fwd_kernel.cuh"
 
 using namespace flashattn;
 
@@ -253,6 +254,13 @@ static bool run_case(const Case& cs, Result* res, std::mt19937& rng) {
       p.bias_stride[1] = sq * (sk + 3);
       p.bias_stride[0] = 0;
       nbias = cs.hq * sq * (sk + 3);
+    } else if (cs.bias_stride_mode == 3) {  // 16-byte aligned rows: staged through shared memory
+      const int64_t rs = (sk + 7) / 8 * 8 + 8;
+      p.bias_stride[3] = 1;
+      p.bias_stride[2] = rs;
+      p.bias_stride[1] = sq * rs;
+      p.bias_stride[0] = cs.hq * sq * rs;
+      nbias = cs.b * cs.hq * sq * rs;
     } else {
       p.bias_stride[3] = 0;
       p.bias_stride[2] = 1;
@@ -490,6 +498,18 @@ static int run_checks() {
     c.dtype = kFp16;
     c.name = "bias bcast-bh kstride0 fp16 d=64";
     add(c);
+    for (int d : {64, 128, 256}) {
+      c = Case();
+      c.d = c.dv = d;
+      c.sq = 150;
+      c.sk = 190;
+      c.bias_kind = kBiasTensor;
+      c.bias_stride_mode = 3;
+      c.wr = 0;
+      c.align = 1;
+      c.name = "bias aligned rows (smem) causal d=" + std::to_string(d);
+      add(c);
+    }
     c = Case();
     c.d = c.dv = 128;
     c.sq = 300;
@@ -767,10 +787,94 @@ static void bench(const std::string& which) {
   for (const BenchCfg& b : bs) bench_one(b);
 }
 
+// Tile-shape experiments: other FwdTraits for the same head dims, launched directly.
+template <typename Cfg>
+static void bench_variant(const char* label, int d, int sq, bool causal) {
+  const int64_t s = sq, bsz = 16384 / s, h = 2048 / d;
+  AttnParams p{};
+  p.batch = bsz;
+  p.seqlen_q = p.seqlen_k = s;
+  p.heads_q = p.heads_kv = h;
+  p.head_dim_qk = p.head_dim_v = d;
+  p.dtype = kBf16;
+  p.direction = kForward;
+  int64_t n;
+  p.q_stride = p.k_stride = p.v_stride = p.o_stride = make_strides(0, bsz, s, h, d, &n);
+  p.scale = 1.f / sqrtf(float(d));
+  p.has_band = causal;
+  p.window_left = -1;
+  p.window_right = causal ? 0 : -1;
+  p.rp_keep = 1.f;
+  std::vector<uint16_t> hbuf(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : hbuf) x = f2h(nd(rng), kBf16);
+  void *q, *k, *v, *o;
+  float* lse;
+  CK(cudaMalloc(&q, n * 2));
+  CK(cudaMalloc(&k, n * 2));
+  CK(cudaMalloc(&v, n * 2));
+  CK(cudaMalloc(&o, n * 2));
+  CK(cudaMalloc(&lse, bsz * h * s * 4));
+  CK(cudaMemcpy(q, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  auto kern = gen1::fwd_kernel<Cfg, __nv_bfloat16, false>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid((s + Cfg::kBlockM - 1) / Cfg::kBlockM, h, bsz);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int w = 0; w < 3; ++w) kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0);
+  CK(cudaGetLastError());
+  std::vector<float> ts;
+  for (int r = 0; r < 30; ++r) {
+    CK(cudaEventRecord(e0));
+    kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms);
+  }
+  std::sort(ts.begin(), ts.end());
+  const double ms = ts[ts.size() / 2];
+  double flops = 4.0 * bsz * h * double(s) * s * d / (causal ? 2 : 1);
+  printf("BENCH variant %-18s d=%d seq=%d %s: %.3f ms  %.1f TFLOP/s\n", label, d, sq, causal ? "causal" : "noncausal", ms,
+         flops / ms / 1e9);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+}
+
+static void variants() {
+  printf("\nBENCH tile-shape variants (bf16, 16k tokens)\n");
+  using gen1::FwdTraits;
+  bench_variant<FwdTraits<64, 64, 128, 128, 4>>("128x128w4(cur)", 64, 16384, false);
+  bench_variant<FwdTraits<64, 64, 128, 64, 4>>("128x64w4", 64, 16384, false);
+  bench_variant<FwdTraits<64, 64, 128, 128, 8>>("128x128w8", 64, 16384, false);
+  bench_variant<FwdTraits<128, 128, 128, 64, 4>>("128x64w4(cur)", 128, 16384, false);
+  bench_variant<FwdTraits<128, 128, 128, 128, 8>>("128x128w8", 128, 16384, false);
+  bench_variant<FwdTraits<128, 128, 128, 32, 4>>("128x32w4", 128, 16384, false);
+  bench_variant<FwdTraits<128, 128, 128, 64, 4>>("128x64w4(cur)", 128, 16384, true);
+  bench_variant<FwdTraits<128, 128, 128, 128, 8>>("128x128w8", 128, 16384, true);
+  bench_variant<FwdTraits<256, 256, 64, 64, 4>>("64x64w4(cur)", 256, 16384, false);
+  bench_variant<FwdTraits<256, 256, 128, 64, 8>>("128x64w8", 256, 16384, false);
+  bench_variant<FwdTraits<256, 256, 64, 32, 4>>("64x32w4", 256, 16384, false);
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   int fails = 0;
   if (mode == "check" || mode == "all") fails = run_checks();
   if (mode == "bench" || mode == "all" || mode == "options") bench(mode);
+  if (mode == "variants" || mode == "all") variants();
   return fails ? 1 : 0;
 }
