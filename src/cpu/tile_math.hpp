@@ -2,10 +2,9 @@
 // operations. Everything O(tile * head_dim) or O(tile^2) per tile goes through here.
 //
 // Portability vs speed: the library is built for the baseline ISA (no -march), so these
-// functions are compiled twice through GCC/Clang function multiversioning (an x86-64-v3
-// clone with AVX2+FMA, and the baseline) and the loader picks one per machine. The
-// results of one machine are deterministic; the two clones may differ in the last bit
-// (FMA contraction).
+// functions are compiled twice (baseline and AVX2+FMA, see tile_math.cpp) and the best
+// build for the running CPU is picked on first use. Results on one machine are
+// deterministic; the two builds may differ in the last bit (FMA contraction).
 //
 // Shapes: every tile is row-major with an explicit leading dimension; the N extent of a
 // GEMM is a multiple of kTileN (tiles are padded), which lets the inner loops run
