@@ -13,7 +13,8 @@
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
 #   JOBS                          parallel build jobs (default 16)
 #   SANITIZE_TESTS                Catch2 test spec of test_gpu cases to run under the
-#                                 sanitizers (default "[sanitize]"; skipped if none match)
+#                                 sanitizers (default: two small ones, GQA/MQA with gen1 and
+#                                 the STANDARD algorithm with options; skipped if none match)
 #   BENCH_ARGS                    extra arguments for bench/bench_peers.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
 #   OUT                           folder that receives summary.txt, gpu-check-logs.tar.gz
@@ -26,7 +27,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90}
 JOBS=${JOBS:-16}
-SANITIZE_TESTS=${SANITIZE_TESTS:-[sanitize]}
+SANITIZE_TESTS=${SANITIZE_TESTS:-"gpu: GQA and MQA,gpu: STANDARD algorithm matches the reference"}
 LOGS=$BUILD/gpu-check
 mkdir -p "$LOGS"
 
@@ -164,8 +165,8 @@ if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   if [[ -n "$TEST_GPU" ]]; then
     listing=$("$TEST_GPU" --list-tests "$SANITIZE_TESTS" 2>&1)
     if ! grep -Eqi 'no test cases matched|^ *0 matching' <<<"$listing" && grep -Eqi 'matching test case' <<<"$listing"; then
-      sanitize memcheck "test_gpu$SANITIZE_TESTS" "$TEST_GPU" "$SANITIZE_TESTS"
-      sanitize racecheck "test_gpu$SANITIZE_TESTS" "$TEST_GPU" "$SANITIZE_TESTS"
+      sanitize memcheck test_gpu-subset "$TEST_GPU" "$SANITIZE_TESTS"
+      sanitize racecheck test_gpu-subset "$TEST_GPU" "$SANITIZE_TESTS"
     else
       record "sanitize test_gpu" SKIP "no test_gpu case matches '$SANITIZE_TESTS'"
     fi
