@@ -17,6 +17,7 @@
 #                                 the STANDARD algorithm with options; skipped if none match)
 #   BENCH_ARGS                    extra arguments for bench/bench_peers.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
+#   CTEST_ARGS                    extra arguments for ctest (e.g. -E "long sequences")
 #   OUT                           folder that receives summary.txt, gpu-check-logs.tar.gz
 #                                 and bench.csv/json/png
 set -u -o pipefail
@@ -104,7 +105,8 @@ ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
   echo "$(( total - failed - skipped )) passed, $failed failed, $skipped skipped of $total"
 }
 if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]]; then
-  if logged ctest_gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600; then
+  # shellcheck disable=SC2086  # CTEST_ARGS is a list of words
+  if logged ctest_gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600 ${CTEST_ARGS:-}; then
     if grep -q 'No tests were found' "$LOGS/ctest_gpu.log"; then
       record "tests (gpu)" SKIP "no gpu-labelled tests in this build"
     else
