@@ -79,9 +79,13 @@ elapsed=$(( $(date +%s) - start ))
 
 # Side-by-side summary: flash vs standard per (N, pass).
 python3 - "$out/bench.csv" "$out/summary.md" "$elapsed" "$(nproc)" "${threads:-all}" "$("$tool" --version)" <<'PY'
-import csv, sys
+import csv, json, os, sys
 path, md, elapsed, ncpu, threads, version = sys.argv[1:7]
 rows = list(csv.DictReader(open(path)))
+try:
+    device = json.load(open(os.path.join(os.path.dirname(path), "bench.json")))["device"]
+except (OSError, ValueError, KeyError):
+    device = f"{ncpu} hardware threads"
 by = {(r["seqlen"], r["pass"], r["algorithm"]): r for r in rows}
 keys = sorted({(int(r["seqlen"]), r["pass"]) for r in rows}, key=lambda k: (k[1] != "fwd", k[0]))
 MiB = 1024.0 * 1024.0
@@ -89,7 +93,7 @@ def g(r, k, scale=1.0, fmt="%.1f"):
     if r is None or r.get(k, "") == "": return "n/a" if r is None or not r["error"] else "error"
     return fmt % (float(r[k]) / scale)
 lines = [
-    f"CPU bench: {version}; {ncpu} hardware threads, FLASHATTN_CPU_THREADS={threads}; total wall time {elapsed} s.",
+    f"CPU bench: {version}; {device}; FLASHATTN_CPU_THREADS={threads}; total wall time {elapsed} s.",
     f"fp32, head_dim 64, {rows[0]['heads'] if rows else '?'} heads, 8192 tokens per batch (batch = 8192/N); "
     "median of the timed runs; GFLOP/s with fwd = 4*b*h*N^2*d, bwd = 2.5x fwd.",
     "model mem = workspace + inputs/outputs (what the pass needs); RSS = measured peak resident set of a child "

@@ -20,6 +20,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -228,6 +229,20 @@ std::vector<Row> run_config(const Config& c, bool want_fwd, bool want_bwd) {
     rows.push_back(bwd);
   }
   return rows;
+}
+
+// "model name" of /proc/cpuinfo and the hardware thread count, e.g. "AMD EPYC 9454 (2 threads)".
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, name = "host CPU";
+  while (std::getline(f, line)) {
+    if (line.compare(0, 10, "model name") == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) name = line.substr(colon + 2);
+      break;
+    }
+  }
+  return strf("%s, %u threads", name.c_str(), std::thread::hardware_concurrency());
 }
 
 // ---- --isolate: each (config, pass) in a forked child; its peak RSS from wait4 ----
@@ -530,7 +545,7 @@ int cmd_bench(int argc, char** argv) {
   const bool bwd = a.has("--bwd");
   const std::string csv = a.raw("--csv"), json = a.raw("--json");
 
-  std::string device_name = "host CPU";
+  std::string device_name = cpu_model();
   if (cuda) {
     std::string why;
     const std::vector<dev::Props> props = dev::query(&why);
