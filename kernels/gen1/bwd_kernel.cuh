@@ -207,6 +207,11 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
   }
 }
 
+// 4-byte cp.async; pred false writes 4 zero bytes and reads nothing.
+__device__ __forceinline__ void bwd_cp_async_4(uint32_t smem_addr, const void* gmem, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(pred ? 4 : 0));
+}
+
 __device__ __forceinline__ int bwd_ld_acquire(const int32_t* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -397,20 +402,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                                                            p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
                                                              p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+    // LSE and Delta rows by cp.async too (a plain load would stall these warps for a
+    // full memory latency). Rows past the end read as 0: their Q and dO rows are zero,
+    // so S = 0, P = 1, dP = Delta = 0 and dS = 0; they contribute nothing.
     const int t = bwd_tid();
     if (t < Br) {
       const int i = r0 + t;
-      float l2 = INFINITY, dl = 0.f;  // rows past the end: P = exp2(-inf) = 0
-      if (i < len_q) {
-        const int64_t idx = p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
-                                     : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
-        const float l = p.lse_in[idx];
-        // Fully masked row (LSE = -inf): +inf makes every P of the row exactly 0.
-        l2 = l == -INFINITY ? INFINITY : l * kLog2e;
-        dl = args.delta[idx];
-      }
-      lse_s(st)[t] = l2;
-      delta_s(st)[t] = dl;
+      const bool ok = i < len_q;
+      const int64_t idx = !ok ? 0
+                              : p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
+                                         : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
+      bwd_cp_async_4(smem_u32(lse_s(st) + t), p.lse_in + idx, ok);
+      bwd_cp_async_4(smem_u32(delta_s(st) + t), args.delta + idx, ok);
     }
   };
 
@@ -467,46 +470,110 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
       bwd_warp_gemm<T, 1, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
       bwd_warp_gemm<T, 1, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
 
-      const float* lse2 = lse_s(st);
-      const float* dlt = delta_s(st);
-      const int b = bwd_lds(ctx.b);
-      const int n0 = bwd_lds(ctx.n0), len_q = bwd_lds(ctx.len_q), len_k = bwd_lds(ctx.len_k);
+      const int rr = ws_m0 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+      // Row values of the two rows this thread touches. LSE = -inf (fully masked row)
+      // becomes +inf so that every P of the row is exactly exp2(-inf) = 0.
+      float lse2[2], dlt[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float l = lse_s(st)[rr + 8 * hr];
+        lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
+        dlt[hr] = delta_s(st)[rr + 8 * hr];
+      }
+      const int n0 = bwd_lds(ctx.n0);
       const bool has_softcap = p.softcap > 0.f;
       const bool has_bias = p.bias_kind == kBiasTensor;
       const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
-      const bool score_mod = has_softcap || has_bias || has_alibi;
       const bool has_dropout = p.p_drop > 0.f;
-      const int rr = ws_m0 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+      const bool general = has_softcap || has_bias || has_alibi || has_dropout || args.dbias_mode != kDbiasNone ||
+                           (masked && p.layout != nullptr);
+      auto store_pds = [&](int cc, float p0, float p1, float p2, float p3, float d0, float d1, float d2, float d3) {
+        // P_dropped and dS rows to shared memory ([query][key]).
+        const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(pack2<T>(p0, p1)) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro8), "r"(pack2<T>(p2, p3)) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(pack2<T>(d0, d1)) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
+      };
+      if (!general) {
+        // Fast path (no score modifier, dropout, dBias or layout): compact unrolled code.
+        const float scale_log2 = p.scale * kLog2e;
+        const int i_a = r0 + rr;
+        // keep j iff lo <= j <= hi (band and key length), per row; only on masked tiles
+        int lo[2] = {0, 0}, hi[2] = {0, 0};
+        if (masked) {
+          const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
 #pragma unroll
-      for (int nt = 0; nt < Tr::kNTs; ++nt) {
-        const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
-        // Dropout keep words: lanes t and t^1 share the 4-column philox group; each
-        // computes one of the two rows and they swap the halves the other needs.
-        uint32_t kw[4] = {0u, 0u, 0u, 0u};
-        if (has_dropout) {
-          const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-          const uint32_t i_sel = static_cast<uint32_t>(r0 + rr + 8 * (t & 1));
-          const uint32_t j4 = static_cast<uint32_t>((n0 + ws_n0 + nt * 8) / 4 + (t >> 1));
-          const Philox4 w = dropout_words(p.seed, head_ctr, i_sel, j4);
-          const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
-          const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
-          const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-          const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          if (t & 1) {
-            kw[0] = recv0; kw[1] = recv1; kw[2] = w.x[2]; kw[3] = w.x[3];
-          } else {
-            kw[0] = w.x[0]; kw[1] = w.x[1]; kw[2] = recv0; kw[3] = recv1;
+          for (int hr = 0; hr < 2; ++hr) {
+            lo[hr] = i_a + 8 * hr + blo;
+            hi[hr] = min(i_a + 8 * hr + bhi, len_k - 1);
           }
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = rr + 8 * (e >> 1), c = cc + (e & 1);
-          const int i = r0 + r, j = n0 + c;
-          float x, th = 0.f;
-          if (!score_mod) {
-            x = acc_s[0][nt][e] * (p.scale * kLog2e) - lse2[r];
-          } else {
-            float s = acc_s[0][nt][e] * p.scale;
+        for (int nt = 0; nt < Tr::kNTs; ++nt) {
+          const int cc = ws_n0 + nt * 8 + 2 * t;
+          float pd[4], ds[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = acc_s[0][nt][e] * scale_log2 - lse2[e >> 1];
+            if (masked) {
+              const int j = n0 + cc + (e & 1);
+              if (j < lo[e >> 1] || j > hi[e >> 1]) x = -INFINITY;
+            }
+            pd[e] = fast_exp2(x);
+            ds[e] = pd[e] * (acc_dp[0][nt][e] - dlt[e >> 1]);
+          }
+          store_pds(cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
+        }
+      } else {
+        // General path: every option, one rolled loop over the n8 tiles so the code
+        // exists once (an unrolled copy per element would overflow the instruction
+        // cache); the tile's fragments are picked out with predicated moves.
+        const int b = bwd_lds(ctx.b);
+        const int len_q = bwd_lds(ctx.len_q), len_k = bwd_lds(ctx.len_k);
+#pragma unroll 1
+        for (int nt = 0; nt < Tr::kNTs; ++nt) {
+          float sv[4], dv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            sv[e] = acc_s[0][0][e];
+            dv[e] = acc_dp[0][0][e];
+          }
+#pragma unroll
+          for (int k = 1; k < Tr::kNTs; ++k) {
+            if (k == nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                sv[e] = acc_s[0][k][e];
+                dv[e] = acc_dp[0][k][e];
+              }
+            }
+          }
+          const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
+          // Dropout keep words: lanes t and t^1 share the 4-column philox group; each
+          // computes one of the two rows and they swap the halves the other needs.
+          uint32_t kw[4] = {0u, 0u, 0u, 0u};
+          if (has_dropout) {
+            const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
+            const uint32_t i_sel = static_cast<uint32_t>(r0 + rr + 8 * (t & 1));
+            const uint32_t j4 = static_cast<uint32_t>((n0 + ws_n0 + nt * 8) / 4 + (t >> 1));
+            const Philox4 w = dropout_words(p.seed, head_ctr, i_sel, j4);
+            const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
+            const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
+            const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+            const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+            if (t & 1) {
+              kw[0] = recv0; kw[1] = recv1; kw[2] = w.x[2]; kw[3] = w.x[3];
+            } else {
+              kw[0] = w.x[0]; kw[1] = w.x[1]; kw[2] = recv0; kw[3] = recv1;
+            }
+          }
+          float pdv[4], dsv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = rr + 8 * (e >> 1), c = cc + (e & 1);
+            const int i = r0 + r, j = n0 + c;
+            float s = sv[e] * p.scale, th = 0.f;
             if (has_softcap) {
               th = tanhf(s * (1.f / p.softcap));
               s = p.softcap * th;
@@ -521,56 +588,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                 s += alibi_bias(p, p.alibi_slopes[h], i + bwd_lds(ctx.shift), j);
               }
             }
-            x = s * kLog2e - lse2[r];
-          }
-          if (masked) {
-            // Band as the per-row key interval [i + band_lo, i + band_hi] within [0, len_k).
-            bool keep = j >= i + bwd_lds(ctx.band_lo) && j <= i + bwd_lds(ctx.band_hi) && j < len_k;
-            if (p.layout != nullptr && keep) {
-              const int lh = p.layout_heads == 1 ? 0 : h;
-              keep = p.layout[(static_cast<int64_t>(lh) * p.n_row_blocks + i / static_cast<int>(p.block_q)) *
-                                  p.n_col_blocks +
-                              j / static_cast<int>(p.block_k)] != 0;
+            float x = s * kLog2e - lse2[e >> 1];
+            if (masked) {
+              // Band as the per-row key interval [i + band_lo, i + band_hi] within [0, len_k).
+              bool keep = j >= i + bwd_lds(ctx.band_lo) && j <= i + bwd_lds(ctx.band_hi) && j < len_k;
+              if (p.layout != nullptr && keep) {
+                const int lh = p.layout_heads == 1 ? 0 : h;
+                keep = p.layout[(static_cast<int64_t>(lh) * p.n_row_blocks + i / static_cast<int>(p.block_q)) *
+                                    p.n_col_blocks +
+                                j / static_cast<int>(p.block_k)] != 0;
+              }
+              if (!keep) x = -INFINITY;
             }
-            if (!keep) x = -INFINITY;
-          }
-          const float pr = fast_exp2(x);
-          float dp = acc_dp[0][nt][e];
-          float pd = pr;
-          if (has_dropout) {
-            const bool kept = kw[e] >= p.drop_threshold;
-            dp = kept ? dp * p.rp_keep : 0.f;
-            pd = kept ? pr * p.rp_keep : 0.f;
-          }
-          float ds = pr * (dp - dlt[r]);
-          if (args.dbias_mode != kDbiasNone && i < len_q && j < len_k) {
-            if (args.dbias_mode == kDbiasDirect) {
-              T* db = static_cast<T*>(p.dbias) + static_cast<int64_t>(b) * p.bias_stride[0] +
-                      static_cast<int64_t>(h) * p.bias_stride[1] + static_cast<int64_t>(i) * p.bias_stride[2] +
-                      static_cast<int64_t>(j) * p.bias_stride[3];
-              *db = Elem::from_float(ds);
-            } else if (ds != 0.f) {
-              atomicAdd(args.dbias_accum + static_cast<int64_t>(b) * args.dbias_accum_stride[0] +
-                            static_cast<int64_t>(h) * args.dbias_accum_stride[1] +
-                            static_cast<int64_t>(i) * args.dbias_accum_stride[2] +
-                            static_cast<int64_t>(j) * args.dbias_accum_stride[3],
-                        ds);
+            const float pr = fast_exp2(x);
+            float dp = dv[e];
+            float pd = pr;
+            if (has_dropout) {
+              const bool kept = kw[e] >= p.drop_threshold;
+              dp = kept ? dp * p.rp_keep : 0.f;
+              pd = kept ? pr * p.rp_keep : 0.f;
             }
+            float ds = pr * (dp - dlt[e >> 1]);
+            if (args.dbias_mode != kDbiasNone && i < len_q && j < len_k) {
+              if (args.dbias_mode == kDbiasDirect) {
+                T* db = static_cast<T*>(p.dbias) + static_cast<int64_t>(b) * p.bias_stride[0] +
+                        static_cast<int64_t>(h) * p.bias_stride[1] + static_cast<int64_t>(i) * p.bias_stride[2] +
+                        static_cast<int64_t>(j) * p.bias_stride[3];
+                *db = Elem::from_float(ds);
+              } else if (ds != 0.f) {
+                atomicAdd(args.dbias_accum + static_cast<int64_t>(b) * args.dbias_accum_stride[0] +
+                              static_cast<int64_t>(h) * args.dbias_accum_stride[1] +
+                              static_cast<int64_t>(i) * args.dbias_accum_stride[2] +
+                              static_cast<int64_t>(j) * args.dbias_accum_stride[3],
+                          ds);
+              }
+            }
+            if (has_softcap) ds *= 1.f - th * th;
+            pdv[e] = pd;
+            dsv[e] = ds;
           }
-          if (has_softcap) ds *= 1.f - th * th;
-          acc_s[0][nt][e] = pd;
-          acc_dp[0][nt][e] = ds;
+          store_pds(cc, pdv[0], pdv[1], pdv[2], pdv[3], dsv[0], dsv[1], dsv[2], dsv[3]);
         }
-        // P_dropped and dS rows to shared memory ([query][key]).
-        const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
-        const uint32_t p01 = pack2<T>(acc_s[0][nt][0], acc_s[0][nt][1]);
-        const uint32_t p23 = pack2<T>(acc_s[0][nt][2], acc_s[0][nt][3]);
-        const uint32_t d01 = pack2<T>(acc_dp[0][nt][0], acc_dp[0][nt][1]);
-        const uint32_t d23 = pack2<T>(acc_dp[0][nt][2], acc_dp[0][nt][3]);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(p01) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro8), "r"(p23) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(d01) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(d23) : "memory");
       }
     }
     __syncthreads();  // sP, sdS complete

@@ -66,7 +66,7 @@ struct Case {
   float softcap = 0.f;
   int has_band = 0, align = 0;
   int64_t wl = -1, wr = -1;
-  int bias = 0;         // 0 none, 1 tensor full, 2 tensor broadcast over batch+k... see make, 3 alibi, 4 alibi sym
+  int bias = 0;  // 0 none, 1 tensor full, 2 broadcast over batch+queries, 3 alibi, 4 alibi sym, 5 broadcast over heads
   bool dbias = false;
   float pdrop = 0.f;
   int64_t bq = 0, bk = 0, lheads = 1;  // layout when bq > 0
@@ -185,14 +185,18 @@ static void run_case(const Case& c, std::mt19937& rng) {
   std::vector<uint16_t> hBias;
   int64_t bias_elems = 0;
   std::vector<float> slopes(c.hq);
-  if (c.bias == 1 || c.bias == 2) {
+  if (c.bias == 1 || c.bias == 2 || c.bias == 5) {
     p.bias_kind = kBiasTensor;
     if (c.bias == 1) {  // full [b, h, sq, sk]
       p.bias_stride[0] = c.hq * sq * sk; p.bias_stride[1] = sq * sk; p.bias_stride[2] = sk; p.bias_stride[3] = 1;
       bias_elems = B * c.hq * sq * sk;
-    } else {  // [1, h, sq, 1]: broadcast over batch and keys
-      p.bias_stride[0] = 0; p.bias_stride[1] = sq; p.bias_stride[2] = 1; p.bias_stride[3] = 0;
-      bias_elems = c.hq * sq;
+    } else if (c.bias == 2) {  // [1, h, 1, sk]: broadcast over batch and queries (a broadcast over keys
+                               // would sum dS over a row, which is exactly 0)
+      p.bias_stride[0] = 0; p.bias_stride[1] = sk; p.bias_stride[2] = 0; p.bias_stride[3] = 1;
+      bias_elems = c.hq * sk;
+    } else {  // c.bias == 5: [b, 1, sq, sk], broadcast over heads
+      p.bias_stride[0] = sq * sk; p.bias_stride[1] = 0; p.bias_stride[2] = sk; p.bias_stride[3] = 1;
+      bias_elems = B * sq * sk;
     }
     hBias.resize(bias_elems);
     for (auto& x : hBias) x = f2h(nd(rng), c.dtype);
@@ -447,7 +451,9 @@ static void checks() {
   { Case c; c.softcap = 5.f; c.name = "softcap 5"; add(c); }
   { Case c; c.bias = 1; c.dbias = true; c.name = "bias full + dbias"; add(c); }
   { Case c; c.bias = 1; c.dbias = true; c.has_band = 1; c.wr = 0; c.name = "bias full + dbias + causal"; add(c); }
-  { Case c; c.bias = 2; c.dbias = true; c.name = "bias broadcast(b,k) + dbias"; add(c); }
+  { Case c; c.bias = 2; c.dbias = true; c.name = "bias broadcast(b,q) + dbias"; add(c); }
+  { Case c; c.bias = 5; c.dbias = true; c.hq = 4; c.hkv = 2; c.has_band = 1; c.wr = 0; c.name = "bias broadcast(h) + dbias GQA causal"; add(c); }
+  { Case c; c.bias = 2; c.dbias = true; c.b = 3; c.lens_q = {50, 0, 70}; c.lens_k = {64, 10, 30}; c.name = "varlen bias broadcast(b,q) + dbias"; add(c); }
   { Case c; c.bias = 1; c.softcap = 3.f; c.dbias = true; c.name = "softcap + bias + dbias"; add(c); }
   { Case c; c.bias = 3; c.has_band = 1; c.wr = 0; c.align = 1; c.sq = 100; c.sk = 180; c.name = "alibi causal BR"; add(c); }
   { Case c; c.bias = 4; c.name = "alibi symmetric"; add(c); }
@@ -488,6 +494,8 @@ static void checks() {
   std::printf("CHECKS: %d/%d passed\n", g_checks - g_fail, g_checks);
 }
 
+static bool g_prof = false;  // one launch of one shape, for a profiler
+
 static void bench() {
   struct B { int64_t d, s; bool causal; };
   const B shapes[] = {{64, 4096, false}, {64, 16384, false}, {128, 4096, false}, {128, 16384, false},
@@ -496,6 +504,7 @@ static void bench() {
   for (const B& sh : shapes) {
     for (int det = 0; det < 2; ++det) {
       if (det && !(sh.d == 128 && sh.s == 16384)) continue;
+      if (g_prof && (det || sh.d != 128 || sh.s != 4096 || sh.causal)) continue;
       const int64_t b = 16384 / sh.s, h = 2048 / sh.d, s = sh.s, d = sh.d;
       AttnParams p{};
       p.batch = b; p.seqlen_q = p.seqlen_k = s; p.heads_q = p.heads_kv = h; p.head_dim_qk = p.head_dim_v = d;
@@ -530,7 +539,7 @@ static void bench() {
       CK(cudaEventCreate(&e1));
       std::vector<float> ts;
       bool ok = true;
-      for (int it = 0; it < 13 && ok; ++it) {
+      for (int it = 0; it < (g_prof ? 1 : 13) && ok; ++it) {
         CK(cudaEventRecord(e0));
         if (gen1_bwd(p, ws, wsb, nullptr) != FLASHATTN_STATUS_SUCCESS) {
           std::printf("BENCH launch failed: %s\n", last_error_message());
@@ -543,7 +552,7 @@ static void bench() {
         if (it >= 3) ts.push_back(ms);
       }
       CK(cudaGetLastError());
-      if (ok) {
+      if (ok && !ts.empty()) {
         std::sort(ts.begin(), ts.end());
         const double ms = ts[ts.size() / 2];
         const double flops = 2.5 * 4.0 * b * h * s * s * d / (sh.causal ? 2 : 1);
@@ -562,6 +571,7 @@ static void bench() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   if (mode == "check" || mode == "all") checks();
-  if (mode == "bench" || mode == "all") bench();
+  if (mode == "prof") g_prof = true;
+  if (mode == "bench" || mode == "all" || mode == "prof") bench();
   return g_fail ? 1 : 0;
 }

@@ -21,6 +21,13 @@ nvcc -arch=$ARCH /tmp/bwdh/*.o -o /tmp/bwdh/bwd_harness || exit 1
 grep -E "bwd_main|spill|registers" "$OUTDIR/ptxas.txt" | grep -B1 -A1 "bwd_main" | grep -E "spill|Used" | paste - - | sed 's/ptxas info *: //' | head -20
 /tmp/bwdh/bwd_harness "$MODE" 2>&1 | tee "$OUTDIR/harness.txt"
 rc=$?
+if [ -n "$PROF" ]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  $NCU --kernel-name regex:bwd_main --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+    --section InstructionStats /tmp/bwdh/bwd_harness prof > "$OUTDIR/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Issued|Eligible|Active Warps|Stall|stall|Pipe|Achieved|Registers|Bank|Executed Ipc|No Eligible|One or More" "$OUTDIR/ncu.txt" | head -60
+fi
 if [ "$MODE" != check ] && [ -z "$NO_SDPA" ]; then
   PYTHONUNBUFFERED=1 python3 kernels/gen1/tests/bwd_sdpa_bench.py 2>&1 | tee "$OUTDIR/sdpa.txt"
 fi
