@@ -35,7 +35,7 @@ struct Rng {
 
 
 // Layout of one tensor (rows = tokens per batch, or all packed tokens in varlen mode).
-TensorLayout make_layout(Layout L, int t, bool varlen, int64_t B, int64_t S, int64_t H, int64_t D) {
+TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, int64_t B, int64_t S, int64_t H, int64_t D) {
   enum Kind { kDefault, kBshd, kBhsd, kPadded, kBcast };
   Kind k = kDefault;
   const bool is_output = t == FLASHATTN_TENSOR_O || t >= FLASHATTN_TENSOR_DQ;
@@ -57,7 +57,12 @@ TensorLayout make_layout(Layout L, int t, bool varlen, int64_t B, int64_t S, int
     case kDefault:
     case kBshd: st[3] = 1; st[2] = D; st[1] = H * D; st[0] = S * H * D; break;
     case kBhsd: st[3] = 1; st[1] = D; st[2] = S * D; st[0] = H * S * D; break;
-    case kPadded: st[3] = 1; st[2] = D + 3; st[1] = H * (D + 3) + 5; st[0] = S * st[1] + 7; break;
+    case kPadded:  // gaps after every head row, token and batch (multiples of 8 elements with pad16)
+      st[3] = 1;
+      st[2] = D + (pad16 ? 8 : 3);
+      st[1] = H * st[2] + (pad16 ? 8 : 5);
+      st[0] = S * st[1] + (pad16 ? 16 : 7);
+      break;
     case kBcast: st[3] = 1; st[2] = D; st[1] = H * D; st[0] = 0; break;
   }
   if (varlen && k != kDefault) st[0] = 0;  // ignored in varlen mode
@@ -186,12 +191,13 @@ Problem make_problem(const Config& c0) {
         for (int64_t h = 0; h < nh; ++h)
           for (int64_t j = 0; j < nj; ++j)
             p.bias_reduced[((b * nh + h) * ni + c.bias_inf_row) * nj + j] = -std::numeric_limits<double>::infinity();
-    // Strides (batch, head, q, k): zero along broadcast dims, a gap of 2 after each row.
+    // Strides (batch, head, q, k): zero along broadcast dims, a gap after each row.
     int64_t* st = p.bias_strides;
+    const int64_t row = nj + (c.pad16 ? 8 : 2);
     st[3] = c.bias_bcast[3] ? 0 : 1;
-    st[2] = c.bias_bcast[2] ? 0 : nj + 2;
-    st[1] = c.bias_bcast[1] ? 0 : ni * (nj + 2);
-    st[0] = c.bias_bcast[0] ? 0 : nh * ni * (nj + 2);
+    st[2] = c.bias_bcast[2] ? 0 : row;
+    st[1] = c.bias_bcast[1] ? 0 : ni * row;
+    st[0] = c.bias_bcast[0] ? 0 : nh * ni * row;
     p.bias_elems = static_cast<size_t>((c.batch - 1) * st[0] + (c.hq - 1) * st[1] + (c.sq - 1) * st[2] +
                                        (c.sk - 1) * st[3] + 1);
     s.bias.resize(static_cast<size_t>(c.batch * c.hq * c.sq * c.sk));
@@ -225,14 +231,14 @@ Problem make_problem(const Config& c0) {
   }
   // Tensor layouts.
   const int64_t SQ = p.varlen ? tq : c.sq, SK = p.varlen ? tk : c.sk;
-  p.lay[FLASHATTN_TENSOR_Q] = make_layout(c.layout, 0, p.varlen, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_K] = make_layout(c.layout, 1, p.varlen, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_V] = make_layout(c.layout, 2, p.varlen, c.batch, SK, c.hkv, c.dv);
-  p.lay[FLASHATTN_TENSOR_O] = make_layout(c.layout, 3, p.varlen, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DO] = make_layout(c.layout, 4, p.varlen, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DQ] = make_layout(c.layout, 5, p.varlen, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DK] = make_layout(c.layout, 6, p.varlen, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DV] = make_layout(c.layout, 7, p.varlen, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_Q] = make_layout(c.layout, 0, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_K] = make_layout(c.layout, 1, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_V] = make_layout(c.layout, 2, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_O] = make_layout(c.layout, 3, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DO] = make_layout(c.layout, 4, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DQ] = make_layout(c.layout, 5, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DK] = make_layout(c.layout, 6, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DV] = make_layout(c.layout, 7, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dv);
   return p;
 }
 
@@ -530,6 +536,41 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
     if (!padding_ok(dbias, tb, dbias.host.size())) r.padding_intact = false, r.padding_report += "dBias padding written; ";
   }
   return r;
+}
+
+Masks recover_dropout_masks(const Config& c, MemOps& mem, const Tolerance& tol) {
+  Masks m;
+  Problem p = make_problem(c);
+  const int64_t H = c.hq, DV = c.dv, SK = p.cfg.sk;
+  if (p.cfg.sk > DV || p.cfg.sq > DV || c.hq != c.hkv) {
+    m.error = "mask recovery needs seqlen_q, seqlen_k <= head_dim_v and heads_q == heads_kv";
+    return m;
+  }
+  for (int64_t b = 0; b < p.spec.batch; ++b) {
+    for (int64_t j = 0; j < p.spec.len_k(b); ++j)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < DV; ++d) p.in.v[((p.spec.cu_k[b] + j) * H + h) * DV + d] = d == j ? 1.0 : 0.0;
+    for (int64_t i = 0; i < p.spec.len_q(b); ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < DV; ++d) p.in.dout[((p.spec.cu_q[b] + i) * H + h) * DV + d] = d == i ? 1.0 : 0.0;
+  }
+  const LibResult r = run_library(p, mem, 0);
+  m.ok = r.ok();
+  m.error = r.error;
+  if (!m.ok) return m;
+  check_against_reference(p, r, tol);
+  const int64_t tq = p.spec.total_q();
+  m.fwd.assign(static_cast<size_t>(tq * H * SK), 0);
+  m.bwd.assign(m.fwd.size(), 0);
+  for (int64_t b = 0; b < p.spec.batch; ++b)
+    for (int64_t i = 0; i < p.spec.len_q(b); ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < p.spec.len_k(b); ++j) {
+          const int64_t row = (p.spec.cu_q[b] + i) * H + h;
+          m.fwd[row * SK + j] = r.o[row * DV + j] != 0.0;
+          m.bwd[row * SK + j] = r.dv[((p.spec.cu_k[b] + j) * H + h) * DV + i] != 0.0;
+        }
+  return m;
 }
 
 LibResult run_cpu(const Problem& p) {

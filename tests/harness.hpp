@@ -77,6 +77,7 @@ struct Config {
   int64_t zero_row_block = -1;  // a layout row of zeros (fully masked query rows)
   std::vector<int> seqlens_q, seqlens_k;  // non-empty: varlen with these lengths
   bool deterministic = false;
+  bool pad16 = false;       // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
   uint64_t data_seed = 1;
   bool backward = true;
   bool with_lse = true;     // pass an LSE pointer to the forward
@@ -149,6 +150,18 @@ LibResult run_library(const Problem& p, MemOps& mem, int device = 0);
 // Runs p (fwd, then bwd if p.cfg.backward) on an already configured plan.
 LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem);
 LibResult run_cpu(const Problem& p);
+
+// Dropout masks as the library applies them, recovered from its outputs: with V = identity
+// (seqlen_k <= head_dim_v) row i of O is row i of the dropped, rescaled P, so O != 0 marks the
+// kept elements; with dO = identity (seqlen_q <= head_dim_v, heads_q == heads_kv) column i of
+// dV is row i of it as the backward recomputes it. Masks are [total_q][heads_q][seqlen_k]
+// (entries past a sequence's key length are 0). Also checks the run against the reference.
+struct Masks {
+  std::vector<uint8_t> fwd, bwd;
+  bool ok = false;
+  std::string error;
+};
+Masks recover_dropout_masks(const Config& c, MemOps& mem, const Tolerance& tol = kCpuTolerance);
 
 // ---- comparisons --------------------------------------------------------------------------
 struct ErrStats {

@@ -278,6 +278,20 @@ TEST_CASE("variable-length sequences including empty ones", "[fwd][bwd]") {
   run_and_check_cpu(c);
 }
 
+TEST_CASE("varlen with every key sequence empty and strides derived from the empty extent", "[fwd][bwd]") {
+  // total_k = 0: a BHSD layout of K/V/dK/dV has head stride seq*dim = 0. A tensor with no
+  // elements cannot alias, so these strides are valid; every query row is fully masked.
+  for (Layout L : {Layout::BSHD, Layout::BHSD}) {
+    Config c = base("varlen all keys empty", 1, 1, 16, FLASHATTN_DTYPE_FP16, 1390);
+    c.hq = 4;
+    c.hkv = 2;
+    c.seqlens_q = {3, 1};
+    c.seqlens_k = {0, 0};
+    c.layout = L;
+    run_and_check_cpu(c);
+  }
+}
+
 TEST_CASE("arbitrary strides: BHSD and padded and mixed and batch-broadcast inputs", "[fwd][bwd]") {
   uint64_t seed = 1300;
   for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed, Layout::BcastBatch})

@@ -28,47 +28,11 @@ uint32_t documented_word(uint64_t seed, uint64_t offset, uint64_t b, uint64_t he
 
 uint32_t documented_threshold(float p) { return static_cast<uint32_t>(floor(static_cast<double>(p) * 4294967296.0)); }
 
-struct Masks {
-  std::vector<uint8_t> fwd, bwd;  // [total_q][heads_q][max_sk] (padded by sequence length)
-  bool ok = false;
-  std::string error;
-};
-
-// Runs c on the CPU backend with V and dO set to identities and returns the keep masks seen by
-// the forward (O != 0) and by the backward (dV != 0). Requires seqlen_k, seqlen_q <= head_dim_v
-// and heads_q == heads_kv (so dV is not summed over a group). Also checks the run against the
-// reference.
 Masks library_masks(const Config& c) {
-  REQUIRE(c.sk <= c.dv);
-  REQUIRE(c.hq == c.hkv);
-  Problem p = make_problem(c);
-  REQUIRE(p.cfg.sq <= c.dv);
-  const int64_t H = c.hq, DV = c.dv, SK = p.cfg.sk;
-  for (int64_t b = 0; b < p.spec.batch; ++b) {
-    for (int64_t j = 0; j < p.spec.len_k(b); ++j)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < DV; ++d) p.in.v[((p.spec.cu_k[b] + j) * H + h) * DV + d] = d == j ? 1.0 : 0.0;
-    for (int64_t i = 0; i < p.spec.len_q(b); ++i)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < DV; ++d) p.in.dout[((p.spec.cu_q[b] + i) * H + h) * DV + d] = d == i ? 1.0 : 0.0;
-  }
-  const LibResult r = run_cpu(p);
-  Masks m;
-  m.ok = r.ok();
-  m.error = r.error;
-  if (!m.ok) return m;
-  check_against_reference(p, r);
-  const int64_t tq = p.spec.total_q();
-  m.fwd.assign(static_cast<size_t>(tq * H * SK), 0);
-  m.bwd.assign(m.fwd.size(), 0);
-  for (int64_t b = 0; b < p.spec.batch; ++b)
-    for (int64_t i = 0; i < p.spec.len_q(b); ++i)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t j = 0; j < p.spec.len_k(b); ++j) {
-          const int64_t row = (p.spec.cu_q[b] + i) * H + h;
-          m.fwd[row * SK + j] = r.o[row * DV + j] != 0.0;
-          m.bwd[row * SK + j] = r.dv[((p.spec.cu_k[b] + j) * H + h) * DV + i] != 0.0;
-        }
+  HostMem mem;
+  const Masks m = recover_dropout_masks(c, mem);
+  INFO(m.error);
+  REQUIRE(m.ok);
   return m;
 }
 

@@ -1,0 +1,483 @@
+// CUDA backend tests, tagged [gpu] and labelled `gpu` in ctest. Every test first checks for
+// a device; without one it prints the skip marker (ctest reports "skipped", never "passed").
+// Tensors live in device memory (cudaMalloc); results are compared with the fp64 reference
+// under the GPU tolerance (harness.hpp: 2x the same-precision standard attention's error,
+// FlashAttention's criterion) and with the CPU backend: dropout masks, fully masked rows
+// and unsupported-configuration statuses must agree exactly.
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "harness.hpp"
+
+using namespace fat;
+
+namespace {
+
+bool have_gpu() { return flashattn_has_cuda_backend() && flashattn_cuda_device_count() > 0; }
+
+#define REQUIRE_GPU()                                                          \
+  do {                                                                         \
+    if (!have_gpu()) FA_SKIP_TEST("no CUDA device (flashattn_cuda_device_count() == 0)"); \
+  } while (0)
+
+struct DeviceMem : MemOps {
+  flashattn_backend_t backend() const override { return FLASHATTN_BACKEND_CUDA; }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 16));
+    INFO("cudaMalloc(" << bytes << "): " << cudaGetErrorString(e));
+    REQUIRE(e == cudaSuccess);
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    REQUIRE(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    REQUIRE(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  }
+  void sync() override {
+    const cudaError_t e = cudaDeviceSynchronize();
+    INFO("cudaDeviceSynchronize: " << cudaGetErrorString(e));
+    REQUIRE(e == cudaSuccess);
+  }
+};
+
+const flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
+
+Config gbase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
+  Config c;
+  c.name = name;
+  c.sq = sq;
+  c.sk = sk;
+  c.dqk = c.dv = d;
+  c.hq = 2;
+  c.hkv = 1;
+  c.dtype = t;
+  c.data_seed = seed;
+  c.pad16 = true;
+  return c;
+}
+
+// Runs c on the GPU and the CPU; both must match the reference, and the exact facts
+// (fully masked rows) must agree between them.
+void gpu_check(const Config& c) {
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult g = run_library(p, dev, 0);
+  INFO(describe(p.cfg));
+  INFO("GPU status create/setup/fwd/bwd = " << g.create << "/" << g.setup << "/" << g.fwd << "/" << g.bwd << " error: "
+                                            << g.error);
+  REQUIRE(g.ok());
+  const RefOutputs exact = reference_fp64(p.spec, p.in, p.cfg.backward);
+  const RefOutputs lowp = reference_lowp(p.spec, p.in, rounder_for(p.cfg.dtype), p.cfg.backward);
+  check_against_reference(p, g, exact, lowp, kGpuTolerance);
+  const LibResult cpu = run_cpu(p);
+  REQUIRE(cpu.ok());
+  // LSE -inf exactly where the CPU has -inf.
+  size_t lse_mismatch = 0;
+  for (size_t n = 0; n < g.lse.size(); ++n) lse_mismatch += std::isinf(g.lse[n]) != std::isinf(cpu.lse[n]);
+  CHECK(lse_mismatch == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: dense attention on awkward lengths", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  const int64_t pairs[][2] = {{1, 1}, {1, 17}, {17, 1}, {63, 65}, {65, 63}, {127, 129}, {129, 127}, {200, 200}, {1, 300}};
+  uint64_t seed = 3000;
+  for (const auto& pr : pairs)
+    for (flashattn_dtype_t t : kGpuDtypes) gpu_check(gbase("gpu dense", pr[0], pr[1], 64, t, ++seed));
+}
+
+TEST_CASE("gpu: head dims 32 to 256 and non-tile ones and dqk != dv", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  const int64_t dims[][2] = {{32, 32}, {64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256},
+                             {40, 40}, {72, 72}, {200, 200}, {192, 128}, {8, 8},   {40, 24}};
+  uint64_t seed = 3100;
+  for (const auto& d : dims)
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu head dim", 77, 93, d[0], t, ++seed);
+      c.dv = d[1];
+      c.hq = 4;
+      c.hkv = 2;
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: unsupported configurations are refused with their status and nothing written", "[gpu][errors]") {
+  REQUIRE_GPU();
+  Config d3 = gbase("head dim 3", 16, 16, 3, FLASHATTN_DTYPE_FP16, 1);
+  Config fp32 = gbase("fp32", 16, 16, 64, FLASHATTN_DTYPE_FP32, 2);
+  for (const Config& c : {d3, fp32}) {
+    const Problem p = make_problem(c);
+    DeviceMem dev;
+    const LibResult g = run_library(p, dev, 0);
+    INFO(describe(p.cfg) << " -> status " << flashattn_status_string(g.fwd) << ": " << g.error);
+    if (g.ok()) {  // a backend may support it after all: then it must be right
+      check_against_reference(p, g, kGpuTolerance);
+      continue;
+    }
+    CHECK(g.setup == FLASHATTN_STATUS_SUCCESS);
+    CHECK((g.fwd == FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED || g.fwd == FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED ||
+           g.fwd == FLASHATTN_STATUS_NOT_SUPPORTED));
+    CHECK(g.error != "");
+  }
+}
+
+TEST_CASE("gpu: GQA and MQA", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}, {16, 1}};
+  uint64_t seed = 3200;
+  for (const auto& h : heads)
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu gqa", 100, 130, 64, t, ++seed);
+      c.batch = 2;
+      c.hq = h[0];
+      c.hkv = h[1];
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: causal and sliding windows in both alignments", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  const int64_t shapes[][2] = {{17, 200}, {200, 17}, {1, 129}, {129, 1}, {128, 128}, {257, 255}};
+  const int64_t windows[][2] = {{-1, 0}, {32, 0}, {16, 16}, {0, 0}};
+  uint64_t seed = 3300;
+  for (const auto& s : shapes)
+    for (const auto& w : windows)
+      for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) {
+        ++seed;
+        Config c = gbase("gpu band", s[0], s[1], 64, kGpuDtypes[seed % 2], seed);
+        c.band = true;
+        c.align = align;
+        c.wl = w[0];
+        c.wr = w[1];
+        gpu_check(c);
+      }
+}
+
+TEST_CASE("gpu: softcap and bias tensors and ALiBi", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 3400;
+  for (float cap : {5.f, 30.f})
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu softcap", 70, 150, 64, t, ++seed);
+      c.softcap = cap;
+      c.scale = 0.3f;
+      gpu_check(c);
+    }
+  const bool patterns[][4] = {{false, false, false, false}, {true, false, false, false}, {true, true, false, false},
+                              {true, true, true, false},    {false, false, false, true}};
+  for (const auto& pat : patterns)
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu bias", 65, 130, 64, t, ++seed);
+      c.batch = 2;
+      c.hq = 4;
+      c.hkv = 2;
+      c.bias = FLASHATTN_BIAS_TENSOR;
+      for (int d = 0; d < 4; ++d) c.bias_bcast[d] = pat[d];
+      c.bias_inf_row = pat[2] ? -1 : 3;
+      gpu_check(c);
+    }
+  for (auto kind : {FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC})
+    for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) {
+      ++seed;
+      Config c = gbase("gpu alibi", 90, 60, 64, kGpuDtypes[seed % 2], seed);
+      c.hq = 8;
+      c.hkv = 2;
+      c.bias = kind;
+      c.align = align;
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: block-sparse layouts", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  struct S {
+    int64_t sq, sk, bq, bk, heads;
+    double density;
+    int64_t zero_row;
+  };
+  const S cases[] = {{256, 256, 128, 64, 1, 0.5, 1}, {300, 200, 128, 64, 4, 0.6, -1}, {100, 90, 16, 16, 4, 0.5, 0},
+                     {129, 257, 7, 5, 1, 0.4, -1}};
+  uint64_t seed = 3500;
+  for (const S& s : cases)
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu sparse", s.sq, s.sk, 64, t, ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.sparse = true;
+      c.block_q = s.bq;
+      c.block_k = s.bk;
+      c.layout_heads = s.heads;
+      c.density = s.density;
+      c.zero_row_block = s.zero_row;
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: variable-length sequences including empty ones", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  struct V {
+    std::vector<int> q, k;
+  };
+  const V cases[] = {{{5, 0, 17, 1, 130}, {9, 4, 0, 1, 200}}, {{0, 0, 65}, {0, 3, 63}}, {{300, 7}, {7, 300}}};
+  uint64_t seed = 3600;
+  for (const V& v : cases)
+    for (int variant = 0; variant < 3; ++variant) {
+      Config c = gbase("gpu varlen", 1, 1, 64, kGpuDtypes[variant % 2], ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.seqlens_q = v.q;
+      c.seqlens_k = v.k;
+      if (variant == 1) {
+        c.band = true;
+        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        c.wr = 0;
+      } else if (variant == 2) {
+        c.bias = FLASHATTN_BIAS_ALIBI;
+        c.p_drop = 0.2f;
+        c.seed = 11;
+      }
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: strided layouts", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 3700;
+  for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed, Layout::BcastBatch})
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu strides", 70, 90, 64, t, ++seed);
+      c.batch = 3;
+      c.hq = 4;
+      c.hkv = 2;
+      c.layout = L;
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: dropout matches the reference and the CPU backend's masks exactly", "[gpu][dropout][fwd][bwd]") {
+  REQUIRE_GPU();
+  for (float p : {0.1f, 0.5f, 0.9f})
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu dropout masks", 64, 64, 64, t, 3800 + static_cast<uint64_t>(p * 10));
+      c.batch = 2;
+      c.hq = c.hkv = 2;
+      c.p_drop = p;
+      c.seed = 0xabcdef0123ull;
+      c.offset = 0xfffffff0ull;  // carries into the high counter word
+      c.input_scale = 0.5;
+      DeviceMem dev;
+      HostMem host;
+      const Masks mg = recover_dropout_masks(c, dev, kGpuTolerance);
+      const Masks mc = recover_dropout_masks(c, host);
+      INFO(describe(c) << " gpu: " << mg.error << " cpu: " << mc.error);
+      REQUIRE(mg.ok);
+      REQUIRE(mc.ok);
+      CHECK(mg.fwd == mc.fwd);
+      CHECK(mg.bwd == mc.bwd);
+      CHECK(mg.fwd == mg.bwd);
+    }
+  Config c = gbase("gpu dropout combined", 150, 170, 64, FLASHATTN_DTYPE_BF16, 3850);
+  c.hq = 4;
+  c.hkv = 2;
+  c.p_drop = 0.3f;
+  c.seed = 9;
+  c.band = true;
+  c.wr = 0;
+  c.bias = FLASHATTN_BIAS_TENSOR;
+  c.bias_bcast[0] = true;
+  gpu_check(c);
+}
+
+TEST_CASE("gpu: every option combined on generated configurations", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t state = 0x6e7;
+  auto rnd = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  const int64_t lens[] = {1, 17, 63, 65, 128, 129, 200};
+  const int64_t dims[] = {32, 40, 64, 72, 96, 128};
+  const int64_t heads[][2] = {{2, 1}, {4, 2}, {3, 3}, {8, 1}};
+  for (int n = 0; n < 24; ++n) {
+    Config c;
+    c.name = "gpu combined #" + std::to_string(n);
+    c.pad16 = true;
+    c.data_seed = 3900 + n;
+    c.dtype = kGpuDtypes[rnd(2)];
+    c.batch = 1 + rnd(2);
+    c.sq = lens[rnd(7)];
+    c.sk = lens[rnd(7)];
+    c.dqk = c.dv = dims[rnd(6)];
+    const auto& h = heads[rnd(4)];
+    c.hq = h[0];
+    c.hkv = h[1];
+    c.layout = static_cast<Layout>(rnd(5));
+    if (rnd(2)) {
+      c.band = true;
+      c.align = static_cast<flashattn_mask_align_t>(rnd(2));
+      c.wl = rnd(3) == 0 ? -1 : static_cast<int64_t>(rnd(40));
+      c.wr = rnd(2) ? 0 : static_cast<int64_t>(rnd(20)) - 1;
+    }
+    if (rnd(3) == 0) c.softcap = 2.f + static_cast<float>(rnd(30));
+    switch (rnd(4)) {
+      case 1:
+        c.bias = FLASHATTN_BIAS_TENSOR;
+        for (int d = 0; d < 3; ++d) c.bias_bcast[d] = rnd(3) == 0;
+        break;
+      case 2: c.bias = FLASHATTN_BIAS_ALIBI; break;
+      case 3: c.bias = FLASHATTN_BIAS_ALIBI_SYMMETRIC; break;
+      default: break;
+    }
+    if (rnd(3) == 0) {
+      c.p_drop = 0.1f + 0.2f * static_cast<float>(rnd(3));
+      c.seed = rnd(1000000);
+    }
+    if (rnd(3) == 0) {
+      c.sparse = true;
+      c.block_q = rnd(2) ? 128 : 1 + static_cast<int64_t>(rnd(64));
+      c.block_k = rnd(2) ? 64 : 1 + static_cast<int64_t>(rnd(64));
+      c.layout_heads = rnd(2) ? 1 : c.hq;
+    }
+    if (rnd(4) == 0 && !c.sparse) {
+      for (int64_t b = 0; b < c.batch + 1; ++b) {
+        c.seqlens_q.push_back(static_cast<int>(rnd(4) == 0 ? 0 : 1 + rnd(static_cast<uint64_t>(c.sq))));
+        c.seqlens_k.push_back(static_cast<int>(rnd(4) == 0 ? 0 : 1 + rnd(static_cast<uint64_t>(c.sk))));
+      }
+      if (c.layout == Layout::BcastBatch) c.layout = Layout::Padded;
+    }
+    gpu_check(c);
+  }
+}
+
+TEST_CASE("gpu: deterministic backward is bitwise reproducible", "[gpu][bwd]") {
+  REQUIRE_GPU();
+  for (flashattn_dtype_t t : kGpuDtypes) {
+    Config c = gbase("gpu deterministic", 300, 500, 64, t, 4000);
+    c.batch = 2;
+    c.hq = 8;
+    c.hkv = 2;
+    c.deterministic = true;
+    c.bias = FLASHATTN_BIAS_TENSOR;
+    c.bias_bcast[0] = c.bias_bcast[1] = true;  // dBias summed over batch and heads
+    const Problem p = make_problem(c);
+    DeviceMem dev;
+    const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+    INFO(describe(c) << " " << a.error << " " << b.error);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(a.raw_dq == b.raw_dq);
+    CHECK(a.raw_dk == b.raw_dk);
+    CHECK(a.raw_dv == b.raw_dv);
+    CHECK(a.raw_dbias == b.raw_dbias);
+    CHECK(a.raw_o == b.raw_o);
+    check_against_reference(p, a, kGpuTolerance);
+  }
+}
+
+TEST_CASE("gpu: STANDARD algorithm matches the reference", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 4100;
+  for (flashattn_dtype_t t : kGpuDtypes) {
+    Config c = gbase("gpu standard", 129, 200, 64, t, ++seed);
+    c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+    c.hq = 4;
+    c.hkv = 2;
+    gpu_check(c);
+    c.name = "gpu standard with options";
+    c.band = true;
+    c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+    c.wr = 0;
+    c.softcap = 10.f;
+    c.bias = FLASHATTN_BIAS_TENSOR;
+    c.bias_bcast[0] = true;
+    c.p_drop = 0.2f;
+    c.seed = 5;
+    c.dqk = 40;
+    c.dv = 24;
+    gpu_check(c);
+  }
+}
+
+TEST_CASE("gpu: long sequences", "[gpu][fwd][bwd][slow]") {
+  REQUIRE_GPU();
+  Config c = gbase("gpu long causal", 1024, 1024, 64, FLASHATTN_DTYPE_FP16, 4200);
+  c.band = true;
+  c.wr = 0;
+  gpu_check(c);
+  c = gbase("gpu long gqa window", 1500, 2000, 128, FLASHATTN_DTYPE_BF16, 4201);
+  c.hq = 4;
+  c.hkv = 1;
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wl = 256;
+  c.wr = 0;
+  gpu_check(c);
+  c = gbase("gpu long forward", 2000, 2000, 64, FLASHATTN_DTYPE_FP16, 4202);
+  c.backward = false;
+  gpu_check(c);
+}
+
+TEST_CASE("gpu: host pointers, misaligned pointers and a non-NULL stream", "[gpu][errors]") {
+  REQUIRE_GPU();
+  Config c = gbase("gpu args", 64, 64, 64, FLASHATTN_DTYPE_FP16, 4300);
+  const Problem p = make_problem(c);
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CUDA, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, p) == FLASHATTN_STATUS_SUCCESS);
+  size_t ws = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD, &ws) == FLASHATTN_STATUS_SUCCESS);
+  const size_t bytes = 64 * 2 * 64 * 2;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *work = nullptr;
+  REQUIRE(cudaMalloc(&q, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMalloc(&k, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMalloc(&v, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMalloc(&o, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMalloc(&work, ws + 16) == cudaSuccess);
+  REQUIRE(cudaMemset(q, 0, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMemset(k, 0, bytes + 64) == cudaSuccess);
+  REQUIRE(cudaMemset(v, 0, bytes + 64) == cudaSuccess);
+  std::vector<unsigned char> host_o(bytes + 64, kPoison);
+  auto o_untouched = [&] {
+    std::vector<unsigned char> back(bytes + 64);
+    REQUIRE(cudaMemcpy(back.data(), o, back.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return back == std::vector<unsigned char>(bytes + 64, kPoison);
+  };
+  REQUIRE(cudaMemset(o, kPoison, bytes + 64) == cudaSuccess);
+  flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = host_o.data();  // host memory on a CUDA plan
+  flashattn_status_t st = flashattn_fwd(plan, &a, work, ws, nullptr);
+  CHECK(flashattn_status_string(st) == std::string(flashattn_status_string(FLASHATTN_STATUS_WRONG_MEMORY_SPACE)));
+  const std::string msg = flashattn_last_error();
+  INFO("message: " << msg);
+  CHECK((msg.rfind("o=", 0) == 0 || msg.find(" o=") != std::string::npos || msg.find("args.o") != std::string::npos ||
+         msg.find("o ") == 0));
+  CHECK(host_o == std::vector<unsigned char>(bytes + 64, kPoison));
+  a.o = o;
+  a.q = static_cast<unsigned char*>(q) + 2;  // element-aligned but not 16-byte aligned
+  st = flashattn_fwd(plan, &a, work, ws, nullptr);
+  CHECK(flashattn_status_string(st) == std::string(flashattn_status_string(FLASHATTN_STATUS_MISALIGNED_POINTER)));
+  CHECK(o_untouched());
+  a.q = q;
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  st = flashattn_fwd(plan, &a, work, ws, stream);  // a real stream is fine
+  CHECK(st == FLASHATTN_STATUS_SUCCESS);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK_FALSE(o_untouched());
+  cudaStreamDestroy(stream);
+  for (void* ptr : {q, k, v, o, work}) cudaFree(ptr);
+  flashattn_plan_destroy(plan);
+}
