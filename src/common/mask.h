@@ -18,8 +18,9 @@ FA_HD int64_t align_shift(const AttnParams& p, int64_t len_q, int64_t len_k) {
 // Band mask on aligned row ip = i + shift.
 FA_HD bool band_keep(const AttnParams& p, int64_t ip, int64_t j) {
   if (!p.has_band) return true;
-  if (p.window_right >= 0 && j > ip + p.window_right) return false;
-  if (p.window_left >= 0 && j < ip - p.window_left) return false;
+  // Differences instead of ip +/- window: windows may be as large as INT64_MAX.
+  if (p.window_right >= 0 && j - ip > p.window_right) return false;
+  if (p.window_left >= 0 && ip - j > p.window_left) return false;
   return true;
 }
 

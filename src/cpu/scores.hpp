@@ -29,14 +29,15 @@ inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0,
   bool full = true;
   if (p.has_band) {
     // Row ip keeps [ip - wl, ip + wr]; the union over the tile's rows is contiguous.
+    // Compared as differences: windows may be as large as INT64_MAX.
     const int64_t ip_first = i0 + c.shift, ip_last = i0 + ni - 1 + c.shift, j_last = j0 + nj - 1;
     if (p.window_right >= 0) {
-      if (j0 > ip_last + p.window_right) return kTileSkip;
-      if (j_last > ip_first + p.window_right) full = false;
+      if (j0 - ip_last > p.window_right) return kTileSkip;
+      if (j_last - ip_first > p.window_right) full = false;
     }
     if (p.window_left >= 0) {
-      if (j_last < ip_first - p.window_left) return kTileSkip;
-      if (j0 < ip_last - p.window_left) full = false;
+      if (ip_first - j_last > p.window_left) return kTileSkip;
+      if (ip_last - j0 > p.window_left) full = false;
     }
   }
   if (p.layout != nullptr) {
