@@ -1,5 +1,5 @@
 // Instantiates the tile kernels (tile_kernels.inl) for the baseline instruction set and,
-// on x86-64 with GCC or Clang, for AVX2+FMA, and dispatches every call to the best set
+// on x86-64 with GCC or Clang, for AVX2+FMA+F16C, and dispatches every call to the best set
 // the running CPU supports (decided once, on first use).
 //
 // Manual dispatch rather than target_clones: Clang 14 silently ignores target_clones
@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FA_HAVE_AVX2_BUILD 1
+#include <immintrin.h>  // F16C intrinsics, used only inside target("f16c") functions
 #endif
 
 namespace flashattn {
@@ -28,8 +29,10 @@ namespace isa_base {
 
 #if FA_HAVE_AVX2_BUILD
 namespace isa_avx2 {
-#define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define FA_ISA_F16C 1
 #include "cpu/tile_kernels.inl"
+#undef FA_ISA_F16C
 #undef FA_TARGET
 }  // namespace isa_avx2
 #endif
@@ -60,6 +63,7 @@ struct KernelTable {
 KernelTable pick_kernels() {
 #if FA_HAVE_AVX2_BUILD
   __builtin_cpu_init();
+  // Every AVX2+FMA CPU also has F16C (x86-64-v3 requires all three).
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FA_TABLE(isa_avx2);
 #endif
   return FA_TABLE(isa_base);
