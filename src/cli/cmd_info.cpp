@@ -15,15 +15,25 @@
 namespace facli {
 namespace {
 
-// "1-256", "32,64,96-128", or "none".
+// Compresses a sorted list: "1-256", "8-256 step 8", "32,64,96-128", or "none".
 std::string ranges(const std::vector<int>& v) {
   if (v.empty()) return "none";
   std::string s;
   for (size_t i = 0; i < v.size();) {
     size_t j = i;
-    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (i + 2 < v.size()) {  // a run of >= 3 values with a constant step
+      const int step = v[i + 1] - v[i];
+      while (j + 1 < v.size() && v[j + 1] - v[j] == step) ++j;
+      if (j - i < 2) j = i;
+    }
     if (!s.empty()) s += ",";
-    s += j == i ? std::to_string(v[i]) : strf("%d-%d", v[i], v[j]);
+    if (j == i) {
+      s += std::to_string(v[i]);
+      i += 1;
+      continue;
+    }
+    const int step = v[i + 1] - v[i];
+    s += step == 1 ? strf("%d-%d", v[i], v[j]) : strf("%d-%d step %d", v[i], v[j], step);
     i = j + 1;
   }
   return s;
