@@ -225,13 +225,10 @@ __device__ __forceinline__ void bwd_wait_turn(const int32_t* p, int v) {
   while (bwd_ld_acquire(p) != v) __nanosleep(64);
 }
 
+// sm_80/86/89: scalar float atomics (vector atomics need sm_90).
 __device__ __forceinline__ void bwd_red_add2(float* dst, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
-#else
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
-#endif
 }
 
 // Per-CTA scalars, kept in shared memory and re-read (volatile) where they are used: in
@@ -666,11 +663,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTq; ++nt) {
           const int r = wq_m0 + mt * 16 + g, c = wq_n0 + nt * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+          // Lanes t, t^1 swap half their fragment so each holds 4 consecutive columns of
+          // one row: one 16-byte vector reduction instead of two 8-byte ones (the atomics
+          // share the L1/LSU pipe with the shared-memory traffic).
+          const bool odd = (t & 1) != 0;
+          const float s0 = odd ? acc_dq[mt][nt][0] : acc_dq[mt][nt][2];
+          const float s1 = odd ? acc_dq[mt][nt][1] : acc_dq[mt][nt][3];
+          const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+          const float x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+          const float4 v = odd ? make_float4(x0, x1, acc_dq[mt][nt][2], acc_dq[mt][nt][3])
+                               : make_float4(acc_dq[mt][nt][0], acc_dq[mt][nt][1], x0, x1);
+          const int rv = odd ? r + 8 : r, cv = odd ? c - 2 : c;
+          if (cv < dqk && r0 + rv < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rv * dq_rs + cv), v);
+#else
           if (c < dqk) {
             if (r0 + r < len_q) bwd_red_add2(dq_base + r * dq_rs + c, acc_dq[mt][nt][0], acc_dq[mt][nt][1]);
             if (r0 + r + 8 < len_q)
               bwd_red_add2(dq_base + (r + 8) * dq_rs + c, acc_dq[mt][nt][2], acc_dq[mt][nt][3]);
           }
+#endif
         }
       }
       if (det) {

@@ -31,5 +31,13 @@ fi
 if [ "$MODE" != check ] && [ -z "$NO_SDPA" ]; then
   PYTHONUNBUFFERED=1 python3 kernels/gen1/tests/bwd_sdpa_bench.py 2>&1 | tee "$OUTDIR/sdpa.txt"
 fi
+if [ -n "$CTEST" ]; then
+  # The official GPU tests through the public API (library + tests/test_gpu.cpp).
+  ( cmake -S . -B /tmp/build-bwd -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90 \
+      -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF > "$OUTDIR/cmake.txt" 2>&1 &&
+    cmake --build /tmp/build-bwd -j16 --target test_gpu >> "$OUTDIR/cmake.txt" 2>&1 &&
+    cd /tmp/build-bwd && timeout ${CTEST_TIMEOUT:-200} ctest -L gpu --output-on-failure ${CTEST_ARGS} > "$OUTDIR/ctest.txt" 2>&1 )
+  echo "ctest rc=$?"; tail -5 "$OUTDIR/cmake.txt"; grep -E "Passed|Failed|tests passed|FAILED|Not Run|Timeout" "$OUTDIR/ctest.txt" | tail -40
+fi
 echo "== SUMMARY =="; grep -hE "FAIL|CHECKS|BENCH" "$OUTDIR/harness.txt" "$OUTDIR/sdpa.txt" 2>/dev/null
 exit $rc
