@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "common/params.h"
 #include "common/philox.h"
 #include "gen1/mma.cuh"
@@ -53,16 +55,40 @@ struct FwdTraits {
   static_assert(OTile::kBytes <= QTile::kBytes, "O staging must fit in the Q tile");
 };
 
-// Per-configuration tile shapes (KERNELS.md, generation 1).
+// Per-configuration tile shapes (KERNELS.md, generation 1). `type` serves plans without
+// the rarer options; `extras_type` the kernel compiled with them: for d <= 64 it takes
+// 64-column KV tiles, which keeps the score tile (and register pressure) small and lines
+// KV tiles up with 64-column block-sparse blocks.
 template <int D, int DV>
 struct FwdTileFor;
-template <> struct FwdTileFor<32, 32> { using type = FwdTraits<32, 32, 128, 128, 4>; };
-template <> struct FwdTileFor<64, 64> { using type = FwdTraits<64, 64, 128, 128, 4>; };
-template <> struct FwdTileFor<96, 96> { using type = FwdTraits<96, 96, 128, 64, 4>; };
-template <> struct FwdTileFor<128, 128> { using type = FwdTraits<128, 128, 128, 64, 4>; };
-template <> struct FwdTileFor<192, 128> { using type = FwdTraits<192, 128, 128, 64, 8>; };
-template <> struct FwdTileFor<192, 192> { using type = FwdTraits<192, 192, 128, 64, 8>; };
-template <> struct FwdTileFor<256, 256> { using type = FwdTraits<256, 256, 64, 64, 4>; };
+template <> struct FwdTileFor<32, 32> {
+  using type = FwdTraits<32, 32, 128, 128, 4>;
+  using extras_type = FwdTraits<32, 32, 128, 64, 4>;
+};
+template <> struct FwdTileFor<64, 64> {
+  using type = FwdTraits<64, 64, 128, 128, 4>;
+  using extras_type = FwdTraits<64, 64, 128, 64, 4>;
+};
+template <> struct FwdTileFor<96, 96> {
+  using type = FwdTraits<96, 96, 128, 64, 4>;
+  using extras_type = type;
+};
+template <> struct FwdTileFor<128, 128> {
+  using type = FwdTraits<128, 128, 128, 64, 4>;
+  using extras_type = type;
+};
+template <> struct FwdTileFor<192, 128> {
+  using type = FwdTraits<192, 128, 128, 64, 8>;
+  using extras_type = type;
+};
+template <> struct FwdTileFor<192, 192> {
+  using type = FwdTraits<192, 192, 128, 64, 8>;
+  using extras_type = type;
+};
+template <> struct FwdTileFor<256, 256> {
+  using type = FwdTraits<256, 256, 64, 64, 4>;
+  using extras_type = type;
+};
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -499,12 +525,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     // call per thread, n8 tile and m16 tile), which keeps register pressure low.
     if (dropout) {
       static_assert(kNT <= 16, "dropout bit mask holds 16 n8 tiles");
+      using DropMask = typename std::conditional<(kNT > 8), uint64_t, uint32_t>::type;
+      // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
+      constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
         const uint32_t i_own = static_cast<uint32_t>(m0 + row_w0 + mt * 16 + g + (t & 1) * 8);
-        uint64_t drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
-#pragma unroll 2
+        DropMask drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
+#pragma unroll kDropUnroll
         for (int nt = 0; nt < kNT; ++nt) {
           const uint32_t j4 = static_cast<uint32_t>((n0 + nt * 8) >> 2) + (t >> 1);
           const Philox4 w = dropout_words(p.seed, drop_head, i_own, j4);
@@ -518,7 +547,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
           const uint32_t r11 = (t & 1) ? w.x[3] : recv1;  // row g+8, col 2t+1
           const uint32_t th = p.drop_threshold;
           const uint32_t f = (r00 < th ? 1u : 0u) | (r01 < th ? 2u : 0u) | (r10 < th ? 4u : 0u) | (r11 < th ? 8u : 0u);
-          drop_bits |= static_cast<uint64_t>(f) << (4 * nt);
+          drop_bits |= static_cast<DropMask>(f) << (4 * nt);
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)

@@ -16,14 +16,10 @@ struct DtypeToElem;
 template <> struct DtypeToElem<kFp16> { using type = __half; };
 template <> struct DtypeToElem<kBf16> { using type = __nv_bfloat16; };
 
-template <int D, int DV, int kDtype>
-flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream) {
-  using Cfg = typename FwdTileFor<D, DV>::type;
-  using T = typename DtypeToElem<kDtype>::type;
-  const bool extras = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f || p.layout != nullptr;
-  static_assert(Cfg::kSmemBytes == fwd_config_smem(D, DV) && fwd_config_block_m(D, DV) == Cfg::kBlockM,
-                "kFwdConfigs (fwd.h) disagrees with FwdTileFor (fwd_kernel.cuh)");
-  auto kernel = extras ? fwd_kernel<Cfg, T, true> : fwd_kernel<Cfg, T, false>;
+template <typename Cfg, typename T, bool kExtras>
+flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
+  constexpr int D = Cfg::kD, DV = Cfg::kDV;
+  auto kernel = fwd_kernel<Cfg, T, kExtras>;
   // Bias tiles go through shared memory when the bias rows allow 16-byte copies and the
   // device has room for the extra tile; otherwise the kernel reads the bias directly.
   int bias_smem = 0;
@@ -56,6 +52,18 @@ flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream) {
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u) launch failed: %s", D,
                 DV, grid.x, grid.y, grid.z, cudaGetErrorString(err));
   return FLASHATTN_STATUS_SUCCESS;
+}
+
+template <int D, int DV, int kDtype>
+flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream) {
+  using Cfg = typename FwdTileFor<D, DV>::type;
+  using CfgX = typename FwdTileFor<D, DV>::extras_type;
+  using T = typename DtypeToElem<kDtype>::type;
+  static_assert(Cfg::kSmemBytes == fwd_config_smem(D, DV) && fwd_config_block_m(D, DV) == Cfg::kBlockM &&
+                    CfgX::kBlockM == Cfg::kBlockM && CfgX::kSmemBytes <= Cfg::kSmemBytes,
+                "kFwdConfigs (fwd.h) disagrees with FwdTileFor (fwd_kernel.cuh)");
+  const bool extras = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f || p.layout != nullptr;
+  return extras ? launch_fwd<CfgX, T, true>(p, stream) : launch_fwd<Cfg, T, false>(p, stream);
 }
 
 }  // namespace gen1
