@@ -35,7 +35,11 @@ inline int select_bwd_config(int64_t dqk, int64_t dv) {
 enum BwdDbiasMode : int32_t {
   kDbiasNone = 0,    // no dbias requested
   kDbiasDirect = 1,  // no broadcast dim: every element written once by the main kernel
-  kDbiasAccum = 2    // some dim broadcast: fp32 atomics into a compact workspace, converted afterwards
+  kDbiasAccum = 2,   // some dim broadcast: fp32 atomics into a compact workspace, converted afterwards
+  kDbiasSlab = 3     // some dim broadcast, deterministic mode: every (sequence, head, i, j) has one owner
+                     // thread that read-modify-writes an fp32 slab [batch, H', seqlen_q, seqlen_k]
+                     // (H' = heads_kv when the head dim is broadcast: the CTA adds its GQA group in
+                     // order); a reduction kernel then sums the broadcast dims in a fixed order
 };
 
 // Everything the main kernel reads, passed by value.
@@ -44,8 +48,9 @@ struct BwdArgs {
   float* delta;        // rowsum(dO * O), same layout as the LSE
   float* dq_accum;     // fp32 [rows, heads_q, head_dim_qk], rows = batch*seqlen_q or total_q
   int32_t* dq_sema;    // deterministic mode: [batch, heads_q, n_qblocks_max] k-block turn counters
-  float* dbias_accum;  // kDbiasAccum: compact fp32 [B', H', SQ', SK'] (1 along broadcast dims)
-  int64_t dbias_accum_stride[4];  // strides of dbias_accum in (b, h, i, j); 0 along broadcast dims
+  float* dbias_accum;  // kDbiasAccum: compact fp32 [B', H', SQ', SK'] (1 along broadcast dims); kDbiasSlab: the slab
+  int64_t dbias_accum_stride[4];  // strides of dbias_accum in (b, h, i, j); 0 along broadcast dims (accum mode)
+  int32_t dbias_slab_kvhead;      // kDbiasSlab: the slab's head index is the kv head
   int32_t dbias_mode;  // BwdDbiasMode
   int32_t n_kblocks;   // ceil(seqlen_k / Bc): grid.x = n_kblocks * heads_kv * batch
   int32_t n_qblocks;   // ceil(seqlen_q / Br) (semaphore row length)

@@ -7,7 +7,7 @@
 //      broadcast-dBias accumulator (one contiguous workspace range);
 //   2. dBias zero-fill (direct mode, only when masks or varlen leave elements unwritten);
 //   3. Delta;  4. main kernel;  5. dQ convert (applies the softmax scale);
-//   6. dBias convert (broadcast mode).
+//   6. dBias convert (broadcast mode) or, deterministic, the fixed-order slab reduction.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -81,6 +81,12 @@ DbiasLayout dbias_layout(const AttnParams& p) {
   return d;
 }
 
+// Head extent of the deterministic dBias slab: kv heads when dBias is summed over heads
+// (each CTA then adds its GQA group in order), query heads otherwise.
+int64_t slab_heads(const AttnParams& p) {
+  return (p.bias_stride[1] == 0 && p.heads_q > 1) ? p.heads_kv : p.heads_q;
+}
+
 struct WsLayout {
   size_t delta = 0, dq = 0, sema = 0, dbias = 0, total = 0;
 };
@@ -102,8 +108,12 @@ WsLayout ws_layout(const AttnParams& p, int cfg) {
   w.dbias = off;
   const DbiasLayout db = dbias_layout(p);
   // dbias is not known at workspace-query time: reserve the accumulator whenever the
-  // bias is broadcast (a run without dbias simply leaves it unused).
-  if (db.broadcast) off = align256(off + static_cast<size_t>(db.celems) * sizeof(float));
+  // bias is broadcast (a run without dbias simply leaves it unused). Deterministic mode
+  // needs the full-size slab (see kDbiasSlab), otherwise the compact atomic target.
+  if (db.broadcast) {
+    const int64_t n = p.deterministic ? p.batch * slab_heads(p) * p.seqlen_q * p.seqlen_k : db.celems;
+    off = align256(off + static_cast<size_t>(n) * sizeof(float));
+  }
   w.total = off;
   return w;
 }
@@ -227,6 +237,45 @@ __global__ void __launch_bounds__(256) bwd_dbias_convert_kernel(const AttnParams
   }
 }
 
+// Deterministic broadcast dBias: each output element sums the slab over the broadcast
+// dims in a fixed order (batch, head, query, key), so the result is bitwise reproducible.
+struct SlabReduce {
+  int64_t csize[4];  // output (compact) extents
+  int32_t bcast[4];  // dims summed over
+  int64_t slab_h;    // slab head extent (heads_kv when heads are summed, else heads_q)
+  int64_t n;         // output elements
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_dbias_slab_reduce_kernel(const AttnParams p, const float* __restrict__ slab,
+                                                                    const SlabReduce r) {
+  T* db = static_cast<T*>(p.dbias);
+  const int64_t nb = r.bcast[0] ? p.batch : 1, nh = r.bcast[1] ? r.slab_h : 1;
+  const int64_t ni = r.bcast[2] ? p.seqlen_q : 1, nj = r.bcast[3] ? p.seqlen_k : 1;
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < r.n;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j0 = x % r.csize[3];
+    int64_t q = x / r.csize[3];
+    const int64_t i0 = q % r.csize[2];
+    q /= r.csize[2];
+    const int64_t h0 = q % r.csize[1], b0 = q / r.csize[1];
+    float sum = 0.f;
+    for (int64_t bb = 0; bb < nb; ++bb) {
+      const int64_t b = r.bcast[0] ? bb : b0;
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const int64_t h = r.bcast[1] ? hh : h0;
+        for (int64_t ii = 0; ii < ni; ++ii) {
+          const int64_t i = r.bcast[2] ? ii : i0;
+          const float* row = slab + ((b * r.slab_h + h) * p.seqlen_q + i) * p.seqlen_k;
+          for (int64_t jj = 0; jj < nj; ++jj) sum += row[r.bcast[3] ? jj : j0];
+        }
+      }
+    }
+    db[b0 * p.bias_stride[0] + h0 * p.bias_stride[1] + i0 * p.bias_stride[2] + j0 * p.bias_stride[3]] =
+        ElemTraits<T>::from_float(sum);
+  }
+}
+
 unsigned grid_for(int64_t work_items, int64_t per_block) {
   int64_t g = (work_items + per_block - 1) / per_block;
   if (g < 1) g = 1;
@@ -289,6 +338,17 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     if (const flashattn_status_t s = launch_error("the dQ convert kernel")) return s;
   }
   // 6. broadcast dBias.
+  if (a.dbias_mode == kDbiasSlab && db.celems > 0) {
+    SlabReduce r;
+    for (int i = 0; i < 4; ++i) {
+      r.csize[i] = db.csize[i];
+      r.bcast[i] = db.csize[i] != db.size[i];
+    }
+    r.slab_h = slab_heads(p);
+    r.n = db.celems;
+    bwd_dbias_slab_reduce_kernel<T><<<grid_for(db.celems, 256), 256, 0, stream>>>(p, a.dbias_accum, r);
+    if (const flashattn_status_t s = launch_error("the deterministic dBias reduction kernel")) return s;
+  }
   if (a.dbias_mode == kDbiasAccum && db.celems > 0) {
     bwd_dbias_convert_kernel<T><<<grid_for(db.celems, 256), 256, 0, stream>>>(p, a.dbias_accum, db.csize[1],
                                                                               db.csize[2], db.csize[3], db.celems);
@@ -346,16 +406,10 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   }
   const DbiasLayout db = dbias_layout(p);
-  const int32_t dbias_mode = p.dbias == nullptr ? kDbiasNone : (db.broadcast ? kDbiasAccum : kDbiasDirect);
-  if (dbias_mode == kDbiasAccum && p.deterministic) {
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "deterministic backward with args.dbias and a broadcast bias (strides b=%lld h=%lld q=%lld k=%lld; a "
-                "zero stride over a dimension of size > 1) is not supported by the CUDA gen1 kernels: the summed "
-                "dBias is accumulated with float atomics. Pass dbias=NULL, use a bias with no zero strides, or "
-                "disable deterministic mode",
-                static_cast<long long>(p.bias_stride[0]), static_cast<long long>(p.bias_stride[1]),
-                static_cast<long long>(p.bias_stride[2]), static_cast<long long>(p.bias_stride[3]));
-  }
+  const int32_t dbias_mode = p.dbias == nullptr ? kDbiasNone
+                             : !db.broadcast      ? kDbiasDirect
+                             : p.deterministic    ? kDbiasSlab
+                                                  : kDbiasAccum;
   if (p.seqlen_q >= (int64_t{1} << 30) || p.seqlen_k >= (int64_t{1} << 30)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
@@ -402,8 +456,17 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   a.delta = reinterpret_cast<float*>(ws + wl.delta);
   a.dq_accum = reinterpret_cast<float*>(ws + wl.dq);
   a.dq_sema = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
-  a.dbias_accum = dbias_mode == kDbiasAccum ? reinterpret_cast<float*>(ws + wl.dbias) : nullptr;
-  for (int i = 0; i < 4; ++i) a.dbias_accum_stride[i] = db.cstride[i];
+  a.dbias_accum =
+      (dbias_mode == kDbiasAccum || dbias_mode == kDbiasSlab) ? reinterpret_cast<float*>(ws + wl.dbias) : nullptr;
+  if (dbias_mode == kDbiasSlab) {
+    a.dbias_accum_stride[3] = 1;
+    a.dbias_accum_stride[2] = p.seqlen_k;
+    a.dbias_accum_stride[1] = p.seqlen_q * p.seqlen_k;
+    a.dbias_accum_stride[0] = slab_heads(p) * p.seqlen_q * p.seqlen_k;
+    a.dbias_slab_kvhead = (p.bias_stride[1] == 0 && p.heads_q > 1) ? 1 : 0;  // as slab_heads()
+  } else {
+    for (int i = 0; i < 4; ++i) a.dbias_accum_stride[i] = db.cstride[i];
+  }
   a.dbias_mode = dbias_mode;
   a.n_kblocks = static_cast<int32_t>(n_kblocks);
   a.n_qblocks = static_cast<int32_t>(n_qblocks);
