@@ -29,6 +29,16 @@ flashattn_status_t guarded(F&& body) {
   }
 }
 
+// The int value of an enum parameter. C callers may pass any int; reading the bytes
+// instead of the enum lvalue keeps out-of-range values well-defined in C++.
+template <class E>
+int enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "enums of the C ABI are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 #define FA_CHECK_PLAN(plan) \
   if ((plan) == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan is NULL")
 
@@ -39,9 +49,13 @@ flashattn_status_t guarded(F&& body) {
   } while (0)
 
 void set_contiguous_strides(flashattn_plan_s& plan) {
+  // Extents of the fixed-length shape, whatever the varlen mode: the strides must stay
+  // contiguous when varlen is switched off later.
+  flashattn_plan_s fixed_length = plan;
+  fixed_length.varlen = false;
   for (int t = 0; t < 8; ++t) {
     int64_t e[4];
-    flashattn::tensor_extents(plan, static_cast<flashattn_tensor_t>(t), e);
+    flashattn::tensor_extents(fixed_length, static_cast<flashattn_tensor_t>(t), e);
     // Contiguous [batch, seq, head, dim]; in varlen mode the batch stride is ignored and
     // the rest is exactly the packed [token, head, dim] layout.
     plan.strides[t].d = 1;
@@ -63,7 +77,7 @@ FLASHATTN_API int flashattn_get_version(int* major, int* minor, int* patch) {
 }
 
 FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status) {
-  switch (status) {
+  switch (enum_value(status)) {
 #define FA_CASE(name) \
   case name: return #name;
     FA_CASE(FLASHATTN_STATUS_SUCCESS)
@@ -118,7 +132,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
                                                        int device) {
   return guarded([&]() -> flashattn_status_t {
     if (plan == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan (out-parameter) is NULL");
-    const int b = static_cast<int>(backend);
+    const int b = enum_value(backend);
     if (b < FLASHATTN_BACKEND_AUTO || b > FLASHATTN_BACKEND_CUDA)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", b);
     if (device < 0) return fail(FLASHATTN_STATUS_INVALID_VALUE, "device=%d must be >= 0", device);
@@ -213,7 +227,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
 FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan, flashattn_dtype_t dtype) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int d = static_cast<int>(dtype);
+    const int d = enum_value(dtype);
     if (d < FLASHATTN_DTYPE_FP16 || d > FLASHATTN_DTYPE_FP32)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "dtype=%d is not a flashattn_dtype_t value", d);
     plan->dtype = dtype;
@@ -225,7 +239,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_strides(flashattn_plan_t pla
                                                             const int64_t strides[4]) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int t = static_cast<int>(tensor);
+    const int t = enum_value(tensor);
     if (t < FLASHATTN_TENSOR_Q || t > FLASHATTN_TENSOR_DV)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "tensor=%d is not a flashattn_tensor_t value", t);
     if (strides == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "strides is NULL");
@@ -253,7 +267,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t p
                                                               flashattn_algorithm_t algorithm) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int a = static_cast<int>(algorithm);
+    const int a = enum_value(algorithm);
     if (a < FLASHATTN_ALGORITHM_FLASH || a > FLASHATTN_ALGORITHM_STANDARD)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "algorithm=%d is not a flashattn_algorithm_t value", a);
     plan->algorithm = algorithm;
@@ -295,7 +309,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_band_mask(flashattn_plan_t p
                                                               int64_t window_left, int64_t window_right) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int a = static_cast<int>(align);
+    const int a = enum_value(align);
     if (a < FLASHATTN_ALIGN_TOP_LEFT || a > FLASHATTN_ALIGN_BOTTOM_RIGHT)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "align=%d is not a flashattn_mask_align_t value", a);
     plan->align = align;
@@ -320,7 +334,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, 
                                                          const int64_t strides[4]) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int k = static_cast<int>(kind);
+    const int k = enum_value(kind);
     if (k < FLASHATTN_BIAS_NONE || k > FLASHATTN_BIAS_ALIBI_SYMMETRIC)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "kind=%d is not a flashattn_bias_t value", k);
     if (kind == FLASHATTN_BIAS_TENSOR) {
@@ -389,7 +403,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
                                                                    size_t* bytes) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
-    const int ps = static_cast<int>(pass);
+    const int ps = enum_value(pass);
     if (ps < FLASHATTN_PASS_FORWARD || ps > FLASHATTN_PASS_BACKWARD)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "pass=%d is not a flashattn_pass_t value", ps);
     if (bytes == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "bytes (out-parameter) is NULL");

@@ -13,13 +13,10 @@ mkdir -p "$out/corpus"
 bin="$out/fuzz_plan"
 srcs=("$root"/src/api.cpp "$root"/src/validate.cpp "$root"/src/error.cpp "$root"/src/cuda_disabled.cpp \
       "$root"/src/cpu/*.cpp "$root"/tests/reference.cpp "$here"/fuzz_plan.cpp)
-newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/cpu/*.hpp | head -1)
+newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl | head -1)
 if [ ! -x "$bin" ] || [ "$newest" -nt "$bin" ]; then
   echo "building $bin"
-  # The CPU kernels pass 32-byte vectors between always-inline helpers; clang 14 only accepts
-  # that with AVX enabled, so the fuzz build targets x86-64-v3 (AVX2) on x86-64.
-  arch=(); [ "$(uname -m)" = x86_64 ] && grep -q avx2 /proc/cpuinfo && arch=(-march=x86-64-v3)
-  "$CXX" -std=c++17 -O1 -g "${arch[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -I"$root/include" -I"$root/src" -I"$root/tests" "${srcs[@]}" -o "$bin" -lpthread
 fi
 # Seeds are copied so the committed corpus is never modified by a run.
