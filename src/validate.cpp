@@ -36,6 +36,8 @@ bool non_overlapping(int n, const int64_t* extents, const int64_t* strides) {
   };
   Dim dims[4];
   int m = 0;
+  for (int i = 0; i < n; ++i)
+    if (extents[i] == 0) return true;  // an empty tensor has no elements to alias
   for (int i = 0; i < n; ++i) {
     if (extents[i] <= 1) continue;
     if (strides[i] == 0) return false;
