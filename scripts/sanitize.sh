@@ -10,7 +10,7 @@ jobs=$(nproc)
 # Only tests of the library itself: bindings, examples and packaging load the library from
 # tools that are not instrumented (python3, cargo, dpkg), and the fuzz test has its own
 # ASan+UBSan build.
-exclude_labels="packaging|bindings|examples|julia|header|fuzz|gpu"
+exclude_labels="packaging|bindings|examples|julia|header|fuzz|gpu|cli"
 
 if [[ $what == asan || $what == all ]]; then
   cmake --preset asan
