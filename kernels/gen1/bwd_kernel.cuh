@@ -777,23 +777,18 @@ cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t st
   using Tr = typename BwdCfgFor<D, DV>::type;
   using T = typename BwdElem<kDtype>::type;
   auto kernel = bwd_main_kernel<Tr, T>;
-  // The attribute is per (function, device); setting it again with the same value is
-  // harmless, so concurrent first calls need no lock. A per-device bit remembers success.
+  // The attribute is per (function, device) and smem_bytes depends only on the device
+  // (its shared-memory limit picks the stage count), so it is set once per device.
+  // Setting it again with the same value is harmless: concurrent first calls need no lock.
   static std::atomic<uint64_t> attr_done{0};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (uint64_t{1} << dev) : 0;
   if (bit == 0 || (attr_done.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::smem_bytes(2));
-    if (err != cudaSuccess) {
-      // The 2-stage maximum may exceed this device's limit; the 1-stage size then must fit.
-      (void)cudaGetLastError();
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-      if (err != cudaSuccess) return err;
-    } else if (bit != 0) {
-      attr_done.fetch_or(bit, std::memory_order_acq_rel);
-    }
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (err != cudaSuccess) return err;
+    if (bit != 0) attr_done.fetch_or(bit, std::memory_order_acq_rel);
   }
   const int64_t ctas = static_cast<int64_t>(args.n_kblocks) * args.p.heads_kv * args.p.batch;
   kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args);
