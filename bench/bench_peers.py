@@ -559,7 +559,7 @@ def verify(args, lib, torch):
     # The CUDA backend's memory-space checks: a host (unregistered) pointer is refused with
     # WRONG_MEMORY_SPACE naming the argument, and nothing is written.
     for algo, aname in ((ALGO_FLASH, "flash"), (ALGO_STANDARD, "standard")):
-        label = f"api {aname}: host pointer for args->k is refused"
+        label = f"api {aname}: host pointer for args.k is refused"
         q = torch.randn(1, 64, 2, 64, device=dev, dtype=torch.float16)
         c = LibCase(lib, torch, algo, q, q.clone(), q.clone(), q.clone(), False, "fp16", False)
         c.k = torch.randn(1, 64, 2, 64, dtype=torch.float16)  # host memory
@@ -570,7 +570,7 @@ def verify(args, lib, torch):
         except LibError as e:
             torch.cuda.synchronize()
             untouched = bool((c.o == 7.0).all())
-            ok = e.status == 403 and "args->k" in str(e) and "host memory" in str(e) and untouched
+            ok = e.status == 403 and "args.k" in str(e) and "host memory" in str(e) and untouched
             results.append((label, ok, short(e, 120) + ("" if untouched else " (output was written!)")))
 
     # Options: CUDA (both algorithms) against the CPU backend on the same inputs.
@@ -796,10 +796,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", help="path of libflashattn.so.0 (default: build*/ of the repo, then the loader path)")
     ap.add_argument("--out", default="bench-out", help="output folder for bench.csv/json/png")
-    ap.add_argument("--quick", action="store_true", help="bf16, d=64/128, seqlen 1k/4k/16k")
-    ap.add_argument("--dtypes", default="bf16,fp16")
-    ap.add_argument("--hdims", default="64,128,256")
-    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--quick", action="store_true",
+                    help="defaults become bf16, d=64/128, seqlen 1k/4k/16k (explicit flags still win)")
+    ap.add_argument("--dtypes", help="comma list (default bf16,fp16)")
+    ap.add_argument("--hdims", help="comma list (default 64,128,256)")
+    ap.add_argument("--seqlens", help="comma list (default 512,1024,2048,4096,8192,16384)")
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per batch (b = tokens / seqlen)")
     ap.add_argument("--impls", default="lib-flash,lib-standard," + ",".join(SDPA))
     ap.add_argument("--no-bwd", action="store_true", help="forward only")
@@ -811,8 +812,11 @@ def main():
     ap.add_argument("--mem-hdim", type=int, default=128)
     ap.add_argument("--sparse-seqlen", type=int, default=8192)
     args = ap.parse_args()
-    if args.quick:
-        args.dtypes, args.hdims, args.seqlens = "bf16", "64,128", "1024,4096,16384"
+    defaults = (("bf16", "64,128", "1024,4096,16384") if args.quick else
+                ("bf16,fp16", "64,128,256", "512,1024,2048,4096,8192,16384"))
+    args.dtypes = args.dtypes or defaults[0]
+    args.hdims = args.hdims or defaults[1]
+    args.seqlens = args.seqlens or defaults[2]
     args.dtypes = [x for x in args.dtypes.split(",") if x]
     args.hdims = [int(x) for x in args.hdims.split(",") if x]
     args.seqlens = [int(x) for x in args.seqlens.split(",") if x]

@@ -209,22 +209,22 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
     const char* name;
   };
   const Named pointers[] = {
-      {p.q, "args->q"},
-      {p.k, "args->k"},
-      {p.v, "args->v"},
-      {p.o, "args->o"},
-      {p.o_in, "args->o"},
-      {p.lse, "args->lse"},
-      {p.lse_in, "args->lse"},
-      {p.dout, "args->dout"},
-      {p.dq, "args->dq"},
-      {p.dk, "args->dk"},
-      {p.dv, "args->dv"},
-      {p.bias, "args->bias"},
-      {p.dbias, "args->dbias"},
-      {p.alibi_slopes, "args->alibi_slopes"},
-      {p.cu_seqlens_q, "args->cu_seqlens_q"},
-      {p.cu_seqlens_k, "args->cu_seqlens_k"},
+      {p.q, "args.q"},
+      {p.k, "args.k"},
+      {p.v, "args.v"},
+      {p.o, "args.o"},
+      {p.o_in, "args.o"},
+      {p.lse, "args.lse"},
+      {p.lse_in, "args.lse"},
+      {p.dout, "args.dout"},
+      {p.dq, "args.dq"},
+      {p.dk, "args.dk"},
+      {p.dv, "args.dv"},
+      {p.bias, "args.bias"},
+      {p.dbias, "args.dbias"},
+      {p.alibi_slopes, "args.alibi_slopes"},
+      {p.cu_seqlens_q, "args.cu_seqlens_q"},
+      {p.cu_seqlens_k, "args.cu_seqlens_k"},
   };
   for (const Named& n : pointers) {
     if (const flashattn_status_t s = check_pointer(n.ptr, n.name, device)) return s;

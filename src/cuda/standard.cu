@@ -307,14 +307,16 @@ __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int
 }
 
 // keep/(1-p) for element j (1 without dropout).
+// The keep decision is common/philox.h's dropout_keep; the word is picked with selects
+// rather than a dynamically indexed array, which would live in local memory.
 template <typename T>
 __device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
   if (p.p_drop <= 0.f) return 1.f;
-  return dropout_keep(p.seed, p.offset, static_cast<uint64_t>(r.b), static_cast<uint64_t>(p.heads_q),
-                      static_cast<uint64_t>(r.h), static_cast<uint32_t>(r.i), static_cast<uint32_t>(j),
-                      p.drop_threshold)
-             ? p.rp_keep
-             : 0.f;
+  const Philox4 w = dropout_words(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
+                                  static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 2);
+  const uint32_t k = static_cast<uint32_t>(j) & 3u;
+  const uint32_t word = k == 0 ? w.x[0] : k == 1 ? w.x[1] : k == 2 ? w.x[2] : w.x[3];
+  return word >= p.drop_threshold ? p.rp_keep : 0.f;
 }
 
 __device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int64_t h, int64_t i, int64_t q_start) {
@@ -466,7 +468,8 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnPar
 // overlaps the fp32 column j/2, so while Sk <= 2*cap every overlapped column is a cached
 // one and pass 2 never reads global memory that another thread may have overwritten;
 // longer rows fall back to a barrier between each chunk's reads and writes.
-template <typename T>
+// kAllCached: cap >= Sk, compiled without the global-memory paths.
+template <typename T, bool kAllCached>
 __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt,
                                                                    int64_t Sq, int64_t Sk, int64_t ldS, int64_t cap) {
   extern __shared__ float4 smem4[];
@@ -491,15 +494,13 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
       *reinterpret_cast<float4*>(cdp + j0) = d4;
       const float sv[4] = {s4.x, s4.y, s4.z, s4.w}, dv[4] = {d4.x, d4.y, d4.z, d4.w};
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < 4; ++u) {  // no break: a fully unrolled loop keeps sv/dv in registers
         const int64_t j = j0 + u;
-        if (j >= r.len_k) break;
-        const float x = score(p, r, j, sv[u], &th);
-        if (x == -INFINITY) continue;
-        delta += __expf(x - lse) * dropout_scale(p, r, j) * dv[u];
+        const float x = j < r.len_k ? score(p, r, j, sv[u], &th) : -INFINITY;
+        if (x != -INFINITY) delta += __expf(x - lse) * dropout_scale(p, r, j) * dv[u];
       }
     }
-    for (int64_t j = cap + threadIdx.x; j < r.len_k; j += blockDim.x) {
+    for (int64_t j = cap + threadIdx.x; !kAllCached && j < r.len_k; j += blockDim.x) {
       const float x = score(p, r, j, srow[j], &th);
       if (x == -INFINITY) continue;
       delta += __expf(x - lse) * dropout_scale(p, r, j) * dprow[j];
@@ -512,14 +513,14 @@ __global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, 
     dbias_row = static_cast<T*>(p.dbias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] + r.i * p.bias_stride[2];
   }
   float* dt_row = dt != nullptr ? dt + row * Sk : nullptr;
-  const bool chunk_barrier = sizeof(T) != sizeof(float) && Sk > 2 * cap;
+  const bool chunk_barrier = !kAllCached && sizeof(T) != sizeof(float) && Sk > 2 * cap;
 
   for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
     const int64_t j = c0 + threadIdx.x;
     float pd = 0.f, dsr = 0.f, dtv = 0.f;
     if (live && j < r.len_k) {
       th = 0.f;
-      const bool cached = j < cap;
+      const bool cached = kAllCached || j < cap;
       const float x = score(p, r, j, cached ? cs[j] : srow[j], &th);
       if (x != -INFINITY) {
         const float pr = __expf(x - lse);
@@ -807,8 +808,15 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
   const int64_t Sk4 = (g.Sk + 3) / 4 * 4;
   const int64_t cap = Sk4 < kCachedRowMax / 2 ? Sk4 : kCachedRowMax / 2;
   const size_t smem = static_cast<size_t>(cap) * 2 * sizeof(float);
-  FA_TRY(allow_smem(softmax_bwd_kernel<T>, smem, "softmax_bwd_kernel"));
-  softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS, cap);
+  if (cap >= g.Sk) {
+    FA_TRY(allow_smem(softmax_bwd_kernel<T, true>, smem, "softmax_bwd_kernel"));
+    softmax_bwd_kernel<T, true>
+        <<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS, cap);
+  } else {
+    FA_TRY(allow_smem(softmax_bwd_kernel<T, false>, smem, "softmax_bwd_kernel"));
+    softmax_bwd_kernel<T, false>
+        <<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, dP, dt, g.Sq, g.Sk, g.ldS, cap);
+  }
   FA_TRY(launch_status("softmax_bwd_kernel"));
   if (dt != nullptr) {
     int64_t n_out = 1;
