@@ -310,6 +310,12 @@ std::vector<double> gather(const Problem& p, int t, int64_t H, int64_t D, const 
   return x;
 }
 
+bool all_poison(const Buf& buf) {
+  for (uint8_t x : buf.host)
+    if (x != kPoison) return false;
+  return true;
+}
+
 bool padding_ok(const Buf& buf, const std::vector<uint8_t>& touched, size_t bytes) {
   for (size_t n = 0; n < bytes; ++n)
     if (!touched[n] && buf.host[n] != kPoison) return false;
@@ -441,11 +447,15 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
     ws.push();
   }
   r.fwd = flashattn_fwd(plan, &fa, r.ws_fwd ? ws.dev : nullptr, r.ws_fwd, nullptr);
-  mem.sync();
   if (r.fwd != FLASHATTN_STATUS_SUCCESS) {
     r.error = flashattn_last_error();
+    mem.sync();
+    o.pull();
+    lse.pull();
+    r.outputs_untouched = all_poison(o) && all_poison(lse);
     return r;
   }
+  mem.sync();
   o.pull();
   lse.pull();
   std::vector<uint8_t> touched;
@@ -502,11 +512,20 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
   }
   if (ws_bytes > 0) ws.push();  // re-poison the scratch
   r.bwd = flashattn_bwd(plan, &ba, r.ws_bwd ? ws.dev : nullptr, r.ws_bwd, nullptr);
-  mem.sync();
   if (r.bwd != FLASHATTN_STATUS_SUCCESS) {
     r.error = flashattn_last_error();
+    mem.sync();
+    dq.pull();
+    dk.pull();
+    dv.pull();
+    r.outputs_untouched = all_poison(dq) && all_poison(dk) && all_poison(dv);
+    if (want_dbias) {
+      dbias.pull();
+      r.outputs_untouched = r.outputs_untouched && all_poison(dbias);
+    }
     return r;
   }
+  mem.sync();
   dq.pull();
   dk.pull();
   dv.pull();

@@ -136,6 +136,7 @@ struct LibResult {
   std::vector<uint8_t> raw_o, raw_lse, raw_dq, raw_dk, raw_dv, raw_dbias;  // buffers as written
   bool padding_intact = true;              // gaps in strided outputs kept their poison
   std::string padding_report;
+  bool outputs_untouched = true;           // after a failed fwd/bwd: its outputs kept their poison
   size_t ws_fwd = 0, ws_bwd = 0;
   bool ok() const {
     return create == FLASHATTN_STATUS_SUCCESS && setup == FLASHATTN_STATUS_SUCCESS &&

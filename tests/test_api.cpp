@@ -268,3 +268,81 @@ TEST_CASE("one plan run from many threads at once gives identical results", "[ap
   CHECK(mismatches == 0);
   flashattn_plan_destroy(plan);
 }
+
+TEST_CASE("options can be switched off again and set_shape resets strides", "[api][fwd][bwd]") {
+  // A plain plan, and a plan that had every option (and explicit strides) and then had them
+  // all switched off with the documented "off" values: bitwise identical results.
+  Config plain;
+  plain.name = "plain";
+  plain.batch = 2;
+  plain.sq = 13;
+  plain.sk = 21;
+  plain.hq = 4;
+  plain.hkv = 2;
+  plain.dqk = plain.dv = 16;
+  plain.dtype = FLASHATTN_DTYPE_BF16;
+  const Problem p = make_problem(plain);
+  const LibResult want = run_cpu(p);
+  REQUIRE(want.ok());
+
+  Config busy = plain;
+  busy.layout = Layout::Mixed;
+  busy.softcap = 3.f;
+  busy.band = true;
+  busy.wr = 0;
+  busy.bias = FLASHATTN_BIAS_ALIBI;
+  busy.p_drop = 0.4f;
+  busy.sparse = true;
+  busy.block_q = busy.block_k = 4;
+  const Problem pb = make_problem(busy);
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, pb) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_varlen(plan, 1, 26, 42) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_softmax_scale(plan, 3.f) == FLASHATTN_STATUS_SUCCESS);
+  // Off again: shape (resets strides), varlen 0, scale 0, softcap 0, band (-1,-1), bias NONE,
+  // dropout p 0, layout NULL.
+  CHECK(flashattn_plan_set_shape(plan, 2, 13, 21, 4, 2, 16, 16) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_varlen(plan, 0, 0, 0) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_softmax_scale(plan, 0.f) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_softcap(plan, 0.f) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_band_mask(plan, FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_WINDOW_UNBOUNDED, -7) ==
+        FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_bias(plan, FLASHATTN_BIAS_NONE, nullptr) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_dropout(plan, 0.f, 123, 456) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(flashattn_plan_set_block_sparse(plan, nullptr, 1, 1, 1, 1, 1) == FLASHATTN_STATUS_SUCCESS);
+  HostMem mem;
+  const LibResult got = run_on_plan(plan, p, mem);  // p: default BSHD strides, no options
+  flashattn_plan_destroy(plan);
+  REQUIRE(got.ok());
+  CHECK(got.raw_o == want.raw_o);
+  CHECK(got.raw_lse == want.raw_lse);
+  CHECK(got.raw_dq == want.raw_dq);
+  CHECK(got.raw_dk == want.raw_dk);
+  CHECK(got.raw_dv == want.raw_dv);
+}
+
+TEST_CASE("the plan keeps its own copy of the block-sparse layout", "[api][fwd]") {
+  Config c;
+  c.name = "layout copy";
+  c.sq = 40;
+  c.sk = 40;
+  c.hq = 2;
+  c.dqk = c.dv = 16;
+  c.sparse = true;
+  c.block_q = c.block_k = 8;
+  c.density = 0.5;
+  const Problem p = make_problem(c);
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, p) == FLASHATTN_STATUS_SUCCESS);  // without the layout below
+  std::vector<uint8_t>* layout = new std::vector<uint8_t>(p.spec.layout);
+  REQUIRE(flashattn_plan_set_block_sparse(plan, layout->data(), 1, 5, 5, 8, 8) == FLASHATTN_STATUS_SUCCESS);
+  std::fill(layout->begin(), layout->end(), 0);  // the caller reuses its buffer...
+  delete layout;                                  // ...and frees it
+  HostMem mem;
+  const LibResult r = run_on_plan(plan, p, mem);
+  flashattn_plan_destroy(plan);
+  REQUIRE(r.ok());
+  check_against_reference(p, r);
+}

@@ -128,6 +128,7 @@ TEST_CASE("gpu: unsupported configurations are refused with their status and not
     CHECK((g.fwd == FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED || g.fwd == FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED ||
            g.fwd == FLASHATTN_STATUS_NOT_SUPPORTED));
     CHECK(g.error != "");
+    CHECK(g.outputs_untouched);
   }
 }
 
