@@ -72,15 +72,18 @@ args+=("${extra[@]}")
 [[ -n "$threads" ]] && export FLASHATTN_CPU_THREADS="$threads"
 
 echo "# $tool ${args[*]}" >&2
+load_before="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 start=$(date +%s)
 status=0
 "$tool" "${args[@]}" | tee "$out/table.txt" || status=$?
 elapsed=$(( $(date +%s) - start ))
+load_after="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 
 # Side-by-side summary: flash vs standard per (N, pass).
-python3 - "$out/bench.csv" "$out/summary.md" "$elapsed" "$(nproc)" "${threads:-all}" "$("$tool" --version)" <<'PY'
+python3 - "$out/bench.csv" "$out/summary.md" "$elapsed" "$(nproc)" "${threads:-all}" "$("$tool" --version)" \
+  "$load_before" "$load_after" <<'PY'
 import csv, json, os, sys
-path, md, elapsed, ncpu, threads, version = sys.argv[1:7]
+path, md, elapsed, ncpu, threads, version, load_before, load_after = sys.argv[1:9]
 rows = list(csv.DictReader(open(path)))
 try:
     device = json.load(open(os.path.join(os.path.dirname(path), "bench.json")))["device"]
@@ -93,13 +96,15 @@ def g(r, k, scale=1.0, fmt="%.1f"):
     if r is None or r.get(k, "") == "": return "n/a" if r is None or not r["error"] else "error"
     return fmt % (float(r[k]) / scale)
 lines = [
-    f"CPU bench: {version}; {device}; FLASHATTN_CPU_THREADS={threads}; total wall time {elapsed} s.",
+    f"CPU bench: {version}; {device}; FLASHATTN_CPU_THREADS={threads}; total wall time {elapsed} s; "
+    f"load average before/after: {load_before} / {load_after}.",
     f"fp32, head_dim 64, {rows[0]['heads'] if rows else '?'} heads, 8192 tokens per batch (batch = 8192/N); "
-    "median of the timed runs; GFLOP/s with fwd = 4*b*h*N^2*d, bwd = 2.5x fwd.",
+    "ms = median of the timed runs; GFLOP/s from the median, (best) from the fastest run; "
+    "fwd = 4*b*h*N^2*d FLOPs, bwd = 2.5x fwd.",
     "model mem = workspace + inputs/outputs (what the pass needs); RSS = measured peak resident set of a child "
     "process running only that row (extra = growth over the child's size at start).",
     "",
-    "| pass | N | batch | flash ms | flash GFLOP/s | standard ms | standard GFLOP/s | flash/standard speed | "
+    "| pass | N | batch | flash ms | flash GFLOP/s (best) | standard ms | standard GFLOP/s (best) | flash/standard speed | "
     "flash mem MiB | standard mem MiB | flash RSS extra MiB | standard RSS extra MiB |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
@@ -110,8 +115,12 @@ for n, p in keys:
         speed = "%.2fx" % (float(s["ms_median"]) / float(f["ms_median"]))
     mem = lambda r: "n/a" if r is None else "%.1f" % (float(r["peak_extra_bytes"]) / MiB)
     batch = (f or s)["batch"]
-    lines.append(f"| {p} | {n} | {batch} | {g(f,'ms_median')} | {g(f,'gflops_per_s',fmt='%.2f')} | "
-                 f"{g(s,'ms_median')} | {g(s,'gflops_per_s',fmt='%.2f')} | {speed} | {mem(f)} | {mem(s)} | "
+    def rate(r):
+        if r is None or not r["ms_median"]: return g(r, "gflops_per_s")
+        best = float(r["flops"]) / (float(r["ms_min"]) * 1e-3) / 1e9
+        return "%.2f (%.2f)" % (float(r["gflops_per_s"]), best)
+    lines.append(f"| {p} | {n} | {batch} | {g(f,'ms_median')} | {rate(f)} | "
+                 f"{g(s,'ms_median')} | {rate(s)} | {speed} | {mem(f)} | {mem(s)} | "
                  f"{g(f,'rss_extra_bytes',MiB)} | {g(s,'rss_extra_bytes',MiB)} |")
 errors = [r for r in rows if r["error"]]
 for r in errors:
