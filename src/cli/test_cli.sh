@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests of the `flashattn` tool (registered with ctest as cli_*): exit codes, messages
 # naming the bad flag, library errors, check PASS over the option matrix on the CPU
-# backend, and bench output files.   usage: test_cli.sh <path of flashattn> [group]
+# backend, bench output files, and (group cuda, only when asked) the CUDA backend.
+# usage: test_cli.sh <path of flashattn> [all|usage|check|bench|cuda]
 set -uo pipefail
 tool="$1"
 group="${2:-all}"
@@ -84,6 +85,22 @@ if [[ $group == all || $group == bench ]]; then
       && echo "ok: bench.json parses, 8 rows without errors" || fail "bench.json"
   fi
   expect 0 "rss_peak\(MiB\)" bench --backend cpu --seqlens 64 --tokens 64 --heads 1 --head-dim 16 --isolate --repeats 1 --warmup 0
+fi
+
+if [[ $group == cuda ]]; then
+  # The CUDA backend against the fp64 reference, the CPU backend and the other algorithm.
+  if ! "$tool" info --no-probe | grep -Eq '^cuda devices +[1-9]'; then
+    echo "CLI_CUDA_SKIPPED: no CUDA device (or a CPU-only build)"
+    exit 0
+  fi
+  small=(check --backend cuda --bwd --batch 2 --heads-q 8 --seqlen-q 257 --seqlen-k 391)
+  expect 0 "^PASS$" "${small[@]}" --dtype bf16 --head-dim 128 --causal=bottom-right
+  expect 0 "^PASS$" "${small[@]}" --dtype fp16 --head-dim 64 --heads-kv 2 --window 64,16
+  expect 0 "^PASS$" "${small[@]}" --dtype fp16 --head-dim 96 --alibi --softcap 20 --dropout 0.1 --seed 5
+  expect 0 "^PASS$" "${small[@]}" --dtype bf16 --head-dim 64 --block-sparse 0.5 --layout bhsd
+  expect 0 "^PASS$" "${small[@]}" --dtype fp32 --head-dim 32 --algorithm standard --causal
+  expect 0 "TFLOP/s" bench --backend cuda --seqlens 512,1024 --tokens 2048 --head-dim 64 --algorithm both --bwd \
+    --repeats 3 --warmup 1
 fi
 
 [[ $failures -eq 0 ]] && echo "all CLI tests passed" || echo "$failures CLI test(s) failed"
