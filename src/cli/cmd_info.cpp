@@ -130,7 +130,7 @@ int cmd_info(int argc, char** argv) {
   // CUDA runtime (the library has no query for them).
   const int lib_count = flashattn_cuda_device_count();
   std::string why;
-  const std::vector<dev::Props> props = dev::query(&why);
+  const std::vector<dev::Props> props = dev::query(&why, /*free_memory=*/true);
   if (lib_count == 0) {
     std::printf("cuda devices none%s\n", !has_cuda ? " (library built without CUDA)"
                                                    : (why.empty() ? "" : (" (" + why + ")").c_str()));

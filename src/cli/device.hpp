@@ -21,8 +21,9 @@ struct Props {
   size_t total_bytes = 0, free_bytes = 0;
 };
 // Properties of every visible device; an empty list with *why set when there is none
-// (no driver, no device, CPU-only build).
-std::vector<Props> query(std::string* why);
+// (no driver, no device, CPU-only build). free_bytes is filled only with
+// free_memory (that creates a context on every device).
+std::vector<Props> query(std::string* why, bool free_memory = false);
 
 void set_device(int device);
 void* malloc(size_t bytes);      // never returns null (bytes 0 gives a 1-byte buffer)

@@ -14,7 +14,7 @@ static void check(cudaError_t e, const char* what) {
 
 bool built() { return true; }
 
-std::vector<Props> query(std::string* why) {
+std::vector<Props> query(std::string* why, bool free_memory) {
   std::vector<Props> out;
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -38,7 +38,7 @@ std::vector<Props> query(std::string* why) {
     p.cc_minor = prop.minor;
     p.sm_count = prop.multiProcessorCount;
     p.total_bytes = prop.totalGlobalMem;
-    if (cudaSetDevice(i) == cudaSuccess) {
+    if (free_memory && cudaSetDevice(i) == cudaSuccess) {
       size_t f = 0, t = 0;
       if (cudaMemGetInfo(&f, &t) == cudaSuccess) p.free_bytes = f;
     }

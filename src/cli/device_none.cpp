@@ -8,7 +8,7 @@ namespace dev {
 static const char* kWhy = "this flashattn tool was built without CUDA (FLASHATTN_ENABLE_CUDA=OFF)";
 
 bool built() { return false; }
-std::vector<Props> query(std::string* why) {
+std::vector<Props> query(std::string* why, bool) {
   if (why) *why = kWhy;
   return {};
 }
