@@ -197,19 +197,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   // ---- block-sparse tile classification (warp-uniform; each warp computes it itself) ----
   const uint8_t* layout = kExtras ? p.layout : nullptr;
   const uint8_t* layout_h = nullptr;
-  int rb0 = 0, n_rb = 0;
+  // Divisors clamped to 2^30 (j / block stays exact for j < 2^30) so 32-bit math suffices.
+  uint32_t lay_bq = 1, lay_bk = 1;
+  int rb0 = 0, n_rb = 0, ncb_max = 1, lk_tile = 1, tiles_per_scan = 0;
   if (layout != nullptr) {
+    lay_bq = static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30));
+    lay_bk = static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30));
     layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
-    rb0 = static_cast<int>(m0 / p.block_q);
-    n_rb = static_cast<int>(m_last / p.block_q) - rb0 + 1;
+    rb0 = static_cast<int>(static_cast<uint32_t>(m0) / lay_bq);
+    n_rb = static_cast<int>(static_cast<uint32_t>(m_last) / lay_bq) - rb0 + 1;
+    // Layout blocks one KV tile can touch: n_rb rows x at most ncb_max columns.
+    ncb_max = static_cast<int>(min(p.n_col_blocks, static_cast<int64_t>((kBlockN - 1) / lay_bk + 2)));
+    lk_tile = n_rb * ncb_max;
+    tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
   }
-  // 0: no element of the tile attended, 1: partially covered, 2: fully covered.
+  constexpr int kScanMore = -0x40000000;  // scan_resolve: no attended tile in this batch
+  // Batched scan (when a tile needs <= 32 lookups): lane handles lookup q of tile n_top - k,
+  // k = lane / lk_tile. Returns bit 0 = block attended, bit 1 = a real lookup.
+  auto scan_issue = [&](int n_top) -> uint32_t {
+    const int k = lane / lk_tile;
+    const int q = lane - k * lk_tile;
+    const int n = n_top - k;
+    if (k >= tiles_per_scan || n < n_block_min) return 0u;
+    const int r = q / ncb_max, c = q - r * ncb_max;
+    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
+    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
+    const uint32_t cb = c_first / lay_bk + c;
+    if (cb > c_last / lay_bk) return 0u;
+    return (layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb] != 0 ? 1u : 0u) | 2u;
+  };
+  // First tile from n_top down with an attended block (its state in *state: 1 partially,
+  // 2 fully covered); a value < n_block_min when the range ends; kScanMore otherwise.
+  auto scan_resolve = [&](int n_top, uint32_t look, int* state) -> int {
+    const uint32_t on = __ballot_sync(0xffffffffu, look & 1u);
+    const uint32_t real = __ballot_sync(0xffffffffu, (look >> 1) & 1u);
+    const uint32_t tile_mask = lk_tile >= 32 ? 0xffffffffu : (1u << lk_tile) - 1u;
+    for (int k = 0; k < tiles_per_scan; ++k) {
+      const int n = n_top - k;
+      if (n < n_block_min) return n;
+      const uint32_t m = tile_mask << (k * lk_tile);
+      if (on & m) {
+        *state = (on & m) == (real & m) ? 2 : 1;
+        return n;
+      }
+    }
+    return kScanMore;
+  };
+  // Tiles needing more than 32 lookups: one tile at a time. 0: nothing attended, 1, 2 as above.
   auto tile_state = [&](int n) -> int {
-    if (layout == nullptr) return 2;
-    const int c_first = n * kBlockN;
-    const int c_last = min(c_first + kBlockN, len_k) - 1;
-    const int cb0 = static_cast<int>(c_first / p.block_k);
-    const int n_cb = static_cast<int>(c_last / p.block_k) - cb0 + 1;
+    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
+    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
+    const int cb0 = static_cast<int>(c_first / lay_bk);
+    const int n_cb = static_cast<int>(c_last / lay_bk) - cb0 + 1;
     const int total = n_rb * n_cb;
     bool any = false, all = true;
     for (int idx = lane; idx < total; idx += 32) {
@@ -222,14 +261,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     all = __all_sync(0xffffffffu, all);
     return all ? 2 : (any ? 1 : 0);
   };
-  // Largest active tile index <= n (or n_block_min - 1), its state in *state.
+  // Largest attended tile index <= n (or a value < n_block_min), its state in *state.
   auto prev_active = [&](int n, int* state) -> int {
     *state = 2;
     if (layout == nullptr) return n;
+    if (tiles_per_scan > 0) {
+      for (; n >= n_block_min; n -= tiles_per_scan) {
+        const int r = scan_resolve(n, scan_issue(n), state);
+        if (r != kScanMore) return r;
+      }
+      return n;
+    }
     for (; n >= n_block_min; --n) {
-      const int s = tile_state(n);
-      if (s != 0) {
-        *state = s;
+      const int st = tile_state(n);
+      if (st != 0) {
+        *state = st;
         return n;
       }
     }
@@ -273,9 +319,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;
   const float alibi_slope_l2 = alibi_on ? p.alibi_slopes[h] * kLog2e : 0.f;
-  // Block-sparse divisors (clamping keeps j / block exact for j < 2^30).
-  const uint32_t lay_bq = layout ? static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30)) : 1u;
-  const uint32_t lay_bk = layout ? static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30)) : 1u;
   const bool dropout = kExtras && p.p_drop > 0.f;
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;
@@ -323,6 +366,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     }
     cp_async_commit();
 
+    // Block-sparse: look up the next candidate tiles now; the ballot after the GEMM finds
+    // the loads completed.
+    const bool scan_early = layout != nullptr && tiles_per_scan > 0 && n_block > n_block_min;
+    const uint32_t look = scan_early ? scan_issue(n_block - 1) : 0u;
+
     // ---- S = Q K^T ----
     float s[kMT][kNT][4];
 #pragma unroll
@@ -353,7 +401,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 
     // Next active tile (warp-uniform scan of the layout, if any).
     int next_state = 2;
-    const int n_next = n_block > n_block_min ? prev_active(n_block - 1, &next_state) : n_block_min - 1;
+    int n_next = n_block_min - 1;
+    if (scan_early) {
+      n_next = scan_resolve(n_block - 1, look, &next_state);
+      if (n_next == kScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, &next_state);
+    } else if (n_block > n_block_min) {
+      n_next = prev_active(n_block - 1, &next_state);
+    }
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) (and the bias tile) visible; every warp is done reading K(n)

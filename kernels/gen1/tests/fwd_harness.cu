@@ -554,6 +554,34 @@ static int run_checks() {
     c.name = "block-sparse 48x40 + causal + dropout d=64";
     add(c);
     c = Case();
+    c.d = c.dv = 64;
+    c.sq = 200;
+    c.sk = 300;
+    c.layout = true;
+    c.block_q = 4;
+    c.block_k = 4;
+    c.density = 0.7f;
+    c.name = "block-sparse 4x4 (>32 lookups/tile) d=64";
+    add(c);
+    c = Case();
+    c.d = c.dv = 128;
+    c.b = 1;
+    c.hq = c.hkv = 2;
+    c.sq = 384;
+    c.sk = 4100;
+    c.layout = true;
+    c.block_q = 128;
+    c.block_k = 64;
+    c.density = 0.03f;
+    c.name = "block-sparse density 0.03 sk=4100 d=128";
+    add(c);
+    c.d = c.dv = 32;
+    c.block_k = 32;
+    c.wr = 0;
+    c.align = 1;
+    c.name = "block-sparse 0.03 32-col blocks causal d=32";
+    add(c);
+    c = Case();
     c.varlen = true;
     c.b = 4;
     c.lens_q = {100, 0, 300, 17};
@@ -603,11 +631,15 @@ static int run_checks() {
     add(c);
   }
   int fails = 0;
+  const char* filter = getenv("FWD_FILTER");  // only cases whose name contains this
+  size_t ran = 0;
   for (const Case& c : cases) {
+    if (filter != nullptr && c.name.find(filter) == std::string::npos) continue;
+    ++ran;
     Result r;
     if (!run_case(c, &r, rng)) ++fails;
   }
-  printf("CHECKS: %d / %zu passed\n", int(cases.size()) - fails, cases.size());
+  printf("CHECKS: %d / %zu passed\n", int(ran) - fails, ran);
   return fails;
 }
 
@@ -873,8 +905,9 @@ static void variants() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   int fails = 0;
-  if (mode == "check" || mode == "all") fails = run_checks();
-  if (mode == "bench" || mode == "all" || mode == "options") bench(mode);
+  if (mode == "check" || mode == "all" || mode == "checkopts") fails = run_checks();
+  if (mode == "bench" || mode == "all" || mode == "options" || mode == "checkopts")
+    bench(mode == "checkopts" ? "options" : mode);
   if (mode == "variants" || mode == "all") variants();
   return fails ? 1 : 0;
 }
