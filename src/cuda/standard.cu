@@ -24,6 +24,13 @@
 // softmax kernels, which mask padded rows and columns. Varlen is therefore fully
 // supported, at the cost of batch * max_len padding (the plan's seqlen_q/k are the max
 // lengths).
+//
+// Workspace (standard_workspace_size): the fp32 score rows, 4 * batch * heads_q * Sq * ldS
+// bytes (ldS = Sk rounded up to 8) forward and twice that backward, plus the padded copies
+// (gathered mode), fp32 dK/dV accumulators (GQA or gathered), a per-element fp32 dBias
+// buffer when the bias broadcasts, and 32 MiB handed to cuBLAS (cublasSetWorkspace) so that
+// nothing is allocated during a run. No atomics anywhere: the gradients are reproducible
+// run to run, whatever the plan's deterministic flag.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
