@@ -8,6 +8,9 @@
 #   quick (default): bench --quick (bf16, d=64/128, seqlen 1k/4k/16k) + verification
 #   full:            full bench sweep (bf16+fp16, d=64/128/256, seqlen 512..16k) and the
 #                    CPU-labelled tests as well
+# Timing on one H100: quick ~2.5 min in all (build ~20 s with ninja -j16, GPU tests ~25 s,
+# sanitizers ~30 s, bench ~90 s); the full sweep is ~6x the quick one, more than a 10-minute
+# device command: split it there with BENCH_ARGS (e.g. --dtypes fp16 --no-memory --no-sparse).
 # environment:
 #   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
@@ -17,7 +20,7 @@
 #                                 the STANDARD algorithm with options; skipped if none match)
 #   BENCH_ARGS                    extra arguments for bench/bench_peers.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
-#   CTEST_ARGS                    extra arguments for ctest (e.g. -E "long sequences")
+#   CTEST_ARGS                    extra arguments for ctest, split on spaces (e.g. -E long.sequences)
 #   OUT                           folder that receives summary.txt, gpu-check-logs.tar.gz
 #                                 and bench.csv/json/png
 set -u -o pipefail
