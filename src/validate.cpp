@@ -80,7 +80,7 @@ flashattn_status_t read_args(const Args* args, Args* out, const char* type_name)
   // Every field of version 0 is required; later fields are read only when struct_size covers them.
   if (args->struct_size < sizeof(Args))
     return fail(FLASHATTN_STATUS_INVALID_STRUCT_SIZE,
-                "args->struct_size=%zu is smaller than sizeof(%s)=%zu of this library version; initialize it "
+                "args.struct_size=%zu is smaller than sizeof(%s)=%zu of this library version; initialize it "
                 "with the _INIT macro",
                 args->struct_size, type_name, sizeof(Args));
   std::memcpy(out, args, sizeof(Args));
@@ -110,30 +110,30 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
 
   // Option/pointer consistency.
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) {
-    FA_TRY(require(p.bias, "args->bias (bias kind TENSOR)"));
+    FA_TRY(require(p.bias, "args.bias (bias kind TENSOR)"));
   } else if (p.bias != nullptr) {
     return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
-                "args->bias=%p is given but the plan's bias kind is %d, not FLASHATTN_BIAS_TENSOR", p.bias,
+                "args.bias=%p is given but the plan's bias kind is %d, not FLASHATTN_BIAS_TENSOR", p.bias,
                 static_cast<int>(plan.bias_kind));
   }
   if (p.dbias != nullptr && plan.bias_kind != FLASHATTN_BIAS_TENSOR)
     return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
-                "args->dbias=%p is given but the plan's bias kind is %d, not FLASHATTN_BIAS_TENSOR", p.dbias,
+                "args.dbias=%p is given but the plan's bias kind is %d, not FLASHATTN_BIAS_TENSOR", p.dbias,
                 static_cast<int>(plan.bias_kind));
   const bool alibi = plan.bias_kind == FLASHATTN_BIAS_ALIBI || plan.bias_kind == FLASHATTN_BIAS_ALIBI_SYMMETRIC;
   if (alibi) {
-    FA_TRY(require(p.alibi_slopes, "args->alibi_slopes (ALiBi bias)"));
+    FA_TRY(require(p.alibi_slopes, "args.alibi_slopes (ALiBi bias)"));
   } else if (p.alibi_slopes != nullptr) {
     return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
-                "args->alibi_slopes=%p is given but the plan's bias kind is %d, not ALiBi",
+                "args.alibi_slopes=%p is given but the plan's bias kind is %d, not ALiBi",
                 static_cast<const void*>(p.alibi_slopes), static_cast<int>(plan.bias_kind));
   }
   if (plan.varlen) {
-    FA_TRY(require(p.cu_seqlens_q, "args->cu_seqlens_q (varlen mode)"));
-    FA_TRY(require(p.cu_seqlens_k, "args->cu_seqlens_k (varlen mode)"));
+    FA_TRY(require(p.cu_seqlens_q, "args.cu_seqlens_q (varlen mode)"));
+    FA_TRY(require(p.cu_seqlens_k, "args.cu_seqlens_k (varlen mode)"));
   } else if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) {
     return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
-                "args->cu_seqlens_%s is given but varlen mode is off (flashattn_plan_set_varlen)",
+                "args.cu_seqlens_%s is given but varlen mode is off (flashattn_plan_set_varlen)",
                 p.cu_seqlens_q != nullptr ? "q" : "k");
   }
 
@@ -143,14 +143,14 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
     const void* ptr;
     size_t align;
     const char* name;
-  } ptrs[] = {{p.q, es, "args->q"},           {p.k, es, "args->k"},
-              {p.v, es, "args->v"},           {p.o, es, "args->o"},
-              {p.o_in, es, "args->o"},        {p.dout, es, "args->dout"},
-              {p.dq, es, "args->dq"},         {p.dk, es, "args->dk"},
-              {p.dv, es, "args->dv"},         {p.bias, es, "args->bias"},
-              {p.dbias, es, "args->dbias"},   {p.lse, 4, "args->lse"},
-              {p.lse_in, 4, "args->lse"},     {p.alibi_slopes, 4, "args->alibi_slopes"},
-              {p.cu_seqlens_q, 4, "args->cu_seqlens_q"}, {p.cu_seqlens_k, 4, "args->cu_seqlens_k"}};
+  } ptrs[] = {{p.q, es, "args.q"},           {p.k, es, "args.k"},
+              {p.v, es, "args.v"},           {p.o, es, "args.o"},
+              {p.o_in, es, "args.o"},        {p.dout, es, "args.dout"},
+              {p.dq, es, "args.dq"},         {p.dk, es, "args.dk"},
+              {p.dv, es, "args.dv"},         {p.bias, es, "args.bias"},
+              {p.dbias, es, "args.dbias"},   {p.lse, 4, "args.lse"},
+              {p.lse_in, 4, "args.lse"},     {p.alibi_slopes, 4, "args.alibi_slopes"},
+              {p.cu_seqlens_q, 4, "args.cu_seqlens_q"}, {p.cu_seqlens_k, 4, "args.cu_seqlens_k"}};
   for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name));
 
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
@@ -335,10 +335,10 @@ flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fw
   FA_TRY(read_args(user_args, &a, "flashattn_fwd_args_t"));
   if (!plan.has_shape)
     return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
-  FA_TRY(require(a.q, "args->q"));
-  FA_TRY(require(a.k, "args->k"));
-  FA_TRY(require(a.v, "args->v"));
-  FA_TRY(require(a.o, "args->o"));
+  FA_TRY(require(a.q, "args.q"));
+  FA_TRY(require(a.k, "args.k"));
+  FA_TRY(require(a.v, "args.v"));
+  FA_TRY(require(a.o, "args.o"));
   AttnParams p = params_from_plan(plan, kForward);
   p.q = a.q;
   p.k = a.k;
@@ -363,15 +363,15 @@ flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bw
   FA_TRY(read_args(user_args, &a, "flashattn_bwd_args_t"));
   if (!plan.has_shape)
     return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
-  FA_TRY(require(a.q, "args->q"));
-  FA_TRY(require(a.k, "args->k"));
-  FA_TRY(require(a.v, "args->v"));
-  FA_TRY(require(a.o, "args->o"));
-  FA_TRY(require(a.lse, "args->lse"));
-  FA_TRY(require(a.dout, "args->dout"));
-  FA_TRY(require(a.dq, "args->dq"));
-  FA_TRY(require(a.dk, "args->dk"));
-  FA_TRY(require(a.dv, "args->dv"));
+  FA_TRY(require(a.q, "args.q"));
+  FA_TRY(require(a.k, "args.k"));
+  FA_TRY(require(a.v, "args.v"));
+  FA_TRY(require(a.o, "args.o"));
+  FA_TRY(require(a.lse, "args.lse"));
+  FA_TRY(require(a.dout, "args.dout"));
+  FA_TRY(require(a.dq, "args.dq"));
+  FA_TRY(require(a.dk, "args.dk"));
+  FA_TRY(require(a.dv, "args.dv"));
   AttnParams p = params_from_plan(plan, kBackward);
   p.q = a.q;
   p.k = a.k;
