@@ -72,6 +72,7 @@ struct Case {
   int64_t bq = 0, bk = 0, lheads = 1;  // layout when bq > 0
   std::vector<int> lens_q, lens_k;     // varlen when non-empty
   bool det = false;
+  int extra = 0;    // varlen: tokens after the last sequence (belong to none; grads must be 0)
   int strides = 0;  // 0 contiguous BSHD; 1 BHSD with padded rows
 };
 
@@ -124,7 +125,7 @@ static void run_case(const Case& c, std::mt19937& rng) {
       sk = std::max<int64_t>(sk, c.lens_k[i]);
     }
   }
-  const int64_t tq = varlen ? cq[B] : B * sq, tk = varlen ? ck[B] : B * sk;
+  const int64_t tq = varlen ? cq[B] + c.extra : B * sq, tk = varlen ? ck[B] + c.extra : B * sk;
   const int64_t tb = varlen ? 1 : B;  // batch dim of the tensors
   const int64_t ts_q = varlen ? tq : sq, ts_k = varlen ? tk : sk;
   Tensor tQ = make_tensor(c.strides, tb, ts_q, c.hq, c.d), tK = make_tensor(c.strides, tb, ts_k, c.hkv, c.d);
@@ -467,6 +468,7 @@ static void checks() {
   { Case c; c.bq = 64; c.bk = 64; c.has_band = 1; c.wr = 0; c.sq = 256; c.sk = 256; c.det = true; c.name = "block-sparse + causal det"; add(c); }
   // varlen
   { Case c; c.b = 4; c.lens_q = {130, 0, 17, 257}; c.lens_k = {100, 5, 0, 300}; c.name = "varlen (empty seqs)"; add(c); }
+  { Case c; c.b = 2; c.lens_q = {40, 90}; c.lens_k = {70, 20}; c.extra = 37; c.hq = 4; c.hkv = 2; c.name = "varlen + 37 uncovered tokens"; add(c); }
   { Case c; c.b = 3; c.lens_q = {50, 129, 1}; c.lens_k = {70, 129, 64}; c.has_band = 1; c.wr = 0; c.align = 1; c.hq = 4; c.hkv = 2; c.name = "varlen causal BR GQA"; add(c); }
   { Case c; c.b = 3; c.lens_q = {50, 129, 1}; c.lens_k = {70, 129, 64}; c.bias = 1; c.dbias = true; c.pdrop = 0.2f; c.name = "varlen bias dbias dropout"; add(c); }
   // strides
