@@ -102,7 +102,7 @@ fi
 ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
   local log=$1 total failed skipped
   # ctest prints "N% tests passed, F tests failed out of T", or "100% tests passed out of T".
-  total=$(grep -Eo 'tests (failed )?out of [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+  total=$(grep -Eo 'tests (passed |failed )?out of [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
   failed=$(grep -Eo '[0-9]+ tests failed' "$log" | grep -Eo '^[0-9]+' | tail -1)
   skipped=$(grep -c '\*\*\*Skipped\|Not Run' "$log")
   total=${total:-0}; failed=${failed:-0}
