@@ -776,3 +776,60 @@ TEST_CASE("strides valid in varlen mode are re-checked when varlen is turned off
   f.expect_fwd("O batch stride 0 with batch 2 after leaving varlen mode", FLASHATTN_STATUS_INVALID_STRIDE,
                {"strides", "stride"}, [](RunFixture& x, flashattn_fwd_args_t& a) { return x.fwd(a); });
 }
+
+TEST_CASE("error messages name the argument and its value", "[errors]") {
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 16, 8) == FLASHATTN_STATUS_SUCCESS);
+  struct M {
+    const char* name;
+    const char* value;
+  };
+  const int64_t bad_dim[4] = {100, 10, 1000, 3};
+  const uint8_t layout[64] = {1};
+  size_t bytes = 0;
+  flashattn_plan_t other = nullptr;
+  const M cases[] = {
+      {"batch", "-5"},
+      {"head_dim_qk", "257"},
+      {"head_dim_v", "999"},
+      {"dtype", "9"},
+      {"tensor", "42"},
+      {"align", "5"},
+      {"algorithm", "4"},
+      {"total_q", "-3"},
+      {"layout_heads", "3"},
+      {"pass", "3"},
+      {"backend", "7"},
+      {"device", "-2"},
+      {"softcap", "-2"},
+      {"scale", "-4"},
+  };
+  const std::vector<std::pair<M, std::function<flashattn_status_t()>>> calls = {
+      {cases[0], [&] { return flashattn_plan_set_shape(plan, -5, 9, 11, 4, 2, 16, 8); }},
+      {cases[1], [&] { return flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 257, 8); }},
+      {cases[2], [&] { return flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 16, 999); }},
+      {cases[3], [&] { return flashattn_plan_set_dtype(plan, static_cast<flashattn_dtype_t>(9)); }},
+      {cases[4], [&] { return flashattn_plan_set_strides(plan, static_cast<flashattn_tensor_t>(42), bad_dim); }},
+      {cases[5], [&] { return flashattn_plan_set_band_mask(plan, static_cast<flashattn_mask_align_t>(5), -1, 0); }},
+      {cases[6], [&] { return flashattn_plan_set_algorithm(plan, static_cast<flashattn_algorithm_t>(4)); }},
+      {cases[7], [&] { return flashattn_plan_set_varlen(plan, 1, -3, 4); }},
+      {cases[8], [&] { return flashattn_plan_set_block_sparse(plan, layout, 3, 1, 1, 16, 16); }},
+      {cases[9], [&] { return flashattn_plan_get_workspace_size(plan, static_cast<flashattn_pass_t>(3), &bytes); }},
+      {cases[10], [&] { return flashattn_plan_create(&other, static_cast<flashattn_backend_t>(7), 0); }},
+      {cases[11], [&] { return flashattn_plan_create(&other, FLASHATTN_BACKEND_CPU, -2); }},
+      {cases[12], [&] { return flashattn_plan_set_softcap(plan, -2.f); }},
+      {cases[13], [&] { return flashattn_plan_set_softmax_scale(plan, -4.f); }},
+  };
+  for (const auto& c : calls) {
+    const flashattn_status_t st = c.second();
+    const std::string msg = flashattn_last_error();
+    INFO("argument " << c.first.name << " = " << c.first.value << ": status " << flashattn_status_string(st)
+                     << ", message \"" << msg << "\"");
+    CHECK(st != FLASHATTN_STATUS_SUCCESS);
+    CHECK(mentions(msg, c.first.name));
+    CHECK(msg.find(c.first.value) != std::string::npos);
+  }
+  CHECK(other == nullptr);
+  flashattn_plan_destroy(plan);
+}
