@@ -30,9 +30,11 @@ namespace fat {
 //   dS = P (dP - sum P dP) is exactly 0, while a backward built on the documented inputs
 //   computes D = rowsum(dO * O) from O rounded to the dtype (FlashAttention's algorithm);
 //   measured there: at most 0.09 unit roundoff of C.
-// GPU backend, fp16/bf16: factor 2.0 (FlashAttention's own criterion): tensor-core kernels
-//   round P and dS to the dtype before the P.V, dS.K and dS^T.Q products, like the naive
-//   attention does, so a 1x bound would only measure luck.
+// GPU backend, fp16/bf16: the same factor 1.0, as KERNELS.md and the issue require ("error
+//   at most that of a same-precision standard attention"). Tensor-core kernels round P and dS
+//   to the dtype before the P.V, dS.K and dS^T.Q products, but the naive attention also
+//   rounds S before the softmax and every gradient intermediate, so 1x is attainable;
+//   FlashAttention's upstream tests allow 2x, which is not used here.
 // fp32: factor 2.0, floor 2 unit roundoffs of C. Here the yardstick is itself fp32, so both
 //   errors are fp32 accumulation noise, and the backward recomputes P = exp(s - LSE) from the
 //   fp32 LSE, which scales P's relative error by |LSE| (a few units); measured worst: 1.08
@@ -43,7 +45,7 @@ struct Tolerance {
   double factor_fp32 = 2.0, floor_u_fp32 = 2.0;
 };
 constexpr Tolerance kCpuTolerance{};
-constexpr Tolerance kGpuTolerance{2.0, 0.125, 2.0, 2.0};
+constexpr Tolerance kGpuTolerance{1.0, 0.125, 2.0, 2.0};
 
 // ---- problem description ------------------------------------------------------------------
 enum class Layout {
