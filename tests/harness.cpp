@@ -35,7 +35,8 @@ struct Rng {
 
 
 // Layout of one tensor (rows = tokens per batch, or all packed tokens in varlen mode).
-TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, int64_t B, int64_t S, int64_t H, int64_t D) {
+TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, bool bogus_b, int64_t B, int64_t S, int64_t H,
+                         int64_t D) {
   enum Kind { kDefault, kBshd, kBhsd, kPadded, kBcast };
   Kind k = kDefault;
   const bool is_output = t == FLASHATTN_TENSOR_O || t >= FLASHATTN_TENSOR_DQ;
@@ -65,7 +66,7 @@ TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, int64_t B, in
       break;
     case kBcast: st[3] = 1; st[2] = D; st[1] = H * D; st[0] = 0; break;
   }
-  if (varlen && k != kDefault) st[0] = 0;  // ignored in varlen mode
+  if (varlen && k != kDefault) st[0] = bogus_b ? (int64_t{1} << 40) : 0;  // ignored in varlen mode
   r.explicit_set = k != kDefault;
   const int64_t dims[4] = {B, S, H, D};
   int64_t last = 0;
@@ -231,14 +232,14 @@ Problem make_problem(const Config& c0) {
   }
   // Tensor layouts.
   const int64_t SQ = p.varlen ? tq : c.sq, SK = p.varlen ? tk : c.sk;
-  p.lay[FLASHATTN_TENSOR_Q] = make_layout(c.layout, 0, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_K] = make_layout(c.layout, 1, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_V] = make_layout(c.layout, 2, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dv);
-  p.lay[FLASHATTN_TENSOR_O] = make_layout(c.layout, 3, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DO] = make_layout(c.layout, 4, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DQ] = make_layout(c.layout, 5, p.varlen, c.pad16, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DK] = make_layout(c.layout, 6, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DV] = make_layout(c.layout, 7, p.varlen, c.pad16, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_Q] = make_layout(c.layout, 0, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_K] = make_layout(c.layout, 1, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_V] = make_layout(c.layout, 2, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_O] = make_layout(c.layout, 3, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DO] = make_layout(c.layout, 4, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DQ] = make_layout(c.layout, 5, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DK] = make_layout(c.layout, 6, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DV] = make_layout(c.layout, 7, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
   return p;
 }
 

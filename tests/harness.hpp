@@ -83,6 +83,7 @@ struct Config {
   std::vector<int> seqlens_q, seqlens_k;  // non-empty: varlen with these lengths
   bool deterministic = false;
   bool pad16 = false;       // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
+  bool bogus_varlen_batch_stride = false;  // varlen: explicit batch strides of 2^40 (ignored)
   uint64_t data_seed = 1;
   bool backward = true;
   bool with_lse = true;     // pass an LSE pointer to the forward
@@ -188,7 +189,10 @@ void check_against_reference(const Problem& p, const LibResult& lib, const RefOu
 // CHECKs that lib ran and matches the reference (the usual one-liner of the tests).
 void run_and_check_cpu(const Config& c);
 
-// Fills a buffer with the poison pattern the harness uses for outputs.
-constexpr unsigned char kPoison = 0xA5;
+// Byte pattern the harness writes into every output (and the workspace) before a run:
+// 0xFF bytes are NaN in fp16, bf16 and fp32, so an output that is read before it is written
+// (e.g. accumulated into without being zeroed) shows up as NaN, and untouched bytes compare
+// equal after a failed run.
+constexpr unsigned char kPoison = 0xFF;
 
 }  // namespace fat

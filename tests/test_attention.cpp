@@ -306,6 +306,7 @@ TEST_CASE("arbitrary strides: BHSD and padded and mixed and batch-broadcast inpu
     }
   for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed}) {
     Config c = base("strides varlen", 1, 1, 24, FLASHATTN_DTYPE_FP16, ++seed);
+    c.bogus_varlen_batch_stride = L == Layout::Mixed;  // "in varlen mode the batch stride is ignored"
     c.hq = 4;
     c.hkv = 2;
     c.seqlens_q = {7, 0, 30};
