@@ -469,7 +469,7 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
   if (c.with_lse) {
     r.lse.assign(lse_elems, 0.0);
     std::vector<float> l(lse_elems);
-    memcpy(l.data(), lse.host.data(), lse_elems * 4);
+    if (lse_elems) memcpy(l.data(), lse.host.data(), lse_elems * 4);
     for (int64_t b = 0; b < p.spec.batch; ++b)
       for (int64_t h = 0; h < HQ; ++h)
         for (int64_t i = 0; i < p.spec.len_q(b); ++i) {
