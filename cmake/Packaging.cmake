@@ -44,7 +44,12 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_HOMEPAGE_URL ${PROJECT_HOMEPAGE_URL})
 set(CPACK_GENERATOR DEB)
 set(CPACK_SET_DESTDIR ON)  # install scripts see CMAKE_INSTALL_PREFIX=/usr (flashattn.pc)
-set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  # GNUInstallDirs chose paths for another prefix (e.g. lib instead of the multiarch
+  # lib/x86_64-linux-gnu): packages from this build tree would not follow Debian policy.
+  message(STATUS "Debian packages (cpack -G DEB) need CMAKE_INSTALL_PREFIX=/usr (presets ci, ci-cpu)")
+endif()
 set(CPACK_STRIP_FILES ON)
 set(CPACK_COMPONENTS_ALL runtime dev)
 if(TARGET flashattn_cli)

@@ -57,7 +57,7 @@ endif()
 
 find_program(FA_DPKG_DEB dpkg-deb)
 find_program(FA_LINTIAN lintian)
-if(FA_DPKG_DEB AND NOT FLASHATTN_SANITIZE)
+if(FA_DPKG_DEB AND NOT FLASHATTN_SANITIZE AND CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   add_test(NAME packaging.deb
     COMMAND ${CMAKE_COMMAND} -DCPACK=${CMAKE_CPACK_COMMAND} -DCONFIG=${PROJECT_BINARY_DIR}/CPackConfig.cmake
             -DWORK_DIR=${FA_PKG_WORK}/deb -DDPKG_DEB=${FA_DPKG_DEB} -DRUNTIME=${FA_DEB_RUNTIME} -DDEV=${FA_DEB_DEV}
@@ -66,6 +66,8 @@ if(FA_DPKG_DEB AND NOT FLASHATTN_SANITIZE)
   set_tests_properties(packaging.deb PROPERTIES TIMEOUT 600)
 elseif(FLASHATTN_SANITIZE)
   fa_skipped_test(packaging.deb "sanitizer build (packages are made from release builds)")
+elseif(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  fa_skipped_test(packaging.deb "CMAKE_INSTALL_PREFIX=${CMAKE_INSTALL_PREFIX}: Debian packages are built from a /usr build (presets ci, ci-cpu)")
 else()
   fa_skipped_test(packaging.deb "dpkg-deb not found")
 endif()
