@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "common/mask.h"
 #include "common/params.h"
@@ -33,7 +34,8 @@ namespace gen1 {
 // chosen per config so every warp tile is a multiple of 16 x 16 and the accumulators fit
 // the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
 // ---------------------------------------------------------------------------------
-template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_>
+template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_,
+          int SL_ = 1, int QP_ = 1, int V4_ = 0>
 struct BwdTraits {
   static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
   static constexpr int kWarps = 8, kThreads = 256;
@@ -50,6 +52,11 @@ struct BwdTraits {
   // dQ warp tile: kQM x kQN.
   static constexpr int kQM = Br / WQ_M, kQN = D / WQ_N;
   static constexpr int kMTq = kQM / 16, kNTq = kQN / 8;
+  // S/dP rows computed at once (m16 tiles per slice; kMTs = whole warp tile, fewest K/V
+  // fragment re-reads), dQ column passes (fewer live accumulators), float4 dQ atomics.
+  static constexpr int kSL = SL_, kQP = QP_, kNTqp = kNTq / QP_;
+  static constexpr bool kDqV4 = V4_ != 0;
+  static_assert(kMTs % kSL == 0 && kNTq % (2 * kQP) == 0, "slice / pass split");
   static_assert(kSM % 16 == 0 && kSN % 16 == 0, "S warp tile must be a multiple of 16x16");
   static_assert(kKM % 16 == 0 && kKN % 16 == 0 && kVN % 16 == 0, "dK/dV warp tile must be a multiple of 16x16");
   static_assert(kQM % 16 == 0 && kQN % 16 == 0, "dQ warp tile must be a multiple of 16x16");
@@ -75,13 +82,34 @@ struct BwdTraits {
 //   d<=64: 128x128 (Br x Bc) like FA2; S 4x2 warps (32x64 tiles), dK/dV 4x2, dQ 4x2.
 //   d=96,128: Br 64, Bc 128; S 2x4 (32x32), dK/dV 4x2 (32 keys x d/2), dQ 2x4 / 4x2.
 //   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
-using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2>;
-using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2>;
-using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2>;
-using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4>;
-using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4>;
-using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4>;
-using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4>;
+#ifndef FA_BWD_SL_SMALL
+#define FA_BWD_SL_SMALL 2
+#endif
+#ifndef FA_BWD_SL_128
+#define FA_BWD_SL_128 2
+#endif
+#ifndef FA_BWD_V4_128
+#define FA_BWD_V4_128 1
+#endif
+#ifndef FA_BWD_QP_BIG
+#define FA_BWD_QP_BIG 2
+#endif
+#ifndef FA_BWD_V4_BIG
+#define FA_BWD_V4_BIG 0
+#endif
+#ifndef FA_BWD_ROT
+#define FA_BWD_ROT 0
+#endif
+#ifndef FA_BWD_DQ_FIRST
+#define FA_BWD_DQ_FIRST 0
+#endif
+using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
+using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
+using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
+using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
+using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
+using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
+using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG>;
 
 template <int D, int DV>
 struct BwdCfgFor;
@@ -364,13 +392,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   // Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
   // deterministic mode every q-block of the sequence is visited and the skipped ones
   // still pass this k-block's turn on to the next k-block.
+  // m is a position in [m_lo, m_hi); qblk(m) the q-block it stands for. Non-deterministic
+  // mode with FA_BWD_ROT rotates the order by the k-block index so that the CTAs running
+  // at the same time add into different dQ rows; deterministic mode keeps ascending order.
+  auto qblk = [&](int m) -> int {
+    if (!FA_BWD_ROT || det) return m;
+    const int mb = bwd_lds(ctx.m_lo), cnt = bwd_lds(ctx.m_hi) - mb;
+    return cnt > 0 ? mb + (m - mb + bwd_lds(ctx.n_blk)) % cnt : m;
+  };
   auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
     while (hi < group) {
       const int h = bwd_lds(ctx.hk) * group + hi;
       const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
       if (m < mb) m = mb;
       for (; m < me; ++m) {
-        const int st = tile_state(h, m);
+        const int st = tile_state(h, qblk(m));
         if (st != 0) {
           masked = st == 2;
           return true;
@@ -439,7 +475,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                                                            n_valid, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<typename Tr::TileV, Bc, DV, Tr::kThreads>(sV, reinterpret_cast<const uint16_t*>(gv), p.v_stride.s,
                                                             n_valid, static_cast<int>(p.head_dim_v));
-    if (have) load_q_do(0, hk * group + hi, m);
+    if (have) load_q_do(0, hk * group + hi, qblk(m));
     cp_async_commit();
   }
 
@@ -449,46 +485,53 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     __syncthreads();  // stage st ready; the previous step's readers of sP/sdS and of stage st^1 are done
 
     const int h = bwd_lds(ctx.hk) * group + hi;
-    const int r0 = m * Br;
+    const int mq = qblk(m);  // this tile's q-block
+    const int r0 = mq * Br;
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
     const bool next = find_tile(nhi, nm, nmasked);
-    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nm);
+    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, qblk(nm));
     cp_async_commit();
 
-    // ---- per 16-row slice of the warp's S tile: S = Q K^T, dP = dO V^T, then P, dS ----
-    // One slice at a time keeps only 2 x kNTs x 4 fragment registers live next to the
-    // dK/dV accumulators (the K/V fragments are re-read per slice from shared memory).
+    // ---- per slice of kSL m16 tiles of the warp's S tile: S = Q K^T, dP = dO V^T, then
+    // P, dS. kSL = 1 keeps only 2 x kNTs x 4 fragment registers live next to the dK/dV
+    // accumulators but re-reads the K/V fragments per slice; kSL = kMTs reads them once.
+    // The general path (any option) always runs with one m16 tile per slice: its
+    // registers would not fit next to a whole warp tile of S and dP.
+    const bool general = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f ||
+                         args.dbias_mode != kDbiasNone || (masked && p.layout != nullptr);
+    auto s_phase = [&](auto sl_c, auto gen_c) {
+    constexpr int SL = decltype(sl_c)::value;
+    constexpr bool kGen = decltype(gen_c)::value;
 #pragma unroll 1
-    for (int ms = 0; ms < Tr::kMTs; ++ms) {
+    for (int ms = 0; ms < Tr::kMTs; ms += SL) {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
       const int ws_m0 = (warp / Tr::WS_N) * Tr::kSM + ms * 16, ws_n0 = (warp % Tr::WS_N) * Tr::kSN;
-      float acc_s[1][Tr::kNTs][4];
-      float acc_dp[1][Tr::kNTs][4];
+      float acc_s[SL][Tr::kNTs][4];
+      float acc_dp[SL][Tr::kNTs][4];
       bwd_zero(acc_s);
       bwd_zero(acc_dp);
-      bwd_warp_gemm<T, 1, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
-      bwd_warp_gemm<T, 1, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+      bwd_warp_gemm<T, SL, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+      bwd_warp_gemm<T, SL, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
 
-      const int rr = ws_m0 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
-      // Row values of the two rows this thread touches. LSE = -inf (fully masked row)
-      // becomes +inf so that every P of the row is exactly exp2(-inf) = 0.
-      float lse2[2], dlt[2];
+      // Row values of the two rows (rr, rr + 8) this thread touches in m16 tile ml of the
+      // slice. LSE = -inf (fully masked row) becomes +inf so that every P of the row is
+      // exactly exp2(-inf) = 0.
+      auto row_vals = [&](int rr, float (&lse2)[2], float (&dlt)[2]) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const float l = lse_s(st)[rr + 8 * hr];
-        lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
-        dlt[hr] = delta_s(st)[rr + 8 * hr];
-      }
+        for (int hr = 0; hr < 2; ++hr) {
+          const float l = lse_s(st)[rr + 8 * hr];
+          lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
+          dlt[hr] = delta_s(st)[rr + 8 * hr];
+        }
+      };
       const int n0 = bwd_lds(ctx.n0);
       const bool has_softcap = p.softcap > 0.f;
       const bool has_bias = p.bias_kind == kBiasTensor;
       const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
       const bool has_dropout = p.p_drop > 0.f;
-      const bool general = has_softcap || has_bias || has_alibi || has_dropout || args.dbias_mode != kDbiasNone ||
-                           (masked && p.layout != nullptr);
-      auto store_pds = [&](int cc, float p0, float p1, float p2, float p3, float d0, float d1, float d2, float d3) {
+      auto store_pds = [&](int rr, int cc, float p0, float p1, float p2, float p3, float d0, float d1, float d2, float d3) {
         // P_dropped and dS rows to shared memory ([query][key]).
         const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(pack2<T>(p0, p1)) : "memory");
@@ -496,9 +539,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(pack2<T>(d0, d1)) : "memory");
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
       };
-      if (!general) {
+      if constexpr (!kGen) {
         // Fast path (no score modifier, dropout, dBias or layout): compact unrolled code.
         const float scale_log2 = p.scale * kLog2e;
+#pragma unroll
+        for (int ml = 0; ml < SL; ++ml) {
+        const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+        float lse2[2], dlt[2];
+        row_vals(rr, lse2, dlt);
         const int i_a = r0 + rr;
         // keep j iff lo <= j <= hi (band and key length), per row; only on masked tiles
         int lo[2] = {0, 0}, hi[2] = {0, 0};
@@ -516,15 +564,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
           float pd[4], ds[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = acc_s[0][nt][e] * scale_log2 - lse2[e >> 1];
+            float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
             if (masked) {
               const int j = n0 + cc + (e & 1);
               if (j < lo[e >> 1] || j > hi[e >> 1]) x = -INFINITY;
             }
             pd[e] = fast_exp2(x);
-            ds[e] = pd[e] * (acc_dp[0][nt][e] - dlt[e >> 1]);
+            ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
           }
-          store_pds(cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
+          store_pds(rr, cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
+        }
         }
       } else {
         // General path: every option, one rolled loop over the n8 tiles so the code
@@ -532,6 +581,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         // cache); the tile's fragments are picked out with predicated moves.
         const int b = bwd_lds(ctx.b);
         const int len_q = bwd_lds(ctx.len_q), len_k = bwd_lds(ctx.len_k);
+#pragma unroll 1
+        for (int ml = 0; ml < SL; ++ml) {
+        const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+        float lse2[2], dlt[2];
+        row_vals(rr, lse2, dlt);
 #pragma unroll 1
         for (int nt = 0; nt < Tr::kNTs; ++nt) {
           float sv[4], dv[4];
@@ -541,12 +595,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
             dv[e] = acc_dp[0][0][e];
           }
 #pragma unroll
-          for (int k = 1; k < Tr::kNTs; ++k) {
-            if (k == nt) {
+          for (int km = 0; km < SL; ++km) {
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                sv[e] = acc_s[0][k][e];
-                dv[e] = acc_dp[0][k][e];
+            for (int k = 0; k < Tr::kNTs; ++k) {
+              if ((km != 0 || k != 0) && km == ml && k == nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  sv[e] = acc_s[km][k][e];
+                  dv[e] = acc_dp[km][k][e];
+                }
               }
             }
           }
@@ -639,32 +696,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
             pdv[e] = pd;
             dsv[e] = ds;
           }
-          store_pds(cc, pdv[0], pdv[1], pdv[2], pdv[3], dsv[0], dsv[1], dsv[2], dsv[3]);
+          store_pds(rr, cc, pdv[0], pdv[1], pdv[2], pdv[3], dsv[0], dsv[1], dsv[2], dsv[3]);
+        }
         }
       }
     }
+    };
+    if (!general) s_phase(std::integral_constant<int, Tr::kSL>{}, std::false_type{});
+    else s_phase(std::integral_constant<int, 1>{}, std::true_type{});
     __syncthreads();  // sP, sdS complete
 
     // ---- dV += P_dropped^T dO, dK += dS^T Q ----
-    {
+    auto dkdv_phase = [&]() {
       const int warp = bwd_tid() >> 5;
       const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
                 wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
-    }
+    };
 
-    // ---- dQ += dS K (fp32 workspace) ----
-    {
+    // ---- dQ += dS K (fp32 workspace), in kQP column passes of the warp tile ----
+    auto dq_phase = [&]() {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
-      const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM, wq_n0 = (warp % Tr::WQ_N) * Tr::kQN;
-      float acc_dq[Tr::kMTq][Tr::kNTq][4];
-      bwd_zero(acc_dq);
-      bwd_warp_gemm<T, Tr::kMTq, Tr::kNTq, Bc, false, true, Br, Bc>(acc_dq, sdS, wq_m0, sK, wq_n0);
+      const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM;
       const int b = bwd_lds(ctx.b);
-      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
-      if (det) {
+      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + mq : nullptr;
+#pragma unroll 1
+      for (int qp = 0; qp < Tr::kQP; ++qp) {
+      const int wq_n0 = (warp % Tr::WQ_N) * Tr::kQN + qp * (Tr::kQN / Tr::kQP);
+      float acc_dq[Tr::kMTq][Tr::kNTqp][4];
+      bwd_zero(acc_dq);
+      bwd_warp_gemm<T, Tr::kMTq, Tr::kNTqp, Bc, false, true, Br, Bc>(acc_dq, sdS, wq_m0, sK, wq_n0);
+      if (det && qp == 0) {
         if (bwd_tid() == 0) bwd_wait_turn(sem, bwd_lds(ctx.n_blk));
         __syncthreads();
       }
@@ -676,10 +740,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 #pragma unroll
       for (int mt = 0; mt < Tr::kMTq; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTq; ++nt) {
+        for (int nt = 0; nt < Tr::kNTqp; ++nt) {
           const int r = wq_m0 + mt * 16 + g, c = wq_n0 + nt * 8 + 2 * t;
 #if __CUDA_ARCH__ >= 900
-          if constexpr (D <= 128) {
+          if constexpr (Tr::kDqV4) {
           // Lanes t, t^1 swap half their fragment so each holds 4 consecutive columns of
           // one row: one 16-byte vector reduction instead of two 8-byte ones (the atomics
           // share the L1/LSU pipe with the shared-memory traffic).
@@ -693,8 +757,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
           const int rv = odd ? r + 8 : r, cv = odd ? c - 2 : c;
           if (cv < dqk && r0 + rv < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rv * dq_rs + cv), v);
           } else {
-            // d > 128: the swap's extra registers cost more than the narrower atomics
-            // (measured on H100 at d=256: 104 vs 142 TFLOP/s).
+            // Two 8-byte reductions (at d=256 with one pass, the swap's extra registers
+            // cost more than the narrower atomics: 104 vs 142 TFLOP/s on H100).
             if (c < dqk) {
               if (r0 + r < len_q) bwd_red_add2(dq_base + r * dq_rs + c, acc_dq[mt][nt][0], acc_dq[mt][nt][1]);
               if (r0 + r + 8 < len_q)
@@ -710,16 +774,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 #endif
         }
       }
+      }
       if (det) {
         __threadfence();
         __syncthreads();
         if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
       }
+    };
+    if (FA_BWD_DQ_FIRST) {
+      dq_phase();
+      dkdv_phase();
+    } else {
+      dkdv_phase();
+      dq_phase();
     }
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done
-      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nm);
+      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, qblk(nm));
       cp_async_commit();
     } else {
       st ^= 1;
