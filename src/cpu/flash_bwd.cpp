@@ -264,7 +264,8 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
     }
     // No barrier needed: the passes write disjoint outputs and read only inputs.
     for (int64_t t = tasks2.next(); t >= 0; t = tasks2.next()) {
-      const int64_t tq = t % g.nqt, th = (t / g.nqt) % g.nh, tb = t / (g.nqt * g.nh);
+      // Last query tile first: the longest under a top-left causal mask (see flash_fwd.cpp).
+      const int64_t tq = g.nqt - 1 - t % g.nqt, th = (t / g.nqt) % g.nh, tb = t / (g.nqt * g.nh);
       if (w.dbias && p.dbias) memset(w.dbias, 0, sizeof(float) * static_cast<size_t>(dbias_rows(p) * dbias_ld(p)));
       for (int64_t ib = 0; ib < g.inb; ++ib) {
         const int64_t b = g.inb > 1 ? ib : tb;

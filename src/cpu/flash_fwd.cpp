@@ -1,10 +1,11 @@
 // Tiled FlashAttention forward (Dao et al., Algorithm 1 with the FA2 loop order).
 //
-// One task = one (sequence b, query head h, query tile of kBr rows). The task keeps its
-// Q tile, the running row max m, the running (pre-dropout) row sum l and the
-// unnormalized output accumulator in its thread's slot, and streams the key tiles of
-// the sequence through it; tiles that the band mask or the block-sparse layout remove
-// entirely are skipped. Memory per thread is O(kBr * head_dim), independent of seqlen.
+// One task = one (sequence b, query head h, block of kSub query tiles of kBr rows). The
+// task keeps its Q tiles, the running row max m, the running (pre-dropout) row sum l and
+// the unnormalized output accumulators in its thread's slot, and streams the key tiles
+// of the sequence through them; tiles that the band mask or the block-sparse layout
+// remove entirely are skipped. Memory per thread is O(kBr * head_dim), independent of
+// seqlen.
 //
 // Invariants per row r after processing some key tiles:
 //   m[r] = max of the kept scores so far (-inf if none),
@@ -24,79 +25,114 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
+// A task covers kSub consecutive query tiles that share each converted K/V tile: the
+// conversion (and the transposed K store) is paid once per kSub * kBr query rows while
+// the mask/sparsity skipping stays at kBr x kBc granularity.
+constexpr int kSub = 2;
+
+struct RowState {
+  float* q;    // [kBr x dqk]
+  float* acc;  // [kBr x dvp]
+  float* m;    // [kBr]
+  float* l;    // [kBr]
+};
+
 struct FwdSlot {
-  float* q;     // [kBr x dqk]
+  RowState sub[kSub];
   float* kt;    // [dqk x kBc]   K tile transposed: S = Q * Kt
   float* v;     // [kBc x dvp]
   float* s;     // [kBr x kBc]   scores, then probabilities
   float* drop;  // [kBr x kBc]   dropout multipliers (dropout only)
-  float* acc;   // [kBr x dvp]
-  float* m;     // [kBr]
-  float* l;     // [kBr]
   float* tmp;   // [dvp]         output row staging
 };
 
 FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   FwdSlot s;
-  s.q = cv.floats(kBr * dqk);
+  for (RowState& r : s.sub) {
+    r.q = cv.floats(kBr * dqk);
+    r.acc = cv.floats(kBr * dvp);
+    r.m = cv.floats(kBr);
+    r.l = cv.floats(kBr);
+  }
   s.kt = cv.floats(dqk * kBc);
   s.v = cv.floats(kBc * dvp);
   s.s = cv.floats(kBr * kBc);
   s.drop = p.p_drop > 0.f ? cv.floats(kBr * kBc) : nullptr;
-  s.acc = cv.floats(kBr * dvp);
-  s.m = cv.floats(kBr);
-  s.l = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
   return s;
 }
 
-void forward_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdSlot& w) {
-  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
-  const int64_t ni = c.len_q - i0 < kBr ? c.len_q - i0 : kBr;
-
-  load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, i0, ni, dqk, w.q, dqk);
+// One kBr x kBc tile of the online softmax: S = Q K^T, scores, then
+// m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
+// acc = acc * exp(m - m') + dropout(P) V.
+void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                 TileKind kind, const RowState& st, const FwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
+  gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
+  transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
+  if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
   for (int64_t r = 0; r < ni; ++r) {
-    w.m[r] = -INFINITY;
-    w.l[r] = 0.f;
+    float* row = w.s + r * kBc;
+    const float m_tile = row_max(row, kBc);
+    const float m_new = m_tile > st.m[r] ? m_tile : st.m[r];
+    if (m_new == -INFINITY) {  // nothing kept in this row yet: avoid -inf - -inf
+      memset(row, 0, sizeof(float) * kBc);
+      continue;
+    }
+    // alpha rescales what was accumulated under the previous max (0 when m was -inf).
+    const float alpha = exp_scalar(st.m[r] - m_new);
+    const float sum = exp_sub_sum(row, kBc, m_new);
+    st.l[r] = st.l[r] * alpha + sum;
+    if (alpha != 1.f) scale_row(st.acc + r * dvp, dvp, alpha);
+    st.m[r] = m_new;
+    if (w.drop) mul_row(row, w.drop + r * kBc, kBc);
   }
-  memset(w.acc, 0, sizeof(float) * static_cast<size_t>(ni * dvp));
+  gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
+}
+
+// Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence).
+void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
+  int64_t rows[kSub];
+  for (int sb = 0; sb < kSub; ++sb) {
+    const int64_t start = i0 + sb * kBr;
+    rows[sb] = start >= c.len_q ? 0 : (c.len_q - start < kBr ? c.len_q - start : kBr);
+    if (rows[sb] == 0) continue;
+    const RowState& st = w.sub[sb];
+    load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, start, rows[sb], dqk, st.q, dqk);
+    for (int64_t r = 0; r < rows[sb]; ++r) {
+      st.m[r] = -INFINITY;
+      st.l[r] = 0.f;
+    }
+    memset(st.acc, 0, sizeof(float) * static_cast<size_t>(rows[sb] * dvp));
+  }
 
   for (int64_t j0 = 0; j0 < c.len_k; j0 += kBc) {
     const int64_t nj = c.len_k - j0 < kBc ? c.len_k - j0 : kBc;
-    const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
-    if (kind == kTileSkip) continue;
-
+    TileKind kind[kSub];
+    bool any = false;
+    for (int sb = 0; sb < kSub; ++sb) {
+      kind[sb] = rows[sb] ? classify_tile(p, c, i0 + sb * kBr, rows[sb], j0, nj) : kTileSkip;
+      any |= kind[sb] != kTileSkip;
+    }
+    if (!any) continue;
     load_rows_t(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kt, kBc);
     load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.v, dvp);
-    gemm(ni, kBc, dqk, w.q, dqk, w.kt, kBc, w.s, kBc, false);
-    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
-    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-
-    for (int64_t r = 0; r < ni; ++r) {
-      float* row = w.s + r * kBc;
-      const float m_tile = row_max(row, kBc);
-      const float m_new = m_tile > w.m[r] ? m_tile : w.m[r];
-      if (m_new == -INFINITY) {  // nothing kept in this row yet: avoid -inf - -inf
-        memset(row, 0, sizeof(float) * kBc);
-        continue;
-      }
-      // alpha rescales what was accumulated under the previous max (0 when m was -inf).
-      const float alpha = exp_scalar(w.m[r] - m_new);
-      const float sum = exp_sub_sum(row, kBc, m_new);
-      w.l[r] = w.l[r] * alpha + sum;
-      if (alpha != 1.f) scale_row(w.acc + r * dvp, dvp, alpha);
-      w.m[r] = m_new;
-      if (w.drop) mul_row(row, w.drop + r * kBc, kBc);
+    for (int sb = 0; sb < kSub; ++sb) {
+      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], w.sub[sb], w);
     }
-    gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, w.acc, dvp, true);
   }
 
-  for (int64_t r = 0; r < ni; ++r) {
-    const bool empty = !(w.l[r] > 0.f);
-    const float inv = empty ? 0.f : 1.f / w.l[r];
-    store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i0 + r, 1, dv, w.acc + r * dvp, dvp, inv, w.tmp);
-    if (p.lse) p.lse[lse_index(p, c, i0 + r)] = empty ? -INFINITY : w.m[r] + logf(w.l[r]);
+  for (int sb = 0; sb < kSub; ++sb) {
+    const RowState& st = w.sub[sb];
+    for (int64_t r = 0; r < rows[sb]; ++r) {
+      const int64_t i = i0 + sb * kBr + r;
+      const bool empty = !(st.l[r] > 0.f);  // fully masked row
+      const float inv = empty ? 0.f : 1.f / st.l[r];
+      store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
+      if (p.lse) p.lse[lse_index(p, c, i)] = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
+    }
   }
 }
 
@@ -109,21 +145,24 @@ size_t flash_fwd_slot_bytes(const AttnParams& p) {
 }
 
 void flash_forward(const AttnParams& p, char* workspace, int threads) {
-  const int64_t n_qt = ceil_div(p.seqlen_q, kBr);
+  const int64_t rows_per_task = kSub * kBr;
+  const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt;
   const size_t slot_bytes = flash_fwd_slot_bytes(p);
   if (threads > n_tasks) threads = static_cast<int>(n_tasks > 0 ? n_tasks : 1);
   TaskCounter tasks(n_tasks);
   run_team(threads, [&](const TeamMember& me) {
-    Carver cv{workspace + static_cast<size_t>(me.id) * slot_bytes};
+    char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
+    memset(slot, 0, slot_bytes);  // padding columns of V/acc are read by the GEMMs: keep them finite
+    Carver cv{slot};
     const FwdSlot w = carve_fwd(p, cv);
-    // Padding columns of V/acc are read by the GEMMs; keep them finite.
-    memset(workspace + static_cast<size_t>(me.id) * slot_bytes, 0, slot_bytes);
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
-      const int64_t qt = t % n_qt, bh = t / n_qt;
+      // Last query block first: under a causal mask (top-left) it is the longest, and
+      // handing out long tasks first shortens the tail of the dynamic schedule.
+      const int64_t qt = n_qt - 1 - t % n_qt, bh = t / n_qt;
       const HeadCtx c = make_head_ctx(p, bh / p.heads_q, bh % p.heads_q);
-      if (qt * kBr >= c.len_q) continue;  // varlen: past this sequence's end
-      forward_tile(p, c, qt * kBr, w);
+      if (qt * rows_per_task >= c.len_q) continue;  // varlen: past this sequence's end
+      forward_block(p, c, qt * rows_per_task, w);
     }
   });
   write_uncovered_tokens(p);
