@@ -46,8 +46,8 @@ struct BwdSlot {
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
   // both
-  float* q;       // [kBr x dqkp]  (pass 2 also stores K tiles here: kr)
-  float* kr;      // [kBc x dqkp]
+  float* q;       // [kBr x dqkp]  Q tile, row-major
+  float* kr;      // [kBc x dqkp]  K tile, row-major (pass 2: dQ += dS K)
   float* dout;    // [kBr x dvp]
   float* s;       // [64 x 64]  S (pass 2) or S^T (pass 1)
   float* dp;      // [64 x 64]

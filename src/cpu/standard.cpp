@@ -94,7 +94,7 @@ StdShared carve_shared(const AttnParams& p, Carver& cv) {
 }
 
 struct StdSlot {
-  float* q;     // [kRows x dqk]   forward
+  float* q;     // [kRows x dqkp]  forward: Q rows; backward: dQ rows
   float* o;     // [kRows x dvp]   forward
   float* drop;  // [kRows x lds]   dropout multipliers of a row block
   float* dsr;   // [kRows x lds]   dS * softcap factor (backward)

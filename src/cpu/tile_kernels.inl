@@ -17,7 +17,9 @@ FA_TARGET FA_ALWAYS_INLINE void load8(v8f& v, const float* p) { memcpy(&v, p, si
 FA_TARGET FA_ALWAYS_INLINE void store8(float* p, const v8f& v) { memcpy(p, &v, sizeof v); }
 
 // m ? a : b for a lane mask m (all ones / all zeros per lane), as bit operations.
+#ifndef FA_SELECT
 #define FA_SELECT(m, a, b) ((v8f)((((v8i)(a)) & (m)) | (((v8i)(b)) & ~(m))))
+#endif
 
 // exp(x) = 2^n * e^r with n = round(x / ln2), r = x - n ln2 (Cody-Waite two-part ln2),
 // e^r by a degree-7 Taylor polynomial (|r| <= ln2/2: truncation < 4e-9 relative).
