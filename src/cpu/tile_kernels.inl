@@ -53,7 +53,7 @@ FA_TARGET FA_ALWAYS_INLINE void exp8(const v8f& x, v8f& out) {
 
 // Scalar version of the same computation (lane 0 of exp8), for per-row factors.
 FA_TARGET FA_ALWAYS_INLINE float exp1(float x) {
-  const v8f xv = v8f{} + x;
+  const v8f xv = {x, x, x, x, x, x, x, x};
   v8f e;
   exp8(xv, e);
   return e[0];
@@ -95,7 +95,8 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     load8(b0, B + k * ldb);
     load8(b1, B + k * ldb + 8);
     for (int r = 0; r < MR; ++r) {
-      const v8f a = v8f{} + A[r * lda + k];
+      const float x = A[r * lda + k];
+      const v8f a = {x, x, x, x, x, x, x, x};  // a broadcast load ("0 + x" would keep an add)
       c0[r] += a * b0;
       c1[r] += a * b1;
     }
