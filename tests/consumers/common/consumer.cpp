@@ -1,8 +1,14 @@
 // A C++17 program using the *installed* libflashattn: the C header from C++, a plan
 // owned by a unique_ptr, tensors in BHSD layout (set through strides) and a causal
 // bottom-right mask. One CPU forward pass in fp32; O and LSE are checked against a
-// naive double-precision reference computed here. Exits nonzero on any failure.
+// naive double-precision reference computed here. When the installed headers include
+// the optional C++ wrapper flashattn.hpp, it is exercised too. Exits nonzero on any
+// failure.
 #include <flashattn.h>
+#if __has_include(<flashattn.hpp>)
+#include <flashattn.hpp>
+#define FA_HAVE_HPP 1
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -97,6 +103,22 @@ int main() {
     }
   }
   std::printf("consumer.cpp: max |O - ref| = %.3g, max |LSE - ref| = %.3g\n", err_o, err_lse);
+
+#ifdef FA_HAVE_HPP
+  // The installed C++ wrapper: a valid plan resolves to the CPU, a bad one throws
+  // flashattn::Error carrying the status.
+  bool wrapper_ok = false;
+  try {
+    flashattn::Plan good({batch, seq_q, seq_k, heads, heads, dim, dim}, FLASHATTN_DTYPE_FP32, FLASHATTN_BACKEND_CPU);
+    wrapper_ok = good.backend() == FLASHATTN_BACKEND_CPU;
+    flashattn::Plan bad({batch, seq_q, seq_k, 3, 2, dim, dim}, FLASHATTN_DTYPE_FP32, FLASHATTN_BACKEND_CPU);
+    wrapper_ok = false;  // heads_q=3, heads_kv=2 must have thrown
+  } catch (const flashattn::Error& e) {
+    wrapper_ok = wrapper_ok && e.status() == FLASHATTN_STATUS_INVALID_HEADS;
+  }
+  std::printf("consumer.cpp: flashattn.hpp wrapper %s\n", wrapper_ok ? "ok" : "FAILED");
+  if (!wrapper_ok) return 1;
+#endif
   if (!finite || err_o > 1e-4 || err_lse > 1e-4) {
     std::fprintf(stderr, "consumer.cpp: FAILED (finite=%d)\n", static_cast<int>(finite));
     return 1;
