@@ -15,6 +15,7 @@
 #include "common/params.h"
 #include "cpu/convert.hpp"
 #include "cpu/tensor_view.hpp"
+#include "cpu/tile_math.hpp"
 
 namespace flashattn {
 namespace cpu {
@@ -80,7 +81,7 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
         if (g) g[x] = 1.f - t * t;
       }
     } else {
-      for (int64_t x = 0; x < n_inner; ++x) row[x] *= scale;
+      scale_row(row, inner_pad, scale);  // vectorized kernel; the padding is overwritten below
     }
     if (p.bias_kind == kBiasTensor) {
       const int64_t* bs = p.bias_stride;
