@@ -1,10 +1,11 @@
 # ctest script (cmake -P): the shared library's dynamic interface.
 #   -DLIB=<libflashattn.so> -DHEADER=<flashattn.h> -DSONAME=libflashattn.so.N
-#   -DNM=<nm> -DREADELF=<readelf> [-DSANITIZE=...]
+#   -DNM=<nm> -DREADELF=<readelf> [-DSANITIZE=...] [-DSYMBOLS=<packaging/debian/symbols>]
 # Fails if the library exports any symbol other than flashattn_* at version node
 # FLASHATTN_0, if a function declared FLASHATTN_API in the header is not exported,
 # if the SONAME is wrong, or if it needs any library beyond the C/C++ runtime (in
-# particular libcuda, libcudart or libcublas).
+# particular libcuda, libcudart or libcublas). With SYMBOLS, the Debian symbols file
+# must list exactly the exported functions.
 cmake_minimum_required(VERSION 3.25)
 include(${CMAKE_CURRENT_LIST_DIR}/RequireVars.cmake)
 fa_require_vars(CheckExports.cmake LIB HEADER SONAME NM READELF)
@@ -55,6 +56,27 @@ foreach(name IN LISTS exported)
     string(APPEND errors "exported but not declared in flashattn.h: ${name}\n")
   endif()
 endforeach()
+
+if(SYMBOLS)
+  file(STRINGS ${SYMBOLS} symbol_lines REGEX "^ [A-Za-z0-9_]+@FLASHATTN_0 ")
+  set(listed "")
+  foreach(line IN LISTS symbol_lines)
+    string(REGEX REPLACE "^ ([A-Za-z0-9_]+)@.*" "\\1" name "${line}")
+    if(NOT name STREQUAL "FLASHATTN_0")
+      list(APPEND listed ${name})
+    endif()
+  endforeach()
+  foreach(name IN LISTS exported)
+    if(NOT name IN_LIST listed)
+      string(APPEND errors "exported but missing from ${SYMBOLS}: add ' ${name}@FLASHATTN_0 <version that adds it>'\n")
+    endif()
+  endforeach()
+  foreach(name IN LISTS listed)
+    if(NOT name IN_LIST exported)
+      string(APPEND errors "listed in ${SYMBOLS} but not exported: ${name}\n")
+    endif()
+  endforeach()
+endif()
 
 execute_process(COMMAND ${READELF} -d ${LIB} OUTPUT_VARIABLE dyn RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

@@ -7,7 +7,9 @@
 #
 # ldconfig runs through a dpkg trigger (packaging/debian/triggers), not through
 # maintainer scripts: CPack's generated postinst/postrm are removed after the build
-# (cmake/DebDropLdconfigScripts.cmake). The shlibs file is ours (packaging/debian).
+# (cmake/DebDropLdconfigScripts.cmake). The shlibs and symbols files are ours
+# (packaging/debian); packaging.exports checks that `symbols` lists exactly the exported
+# functions, each with the version that added it.
 
 set(FA_DEB_RUNTIME libflashattn${PROJECT_VERSION_MAJOR})
 set(FA_DEB_DEV libflashattn-dev)
@@ -65,7 +67,7 @@ set(CPACK_DEBIAN_COMPRESSION_TYPE xz)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ${FA_DEB_RUNTIME})
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA "${FA_DEB_GEN}/runtime/shlibs;${FA_DEB_DIR}/triggers")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA "${FA_DEB_GEN}/runtime/shlibs;${FA_DEB_DIR}/symbols;${FA_DEB_DIR}/triggers")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
 set(CPACK_POST_BUILD_SCRIPTS ${CMAKE_CURRENT_SOURCE_DIR}/cmake/DebDropLdconfigScripts.cmake)
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION

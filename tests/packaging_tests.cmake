@@ -21,7 +21,8 @@ if(FA_NM AND FA_READELF)
   add_test(NAME packaging.exports
     COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:flashattn> -DHEADER=${PROJECT_SOURCE_DIR}/include/flashattn.h
             -DSONAME=libflashattn.so.${PROJECT_VERSION_MAJOR} -DNM=${FA_NM} -DREADELF=${FA_READELF}
-            -DSANITIZE=${FLASHATTN_SANITIZE} -P ${PROJECT_SOURCE_DIR}/cmake/CheckExports.cmake)
+            -DSANITIZE=${FLASHATTN_SANITIZE} -DSYMBOLS=${PROJECT_SOURCE_DIR}/packaging/debian/symbols
+            -P ${PROJECT_SOURCE_DIR}/cmake/CheckExports.cmake)
 else()
   fa_skipped_test(packaging.exports "nm or readelf not found")
 endif()
