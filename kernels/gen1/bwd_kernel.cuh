@@ -9,7 +9,9 @@
 //   dS = P * (dP * keep/(1-p) - Delta)  [* (1 - tanh^2) with softcap]
 //   P_dropped and dS go to shared memory (bf16/fp16), then
 //   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N)
-//   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N);
+//   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N;
+//   with kDqStage each warp stages 16x32 blocks in shared memory so that one float4
+//   reduction covers 4 whole 128-byte rows);
 //   in deterministic mode the adds into one (head, q-block) happen in ascending k-block
 //   order, serialized by a per-(sequence, head, q-block) turn counter.
 // The softmax scale is applied to dK here and to dQ in the convert kernel.
@@ -35,7 +37,7 @@ namespace gen1 {
 // the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
 // ---------------------------------------------------------------------------------
 template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_,
-          int SL_ = 1, int QP_ = 1, int V4_ = 0>
+          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0>
 struct BwdTraits {
   static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
   static constexpr int kWarps = 8, kThreads = 256;
@@ -56,6 +58,13 @@ struct BwdTraits {
   // fragment re-reads), dQ column passes (fewer live accumulators), float4 dQ atomics.
   static constexpr int kSL = SL_, kQP = QP_, kNTqp = kNTq / QP_;
   static constexpr bool kDqV4 = V4_ != 0;
+  // sm_90 dQ reductions staged per warp through shared memory (16 rows x 32 fp32 per
+  // warp, chunk-swizzled): each float4 reduction instruction then covers 4 rows x 128 B
+  // instead of 16 rows x 32 B. Needs a 32-column dQ pass.
+  static constexpr bool kDqStage = STG_ != 0;
+  static_assert(!kDqStage || kQN / kQP == 32, "staged dQ needs 32-column passes");
+  static constexpr int kStgWarpBytes = 16 * 32 * 4;
+  static constexpr int kStgBytes = kDqStage ? kWarps * kStgWarpBytes : 0;
   static_assert(kMTs % kSL == 0 && kNTq % (2 * kQP) == 0, "slice / pass split");
   static_assert(kSM % 16 == 0 && kSN % 16 == 0, "S warp tile must be a multiple of 16x16");
   static_assert(kKM % 16 == 0 && kKN % 16 == 0 && kVN % 16 == 0, "dK/dV warp tile must be a multiple of 16x16");
@@ -68,12 +77,14 @@ struct BwdTraits {
   using TileDO = SwizzledTile<Br, DVS>;
   using TileP = SwizzledTile<Br, Bc>;  // P_dropped and dS, [query][key]
 
-  // Shared layout (bytes): K | V | P | dS | Q[stages] | dO[stages] | lse2[stages][Br] | delta[stages][Br]
+  // Shared layout (bytes): K | V | P | dS | dQ staging | Q[stages] | dO[stages] | lse2[stages][Br] |
+  // delta[stages][Br]
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + TileK::kBytes;
   static constexpr int kOffP = kOffV + TileV::kBytes;
   static constexpr int kOffDS = kOffP + TileP::kBytes;
-  static constexpr int kOffQ = kOffDS + TileP::kBytes;
+  static constexpr int kOffStg = kOffDS + TileP::kBytes;
+  static constexpr int kOffQ = kOffStg + kStgBytes;
   static constexpr int kStageBytes = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;
   static constexpr int smem_bytes(int stages) { return kOffQ + stages * kStageBytes; }
 };
@@ -82,6 +93,9 @@ struct BwdTraits {
 //   d<=64: 128x128 (Br x Bc) like FA2; S 4x2 warps (32x64 tiles), dK/dV 4x2, dQ 4x2.
 //   d=96,128: Br 64, Bc 128; S 2x4 (32x32), dK/dV 4x2 (32 keys x d/2), dQ 2x4 / 4x2.
 //   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
+// Tuning knobs (the defaults are the measured best, see bwd_NOTES.md; overridable with -D
+// for A/B builds of the harness): S/dP slice height of the fast path (2 = whole warp tile),
+// dQ column passes, float4 (1) or float2 (0) dQ reductions on sm_90.
 #ifndef FA_BWD_SL_SMALL
 #define FA_BWD_SL_SMALL 2
 #endif
@@ -91,25 +105,29 @@ struct BwdTraits {
 #ifndef FA_BWD_V4_128
 #define FA_BWD_V4_128 1
 #endif
+#ifndef FA_BWD_QP_128
+#define FA_BWD_QP_128 1
+#endif
+#ifndef FA_BWD_STG_128
+#define FA_BWD_STG_128 0
+#endif
+#ifndef FA_BWD_STG_BIG
+#define FA_BWD_STG_BIG 1
+#endif
 #ifndef FA_BWD_QP_BIG
 #define FA_BWD_QP_BIG 2
 #endif
 #ifndef FA_BWD_V4_BIG
 #define FA_BWD_V4_BIG 0
 #endif
-#ifndef FA_BWD_ROT
-#define FA_BWD_ROT 0
-#endif
-#ifndef FA_BWD_DQ_FIRST
-#define FA_BWD_DQ_FIRST 0
-#endif
 using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
 using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
 using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
-using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
+using BwdCfg128 =
+    BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128, FA_BWD_STG_128>;
 using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
-using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG>;
+using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG>;
 
 template <int D, int DV>
 struct BwdCfgFor;
@@ -392,21 +410,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   // Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
   // deterministic mode every q-block of the sequence is visited and the skipped ones
   // still pass this k-block's turn on to the next k-block.
-  // m is a position in [m_lo, m_hi); qblk(m) the q-block it stands for. Non-deterministic
-  // mode with FA_BWD_ROT rotates the order by the k-block index so that the CTAs running
-  // at the same time add into different dQ rows; deterministic mode keeps ascending order.
-  auto qblk = [&](int m) -> int {
-    if (!FA_BWD_ROT || det) return m;
-    const int mb = bwd_lds(ctx.m_lo), cnt = bwd_lds(ctx.m_hi) - mb;
-    return cnt > 0 ? mb + (m - mb + bwd_lds(ctx.n_blk)) % cnt : m;
-  };
   auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
     while (hi < group) {
       const int h = bwd_lds(ctx.hk) * group + hi;
       const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
       if (m < mb) m = mb;
       for (; m < me; ++m) {
-        const int st = tile_state(h, qblk(m));
+        const int st = tile_state(h, m);
         if (st != 0) {
           masked = st == 2;
           return true;
@@ -475,7 +485,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                                                            n_valid, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<typename Tr::TileV, Bc, DV, Tr::kThreads>(sV, reinterpret_cast<const uint16_t*>(gv), p.v_stride.s,
                                                             n_valid, static_cast<int>(p.head_dim_v));
-    if (have) load_q_do(0, hk * group + hi, qblk(m));
+    if (have) load_q_do(0, hk * group + hi, m);
     cp_async_commit();
   }
 
@@ -485,12 +495,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     __syncthreads();  // stage st ready; the previous step's readers of sP/sdS and of stage st^1 are done
 
     const int h = bwd_lds(ctx.hk) * group + hi;
-    const int mq = qblk(m);  // this tile's q-block
-    const int r0 = mq * Br;
+    const int r0 = m * Br;
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
     const bool next = find_tile(nhi, nm, nmasked);
-    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, qblk(nm));
+    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nm);
     cp_async_commit();
 
     // ---- per slice of kSL m16 tiles of the warp's S tile: S = Q K^T, dP = dO V^T, then
@@ -707,21 +716,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     __syncthreads();  // sP, sdS complete
 
     // ---- dV += P_dropped^T dO, dK += dS^T Q ----
-    auto dkdv_phase = [&]() {
+    {
       const int warp = bwd_tid() >> 5;
       const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
                 wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
-    };
+    }
 
     // ---- dQ += dS K (fp32 workspace), in kQP column passes of the warp tile ----
-    auto dq_phase = [&]() {
+    {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
       const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM;
       const int b = bwd_lds(ctx.b);
-      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + mq : nullptr;
+      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
 #pragma unroll 1
       for (int qp = 0; qp < Tr::kQP; ++qp) {
       const int wq_n0 = (warp % Tr::WQ_N) * Tr::kQN + qp * (Tr::kQN / Tr::kQP);
@@ -737,6 +746,44 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
       const int64_t dq_row0 = p.varlen ? bwd_lds64(ctx.q_tok0) : static_cast<int64_t>(b) * p.seqlen_q;
       float* dq_base = args.dq_accum + ((dq_row0 + r0) * p.heads_q + h) * dqk;
       const int64_t dq_rs = p.heads_q * dqk;
+#if __CUDA_ARCH__ >= 900
+      if constexpr (Tr::kDqStage) {
+        // Stage one m16 x 32 block of the warp's pass tile at a time: row R at R * 128 B,
+        // 16-byte chunk c stored at c ^ (2 * (R & 3)) (conflict-free for both the 8-byte
+        // fragment stores and the row-wise 16-byte reads), then 4 reductions of 4 rows each.
+        const uint32_t stg = s_base + Tr::kOffStg + static_cast<uint32_t>(warp * Tr::kStgWarpBytes);
+#pragma unroll
+        for (int mt = 0; mt < Tr::kMTq; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < Tr::kNTqp; ++nt) {
+            const int c = nt * 8 + 2 * t;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              const int row = g + 8 * hf;
+              const uint32_t off = static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(stg + off), "f"(acc_dq[mt][nt][2 * hf]),
+                           "f"(acc_dq[mt][nt][2 * hf + 1])
+                           : "memory");
+            }
+          }
+          __syncwarp();
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int row = 4 * i + (lane >> 3), ch = lane & 7;
+            const uint32_t off = static_cast<uint32_t>(row * 128 + ((ch ^ (2 * (row & 3))) << 4));
+            float4 v;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                         : "r"(stg + off)
+                         : "memory");
+            const int rq = wq_m0 + mt * 16 + row, cq = wq_n0 + ch * 4;
+            if (cq < dqk && r0 + rq < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rq * dq_rs + cq), v);
+          }
+          __syncwarp();
+        }
+      } else
+#endif
+      {
 #pragma unroll
       for (int mt = 0; mt < Tr::kMTq; ++mt) {
 #pragma unroll
@@ -775,23 +822,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         }
       }
       }
+      }
       if (det) {
         __threadfence();
         __syncthreads();
         if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
       }
-    };
-    if (FA_BWD_DQ_FIRST) {
-      dq_phase();
-      dkdv_phase();
-    } else {
-      dkdv_phase();
-      dq_phase();
     }
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done
-      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, qblk(nm));
+      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nm);
       cp_async_commit();
     } else {
       st ^= 1;
