@@ -11,6 +11,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "cpu/cpu_impl.hpp"
 #include "cpu/scores.hpp"
 #include "cpu/tensor_view.hpp"
@@ -270,6 +272,12 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
   me.barrier->wait();
 }
 
+// No phase has more work items than the larger of the row and key block counts.
+int useful_threads(const AttnParams& p, int threads) {
+  const int64_t items = std::max(ceil_div(p.seqlen_q, kRows), ceil_div(p.seqlen_k, kCols));
+  return items < threads ? static_cast<int>(items) : threads;
+}
+
 }  // namespace
 
 size_t standard_shared_bytes(const AttnParams& p) {
@@ -293,6 +301,7 @@ void standard_forward(const AttnParams& p, char* workspace, int threads) {
     memset(sh.kt, 0, sizeof(float) * static_cast<size_t>(d.dqk * d.lds));
     memset(sh.v, 0, sizeof(float) * static_cast<size_t>(p.seqlen_k * d.dvp));
   }
+  threads = useful_threads(p, threads);
   run_team(threads, [&](const TeamMember& me) {
     char* slot = workspace + shared_bytes + static_cast<size_t>(me.id) * slot_bytes;
     memset(slot, 0, slot_bytes);
@@ -329,6 +338,7 @@ void standard_backward(const AttnParams& p, char* workspace, int threads) {
     dbias_extent(p, e);
     memset(sh.dbias, 0, sizeof(float) * static_cast<size_t>(e[0] * e[1] * e[2] * e[3]));
   }
+  threads = useful_threads(p, threads);
   run_team(threads, [&](const TeamMember& me) {
     char* slot = workspace + shared_bytes + static_cast<size_t>(me.id) * slot_bytes;
     memset(slot, 0, slot_bytes);
