@@ -109,7 +109,7 @@ struct BwdTraits {
 #define FA_BWD_QP_128 1
 #endif
 #ifndef FA_BWD_STG_128
-#define FA_BWD_STG_128 0
+#define FA_BWD_STG_128 1
 #endif
 #ifndef FA_BWD_STG_BIG
 #define FA_BWD_STG_BIG 1
