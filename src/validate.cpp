@@ -259,8 +259,9 @@ flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layou
   if (layout_heads != 1 && layout_heads != plan.heads_q)
     return fail(FLASHATTN_STATUS_INVALID_LAYOUT, "layout_heads=%lld must be 1 or heads_q=%lld",
                 static_cast<long long>(layout_heads), static_cast<long long>(plan.heads_q));
-  const int64_t want_rows = (plan.seqlen_q + block_q - 1) / block_q;
-  const int64_t want_cols = (plan.seqlen_k + block_k - 1) / block_k;
+  // Ceiling divisions that cannot overflow for block sizes up to INT64_MAX.
+  const int64_t want_rows = plan.seqlen_q / block_q + (plan.seqlen_q % block_q != 0 ? 1 : 0);
+  const int64_t want_cols = plan.seqlen_k / block_k + (plan.seqlen_k % block_k != 0 ? 1 : 0);
   if (n_row_blocks != want_rows)
     return fail(FLASHATTN_STATUS_INVALID_LAYOUT, "num_row_blocks=%lld must be ceil(seqlen_q=%lld / block_q=%lld)=%lld",
                 static_cast<long long>(n_row_blocks), static_cast<long long>(plan.seqlen_q),
