@@ -11,6 +11,8 @@ if [[ "${1:-}" != "--minimal" ]]; then
   # catch2: tests; doxygen: docs; abigail-tools: ABI check; dpkg-dev, file, lintian:
   # Debian packages (CPack's shlibdeps) and their check; python3-*: the Python binding.
   packages+=(catch2 doxygen abigail-tools dpkg-dev file lintian python3 python3-numpy python3-pytest)
+  # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan.
+  packages+=(clang libclang-rt-14-dev)
 fi
 
 missing=()

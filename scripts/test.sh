@@ -35,6 +35,8 @@ step "build"
 cmake --build --preset "$preset" --parallel "$(nproc)"
 step "test"
 ctest --preset "$preset"
+step "sanitizers (CPU suite under ASan+UBSan, concurrency under TSan)"
+bash scripts/sanitize.sh all
 
 if ! command -v cargo >/dev/null 2>&1 && [[ ! -x "${CARGO_HOME:-${HOME:-/nonexistent}/.cargo}/bin/cargo" ]]; then
   echo "NOTE: cargo not found: the Rust binding's tests (bindings.rust) were skipped"
