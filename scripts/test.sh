@@ -8,6 +8,8 @@
 #   consumers of the installed library, ABI, Doxygen docs, Debian packages + lintian),
 #   bindings (Python, Rust when cargo exists, Julia header check), examples; GPU tests
 #   report "skipped" on a machine without a GPU.
+# - then the CPU suite again under ASan+UBSan and the concurrency test under TSan
+#   (scripts/sanitize.sh).
 # Exits nonzero if anything fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
