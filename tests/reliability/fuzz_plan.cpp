@@ -82,10 +82,12 @@ struct Shadow {
     e[2] = qside ? hq : hkv;
     e[3] = vdim ? dv : dqk;
   }
-  void reset_strides() {
+  void reset_strides() {  // contiguous BSHD of the fixed-length shape (documented for set_shape)
+    Shadow fixed = *this;
+    fixed.varlen = false;
     for (int t = 0; t < 8; ++t) {
       int64_t e[4];
-      extents(t, e);
+      fixed.extents(t, e);
       strides[t][3] = 1;
       strides[t][2] = e[3];
       strides[t][1] = e[2] * e[3];
