@@ -608,7 +608,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if ((r.u8() & 15) == 0) nrb += 1;
         if ((r.u8() & 15) == 0) lh += 1;
         const bool clear = (r.u8() & 7) == 0;
-        const size_t n = (lh > 0 && nrb > 0 && ncb > 0 && lh < 64 && nrb < 4096 && ncb < 4096) ? lh * nrb * ncb : 0;
+        // Every layout the plan's shape allows fits (heads_q <= 4096 from the edge values); a
+        // layout the library must reject gets a one-byte buffer, so accepting it would be caught.
+        const bool fits = lh > 0 && nrb > 0 && ncb > 0 && lh <= 4096 && nrb <= 4096 && ncb <= 4096 &&
+                          lh * nrb * ncb <= (1 << 24);
+        const size_t n = fits ? static_cast<size_t>(lh * nrb * ncb) : 0;
         std::vector<uint8_t> layout(n + 1);
         for (auto& x : layout) x = (r.u8() & 3) != 0;
         if (clear || n == 0) {
