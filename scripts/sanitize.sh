@@ -14,8 +14,9 @@ exclude_labels="packaging|bindings|examples|julia|header|fuzz|gpu|cli"
 
 if [[ $what == asan || $what == all ]]; then
   cmake --preset asan
+  # Every CPU test program of tests/CMakeLists.txt and tests/reliability (keep in sync).
   cmake --build --preset asan --parallel "$jobs" \
-    --target test_api test_reference test_attention test_dropout test_concurrency
+    --target test_api test_reference test_attention test_dropout test_numerics test_concurrency
   ctest --preset asan -LE "$exclude_labels"
 fi
 if [[ $what == tsan || $what == all ]]; then
