@@ -98,6 +98,20 @@ flashattn_status_t require(const void* ptr, const char* name) {
     if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
   } while (0)
 
+// The prologue of both passes: the args struct, the plan's shape, and the q, k, v, o
+// pointers every pass needs (in this order, so the first problem is the one reported).
+template <class Args>
+flashattn_status_t read_run_args(const flashattn_plan_s& plan, const Args* user_args, Args* a,
+                                 const char* type_name) {
+  FA_TRY(read_args(user_args, a, type_name));
+  if (!plan.has_shape)
+    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
+  FA_TRY(require(a->q, "args.q"));
+  FA_TRY(require(a->k, "args.k"));
+  FA_TRY(require(a->v, "args.v"));
+  return require(a->o, "args.o");
+}
+
 // Checks shared by both passes: plan state, option/pointer consistency, strides, stream,
 // workspace, then the backend's own checks. `tensors` lists the tensors this pass uses.
 flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParams& p,
@@ -333,13 +347,7 @@ flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fw
                                 void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
                                 AttnParams* params) {
   flashattn_fwd_args_t a;
-  FA_TRY(read_args(user_args, &a, "flashattn_fwd_args_t"));
-  if (!plan.has_shape)
-    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
-  FA_TRY(require(a.q, "args.q"));
-  FA_TRY(require(a.k, "args.k"));
-  FA_TRY(require(a.v, "args.v"));
-  FA_TRY(require(a.o, "args.o"));
+  FA_TRY(read_run_args(plan, user_args, &a, "flashattn_fwd_args_t"));
   AttnParams p = params_from_plan(plan, kForward);
   p.q = a.q;
   p.k = a.k;
@@ -361,13 +369,7 @@ flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bw
                                 void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
                                 AttnParams* params) {
   flashattn_bwd_args_t a;
-  FA_TRY(read_args(user_args, &a, "flashattn_bwd_args_t"));
-  if (!plan.has_shape)
-    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
-  FA_TRY(require(a.q, "args.q"));
-  FA_TRY(require(a.k, "args.k"));
-  FA_TRY(require(a.v, "args.v"));
-  FA_TRY(require(a.o, "args.o"));
+  FA_TRY(read_run_args(plan, user_args, &a, "flashattn_bwd_args_t"));
   FA_TRY(require(a.lse, "args.lse"));
   FA_TRY(require(a.dout, "args.dout"));
   FA_TRY(require(a.dq, "args.dq"));
