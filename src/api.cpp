@@ -42,20 +42,15 @@ int enum_value(const E& e) {
 #define FA_CHECK_PLAN(plan) \
   if ((plan) == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan is NULL")
 
-#define FA_TRY(expr)                                               \
-  do {                                                             \
-    const flashattn_status_t fa_status_ = (expr);                  \
-    if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
-  } while (0)
 
 void set_contiguous_strides(flashattn_plan_s& plan) {
   // Extents of the fixed-length shape, whatever the varlen mode: the strides must stay
   // contiguous when varlen is switched off later.
-  flashattn_plan_s fixed_length = plan;
-  fixed_length.varlen = false;
+  const bool varlen = plan.varlen;
+  plan.varlen = false;
   for (int t = 0; t < 8; ++t) {
     int64_t e[4];
-    flashattn::tensor_extents(fixed_length, static_cast<flashattn_tensor_t>(t), e);
+    flashattn::tensor_extents(plan, static_cast<flashattn_tensor_t>(t), e);
     // Contiguous [batch, seq, head, dim]; in varlen mode the batch stride is ignored and
     // the rest is exactly the packed [token, head, dim] layout.
     plan.strides[t].d = 1;
@@ -63,6 +58,7 @@ void set_contiguous_strides(flashattn_plan_s& plan) {
     plan.strides[t].s = e[2] * e[3];
     plan.strides[t].b = e[1] * e[2] * e[3];
   }
+  plan.varlen = varlen;
 }
 
 }  // namespace

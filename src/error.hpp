@@ -13,6 +13,13 @@ flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
 #endif
     ;
 
+// Returns from the calling function with the status of expr unless it succeeded.
+#define FA_TRY(expr)                                               \
+  do {                                                             \
+    const flashattn_status_t fa_status_ = (expr);                  \
+    if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
+  } while (0)
+
 // Clears the message (called at the start of every API entry point).
 void clear_error();
 

@@ -92,11 +92,6 @@ flashattn_status_t require(const void* ptr, const char* name) {
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-#define FA_TRY(expr)                                             \
-  do {                                                           \
-    const flashattn_status_t fa_status_ = (expr);                \
-    if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
-  } while (0)
 
 // The prologue of both passes: the args struct, the plan's shape, and the q, k, v, o
 // pointers every pass needs (in this order, so the first problem is the one reported).

@@ -718,12 +718,6 @@ flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-#define FA_TRY(expr)                                   \
-  do {                                                 \
-    const flashattn_status_t fa_s_ = (expr);           \
-    if (fa_s_ != FLASHATTN_STATUS_SUCCESS) return fa_s_; \
-  } while (0)
-
 template <typename T>
 flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const Geometry g = geometry(p);
