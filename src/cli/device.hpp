@@ -88,10 +88,12 @@ class SpaceBuffer {
   void* get() { return device_ ? d_.get() : static_cast<void*>(h_.data()); }
   size_t bytes() const { return bytes_; }
   void upload(const void* src, size_t n) {
+    if (n == 0) return;  // an empty tensor may have no storage at all
     if (device_) dev::upload(d_.get(), src, n);
     else std::memcpy(h_.data(), src, n);
   }
   void download(void* dst, size_t n) const {
+    if (n == 0) return;
     if (device_) dev::download(dst, d_.get(), n);
     else std::memcpy(dst, h_.data(), n);
   }

@@ -1,5 +1,6 @@
 #include "problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cli.hpp"
@@ -27,9 +28,15 @@ std::vector<OptSpec> feature_options() {
       {"--window", OptSpec::kValue, "L,R", "sliding window: keys i'-L..i'+R (negative = unbounded side)"},
       {"--softcap", OptSpec::kValue, "C", "softcap C > 0: s = C*tanh(s/C) (default 0 = off)"},
       {"--alibi", OptSpec::kOptionalValue, "symmetric", "ALiBi bias slope[h]*(j-i') (=symmetric: -slope*|i'-j|); slope[h] = 2^(-8(h+1)/heads_q)"},
+      {"--bias-tensor", OptSpec::kValue, "full|BCAST[,BCAST]",
+       "bias tensor [batch,heads_q,seqlen_q,seqlen_k] of N(0,1) values: full, or stride 0 along each BCAST "
+       "named (batch-broadcast, head-broadcast, query-broadcast, key-broadcast)"},
       {"--dropout", OptSpec::kValue, "P", "dropout probability in [0, 1) (default 0)"},
-      {"--seed", OptSpec::kValue, "S", "seed of the inputs, the dropout mask and the sparse layout (default 0)"},
+      {"--seed", OptSpec::kValue, "S", "seed of the inputs (bias tensor included), the dropout mask and the sparse layout (default 0)"},
       {"--block-sparse", OptSpec::kValue, "DENSITY", "random block-sparse layout, 128x128 blocks kept with probability DENSITY in (0, 1]"},
+      {"--varlen", OptSpec::kValue, "LEN[:LEN_K],...",
+       "packed varlen batch, one sequence per entry: LEN queries, LEN_K (default LEN) keys, 0 allowed; sets "
+       "--batch; --seqlen-q/-k (default: the longest) are the plan's maxima"},
   };
 }
 
@@ -95,6 +102,89 @@ void parse_mask(const Args& a, Problem* p) {
   }
 }
 
+void parse_lengths(const Args& a, Problem* p) {
+  const int64_t kMax = int64_t(1) << 40;
+  if (!a.has("--varlen")) {
+    p->batch = a.get_int("--batch", 2, 1, kMax);
+    p->seqlen_q = a.get_int("--seqlen-q", 256, 1, kMax);
+    p->seqlen_k = a.get_int("--seqlen-k", p->seqlen_q, 1, kMax);
+    return;
+  }
+  // Entries LEN or LEN_Q:LEN_K; cu_seqlens are int32, so the totals must fit one.
+  const std::string s = a.raw("--varlen");
+  const int64_t kMaxTokens = 0x7FFFFFFF;
+  p->varlen = true;
+  p->seqlens_q.clear();
+  p->seqlens_k.clear();
+  int64_t total_q = 0, total_k = 0, longest_q = 1, longest_k = 1;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = s.find(',', pos);
+    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t colon = item.find(':');
+    int64_t lq = 0, lk = 0;
+    const bool ok = colon == std::string::npos
+                        ? parse_int(item, &lq) && (lk = lq, true)
+                        : parse_int(item.substr(0, colon), &lq) && parse_int(item.substr(colon + 1), &lk);
+    if (!ok)
+      throw UsageError("--varlen: '" + item + "' in '" + s + "' is not LEN or LEN_Q:LEN_K (integers >= 0)");
+    if (lq < 0 || lk < 0)
+      throw UsageError("--varlen: '" + item + "' in '" + s + "' has a negative length");
+    total_q += lq;
+    total_k += lk;
+    if (total_q > kMaxTokens || total_k > kMaxTokens)
+      throw UsageError("--varlen " + s + ": more than 2^31-1 tokens (cu_seqlens are int32)");
+    p->seqlens_q.push_back(lq);
+    p->seqlens_k.push_back(lk);
+    longest_q = std::max(longest_q, lq);
+    longest_k = std::max(longest_k, lk);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  const int64_t n = static_cast<int64_t>(p->seqlens_q.size());
+  p->batch = a.get_int("--batch", n, 1, kMax);
+  if (p->batch != n)
+    throw UsageError(strf("--batch=%lld contradicts --varlen %s (%lld sequences)", (long long)p->batch, s.c_str(),
+                          (long long)n));
+  p->seqlen_q = a.get_int("--seqlen-q", longest_q, 1, kMax);
+  p->seqlen_k = a.get_int("--seqlen-k", longest_k, 1, kMax);
+  if (p->seqlen_q < longest_q)
+    throw UsageError(strf("--seqlen-q=%lld is less than the longest --varlen query length %lld",
+                          (long long)p->seqlen_q, (long long)longest_q));
+  if (p->seqlen_k < longest_k)
+    throw UsageError(strf("--seqlen-k=%lld is less than the longest --varlen key length %lld",
+                          (long long)p->seqlen_k, (long long)longest_k));
+}
+
+void parse_bias(const Args& a, Problem* p) {
+  if (a.has("--alibi")) {
+    const std::string v = a.raw("--alibi");
+    if (!v.empty() && v != "symmetric") throw UsageError("--alibi=" + v + ": the only value is 'symmetric'");
+    p->alibi = v.empty() ? FLASHATTN_BIAS_ALIBI : FLASHATTN_BIAS_ALIBI_SYMMETRIC;
+  }
+  if (!a.has("--bias-tensor")) return;
+  if (p->alibi != FLASHATTN_BIAS_NONE)
+    throw UsageError("--bias-tensor cannot be combined with --alibi (a plan has one bias kind)");
+  const std::string s = a.raw("--bias-tensor");
+  p->bias_tensor = true;
+  if (s == "full") return;
+  static const char* const kDims[4] = {"batch-broadcast", "head-broadcast", "query-broadcast", "key-broadcast"};
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = s.find(',', pos);
+    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int d = 0;
+    while (d < 4 && item != kDims[d]) ++d;
+    if (d == 4)
+      throw UsageError("--bias-tensor: '" + item + "' in '" + s +
+                       "' is not one of full|batch-broadcast|head-broadcast|query-broadcast|key-broadcast");
+    if (p->bias_bcast[d]) throw UsageError("--bias-tensor: '" + item + "' given twice in '" + s + "'");
+    p->bias_bcast[d] = true;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+}
+
 const char* backend_name(flashattn_backend_t b) {
   switch (b) {
     case FLASHATTN_BACKEND_AUTO: return "auto";
@@ -109,7 +199,19 @@ const char* algorithm_name(flashattn_algorithm_t a) {
   return a == FLASHATTN_ALGORITHM_STANDARD ? "standard" : "flash";
 }
 
-double Problem::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+double Problem::scale() const {
+  return static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
+}
+
+void Problem::bias_layout(int64_t dims[4], int64_t strides[4]) const {
+  const int64_t full[4] = {batch, heads_q, seqlen_q, seqlen_k};
+  int64_t next = 1;
+  for (int d = 3; d >= 0; --d) {
+    dims[d] = bias_bcast[d] ? 1 : full[d];
+    strides[d] = bias_bcast[d] ? 0 : next;
+    next *= dims[d];
+  }
+}
 
 void Problem::make_derived() {
   alibi_slopes.clear();
@@ -117,6 +219,12 @@ void Problem::make_derived() {
     // The geometric sequence of the ALiBi paper, 2^(-8(h+1)/H), used for any H.
     for (int64_t h = 0; h < heads_q; ++h)
       alibi_slopes.push_back(static_cast<float>(std::exp2(-8.0 * static_cast<double>(h + 1) / heads_q)));
+  }
+  cu_q.assign(1, 0);
+  cu_k.assign(1, 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    cu_q.push_back(cu_q.back() + (varlen ? seqlens_q[static_cast<size_t>(b)] : seqlen_q));
+    cu_k.push_back(cu_k.back() + (varlen ? seqlens_k[static_cast<size_t>(b)] : seqlen_k));
   }
   layout_blocks.clear();
   if (block_sparse > 0.0) {
@@ -144,6 +252,20 @@ std::string Problem::describe() const {
             static_cast<double>(dropout), static_cast<unsigned long long>(seed),
             block_sparse > 0 ? strf("%g(block %lld)", block_sparse, (long long)kSparseBlock).c_str() : "off");
   if (alibi != FLASHATTN_BIAS_NONE && !has_band) s += strf(" align=%s", al);
+  if (bias_tensor) {
+    static const char* const kDims[4] = {"batch", "head", "query", "key"};
+    std::string bc;
+    for (int d = 0; d < 4; ++d)
+      if (bias_bcast[d]) bc += std::string(bc.empty() ? "" : ",") + kDims[d];
+    s += strf(" bias-tensor=%s", bc.empty() ? "full" : ("broadcast(" + bc + ")").c_str());
+  }
+  if (varlen) {
+    std::string lens;
+    for (size_t b = 0; b < seqlens_q.size(); ++b)
+      lens += strf("%s%lld:%lld", b ? "," : "", (long long)seqlens_q[b], (long long)seqlens_k[b]);
+    s += strf("\nvarlen: %s (total_q=%lld total_k=%lld; seqlen_q/k above are the maxima)", lens.c_str(),
+              (long long)total_q(), (long long)total_k());
+  }
   return s;
 }
 
@@ -162,18 +284,22 @@ void configure_plan(flashattn_plan_t plan, const Problem& p, flashattn_algorithm
                                      p.head_dim_v),
             "flashattn_plan_set_shape");
   lib_check(flashattn_plan_set_dtype(plan, p.dtype), "flashattn_plan_set_dtype");
+  if (p.varlen)
+    lib_check(flashattn_plan_set_varlen(plan, 1, p.total_q(), p.total_k()), "flashattn_plan_set_varlen");
   if (p.layout != Layout::kBSHD) {
-    const int64_t dq = p.head_dim, dv = p.head_dim_v;
+    // Varlen tensors are one packed "sequence" of all tokens (the batch stride is ignored).
+    const int64_t dq = p.head_dim, dv = p.head_dim_v, nb = p.varlen ? 1 : p.batch;
+    const int64_t sq = p.varlen ? p.total_q() : p.seqlen_q, sk = p.varlen ? p.total_k() : p.seqlen_k;
     struct {
       flashattn_tensor_t t;
       int64_t s, h, d;
-    } tensors[] = {{FLASHATTN_TENSOR_Q, p.seqlen_q, p.heads_q, dq},   {FLASHATTN_TENSOR_K, p.seqlen_k, p.heads_kv, dq},
-                   {FLASHATTN_TENSOR_V, p.seqlen_k, p.heads_kv, dv},  {FLASHATTN_TENSOR_O, p.seqlen_q, p.heads_q, dv},
-                   {FLASHATTN_TENSOR_DO, p.seqlen_q, p.heads_q, dv},  {FLASHATTN_TENSOR_DQ, p.seqlen_q, p.heads_q, dq},
-                   {FLASHATTN_TENSOR_DK, p.seqlen_k, p.heads_kv, dq}, {FLASHATTN_TENSOR_DV, p.seqlen_k, p.heads_kv, dv}};
+    } tensors[] = {{FLASHATTN_TENSOR_Q, sq, p.heads_q, dq},   {FLASHATTN_TENSOR_K, sk, p.heads_kv, dq},
+                   {FLASHATTN_TENSOR_V, sk, p.heads_kv, dv},  {FLASHATTN_TENSOR_O, sq, p.heads_q, dv},
+                   {FLASHATTN_TENSOR_DO, sq, p.heads_q, dv},  {FLASHATTN_TENSOR_DQ, sq, p.heads_q, dq},
+                   {FLASHATTN_TENSOR_DK, sk, p.heads_kv, dq}, {FLASHATTN_TENSOR_DV, sk, p.heads_kv, dv}};
     for (const auto& t : tensors) {
       int64_t st[4];
-      layout_strides(p.layout, p.batch, t.s, t.h, t.d, st);
+      layout_strides(p.layout, nb, t.s, t.h, t.d, st);
       lib_check(flashattn_plan_set_strides(plan, t.t, st), "flashattn_plan_set_strides");
     }
   }
@@ -184,6 +310,11 @@ void configure_plan(flashattn_plan_t plan, const Problem& p, flashattn_algorithm
               "flashattn_plan_set_band_mask");
   if (p.softcap > 0.f) lib_check(flashattn_plan_set_softcap(plan, p.softcap), "flashattn_plan_set_softcap");
   if (p.alibi != FLASHATTN_BIAS_NONE) lib_check(flashattn_plan_set_bias(plan, p.alibi, nullptr), "flashattn_plan_set_bias");
+  if (p.bias_tensor) {
+    int64_t dims[4], strides[4];
+    p.bias_layout(dims, strides);
+    lib_check(flashattn_plan_set_bias(plan, FLASHATTN_BIAS_TENSOR, strides), "flashattn_plan_set_bias");
+  }
   if (p.dropout > 0.f) lib_check(flashattn_plan_set_dropout(plan, p.dropout, p.seed, 0), "flashattn_plan_set_dropout");
   if (!p.layout_blocks.empty())
     lib_check(flashattn_plan_set_block_sparse(plan, p.layout_blocks.data(), p.heads_q, p.row_blocks(), p.col_blocks(),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests of the `flashattn` tool (registered with ctest as cli_*): exit codes, messages
 # naming the bad flag, library errors, check PASS over the option matrix on the CPU
-# backend, bench output files, and (group cuda, only when asked) the CUDA backend.
-# usage: test_cli.sh <path of flashattn> [all|usage|check|bench|cuda]
+# backend (group bias_varlen: bias tensors with every broadcast and packed varlen
+# batches), bench output files, and (group cuda, only when asked) the CUDA backend.
+# usage: test_cli.sh <path of flashattn> [all|usage|check|bias_varlen|bench|cuda]
 set -uo pipefail
 tool="$1"
 group="${2:-all}"
@@ -44,6 +45,16 @@ if [[ $group == all || $group == usage ]]; then
   expect 2 "option --bwd takes no value" check --bwd=1
   expect 2 "option --batch given more than once" check --batch 1 --batch 2
   expect 2 "unexpected argument 'x'" check x
+  expect 2 "--bias-tensor: 'head' in 'head' is not one of full\|batch-broadcast" check --bias-tensor head
+  expect 2 "--bias-tensor: 'key-broadcast' given twice" check --bias-tensor key-broadcast,query-broadcast,key-broadcast
+  expect 2 "--bias-tensor cannot be combined with --alibi" check --bias-tensor full --alibi
+  expect 2 "option --bias-tensor needs a value" check --bias-tensor
+  expect 2 "--varlen: 'x' in '4,x' is not LEN or LEN_Q:LEN_K" check --varlen 4,x
+  expect 2 "--varlen: '3:-1' in '2,3:-1' has a negative length" check --varlen 2,3:-1
+  expect 2 "--varlen: '' in '4,,5' is not LEN" check --varlen 4,,5
+  expect 2 "--varlen 2000000000,2000000000: more than 2\^31-1 tokens" check --varlen 2000000000,2000000000
+  expect 2 "--batch=3 contradicts --varlen 1,2 \(2 sequences\)" check --batch 3 --varlen 1,2
+  expect 2 "--seqlen-k=20 is less than the longest --varlen key length 30" check --varlen 5:30 --seqlen-k 20
   expect 2 "--seqlens: 'x' in '512,x' is not an integer" bench --backend cpu --seqlens 512,x
   expect 2 "--isolate .* needs --backend cpu" bench --isolate
   expect 2 "--algorithm: 'fast' is not one of flash\|standard\|both" bench --backend cpu --algorithm fast
@@ -73,6 +84,35 @@ $odd --dtype fp16 --heads-kv 1 --head-dim-v 24 --layout bhsd
 $odd --dtype bf16 --heads-kv 2 --algorithm standard --causal --dropout 0.1
 --dtype fp16 --seqlen-q 1 --seqlen-k 1 --head-dim 1
 OPTS
+fi
+
+if [[ $group == all || $group == bias_varlen ]]; then
+  # Bias tensors (every broadcast pattern; dBias checked with --bwd) and packed varlen
+  # batches with empty sequences, alone and with the other options.
+  base=(check --backend cpu --bwd --heads-q 4)
+  odd="--batch 2 --seqlen-q 97 --seqlen-k 161 --head-dim 40"
+  while IFS= read -r opts; do
+    opts="${opts//\$odd/$odd}"
+    # shellcheck disable=SC2086
+    expect 0 "^PASS$" "${base[@]}" $opts
+  done <<'OPTS'
+$odd --dtype fp32 --bias-tensor full
+$odd --dtype fp16 --bias-tensor batch-broadcast,head-broadcast --causal
+$odd --dtype bf16 --bias-tensor query-broadcast --window 20,5 --align bottom-right --layout bhsd
+$odd --dtype fp16 --bias-tensor key-broadcast --dropout 0.2 --seed 3 --heads-kv 2
+$odd --dtype fp32 --bias-tensor head-broadcast,query-broadcast --softcap 4 --head-dim-v 24 --algorithm standard
+--dtype fp32 --head-dim 40 --varlen 37,0,64:100,1:0,0:5
+--dtype bf16 --head-dim 32 --varlen 50:20,0,20:90 --causal=bottom-right --heads-kv 1 --layout bhsd
+--dtype fp16 --head-dim 24 --varlen 130:70,9,0:3 --alibi=symmetric --softcap 5 --dropout 0.1 --seed 7
+--dtype fp32 --head-dim 16 --varlen 150:200,0:40,200:130 --block-sparse 0.6 --seed 2
+--dtype fp16 --head-dim 40 --varlen 30,7:45 --seqlen-q 64 --seqlen-k 80 --bias-tensor full
+--dtype fp32 --head-dim 40 --varlen 25:60,0,60:25 --bias-tensor batch-broadcast,key-broadcast --window 8,8
+--dtype fp16 --head-dim 8 --varlen 0,0:4,3:0
+OPTS
+  # The reported configuration names the packed lengths and the bias broadcast.
+  expect 0 "varlen: 3:3,0:5 \(total_q=3 total_k=8" check --backend cpu --head-dim 8 --varlen 3,0:5
+  expect 0 "bias-tensor=broadcast\(batch,query\)" check --backend cpu --head-dim 8 --seqlen-q 16 \
+    --bias-tensor query-broadcast,batch-broadcast
 fi
 
 if [[ $group == all || $group == bench ]]; then

@@ -1,8 +1,17 @@
 """fp64 numpy reference of the attention semantics in flashattn.h (forward and backward).
 
-Written from the header's documentation, independently of the library: band mask with
-alignment, block-sparse layout, softcap, bias tensor, ALiBi, dropout through
-Philox4x32-10, GQA, fully masked rows (O = 0, LSE = -inf, zero gradients).
+An independent cross-check, kept on purpose: the project's fp64 reference is C++
+(src/reference/, used by the Catch2 tests and `flashattn check`), and Python could only
+reach it through a new exported ABI. This one is written from the header's
+documentation, independently of both the library and that C++ reference (its own
+Philox4x32-10 included), so an agreement of the binding's results with it is evidence.
+
+Covers what the binding's tests use: dense [b, s, h, d] and varlen (cu_seqlens; empty
+query or key sequences) inputs, GQA/MQA, head_dim_v != head_dim, band masks (causal,
+window) in both alignments (per sequence in varlen mode), block-sparse layouts (one or
+per-head), softcap, a bias tensor broadcastable to [b, hq, sq, sk] (in varlen mode sq/sk
+are the longest sequence lengths) with dbias before the broadcast sums (reduce_like sums
+it), ALiBi (both kinds), dropout, fully masked rows (O = 0, LSE = -inf, zero gradients).
 """
 import numpy as np
 
@@ -76,7 +85,7 @@ def _one_head(q, k, v, do, *, scale, softcap, bias, slope, alibi_sym, keep_mask,
         jj = np.arange(k.shape[0])[None, :]
         z = z + (-slope * np.abs(ip - jj) if alibi_sym else slope * (jj - ip))
     z = np.where(keep_mask, z, -np.inf)
-    m = z.max(axis=1, keepdims=True)
+    m = z.max(axis=1, keepdims=True, initial=-np.inf)  # a row with no key at all is fully masked
     full = np.isneginf(m[:, 0])
     m = np.where(np.isneginf(m), 0.0, m)
     e = np.where(keep_mask, np.exp(z - m), 0.0)

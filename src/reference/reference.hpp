@@ -1,13 +1,25 @@
-// Naive references for attention, written from the semantics in include/flashattn.h and
-// docs/API.md, independent of the library's code (only src/common/philox.h is shared, for
-// the dropout keep decision that the header defines through Philox).
+// The project's naive attention references, written from the semantics in
+// include/flashattn.h and docs/, independent of the library's code (only
+// src/common/philox.h is shared, for the dropout keep decision that the header defines
+// through Philox; tests/test_reference.cpp checks it against published Philox vectors).
+// There is one fp64 reference: the Catch2 tests (tests/harness.*), the fuzz target
+// (tests/reliability) and the `flashattn check` tool (src/cli) all use this one. It is the
+// internal static library fa_reference (src/reference/CMakeLists.txt): never installed,
+// never part of libflashattn.so.
 //
-//  * reference_fp64: materialized S and P in double; forward O, LSE and backward dQ, dK,
-//    dV, dBias with every option. This is the "truth" the library is compared with.
-//  * reference_lowp: a same-precision standard attention in the style of a naive PyTorch
-//    implementation: S, P and every intermediate rounded to the input dtype, fp32
-//    accumulation in matmuls and softmax. Its error against reference_fp64 is the yardstick
-//    for the library's error (see harness.hpp for the factor).
+//  * reference_fp64 (reference.cpp): materialized S and P in double; forward O, LSE and
+//    backward dQ, dK, dV, dBias with every option. This is the "truth" the library is
+//    compared with.
+//  * reference_lowp (reference_lowp.cpp): a same-precision standard attention in the style
+//    of a naive PyTorch implementation: S, P and every intermediate rounded to the input
+//    dtype, fp32 accumulation in matmuls and softmax. Its error against reference_fp64 is
+//    the tests' yardstick for the library's error (see tests/harness.hpp for the factor).
+//
+// Options: GQA/MQA (heads_q a multiple of heads_kv), head_dim_v != head_dim_qk, band masks
+// (causal, sliding window) in both alignments, softcap, bias tensors with broadcast
+// dimensions (and -inf entries), ALiBi (both kinds), dropout (the documented Philox keep
+// rule), block-sparse layouts (any block size, one or heads_q layouts), packed
+// variable-length batches (empty sequences included), fully masked rows.
 //
 // Layouts (all dense, "packed tokens", which covers varlen and fixed length alike; without
 // varlen token t = b * seqlen_q + i):
@@ -17,6 +29,8 @@
 //   bias      [batch][heads_q][max_sq][max_sk], broadcast already expanded
 //   dbias     same shape; along broadcast dims every element holds the group's sum, i.e.
 //             exactly what a strided read of the library's dBias (zero strides) returns.
+//             A group that no (b, h, i, j) of any sequence reaches (varlen: i >= len_q(b)
+//             or j >= len_k(b) for all of it) is 0; the library leaves those unspecified.
 #pragma once
 #include <stdint.h>
 
@@ -68,7 +82,11 @@ bool ref_dropout_keep(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t
 // Whether (b, h, i, j) takes part at all (band mask, block-sparse layout, -inf bias).
 bool ref_allowed(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j);
 
-RefOutputs reference_fp64(const RefSpec& s, const RefInputs& in, bool backward);
+// threads > 1 spreads the (sequence, kv head) pairs over that many threads; each output
+// element is computed in the same order as with one thread, so O, LSE, dQ, dK and dV are
+// bitwise the same (dBias too unless the bias broadcasts over batch or heads, where
+// per-thread partial sums are added at the end).
+RefOutputs reference_fp64(const RefSpec& s, const RefInputs& in, bool backward, int threads = 1);
 
 // Same-precision standard attention; rd rounds a value to the input dtype.
 using Rounder = double (*)(double);
