@@ -651,8 +651,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = mt * 2 + hh;
+      // sum = 0 exactly iff every probability of the row was 0 (the row maximum alone
+      // contributes ex2(0) = 1): a fully masked row, O = 0 and LSE = -inf. fmaxf skips
+      // NaN, so a NaN score (NaN in Q, or in a kept K row) leaves the max alone but makes
+      // its exp, and from then on the sum (NaN * alpha), NaN: O and LSE become NaN.
       const float sum = quad_sum(row_sum[r]);
-      const float inv = sum > 0.f ? out_scale / sum : 0.f;
+      const float inv = sum != 0.f ? out_scale / sum : 0.f;
 #pragma unroll
       for (int nv = 0; nv < Cfg::kNV; ++nv) {
         acc_o[mt][nv][2 * hh] *= inv;
@@ -660,7 +664,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       }
       const int row = row_w0 + mt * 16 + g + hh * 8;
       if (lse_out != nullptr && t == 0 && row < rows_q)
-        lse_out[m0 + row] = sum > 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
+        lse_out[m0 + row] = sum != 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
     }
   // Each warp only ever read its own rows of sQ, so it may overwrite them now.
   T* sO = sQ;

@@ -11,7 +11,8 @@
 //   m[r] = max of the kept scores so far (-inf if none),
 //   l[r] = sum exp(s - m[r]) over kept scores (before dropout),
 //   acc[r] = sum dropout(exp(s - m[r])) * v.
-// A row with m = -inf after the last tile is fully masked: O = 0, LSE = -inf.
+// A row with l = 0 after the last tile is fully masked: O = 0, LSE = -inf. A NaN score
+// (NaN in Q, or in a K row the mask keeps) makes l NaN, and O and LSE NaN.
 #include <math.h>
 #include <string.h>
 
@@ -76,8 +77,13 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     float* row = w.s + r * kBc;
     const float m_tile = row_max(row, kBc);
     const float m_new = m_tile > st.m[r] ? m_tile : st.m[r];
-    if (m_new == -INFINITY) {  // nothing kept in this row yet: avoid -inf - -inf
-      memset(row, 0, sizeof(float) * kBc);
+    if (m_new == -INFINITY) {
+      // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
+      // against a reference of 0 instead of -inf, masked scores give exact zeros and a NaN
+      // stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for good: NaN
+      // times any alpha is NaN) for a row with a NaN score, which then ends with O and LSE
+      // NaN. Only rows that have kept nothing yet come here.
+      st.l[r] += exp_sub_sum(row, kBc, 0.f);
       continue;
     }
     // alpha rescales what was accumulated under the previous max (0 when m was -inf).
@@ -128,7 +134,10 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
     const RowState& st = w.sub[sb];
     for (int64_t r = 0; r < rows[sb]; ++r) {
       const int64_t i = i0 + sb * kBr + r;
-      const bool empty = !(st.l[r] > 0.f);  // fully masked row
+      // l = 0 exactly iff every probability was 0 (the row's maximum alone gives
+      // exp(0) = 1): a fully masked row. A NaN l (a NaN or +inf score) is not empty and
+      // makes O and LSE NaN.
+      const bool empty = st.l[r] == 0.f;
       const float inv = empty ? 0.f : 1.f / st.l[r];
       store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
       if (p.lse) p.lse[lse_index(p, c, i)] = empty ? -INFINITY : st.m[r] + logf(st.l[r]);

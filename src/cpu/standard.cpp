@@ -144,11 +144,13 @@ void forward_head(const AttnParams& p, const HeadCtx& c, const StdShared& sh, co
     for (int64_t r = 0; r < ni; ++r) {
       float* row = s + r * d.lds;
       const float m = row_max(row, d.lds);
+      // m = -inf: every score is -inf (masked) or NaN (row_max skips NaN). Exponentiated
+      // against 0 instead, masked scores give exact zeros and NaN stays NaN, so l = 0
+      // exactly iff the row is fully masked (P = 0, LSE = -inf) and a NaN score makes
+      // l, P, O and LSE NaN.
+      const float l = exp_sub_sum(row, d.lds, m == -INFINITY ? 0.f : m);
       float lse = -INFINITY;
-      if (m == -INFINITY) {  // fully masked row: P = 0
-        memset(row, 0, sizeof(float) * static_cast<size_t>(d.lds));
-      } else {
-        const float l = exp_sub_sum(row, d.lds, m);
+      if (l != 0.f) {
         scale_row(row, d.lds, 1.f / l);  // P
         lse = m + logf(l);
         if (w.drop) mul_row(row, w.drop + r * d.lds, c.len_k);

@@ -213,11 +213,14 @@ __global__ void scatter_kernel(Tout* __restrict__ dst, const Tin* __restrict__ s
 }
 
 // ---------------------------------------------------------------- block reductions
+// A partial sum l is 0 when its scores were all -inf (masked) and NaN when one was NaN
+// (a NaN score never raises m, but adds exp(NaN) = NaN to l). Both are kept as they are,
+// so the row's l is exactly 0 iff the row is fully masked and NaN if any score was NaN.
 __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2) {
   const float mx = fmaxf(m, m2);
   if (mx == -INFINITY) {
     m = mx;
-    l = 0.f;
+    l += l2;
     return;
   }
   l = l * __expf(m - mx) + l2 * __expf(m2 - mx);
@@ -358,7 +361,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_kernel(AttnParams p, 
     }
   }
   block_reduce_ml(m, l);
-  const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
+  const float lse = l == 0.f ? -INFINITY : m + logf(l);  // NaN l: NaN LSE and P
   if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
 
   for (int64_t c0 = 0; c0 < Sk; c0 += blockDim.x) {
@@ -436,7 +439,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnPar
     }
   }
   block_reduce_ml(m, l);  // its barriers also order pass 1's reads of S before pass 2's writes of P
-  const float lse = m == -INFINITY ? -INFINITY : m + logf(l);
+  const float lse = l == 0.f ? -INFINITY : m + logf(l);  // NaN l: NaN LSE and P
   if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
 
   const bool live = r.valid && lse != -INFINITY;
