@@ -199,6 +199,7 @@ fat::RefSpec ref_spec(const Problem& p, const Inputs& in) {
     s.bias_kind = p.alibi == FLASHATTN_BIAS_ALIBI ? 2 : 3;
     s.slopes.assign(p.alibi_slopes.begin(), p.alibi_slopes.end());
   }
+  s.magnitudes = p.bias_tensor && p.bwd;  // only dBias's tolerance uses them
   s.p_drop = p.dropout;
   s.seed = p.seed;
   s.offset = 0;
@@ -317,8 +318,8 @@ std::vector<double> lse_double(const std::vector<float>& v) { return std::vector
 const char* kHelp =
     "usage: flashattn check [options]\n"
     "\n"
-    "Runs one attention configuration on a backend and compares O, LSE (and dQ, dK, dV,\n"
-    "and dBias with --bias-tensor, with --bwd) with a reference:\n"
+    "Runs one attention configuration on a backend and compares O and LSE (with --bwd\n"
+    "also dQ, dK, dV, and dBias of a --bias-tensor) with a reference:\n"
     "  * always: the project's fp64 reference (src/reference, linked into this tool)\n"
     "    computed from the same (rounded) inputs;\n"
     "  * the other algorithm (flash <-> standard) on the same backend;\n"

@@ -50,6 +50,7 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
   const int64_t group = HQ / HKV;
   const double rpk = dropout_scale(s);
   const int64_t lq = s.len_q(b), lk = s.len_k(b), tq0 = s.cu_q[b], tk0 = s.cu_k[b];
+  const bool mag = s.magnitudes;
   std::vector<double> raw, sc, P, Pd, dP, dP_mag;
   std::vector<uint8_t> ok;
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
@@ -87,10 +88,9 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
         P[j] /= l;
         Pd[j] = ref_dropout_keep(s, b, h, i, j) ? P[j] * rpk : 0.0;
         const double* v = &in.v[((tk0 + j) * HKV + hk) * DV];
-        for (int64_t d = 0; d < DV; ++d) {
-          o[d] += Pd[j] * v[d];
-          out.o_mag[row * DV + d] += Pd[j] * fabs(v[d]);
-        }
+        for (int64_t d = 0; d < DV; ++d) o[d] += Pd[j] * v[d];
+        if (mag)
+          for (int64_t d = 0; d < DV; ++d) out.o_mag[row * DV + d] += Pd[j] * fabs(v[d]);
       }
       if (!backward) continue;
       // dP = dropout'(dO . V^T); dS = P * (dP - sum_j P dP); chain through bias, softcap, scale.
@@ -102,10 +102,9 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
         if (!ok[j]) continue;
         const double* v = &in.v[((tk0 + j) * HKV + hk) * DV];
         double dpd = 0.0, dpd_mag = 0.0;
-        for (int64_t d = 0; d < DV; ++d) {
-          dpd += dout[d] * v[d];
-          dpd_mag += fabs(dout[d] * v[d]);
-        }
+        for (int64_t d = 0; d < DV; ++d) dpd += dout[d] * v[d];
+        if (mag)
+          for (int64_t d = 0; d < DV; ++d) dpd_mag += fabs(dout[d] * v[d]);
         const bool keep = ref_dropout_keep(s, b, h, i, j);
         dP[j] = keep ? dpd * rpk : 0.0;
         dP_mag[j] = keep ? dpd_mag * rpk : 0.0;
@@ -119,7 +118,7 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
         const double dS_mag = P[j] * (dP_mag[j] + D_mag);
         if (s.bias_kind == 1) {
           dbias_red[group_index(s, b, h, i, j)] += dS;
-          dbias_mag_red[group_index(s, b, h, i, j)] += dS_mag;
+          if (mag) dbias_mag_red[group_index(s, b, h, i, j)] += dS_mag;
         }
         double draw = dS, draw_mag = dS_mag;
         if (s.softcap > 0) {
@@ -130,18 +129,19 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
         const double* k = &in.k[((tk0 + j) * HKV + hk) * D];
         double* dk = &out.dk[((tk0 + j) * HKV + hk) * D];
         double* dv = &out.dv[((tk0 + j) * HKV + hk) * DV];
-        double* dk_mag = &out.dk_mag[((tk0 + j) * HKV + hk) * D];
-        double* dv_mag = &out.dv_mag[((tk0 + j) * HKV + hk) * DV];
         for (int64_t d = 0; d < D; ++d) {
           dq[d] += s.scale * draw * k[d];
           dk[d] += s.scale * draw * q[d];
+        }
+        for (int64_t d = 0; d < DV; ++d) dv[d] += Pd[j] * dout[d];
+        if (!mag) continue;
+        double* dk_mag = &out.dk_mag[((tk0 + j) * HKV + hk) * D];
+        double* dv_mag = &out.dv_mag[((tk0 + j) * HKV + hk) * DV];
+        for (int64_t d = 0; d < D; ++d) {
           out.dq_mag[row * D + d] += s.scale * draw_mag * fabs(k[d]);
           dk_mag[d] += s.scale * draw_mag * fabs(q[d]);
         }
-        for (int64_t d = 0; d < DV; ++d) {
-          dv[d] += Pd[j] * dout[d];
-          dv_mag[d] += Pd[j] * fabs(dout[d]);
-        }
+        for (int64_t d = 0; d < DV; ++d) dv_mag[d] += Pd[j] * fabs(dout[d]);
       }
     }
   }
@@ -170,16 +170,18 @@ RefOutputs reference_fp64(const RefSpec& s, const RefInputs& in, bool backward, 
   out.o.assign(static_cast<size_t>(s.total_q() * HQ * DV), 0.0);
   out.lse.assign(static_cast<size_t>(s.total_q() * HQ), kNegInf);
   out.row_masked.assign(static_cast<size_t>(s.total_q() * HQ), 0);
-  out.o_mag.assign(out.o.size(), 0.0);
+  if (s.magnitudes) out.o_mag.assign(out.o.size(), 0.0);
   const bool want_dbias = backward && s.bias_kind == 1;
   const size_t ngroups = want_dbias ? static_cast<size_t>(group_count(s)) : 0;
   if (backward) {
     out.dq.assign(in.q.size(), 0.0);
     out.dk.assign(in.k.size(), 0.0);
     out.dv.assign(in.v.size(), 0.0);
-    out.dq_mag.assign(in.q.size(), 0.0);
-    out.dk_mag.assign(in.k.size(), 0.0);
-    out.dv_mag.assign(in.v.size(), 0.0);
+    if (s.magnitudes) {
+      out.dq_mag.assign(in.q.size(), 0.0);
+      out.dk_mag.assign(in.k.size(), 0.0);
+      out.dv_mag.assign(in.v.size(), 0.0);
+    }
   }
   // Tasks are (sequence, kv head) pairs, b-major: with one worker that is the plain loop
   // order. A task is the only writer of its rows of O, LSE, dQ, dK and dV; dBias groups are
@@ -195,7 +197,7 @@ RefOutputs reference_fp64(const RefSpec& s, const RefInputs& in, bool backward, 
   }
   const size_t nparts = shared_groups ? static_cast<size_t>(workers) : 1;
   std::vector<std::vector<double>> dbias_red(nparts, std::vector<double>(ngroups, 0.0)),
-      dbias_mag_red(nparts, std::vector<double>(ngroups, 0.0));
+      dbias_mag_red(nparts, std::vector<double>(s.magnitudes ? ngroups : 0, 0.0));
   auto work = [&](int64_t w) {
     const size_t part = shared_groups ? static_cast<size_t>(w) : 0;
     for (int64_t t = w; t < tasks; t += workers)
@@ -212,10 +214,10 @@ RefOutputs reference_fp64(const RefSpec& s, const RefInputs& in, bool backward, 
     for (size_t p = 1; p < nparts; ++p)
       for (size_t g = 0; g < ngroups; ++g) {
         dbias_red[0][g] += dbias_red[p][g];
-        dbias_mag_red[0][g] += dbias_mag_red[p][g];
+        if (s.magnitudes) dbias_mag_red[0][g] += dbias_mag_red[p][g];
       }
     expand_dbias(s, dbias_red[0], out.dbias);
-    expand_dbias(s, dbias_mag_red[0], out.dbias_mag);
+    if (s.magnitudes) expand_dbias(s, dbias_mag_red[0], out.dbias_mag);
   }
   return out;
 }

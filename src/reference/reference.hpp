@@ -55,6 +55,7 @@ struct RefSpec {
   uint64_t seed = 0, offset = 0;
   std::vector<uint8_t> layout;     // block-sparse, empty = dense
   int64_t layout_heads = 1, n_row_blocks = 0, n_col_blocks = 0, block_q = 1, block_k = 1;
+  bool magnitudes = true;          // reference_fp64 also computes the *_mag outputs (off: faster)
 
   int64_t total_q() const { return cu_q.back(); }
   int64_t total_k() const { return cu_k.back(); }
@@ -69,10 +70,10 @@ struct RefInputs {
 struct RefOutputs {
   std::vector<double> o, lse, dq, dk, dv, dbias;
   std::vector<uint8_t> row_masked;  // [total_q][heads_q]: 1 if every key of the row is masked
-  // reference_fp64 only: the same sums taken over absolute values of their terms
-  // (P_d |V| for O; for dS P (|dP| + |D|) with dP and D expanded into
-  // their absolute terms, and onward), the classic condition magnitude
-  // that bounds the rounding error of any evaluation order. Used for the error floor.
+  // reference_fp64 with RefSpec::magnitudes only (else empty): the same sums taken over
+  // absolute values of their terms (P_d |V| for O; for dS P (|dP| + |D|) with dP and D
+  // expanded into their absolute terms, and onward), the classic condition magnitude that
+  // bounds the rounding error of any evaluation order. Used for the error floor.
   std::vector<double> o_mag, dq_mag, dk_mag, dv_mag, dbias_mag;
 };
 
