@@ -318,3 +318,60 @@ TEST_CASE("fp64 reference gradients match finite differences: everything combine
   c.bias_bcast[0] = false;
   fd_check(c);
 }
+
+TEST_CASE("fp64 reference: threads and RefSpec::magnitudes do not change the results", "[reference]") {
+  // `flashattn check` runs the reference on every core, without the condition magnitudes.
+  // Every element is summed in the same order, so the outputs are bitwise those of one
+  // thread, except dBias under a batch or head broadcast (per-thread partial sums).
+  const bool patterns[][4] = {{false, false, false, false}, {true, false, false, false}, {false, true, true, false},
+                              {false, false, false, true}};
+  for (const auto& pat : patterns) {
+    Config c = tiny("threads");
+    c.hq = 4;
+    c.hkv = 2;
+    c.seqlens_q = {9, 0, 4, 6};
+    c.seqlens_k = {4, 11, 0, 7};
+    c.bias = FLASHATTN_BIAS_TENSOR;
+    for (int d = 0; d < 4; ++d) c.bias_bcast[d] = pat[d];
+    c.softcap = 2.f;
+    c.p_drop = 0.2f;
+    c.seed = 5;
+    c.band = true;
+    c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+    c.wl = 3;
+    c.wr = 1;
+    const Problem p = make_problem(c);
+    const RefOutputs one = reference_fp64(p.spec, p.in, true, 1);
+    const bool partial_sums = pat[0] || pat[1];
+    REQUIRE(!one.dbias.empty());
+    for (int threads : {2, 3, 8}) {
+      INFO("broadcast " << pat[0] << pat[1] << pat[2] << pat[3] << ", threads " << threads);
+      const RefOutputs many = reference_fp64(p.spec, p.in, true, threads);
+      CHECK(many.o == one.o);
+      CHECK(many.lse == one.lse);
+      CHECK(many.row_masked == one.row_masked);
+      CHECK(many.dq == one.dq);
+      CHECK(many.dk == one.dk);
+      CHECK(many.dv == one.dv);
+      CHECK(many.o_mag == one.o_mag);
+      CHECK(many.dq_mag == one.dq_mag);
+      if (partial_sums) {
+        CHECK(error_stats(many.dbias, one.dbias).max_abs <= 1e-13 * (1 + error_stats(many.dbias, one.dbias).max_ref));
+      } else {
+        CHECK(many.dbias == one.dbias);
+        CHECK(many.dbias_mag == one.dbias_mag);
+      }
+    }
+    RefSpec lean_spec = p.spec;
+    lean_spec.magnitudes = false;
+    const RefOutputs lean = reference_fp64(lean_spec, p.in, true, 1);
+    CHECK(lean.o == one.o);
+    CHECK(lean.lse == one.lse);
+    CHECK(lean.dq == one.dq);
+    CHECK(lean.dk == one.dk);
+    CHECK(lean.dv == one.dv);
+    CHECK(lean.dbias == one.dbias);
+    CHECK((lean.o_mag.empty() && lean.dq_mag.empty() && lean.dk_mag.empty() && lean.dv_mag.empty() &&
+           lean.dbias_mag.empty()));
+  }
+}
