@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one script to run on a GPU machine: configure + build everything, run the GPU
-# tests, compute-sanitizer (memcheck, racecheck) on a representative subset, and the
+# tests, compute-sanitizer (memcheck, racecheck, synccheck) on a representative subset, and the
 # benchmark against PyTorch SDPA; copies logs/CSV/JSON/PNG to $OUT when set and prints a
 # summary table LAST.
 #
@@ -179,6 +179,25 @@ if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   fi
 elif [[ $BUILT == 1 ]]; then
   record sanitizers SKIP "compute-sanitizer not found"
+fi
+
+# ---------------------------------------------------------------- synccheck
+# compute-sanitizer --tool synccheck (a barrier reached by only part of a block, invalid
+# __syncwarp / shuffle / ballot masks) over the same subset: the CLI's flash checks (causal,
+# block-sparse with dropout), the STANDARD check with options, and the test_gpu cases of
+# $SANITIZE_TESTS. Same verdict rules as above ("ERROR SUMMARY: 0 errors" and exit 0).
+if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  if [[ -n "$CLI" ]]; then
+    sanitize synccheck flash-causal "$CLI" check --backend cuda --algorithm flash "${SMALL[@]}" --causal=bottom-right
+    sanitize synccheck flash-sparse-dropout "$CLI" check --backend cuda --algorithm flash \
+      --batch 1 --seqlen-q 300 --heads-q 2 --head-dim 128 --dtype fp16 --bwd --block-sparse 0.5 --dropout 0.2
+    sanitize synccheck standard-options "$CLI" check --backend cuda --algorithm standard "${SMALL[@]}" \
+      --causal=bottom-right --dropout 0.1 --alibi
+  fi
+  if [[ -n "$TEST_GPU" ]] && grep -Eqi 'matching test case' <<<"${listing:-}" &&
+      ! grep -Eqi 'no test cases matched|^ *0 matching' <<<"${listing:-}"; then
+    sanitize synccheck test_gpu-subset "$TEST_GPU" "$SANITIZE_TESTS"
+  fi
 fi
 
 # ---------------------------------------------------------------- benchmark

@@ -126,7 +126,8 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int
 // launch reserved Cfg::kBiasSmemBytes more shared memory; bias tiles are then staged with
 // cp.async next to V instead of being read element by element.
 template <typename Cfg, typename T, bool kExtras>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const int bias_smem) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const int bias_smem, const int b0,
+                                                                   const int h0) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kMT = Cfg::kMT, kNT = Cfg::kNT;
   constexpr int kThreads = Cfg::kThreads;
   using QTile = typename Cfg::QTile;
@@ -140,9 +141,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   T* sV = sK + KTile::kElems;
   T* sB = sV + VTile::kElems;  // bias tile, only with bias_smem
 
+  // Grid (m blocks, heads, sequences) from query head h0 and sequence b0 on: the launcher
+  // splits heads_q and batch into chunks of at most 65535 (the grid's y/z limit). b and h
+  // stay cheap to re-derive (a special register plus a kernel parameter), which matters
+  // to register allocation: they are used again in the epilogue.
   const int m_block = blockIdx.x;
-  const int h = blockIdx.y;
-  const int b = blockIdx.z;
+  const int h = h0 + static_cast<int>(blockIdx.y);
+  const int b = b0 + static_cast<int>(blockIdx.z);
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;

@@ -44,13 +44,27 @@ flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                 D, DV, smem, cudaGetErrorString(err));
-  const dim3 grid(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
-                  static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, bias_smem);
-  err = cudaGetLastError();
-  if (err != cudaSuccess)
-    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u) launch failed: %s", D,
-                DV, grid.x, grid.y, grid.z, cudaGetErrorString(err));
+  // One CTA per (m block, query head, sequence): grid (m_blocks, heads, batch), m block
+  // fastest. heads_q and batch beyond the grid's y/z limit of 65535 are split into
+  // chunks, one launch each (a single launch unless one of them exceeds 65535); the
+  // kernel adds the chunk's first head h0 and sequence b0.
+  constexpr int64_t kMaxGridYZ = 65535;
+  const int64_t m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;  // < 2^30: gen1_check
+  for (int64_t b0 = 0; b0 < p.batch; b0 += kMaxGridYZ) {
+    for (int64_t h0 = 0; h0 < p.heads_q; h0 += kMaxGridYZ) {
+      const dim3 grid(static_cast<unsigned>(m_blocks),
+                      static_cast<unsigned>(p.heads_q - h0 < kMaxGridYZ ? p.heads_q - h0 : kMaxGridYZ),
+                      static_cast<unsigned>(p.batch - b0 < kMaxGridYZ ? p.batch - b0 : kMaxGridYZ));
+      kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, bias_smem, static_cast<int>(b0), static_cast<int>(h0));
+      err = cudaGetLastError();
+      if (err != cudaSuccess)
+        return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                    "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
+                    "failed: %s (%s)",
+                    D, DV, grid.x, grid.y, grid.z, static_cast<long long>(h0), static_cast<long long>(b0),
+                    static_cast<void*>(stream), cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+  }
   return FLASHATTN_STATUS_SUCCESS;
 }
 

@@ -414,9 +414,13 @@ int bwd_smem_bytes(int config_index, int stages) {
 
 }  // namespace gen1
 
+// The caller's workspace may have any alignment: the layout starts at the first 256-byte
+// boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
+constexpr size_t kWsAlignSlack = 255;
+
 size_t gen1_bwd_workspace_size(const AttnParams& p) {
   const int cfg = gen1::select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  return gen1::ws_layout(p, cfg).total;
+  return gen1::ws_layout(p, cfg).total + kWsAlignSlack;
 }
 
 flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -471,13 +475,15 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 static_cast<long long>(n_kblocks), static_cast<long long>(ctas));
   }
   const WsLayout wl = ws_layout(p, cfg);
-  if (workspace_bytes < wl.total || (wl.total > 0 && workspace == nullptr)) {
+  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
+  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < wl.total) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA gen1 backward needs %zu bytes", workspace,
-                workspace_bytes, wl.total);
+                "workspace=%p with workspace_bytes=%zu: the CUDA gen1 backward needs %zu bytes from the first "
+                "256-byte boundary (%zu bytes in)",
+                workspace, workspace_bytes, wl.total, pad);
   }
 
-  char* ws = static_cast<char*>(workspace);
+  char* ws = static_cast<char*>(workspace) + pad;
   BwdArgs a{};
   a.p = p;
   a.delta = reinterpret_cast<float*>(ws + wl.delta);

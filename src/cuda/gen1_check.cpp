@@ -11,7 +11,11 @@ namespace flashattn {
 namespace {
 
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // positions are int32 in the kernels
-constexpr int64_t kMaxGridYZ = 65535;
+// Sequence and head indices are int32 in the kernels. The grids have no other limit of
+// their own: the forward's (query blocks, heads_q, batch) grid is launched in chunks of at
+// most 65535 heads and sequences (the y/z limit), the backward's is 1-D (gen1_bwd checks
+// its key blocks x heads_kv x batch <= 2^31 - 1), and offsets are 64-bit.
+constexpr int64_t kMaxIndex = 2147483647;
 
 flashattn_status_t check_ptr(const void* ptr, const char* name) {
   if (ptr != nullptr && (reinterpret_cast<uintptr_t>(ptr) & 15u) != 0)
@@ -58,12 +62,11 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_q=%lld, seqlen_k=%lld: the gen1 CUDA kernels support sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
-  if (p.heads_q > kMaxGridYZ)
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "heads_q=%lld exceeds %lld, the gen1 CUDA kernels' grid limit",
-                static_cast<long long>(p.heads_q), static_cast<long long>(kMaxGridYZ));
-  if (p.batch > kMaxGridYZ)
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "batch=%lld exceeds %lld, the gen1 CUDA kernels' grid limit",
-                static_cast<long long>(p.batch), static_cast<long long>(kMaxGridYZ));
+  if (p.batch > kMaxIndex || p.heads_q > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "batch=%lld, heads_q=%lld: the gen1 CUDA kernels index sequences and heads with 32-bit integers "
+                "(at most %lld each)",
+                static_cast<long long>(p.batch), static_cast<long long>(p.heads_q), static_cast<long long>(kMaxIndex));
 
   const bool varlen = p.varlen != 0;
   flashattn_status_t st;

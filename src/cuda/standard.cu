@@ -55,6 +55,7 @@ namespace {
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 constexpr size_t kAlign = 256;  // cublasSetWorkspace requires 256-byte alignment
 constexpr int kRowThreads = 256;
+constexpr int64_t kMaxGemmBatch = 32768;  // matrices per cublasGemmStridedBatchedEx call
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 int64_t elem_bytes(int32_t dtype) { return dtype == kFp32 ? 4 : 2; }
@@ -620,14 +621,22 @@ flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64
         return static_cast<char*>(x.ptr) + e * x.esize;
       };
       const float beta = (C.kv && r > 0) ? 1.f : 0.f;
-      const cublas::Status st = ctx.api->gemm_strided_batched(
-          ctx.handle, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, at(A), A.type,
-          static_cast<int>(A.ld), hs(A), at(B), B.type, static_cast<int>(B.ld), hs(B), &beta, at(C), C.type,
-          static_cast<int>(C.ld), hs(C), static_cast<int>(count), cublas::kCompute32F, cublas::kGemmDefault);
-      if (st != cublas::kSuccess) {
-        return fail(FLASHATTN_STATUS_CUDA_ERROR, "cublasGemmStridedBatchedEx (%s, m=%lld n=%lld k=%lld) failed: %s",
-                    what, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                    cublas::status_text(st));
+      // At most kMaxGemmBatch matrices per call: cuBLAS takes an int batch count, and some
+      // cuBLAS versions/GPUs mishandle counts above the 65535 grid y/z limit.
+      for (int64_t c0 = 0; c0 < count; c0 += kMaxGemmBatch) {
+        const int64_t nb = count - c0 < kMaxGemmBatch ? count - c0 : kMaxGemmBatch;
+        auto ptr = [&](const Mat& x) { return at(x) + c0 * hs(x) * x.esize; };
+        const cublas::Status st = ctx.api->gemm_strided_batched(
+            ctx.handle, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, ptr(A), A.type,
+            static_cast<int>(A.ld), hs(A), ptr(B), B.type, static_cast<int>(B.ld), hs(B), &beta, ptr(C), C.type,
+            static_cast<int>(C.ld), hs(C), static_cast<int>(nb), cublas::kCompute32F, cublas::kGemmDefault);
+        if (st != cublas::kSuccess) {
+          (void)cudaGetLastError();  // a failed launch inside cuBLAS must not fail a later run
+          return fail(FLASHATTN_STATUS_CUDA_ERROR,
+                      "cublasGemmStridedBatchedEx (%s, m=%lld n=%lld k=%lld, batch %lld of %lld) failed: %s", what,
+                      static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                      static_cast<long long>(nb), static_cast<long long>(count), cublas::status_text(st));
+        }
       }
     }
   }
@@ -721,35 +730,57 @@ flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+// What both passes do first: workspace regions and cuBLAS handle (prepare), Q, K, V as GEMM
+// operands (gathered into their padded copies when the layout needs it), the score rows
+// as fp32 S and as P in the input dtype over the same memory, and S = scale Q K^T.
+struct Prologue {
+  Geometry g;
+  Gemm ctx;
+  Regions reg;
+  const int32_t* cuq;  // cu_seqlens in varlen mode, else null
+  const int32_t* cuk;
+  Mat Q, K, V, Sm, Pm;
+  float* S;
+  int64_t eb, ldP;  // element bytes; P's row stride in elements
+};
+
+template <typename T>
+flashattn_status_t prologue(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                            Prologue* pr) {
+  pr->g = geometry(p);
+  const Geometry& g = pr->g;
+  FA_TRY(prepare(g, workspace, workspace_bytes, stream, &pr->ctx, &pr->reg));
+  pr->cuq = p.varlen ? p.cu_seqlens_q : nullptr;
+  pr->cuk = p.varlen ? p.cu_seqlens_k : nullptr;
+  void* qp = pr->reg.at(g.off_q);
+  void* kp = pr->reg.at(g.off_k);
+  void* vp = pr->reg.at(g.off_v);
+  if (g.gathered) {
+    FA_TRY(gather<T>(p.q, qp, p.q_stride, pr->cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
+    FA_TRY(gather<T>(p.k, kp, p.k_stride, pr->cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream));
+    FA_TRY(gather<T>(p.v, vp, p.v_stride, pr->cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream));
+  }
+  pr->Q = tensor_mat(g, p, p.q, qp, p.q_stride, false, g.Sq, g.Dqk);
+  pr->K = tensor_mat(g, p, p.k, kp, p.k_stride, true, g.Sk, g.Dqk);
+  pr->V = tensor_mat(g, p, p.v, vp, p.v_stride, true, g.Sk, g.Dv);
+  pr->S = reinterpret_cast<float*>(pr->reg.at(g.off_s));
+  pr->eb = elem_bytes(p.dtype);
+  pr->ldP = g.ldS * 4 / pr->eb;
+  pr->Sm = Mat{pr->S, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
+  pr->Pm = Mat{pr->S, cuda_type(p.dtype), pr->eb, pr->ldP, g.Sq * pr->ldP, g.Hq * g.Sq * pr->ldP, false};
+  // Column-major view: S^T[Sk x Sq] = K Q^T.
+  return gemm(pr->ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, pr->K, pr->Q, pr->Sm);
+}
+
 template <typename T>
 flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const Geometry g = geometry(p);
-  Gemm ctx{};
-  Regions reg{};
-  FA_TRY(prepare(g, workspace, workspace_bytes, stream, &ctx, &reg));
-  const int32_t* cuq = p.varlen ? p.cu_seqlens_q : nullptr;
-  const int32_t* cuk = p.varlen ? p.cu_seqlens_k : nullptr;
-  void* qp = reg.at(g.off_q);
-  void* kp = reg.at(g.off_k);
-  void* vp = reg.at(g.off_v);
-  void* op = reg.at(g.off_o);
-  if (g.gathered) {
-    FA_TRY(gather<T>(p.q, qp, p.q_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
-    FA_TRY(gather<T>(p.k, kp, p.k_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream));
-    FA_TRY(gather<T>(p.v, vp, p.v_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream));
-  }
-  const Mat Q = tensor_mat(g, p, p.q, qp, p.q_stride, false, g.Sq, g.Dqk);
-  const Mat K = tensor_mat(g, p, p.k, kp, p.k_stride, true, g.Sk, g.Dqk);
-  const Mat V = tensor_mat(g, p, p.v, vp, p.v_stride, true, g.Sk, g.Dv);
+  Prologue pr;
+  FA_TRY(prologue<T>(p, workspace, workspace_bytes, stream, &pr));
+  const Geometry& g = pr.g;
+  void* op = pr.reg.at(g.off_o);
   const Mat O = tensor_mat(g, p, p.o, op, p.o_stride, false, g.Sq, g.Dv);
-  float* S = reinterpret_cast<float*>(reg.at(g.off_s));
-  const int64_t eb = elem_bytes(p.dtype);
-  const int64_t ldP = g.ldS * 4 / eb;
-  const Mat Sm{S, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
-  const Mat Pm{S, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
-
-  // Column-major view: S^T[Sk x Sq] = K Q^T.
-  FA_TRY(gemm(ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, K, Q, Sm));
+  float* S = pr.S;
+  const int32_t* cuq = pr.cuq;
   const int64_t rows = g.B * g.Hq * g.Sq;
   if (g.Sk <= kCachedRowMax) {
     const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * sizeof(float);
@@ -761,33 +792,24 @@ flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspac
     FA_TRY(launch_status("softmax_fwd_kernel"));
   }
   // O^T[Dv x Sq] = V^T P^T.
-  FA_TRY(gemm(ctx, "O = P V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, V, Pm, O));
+  FA_TRY(gemm(pr.ctx, "O = P V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, pr.V, pr.Pm, O));
   if (g.gathered) FA_TRY((scatter<T, T>(op, p.o, p.o_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream)));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
 template <typename T>
 flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const Geometry g = geometry(p);
-  Gemm ctx{};
-  Regions reg{};
-  FA_TRY(prepare(g, workspace, workspace_bytes, stream, &ctx, &reg));
-  const int32_t* cuq = p.varlen ? p.cu_seqlens_q : nullptr;
-  const int32_t* cuk = p.varlen ? p.cu_seqlens_k : nullptr;
-  void* qp = reg.at(g.off_q);
-  void* kp = reg.at(g.off_k);
-  void* vp = reg.at(g.off_v);
+  Prologue pr;
+  FA_TRY(prologue<T>(p, workspace, workspace_bytes, stream, &pr));
+  const Geometry& g = pr.g;
+  const Gemm& ctx = pr.ctx;
+  const Regions& reg = pr.reg;
+  const int32_t* cuq = pr.cuq;
+  const int32_t* cuk = pr.cuk;
+  const Mat &Q = pr.Q, &K = pr.K, &V = pr.V;
   void* dop = reg.at(g.off_o);
   void* dqp = reg.at(g.off_dq);
-  if (g.gathered) {
-    FA_TRY(gather<T>(p.q, qp, p.q_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
-    FA_TRY(gather<T>(p.k, kp, p.k_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream));
-    FA_TRY(gather<T>(p.v, vp, p.v_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream));
-    FA_TRY(gather<T>(p.dout, dop, p.do_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream));
-  }
-  const Mat Q = tensor_mat(g, p, p.q, qp, p.q_stride, false, g.Sq, g.Dqk);
-  const Mat K = tensor_mat(g, p, p.k, kp, p.k_stride, true, g.Sk, g.Dqk);
-  const Mat V = tensor_mat(g, p, p.v, vp, p.v_stride, true, g.Sk, g.Dv);
+  if (g.gathered) FA_TRY(gather<T>(p.dout, dop, p.do_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream));
   const Mat dO = tensor_mat(g, p, p.dout, dop, p.do_stride, false, g.Sq, g.Dv);
   const Mat dQ = tensor_mat(g, p, p.dq, dqp, p.dq_stride, false, g.Sq, g.Dqk);
   Mat dK = tensor_mat(g, p, p.dk, nullptr, p.dk_stride, true, g.Sk, g.Dqk);
@@ -796,17 +818,14 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
     dK = Mat{reg.at(g.off_dk), CUDA_R_32F, 4, g.Dqk, g.Sk * g.Dqk, g.Hkv * g.Sk * g.Dqk, true};
     dV = Mat{reg.at(g.off_dv), CUDA_R_32F, 4, g.Dv, g.Sk * g.Dv, g.Hkv * g.Sk * g.Dv, true};
   }
-  float* S = reinterpret_cast<float*>(reg.at(g.off_s));
+  float* S = pr.S;
   float* dP = reinterpret_cast<float*>(reg.at(g.off_dp));
   float* dt = g.dt_buffer && p.dbias != nullptr ? reinterpret_cast<float*>(reg.at(g.off_dt)) : nullptr;
-  const int64_t eb = elem_bytes(p.dtype);
-  const int64_t ldP = g.ldS * 4 / eb;
-  const Mat Sm{S, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
+  const int64_t eb = pr.eb, ldP = pr.ldP;
   const Mat dPm{dP, CUDA_R_32F, 4, g.ldS, g.Sq * g.ldS, g.Hq * g.Sq * g.ldS, false};
-  const Mat Pm{S, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
+  const Mat& Pm = pr.Pm;
   const Mat dSm{dP, cuda_type(p.dtype), eb, ldP, g.Sq * ldP, g.Hq * g.Sq * ldP, false};
 
-  FA_TRY(gemm(ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, K, Q, Sm));
   // dP^T[Sk x Sq] = V dO^T.
   FA_TRY(gemm(ctx, "dP = dO V^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dv, 1.f, V, dO, dPm));
   const int64_t rows = g.B * g.Hq * g.Sq;
@@ -852,15 +871,22 @@ flashattn_status_t standard_check(const AttnParams& p) {
                 static_cast<int>(p.dtype));
   }
   const Geometry g = geometry(p);
-  // cuBLAS takes int sizes, leading dimensions and batch counts; the softmax grid has one
-  // CTA per score row.
+  // cuBLAS takes int sizes and leading dimensions (batch counts are split into calls of
+  // kMaxGemmBatch, strides and offsets are 64-bit); the softmax kernels run one CTA per
+  // score row on a 1-D grid (at most 2^31 - 1 CTAs).
   const int64_t rows = g.B * g.Hq * g.Sq;
-  if (g.Sq > INT_MAX || g.Sk > INT_MAX || g.ldS * 2 > INT_MAX || g.B * g.Hkv > INT_MAX || rows > INT_MAX) {
+  if (g.Sq > INT_MAX || g.Sk > INT_MAX || g.ldS * 2 > INT_MAX) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "algorithm=STANDARD: batch=%lld x heads_q=%lld x seqlen_q=%lld x seqlen_k=%lld exceeds the 32-bit "
-                "limits of cuBLAS and of the softmax grid",
+                "algorithm=STANDARD: seqlen_q=%lld, seqlen_k=%lld: cuBLAS takes 32-bit matrix sizes and leading "
+                "dimensions (seqlen_q <= %d, seqlen_k rounded up to 8 <= %d)",
+                static_cast<long long>(g.Sq), static_cast<long long>(g.Sk), INT_MAX, INT_MAX / 2);
+  }
+  if (rows > INT_MAX) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "algorithm=STANDARD: batch=%lld x heads_q=%lld x seqlen_q=%lld = %lld score rows exceeds %d, the "
+                "softmax kernels' grid limit (one thread block per row)",
                 static_cast<long long>(g.B), static_cast<long long>(g.Hq), static_cast<long long>(g.Sq),
-                static_cast<long long>(g.Sk));
+                static_cast<long long>(rows), INT_MAX);
   }
   const cublas::Api* api = nullptr;
   if (const flashattn_status_t s = cublas::load(&api)) return s;

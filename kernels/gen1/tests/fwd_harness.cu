@@ -862,12 +862,12 @@ static void bench_variant(const char* label, int d, int sq, bool causal) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int w = 0; w < 3; ++w) kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0);
+  for (int w = 0; w < 3; ++w) kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0, 0, 0);
   CK(cudaGetLastError());
   std::vector<float> ts;
   for (int r = 0; r < 30; ++r) {
     CK(cudaEventRecord(e0));
-    kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0);
+    kern<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p, 0, 0, 0);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
