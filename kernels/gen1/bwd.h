@@ -54,35 +54,47 @@ struct BwdArgs {
   int32_t dbias_mode;  // BwdDbiasMode
   int32_t n_kblocks;   // ceil(seqlen_k / Bc): grid.x = n_kblocks * heads_kv * batch
   int32_t n_qblocks;   // ceil(seqlen_q / Br) (semaphore row length)
-  int32_t stages;      // 1 or 2 shared-memory stages for Q/dO
+  int32_t stages;      // 1 or 2 shared-memory stages for Q/dO (BwdChoice::stages)
 };
 
-// Tile sizes of a configuration (the host needs them for grids and workspace).
-struct BwdTileInfo {
-  int br, bc;
+// Static shared memory of the main kernel (BwdCtx) on top of the dynamic part, as the
+// host budgets it: a kernel fits when dynamic bytes + this <= the opt-in limit per block.
+inline constexpr int kBwdStaticSmemSlack = 256;
+
+// The kernel one backward runs on: config kBwdConfigs[config] itself (variant 0) or its
+// small-shared-memory form (variant 1), with 1 or 2 Q/dO stages. The host takes the first
+// that fits the device's opt-in shared memory per block, in the order: variant 0 with 2
+// stages, with 1 stage, then variant 1 with 2 stages, with 1 stage (gen1_bwd.cu).
+struct BwdChoice {
+  int kernel;      // index into the host's kernel table (gen1_bwd.cu)
+  int d, dv;       // instantiated head dims (>= the problem's)
+  int variant;     // 0 or 1
+  int stages;      // 1 or 2
+  int smem_bytes;  // dynamic shared memory of the launch
+  int br, bc;      // tile rows (queries) and columns (keys)
 };
-BwdTileInfo bwd_tile_info(int config_index);
 
-// Dynamic shared memory bytes of config (D, DV) with `stages` Q/dO stages.
-int bwd_smem_bytes(int config_index, int stages);
-
-// Launches the main kernel of configuration (D, DV) for dtype kDtype (kFp16/kBf16).
-// smem_bytes is bwd_smem_bytes(config, args.stages). Returns the CUDA error of the
-// attribute call or the launch.
-template <int D, int DV, int kDtype>
+// Launches the main kernel of instantiation (D, DV, kVariant) for dtype kDtype
+// (kFp16/kBf16). smem_bytes is the traits' smem_bytes(args.stages). Returns the CUDA error
+// of the attribute call or the launch.
+template <int D, int DV, int kDtype, int kVariant = 0>
 cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t stream);
 
-// Instantiated only in the generated translation units (one per config and dtype).
-#define FLASHATTN_BWD_EXTERN(D, DV)                                                                  \
-  extern template cudaError_t launch_bwd_main<D, DV, kFp16>(const BwdArgs&, int, cudaStream_t); \
-  extern template cudaError_t launch_bwd_main<D, DV, kBf16>(const BwdArgs&, int, cudaStream_t);
-FLASHATTN_BWD_EXTERN(32, 32)
-FLASHATTN_BWD_EXTERN(64, 64)
-FLASHATTN_BWD_EXTERN(96, 96)
-FLASHATTN_BWD_EXTERN(128, 128)
-FLASHATTN_BWD_EXTERN(192, 128)
-FLASHATTN_BWD_EXTERN(192, 192)
-FLASHATTN_BWD_EXTERN(256, 256)
+// Instantiated only in the generated translation units (one per instantiation and dtype;
+// the list must match CONFIGS in bwd_generate.py).
+#define FLASHATTN_BWD_EXTERN(D, DV, V)                                                                  \
+  extern template cudaError_t launch_bwd_main<D, DV, kFp16, V>(const BwdArgs&, int, cudaStream_t); \
+  extern template cudaError_t launch_bwd_main<D, DV, kBf16, V>(const BwdArgs&, int, cudaStream_t);
+FLASHATTN_BWD_EXTERN(32, 32, 0)
+FLASHATTN_BWD_EXTERN(64, 64, 0)
+FLASHATTN_BWD_EXTERN(96, 96, 0)
+FLASHATTN_BWD_EXTERN(128, 128, 0)
+FLASHATTN_BWD_EXTERN(192, 128, 0)
+FLASHATTN_BWD_EXTERN(192, 192, 0)
+FLASHATTN_BWD_EXTERN(256, 256, 0)
+FLASHATTN_BWD_EXTERN(64, 64, 1)
+FLASHATTN_BWD_EXTERN(128, 128, 1)
+FLASHATTN_BWD_EXTERN(192, 192, 1)
 #undef FLASHATTN_BWD_EXTERN
 
 }  // namespace gen1

@@ -129,7 +129,26 @@ using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG>;
 
-template <int D, int DV>
+// Small-shared-memory variants (kVariant 1), for devices whose opt-in limit per block the
+// configs above exceed: sm_86/sm_89/sm_120 allow 99 KB (101376 B). The host takes them
+// only when the config above does not fit with either stage count (gen1_bwd.cu); they
+// also serve the smaller head dims of the same 64-column shared width (d<=32 runs on
+// the d=64 one, d=96 on the d=128 one). Same kernel, same numerics, every option.
+//   d<=64:  64x128, 2 stages 97 KB (FA2's sm86 d=64 tile): S 2x4 (32x32), dK/dV 4x2, dQ 4x2.
+//   d<=128: 32x128, 1 stage 96.25 KB: S 2x4 (16x32), dK/dV 4x2 (32 keys x 64, as the d=128
+//           config), dQ 2x4 (16x32). Same MMA work per step as FA2's sm86 64x64 tile, half
+//           the Q/dO bytes and dQ atomics per FLOP.
+//   d<=192: 32x64, 1 stage 80.25 KB: S 2x4 (16x16), dK/dV 2x4 (32 keys x 48), dQ 2x4 (16x48).
+// (d=192 with dv<=128 needs none: its config above fits 99 KB with 1 stage. d>192 has no
+// variant: with Bc >= 64 and 8 warps of >= 16-row S tiles the K, V, Q, dO, P and dS tiles
+// alone need 104.25 KB.)
+using BwdCfg64Small = BwdTraits<64, 64, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
+using BwdCfg128Small = BwdTraits<128, 128, 32, 128, 2, 4, 4, 2, 2, 4, 1, 1, FA_BWD_V4_128>;
+using BwdCfg192Small = BwdTraits<192, 192, 32, 64, 2, 4, 2, 4, 2, 4, 1, 1, 0>;
+
+// Traits of instantiation (D, DV, kVariant): variant 0 is the config of kBwdConfigs,
+// variant 1 its small-shared-memory form.
+template <int D, int DV, int kVariant = 0>
 struct BwdCfgFor;
 template <> struct BwdCfgFor<32, 32> { using type = BwdCfg32; };
 template <> struct BwdCfgFor<64, 64> { using type = BwdCfg64; };
@@ -138,6 +157,9 @@ template <> struct BwdCfgFor<128, 128> { using type = BwdCfg128; };
 template <> struct BwdCfgFor<192, 128> { using type = BwdCfg192x128; };
 template <> struct BwdCfgFor<192, 192> { using type = BwdCfg192; };
 template <> struct BwdCfgFor<256, 256> { using type = BwdCfg256; };
+template <> struct BwdCfgFor<64, 64, 1> { using type = BwdCfg64Small; };
+template <> struct BwdCfgFor<128, 128, 1> { using type = BwdCfg128Small; };
+template <> struct BwdCfgFor<192, 192, 1> { using type = BwdCfg192Small; };
 
 template <int kDtype>
 struct BwdElem;
@@ -885,21 +907,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 }
 
 // Launcher body shared by the generated translation units.
-template <int D, int DV, int kDtype>
+template <int D, int DV, int kDtype, int kVariant>
 cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t stream) {
-  using Tr = typename BwdCfgFor<D, DV>::type;
+  using Tr = typename BwdCfgFor<D, DV, kVariant>::type;
   using T = typename BwdElem<kDtype>::type;
   auto kernel = bwd_main_kernel<Tr, T>;
-  // The attribute is per (function, device) and smem_bytes depends only on the device
-  // (its shared-memory limit picks the stage count), so it is set once per device.
-  // Setting it again with the same value is harmless: concurrent first calls need no lock.
+  // The attribute is per (function, device). It is set once per device, to the largest
+  // size any call may pass there (2 stages if they fit the device's opt-in limit, else 1):
+  // smem_bytes itself can vary between calls when FLASHATTN_CUDA_SMEM_LIMIT changes.
+  // The value depends only on the device, so concurrent first calls need no lock.
   static std::atomic<uint64_t> attr_done{0};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (uint64_t{1} << dev) : 0;
   if (bit == 0 || (attr_done.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    int attr = Tr::smem_bytes(2) + kBwdStaticSmemSlack <= optin ? Tr::smem_bytes(2) : Tr::smem_bytes(1);
+    if (attr < smem_bytes) attr = smem_bytes;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, attr);
     if (err != cudaSuccess) return err;
     if (bit != 0) attr_done.fetch_or(bit, std::memory_order_acq_rel);
   }

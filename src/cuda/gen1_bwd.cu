@@ -10,7 +10,9 @@
 //   5. dQ convert (applies the softmax scale);
 //   6. dBias convert (broadcast mode) or, deterministic, the fixed-order slab reduction.
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -21,34 +23,92 @@ namespace flashattn {
 namespace gen1 {
 namespace {
 
-template <int I>
-struct CfgAt;
-template <> struct CfgAt<0> { using type = BwdCfg32; };
-template <> struct CfgAt<1> { using type = BwdCfg64; };
-template <> struct CfgAt<2> { using type = BwdCfg96; };
-template <> struct CfgAt<3> { using type = BwdCfg128; };
-template <> struct CfgAt<4> { using type = BwdCfg192x128; };
-template <> struct CfgAt<5> { using type = BwdCfg192; };
-template <> struct CfgAt<6> { using type = BwdCfg256; };
-static_assert(kNumBwdConfigs == 7, "CfgAt and kLaunch list every config of kBwdConfigs");
-
-template <int I>
-constexpr bool cfg_matches() {
-  return CfgAt<I>::type::D == kBwdConfigs[I].d && CfgAt<I>::type::DV == kBwdConfigs[I].dv;
-}
-static_assert(cfg_matches<0>() && cfg_matches<1>() && cfg_matches<2>() && cfg_matches<3>() && cfg_matches<4>() &&
-                  cfg_matches<5>() && cfg_matches<6>(),
-              "CfgAt order differs from kBwdConfigs");
-
 using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
-#define FA_BWD_ENTRY(D, DV) {&launch_bwd_main<D, DV, kFp16>, &launch_bwd_main<D, DV, kBf16>}
-const LaunchFn kLaunch[kNumBwdConfigs][2] = {FA_BWD_ENTRY(32, 32),   FA_BWD_ENTRY(64, 64),   FA_BWD_ENTRY(96, 96),
-                                             FA_BWD_ENTRY(128, 128), FA_BWD_ENTRY(192, 128), FA_BWD_ENTRY(192, 192),
-                                             FA_BWD_ENTRY(256, 256)};
-#undef FA_BWD_ENTRY
 
-// Static shared memory of the main kernel (BwdCtx) on top of the dynamic part.
-constexpr int kStaticSmemSlack = 256;
+// Every instantiated main kernel (the generated bwd_*.cu translation units): its traits'
+// dims, tiles and shared memory, and its launchers.
+struct BwdKernel {
+  int d, dv, variant, br, bc;
+  int smem[3];          // dynamic shared memory by stage count (index 1, 2)
+  LaunchFn launch[2];   // fp16, bf16
+};
+template <int D, int DV, int V>
+constexpr BwdKernel kernel_entry() {
+  using Tr = typename BwdCfgFor<D, DV, V>::type;
+  static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
+  return {D, DV, V, Tr::Br, Tr::Bc, {0, Tr::smem_bytes(1), Tr::smem_bytes(2)},
+          {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
+}
+// Entries 0..kNumBwdConfigs-1 are the configs of kBwdConfigs in order (variant 0); the
+// small-shared-memory variants follow.
+constexpr BwdKernel kKernels[] = {
+    kernel_entry<32, 32, 0>(),    kernel_entry<64, 64, 0>(),    kernel_entry<96, 96, 0>(),
+    kernel_entry<128, 128, 0>(),  kernel_entry<192, 128, 0>(),  kernel_entry<192, 192, 0>(),
+    kernel_entry<256, 256, 0>(),  kernel_entry<64, 64, 1>(),    kernel_entry<128, 128, 1>(),
+    kernel_entry<192, 192, 1>()};
+constexpr int kNumKernels = static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
+// Per config: the kernel of its small-shared-memory fallback, -1 for none. d<=32 shares the
+// d=64 one and d=96 the d=128 one (same 64-column shared widths, so the same bytes); the
+// (192, 128) config fits 99 KB with 1 stage itself; d=256 has none (see bwd_kernel.cuh).
+constexpr int kSmallFor[kNumBwdConfigs] = {7, 7, 8, 8, -1, 9, -1};
+
+constexpr bool kernel_tables_agree() {
+  for (int i = 0; i < kNumBwdConfigs; ++i) {
+    if (kKernels[i].d != kBwdConfigs[i].d || kKernels[i].dv != kBwdConfigs[i].dv || kKernels[i].variant != 0)
+      return false;
+    const int s = kSmallFor[i];
+    if (s >= 0 && (s >= kNumKernels || kKernels[s].variant != 1 || kKernels[s].d < kBwdConfigs[i].d ||
+                   kKernels[s].dv < kBwdConfigs[i].dv))
+      return false;
+  }
+  return true;
+}
+static_assert(kernel_tables_agree(), "kKernels / kSmallFor disagree with kBwdConfigs");
+
+// The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
+// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise.
+bool choose_kernel(int cfg, int limit, BwdChoice* out) {
+  const int cand[2] = {cfg, kSmallFor[cfg]};
+  for (int k : cand) {
+    if (k < 0) continue;
+    for (int stages = 2; stages >= 1; --stages) {
+      const BwdKernel& e = kKernels[k];
+      if (e.smem[stages] + kBwdStaticSmemSlack > limit) continue;
+      *out = BwdChoice{k, e.d, e.dv, e.variant, stages, e.smem[stages], e.br, e.bc};
+      return true;
+    }
+  }
+  return false;
+}
+
+// Least shared memory config `cfg` can run with (for the refusal message).
+int min_smem(int cfg) {
+  int m = kKernels[cfg].smem[1];
+  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].smem[1] < m) m = kKernels[kSmallFor[cfg]].smem[1];
+  return m + kBwdStaticSmemSlack;
+}
+
+// Smallest query tile among the kernels config `cfg` may run on: the workspace (sized
+// before the device is known to the query) covers whichever one a run takes.
+int min_br(int cfg) {
+  int br = kKernels[cfg].br;
+  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].br < br) br = kKernels[kSmallFor[cfg]].br;
+  return br;
+}
+
+// FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count caps the opt-in
+// shared memory per block that the backward chooses its kernel for (e.g. 101376 takes
+// the sm_86/sm_89 path on an H100); unset or invalid (not a whole positive number):
+// no cap. Read at every call, so a process may change it between runs.
+int smem_cap_from_env() {
+  const char* env = getenv("FLASHATTN_CUDA_SMEM_LIMIT");
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = strtoll(env, &end, 10);
+  if (end == env || *end != '\0' || errno != 0 || v <= 0 || v > INT32_MAX) return 0;
+  return static_cast<int>(v);
+}
 
 // ---------------------------------------------------------------------------------
 // Workspace layout
@@ -97,8 +157,8 @@ size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 WsLayout ws_layout(const AttnParams& p, int cfg) {
   WsLayout w;
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
-  const BwdTileInfo ti = bwd_tile_info(cfg < 0 ? 0 : cfg);
-  const int64_t n_qblocks = (p.seqlen_q + ti.br - 1) / ti.br;
+  const int br = min_br(cfg < 0 ? 0 : cfg);
+  const int64_t n_qblocks = (p.seqlen_q + br - 1) / br;
   size_t off = 0;
   w.delta = off;
   off = align256(off + static_cast<size_t>(rows * p.heads_q) * sizeof(float));
@@ -313,7 +373,7 @@ flashattn_status_t launch_error(const char* what) {
 }
 
 template <typename T>
-flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, int cfg, int smem,
+flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
   // 1. zero the accumulators (dQ, turn counters, broadcast dBias): one contiguous range.
   if (wl.total > wl.dq) {
@@ -344,13 +404,14 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    const cudaError_t err = kLaunch[cfg][p.dtype == kBf16 ? 1 : 0](a, smem, stream);
+    const cudaError_t err = kKernels[kc.kernel].launch[p.dtype == kBf16 ? 1 : 0](a, kc.smem_bytes, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                  "gen1 backward: launching the main kernel (head dims %d/%d config, %d bytes shared memory) failed: "
-                  "%s (%s)",
-                  kBwdConfigs[cfg].d, kBwdConfigs[cfg].dv, smem, cudaGetErrorName(err), cudaGetErrorString(err));
+                  "gen1 backward: launching the main kernel (head dims %d/%d config%s, %d stage(s), %d bytes shared "
+                  "memory) failed: %s (%s)",
+                  kc.d, kc.dv, kc.variant ? " small variant" : "", kc.stages, kc.smem_bytes, cudaGetErrorName(err),
+                  cudaGetErrorString(err));
     }
   }
   // 4b. varlen key tokens outside every sequence.
@@ -385,32 +446,6 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 }
 
 }  // namespace
-
-BwdTileInfo bwd_tile_info(int config_index) {
-  switch (config_index) {
-    case 0: return {BwdCfg32::Br, BwdCfg32::Bc};
-    case 1: return {BwdCfg64::Br, BwdCfg64::Bc};
-    case 2: return {BwdCfg96::Br, BwdCfg96::Bc};
-    case 3: return {BwdCfg128::Br, BwdCfg128::Bc};
-    case 4: return {BwdCfg192x128::Br, BwdCfg192x128::Bc};
-    case 5: return {BwdCfg192::Br, BwdCfg192::Bc};
-    case 6: return {BwdCfg256::Br, BwdCfg256::Bc};
-    default: return {0, 0};
-  }
-}
-
-int bwd_smem_bytes(int config_index, int stages) {
-  switch (config_index) {
-    case 0: return BwdCfg32::smem_bytes(stages);
-    case 1: return BwdCfg64::smem_bytes(stages);
-    case 2: return BwdCfg96::smem_bytes(stages);
-    case 3: return BwdCfg128::smem_bytes(stages);
-    case 4: return BwdCfg192x128::smem_bytes(stages);
-    case 5: return BwdCfg192::smem_bytes(stages);
-    case 6: return BwdCfg256::smem_bytes(stages);
-    default: return 0;
-  }
-}
 
 }  // namespace gen1
 
@@ -454,19 +489,18 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
                 cudaGetErrorName(err), cudaGetErrorString(err));
   }
-  int stages = 2;
-  if (bwd_smem_bytes(cfg, 2) + kStaticSmemSlack > optin) stages = 1;
-  const int smem = bwd_smem_bytes(cfg, stages);
-  if (smem + kStaticSmemSlack > optin) {
+  const int cap = smem_cap_from_env();
+  const int limit = cap > 0 && cap < optin ? cap : optin;
+  BwdChoice kc{};
+  if (!choose_kernel(cfg, limit, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward kernel needs %d bytes of shared memory per "
-                "block; device %d allows %d",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem + kStaticSmemSlack,
-                dev, optin);
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs at least %d bytes of shared memory "
+                "per block for these head dims; device %d allows %d%s",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg), dev,
+                limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
   }
-  const BwdTileInfo ti = bwd_tile_info(cfg);
-  const int64_t n_kblocks = (p.seqlen_k + ti.bc - 1) / ti.bc;
-  const int64_t n_qblocks = (p.seqlen_q + ti.br - 1) / ti.br;
+  const int64_t n_kblocks = (p.seqlen_k + kc.bc - 1) / kc.bc;
+  const int64_t n_qblocks = (p.seqlen_q + kc.br - 1) / kc.br;
   const int64_t ctas = n_kblocks * p.heads_kv * p.batch;
   if (ctas > INT32_MAX) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
@@ -503,9 +537,9 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   a.dbias_mode = dbias_mode;
   a.n_kblocks = static_cast<int32_t>(n_kblocks);
   a.n_qblocks = static_cast<int32_t>(n_qblocks);
-  a.stages = stages;
-  if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, cfg, smem, stream, ws, wl);
-  return run_aux<__half>(p, a, db, cfg, smem, stream, ws, wl);
+  a.stages = kc.stages;
+  if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl);
+  return run_aux<__half>(p, a, db, kc, stream, ws, wl);
 }
 
 }  // namespace flashattn
