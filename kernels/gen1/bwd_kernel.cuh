@@ -37,7 +37,7 @@ namespace gen1 {
 // the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
 // ---------------------------------------------------------------------------------
 template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_,
-          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0>
+          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0, int DQM_ = 0>
 struct BwdTraits {
   static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
   static constexpr int kWarps = 8, kThreads = 256;
@@ -65,6 +65,8 @@ struct BwdTraits {
   static_assert(!kDqStage || kQN / kQP == 32, "staged dQ needs 32-column passes");
   static constexpr int kStgWarpBytes = 16 * 32 * 4;
   static constexpr int kStgBytes = kDqStage ? kWarps * kStgWarpBytes : 0;
+  // dQ GEMM + reductions between the dV and dK GEMMs (else after both).
+  static constexpr bool kDqMid = DQM_ != 0;
   static_assert(kMTs % kSL == 0 && kNTq % (2 * kQP) == 0, "slice / pass split");
   static_assert(kSM % 16 == 0 && kSN % 16 == 0, "S warp tile must be a multiple of 16x16");
   static_assert(kKM % 16 == 0 && kKN % 16 == 0 && kVN % 16 == 0, "dK/dV warp tile must be a multiple of 16x16");
@@ -95,7 +97,9 @@ struct BwdTraits {
 //   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
 // Tuning knobs (the defaults are the measured best, see bwd_NOTES.md; overridable with -D
 // for A/B builds of the harness): S/dP slice height of the fast path (2 = whole warp tile),
-// dQ column passes, float4 (1) or float2 (0) dQ reductions on sm_90.
+// dQ column passes, float4 (1) or float2 (0) dQ reductions on sm_90, dQ reductions staged
+// through shared memory (STG_*), the dQ phase between the dV and dK GEMMs (DQ_MID_*), and
+// three instruction-count reductions (EW2, RED2, LD2; 0 builds the previous code).
 #ifndef FA_BWD_SL_SMALL
 #define FA_BWD_SL_SMALL 2
 #endif
@@ -120,14 +124,50 @@ struct BwdTraits {
 #ifndef FA_BWD_V4_BIG
 #define FA_BWD_V4_BIG 0
 #endif
+#ifndef FA_BWD_STG_SMALL
+#define FA_BWD_STG_SMALL 1
+#endif
+// dQ GEMM and reductions between the dV and the dK GEMMs (1) or after both (0), per
+// config group.
+#ifndef FA_BWD_DQ_MID_SMALL
+#define FA_BWD_DQ_MID_SMALL 1
+#endif
+#ifndef FA_BWD_DQ_MID_128
+#define FA_BWD_DQ_MID_128 1
+#endif
+#ifndef FA_BWD_DQ_MID_BIG
+#define FA_BWD_DQ_MID_BIG 1
+#endif
+// Fast-path elementwise: masked / unmasked instantiations and XOR store addressing (1).
+#ifndef FA_BWD_EW2
+#define FA_BWD_EW2 1
+#endif
+// Staged dQ reductions: per-lane base pointer + row steps instead of per-reduction 64-bit
+// address math (1).
+#ifndef FA_BWD_RED2
+#define FA_BWD_RED2 1
+#endif
+// Q/dO/K/V tile loads: per-thread row, chunk and addresses once, row steps after (1).
+#ifndef FA_BWD_LD2
+#define FA_BWD_LD2 1
+#endif
+// EW2, RED2, LD2 and DQ_MID were measured on sm_90 only; the sm_80 code stays as it was
+// (with them ptxas spills 100+ bytes there at d=64/128).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA_BWD_SM90(x) 0
+#else
+#define FA_BWD_SM90(x) (x)
+#endif
 using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
-using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
+using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128, FA_BWD_STG_SMALL,
+                           FA_BWD_DQ_MID_SMALL>;
 using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
-using BwdCfg128 =
-    BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128, FA_BWD_STG_128>;
+using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128,
+                            FA_BWD_STG_128, FA_BWD_DQ_MID_128>;
 using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
-using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG>;
+using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG,
+                            FA_BWD_DQ_MID_BIG>;
 
 // Small-shared-memory variants (kVariant 1), for devices whose opt-in limit per block the
 // configs above exceed: sm_86/sm_89/sm_120 allow 99 KB (101376 B). The host takes them
@@ -263,6 +303,25 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
                                               int d_valid) {
   constexpr int kChunksPerRow = kColsUsed / 8;
   constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  if constexpr (FA_BWD_SM90(FA_BWD_LD2) != 0 && kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0) {
+    // Thread = (row r, chunk ch), rows r + i * kRowStep: the swizzle (row & 7) is the
+    // same for all i, so the shared offsets differ by constants and the global ones by
+    // multiples of the row stride.
+    const unsigned tid = static_cast<unsigned>(bwd_tid());
+    const int r = static_cast<int>(tid / kChunksPerRow), ch = static_cast<int>(tid % kChunksPerRow);
+    const bool col_ok = ch * 8 < d_valid;
+    const uint16_t* src = g + r * row_stride + ch * 8;
+    const uint32_t dst = s + 2u * static_cast<uint32_t>(Tile::offset(r, ch * 8));
+#pragma unroll
+    for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
+      if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
+        const bool ok = col_ok && r + i * kRowStep < n_valid;
+        cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), ok ? src + i * kRowStep * row_stride : g, ok);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
     const int c = c0 + bwd_tid();
@@ -531,9 +590,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     // registers would not fit next to a whole warp tile of S and dP.
     const bool general = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f ||
                          args.dbias_mode != kDbiasNone || (masked && p.layout != nullptr);
-    auto s_phase = [&](auto sl_c, auto gen_c) {
+    auto s_phase = [&](auto sl_c, auto gen_c, auto mask_c) {
     constexpr int SL = decltype(sl_c)::value;
     constexpr bool kGen = decltype(gen_c)::value;
+    constexpr bool kMask = decltype(mask_c)::value;  // fast path: masked tile (compile-time)
 #pragma unroll 1
     for (int ms = 0; ms < Tr::kMTs; ms += SL) {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
@@ -571,8 +631,55 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
       };
       if constexpr (!kGen) {
-        // Fast path (no score modifier, dropout, dBias or layout): compact unrolled code.
+        // Fast path (no score modifier, dropout, dBias or layout): compact unrolled code,
+        // one instantiation for unmasked and one for masked tiles (a run-time test per
+        // element was if-converted: ~5 mask instructions per element on every tile).
         const float scale_log2 = p.scale * kLog2e;
+        if constexpr (FA_BWD_SM90(FA_BWD_EW2) != 0 && (Tr::kSN == 16 || Tr::kSN == 32 || Tr::kSN == 64)) {
+          // P/dS store addresses: with ws_n0 a multiple of kSN (a power of two <= 64) the
+          // n8 tiles of a row stay in one 64-column block and their 16-byte chunk index is
+          // (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt, so tile nt's byte offset is tile
+          // 0's XOR (nt << 4); row + 8: + 1024 bytes; dS: + the P tile size.
+#pragma unroll
+          for (int ml = 0; ml < SL; ++ml) {
+            const int rr = ws_m0 + ml * 16 + g;
+            float lse2[2], dlt[2];
+            row_vals(rr, lse2, dlt);
+            const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
+            int lo[2] = {0, 0}, hi[2] = {0, 0};
+            if constexpr (kMask) {
+              const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+              // in tile-column units: keep column c iff lo <= c <= hi
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                lo[hr] = r0 + rr + 8 * hr + blo - n0;
+                hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
+              }
+            }
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTs; ++nt) {
+              float pd[4], ds[4];
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
+                if constexpr (kMask) {
+                  const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
+                  if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
+                }
+                pd[e] = fast_exp2(x);
+                ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
+              }
+              const uint32_t a = sP + (o0 ^ static_cast<uint32_t>(nt << 4));
+              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
+              asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
+              asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
+                           : "memory");
+              asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])),
+                           "n"(Tr::TileP::kBytes + 1024)
+                           : "memory");
+            }
+          }
+        } else {
 #pragma unroll
         for (int ml = 0; ml < SL; ++ml) {
         const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
@@ -604,6 +711,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
             ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
           }
           store_pds(rr, cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
+        }
         }
         }
       } else {
@@ -680,7 +788,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
             float x = s * kLog2e - lse2[e >> 1];
             if (masked) {
               // Band as the per-row key interval [i + band_lo, i + band_hi] within [0, len_k).
-              bool keep = j >= i + bwd_lds(ctx.band_lo) && j <= i + bwd_lds(ctx.band_hi) && j < len_k;
+              // Rows past len_q (zero Q and dO rows of the last q-block) are dropped too: they
+              // contribute nothing either way, and their row block can lie past the layout
+              // (compute-sanitizer memcheck: 1-byte reads past the layout with block_q < Br).
+              bool keep = j >= i + bwd_lds(ctx.band_lo) && j <= i + bwd_lds(ctx.band_hi) && j < len_k && i < len_q;
               if (p.layout != nullptr && keep) {
                 const int lh = p.layout_heads == 1 ? 0 : h;
                 keep = p.layout[(static_cast<int64_t>(lh) * p.n_row_blocks + i / static_cast<int>(p.block_q)) *
@@ -733,21 +844,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
       }
     }
     };
-    if (!general) s_phase(std::integral_constant<int, Tr::kSL>{}, std::false_type{});
-    else s_phase(std::integral_constant<int, 1>{}, std::true_type{});
+    if (!general) {
+      using SliceT = std::integral_constant<int, Tr::kSL>;
+      if (FA_BWD_SM90(FA_BWD_EW2) == 0 || masked) s_phase(SliceT{}, std::false_type{}, std::true_type{});
+      else s_phase(SliceT{}, std::false_type{}, std::false_type{});
+    } else {
+      s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
+    }
     __syncthreads();  // sP, sdS complete
 
-    // ---- dV += P_dropped^T dO, dK += dS^T Q ----
-    {
+    // ---- dV += P_dropped^T dO, dK += dS^T Q; dQ += dS K (fp32 workspace) after both or
+    // (Tr::kDqMid) between them ----
+    auto dv_phase = [&]() {
       const int warp = bwd_tid() >> 5;
-      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
-                wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
+      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
+    };
+    auto dk_phase = [&]() {
+      const int warp = bwd_tid() >> 5;
+      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN;
       bwd_warp_gemm<T, Tr::kMTk, Tr::kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
-    }
+    };
 
-    // ---- dQ += dS K (fp32 workspace), in kQP column passes of the warp tile ----
-    {
+    // dQ in kQP column passes of the warp tile.
+    auto dq_phase = [&]() {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
       const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM;
@@ -774,6 +894,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         // 16-byte chunk c stored at c ^ (2 * (R & 3)) (conflict-free for both the 8-byte
         // fragment stores and the row-wise 16-byte reads), then 4 reductions of 4 rows each.
         const uint32_t stg = s_base + Tr::kOffStg + static_cast<uint32_t>(warp * Tr::kStgWarpBytes);
+        // FA_BWD_RED2: this lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base
+        // pointer plus 4-row steps, and the row bound as one compare per reduction (the
+        // 64-bit address was rebuilt from the row index per reduction).
+        const int row_l = lane >> 3;
+        float* const lane_dq = dq_base + static_cast<int64_t>(wq_m0 + row_l) * dq_rs + wq_n0 + (lane & 7) * 4;
+        const int64_t step4 = 4 * dq_rs;
+        const int rows_left = len_q - r0 - wq_m0 - row_l;  // row 4 i + 16 mt exists iff < rows_left
+        const bool col_ok = wq_n0 + (lane & 7) * 4 < dqk;
 #pragma unroll
         for (int mt = 0; mt < Tr::kMTq; ++mt) {
 #pragma unroll
@@ -798,8 +926,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                          : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                          : "r"(stg + off)
                          : "memory");
-            const int rq = wq_m0 + mt * 16 + row, cq = wq_n0 + ch * 4;
-            if (cq < dqk && r0 + rq < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rq * dq_rs + cq), v);
+            if constexpr (FA_BWD_RED2 != 0) {
+              if (col_ok && mt * 16 + 4 * i < rows_left)
+                atomicAdd(reinterpret_cast<float4*>(lane_dq + (mt * 4 + i) * step4), v);
+            } else {
+              const int rq = wq_m0 + mt * 16 + row, cq = wq_n0 + ch * 4;
+              if (cq < dqk && r0 + rq < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rq * dq_rs + cq), v);
+            }
           }
           __syncwarp();
         }
@@ -850,7 +983,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         __syncthreads();
         if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
       }
-    }
+    };
+    dv_phase();
+    constexpr bool kMid = FA_BWD_SM90(Tr::kDqMid);
+    if constexpr (kMid) dq_phase();
+    dk_phase();
+    if constexpr (!kMid) dq_phase();
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done

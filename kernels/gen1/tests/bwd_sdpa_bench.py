@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-SHAPES = [(64, 4096, False), (64, 16384, False), (128, 4096, False), (128, 16384, False),
-          (128, 16384, True), (256, 4096, False), (256, 16384, False), (128, 512, False)]
+SHAPES = [(d, s, c) for d in (64, 128, 256) for s in (1024, 4096, 16384) for c in (False, True)]
+SHAPES.append((128, 512, False))
 
 
 def bench(fn, reps=10):
