@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for same-run A/B tuning of the gen1 backward: builds the standalone
-# harness once per variant (parallel nvcc), runs the 57 checks on the variants named in
+# harness once per variant (parallel nvcc), runs the harness checks on the variants named in
 # CHECK (overlapped with the other builds), times every variant, optionally profiles one
 # with ncu, then times PyTorch SDPA (FA2, cuDNN) in the same call.
 # Usage (repo root):
