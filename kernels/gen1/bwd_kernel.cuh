@@ -320,16 +320,16 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
         cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), ok ? src + i * kRowStep * row_stride : g, ok);
       }
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
-    const int c = c0 + bwd_tid();
-    if (kChunks % kThreads == 0 || c < kChunks) {
-      const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-      const bool ok = r < n_valid && ch * 8 < d_valid;
-      const uint16_t* src = ok ? g + r * row_stride + ch * 8 : g;
-      cp_async_16(s + 2u * Tile::offset(r, ch * 8), src, ok);
+    for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
+      const int c = c0 + bwd_tid();
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const bool ok = r < n_valid && ch * 8 < d_valid;
+        const uint16_t* src = ok ? g + r * row_stride + ch * 8 : g;
+        cp_async_16(s + 2u * Tile::offset(r, ch * 8), src, ok);
+      }
     }
   }
 }
@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     auto s_phase = [&](auto sl_c, auto gen_c, auto mask_c) {
     constexpr int SL = decltype(sl_c)::value;
     constexpr bool kGen = decltype(gen_c)::value;
-    constexpr bool kMask = decltype(mask_c)::value;  // fast path: masked tile (compile-time)
+    [[maybe_unused]] constexpr bool kMask = decltype(mask_c)::value;  // fast path: masked tile
 #pragma unroll 1
     for (int ms = 0; ms < Tr::kMTs; ms += SL) {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
