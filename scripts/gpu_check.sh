@@ -21,6 +21,11 @@
 #   BENCH_ARGS                    extra arguments for bench/bench_peers.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
 #   CTEST_ARGS                    extra arguments for ctest, split on spaces (e.g. -E long.sequences)
+#   STEPS                         comma-separated steps to run after the build (default all:
+#                                 tests,caps,sm80,sanitize,bench); e.g. STEPS=tests,caps,sanitize
+#                                 and STEPS=sm80,bench split a full check over two device calls
+#   SMEM_CAPS                     FLASHATTN_CUDA_SMEM_LIMIT values of the caps step
+#                                 (default "166912 101376")
 #   OUT                           folder that receives summary.txt, gpu-check-logs.tar.gz
 #                                 and bench.csv/json/png
 set -u -o pipefail
@@ -35,6 +40,8 @@ SANITIZE_TESTS=${SANITIZE_TESTS:-"gpu: GQA and MQA,gpu: STANDARD algorithm match
 LOGS=$BUILD/gpu-check
 mkdir -p "$LOGS"
 
+STEPS=${STEPS:-tests,caps,sm80,sanitize,bench}
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
 SUMMARY=()   # "step|result|detail"
 FAILED=0
 record() { SUMMARY+=("$1|$2|$3"); [[ "$2" == FAIL ]] && FAILED=1; return 0; }
@@ -108,7 +115,7 @@ ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
   total=${total:-0}; failed=${failed:-0}
   echo "$(( total - failed - skipped )) passed, $failed failed, $skipped skipped of $total"
 }
-if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]]; then
+if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]] && want tests; then
   # shellcheck disable=SC2086  # CTEST_ARGS is a list of words
   if logged ctest_gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600 ${CTEST_ARGS:-}; then
     if grep -q 'No tests were found' "$LOGS/ctest_gpu.log"; then
@@ -134,19 +141,54 @@ fi
 # sm_87 (1 stage at d=128/256), 101376 = sm_86/sm_89/sm_120 (small-tile variants). At
 # 101376 the head-dims case of test_gpu is left out: its d=200/256 backward is refused
 # there by design (no tile of the kernel fits 99 KB above d=192); test_gpu_smem covers
-# every head-dim config at that limit, that refusal included.
-if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]]; then
-  for cap in 166912 101376; do
+# every head-dim config at that limit, that refusal included. The [slow] limit cases
+# (128k sequences, >2^31-element tensors) run once above, not again under each cap.
+if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]] && want caps; then
+  for cap in ${SMEM_CAPS:-166912 101376}; do
     excl=()
     [[ $cap == 101376 ]] && excl=(-E "head dims 32 to 256")
     # shellcheck disable=SC2086
-    if FLASHATTN_CUDA_SMEM_LIMIT=$cap logged "ctest_gpu_smem$cap" ctest --test-dir "$BUILD" -L gpu \
+    if FLASHATTN_CUDA_SMEM_LIMIT=$cap logged "ctest_gpu_smem$cap" ctest --test-dir "$BUILD" -L gpu -LE slow \
         --output-on-failure --timeout 600 "${excl[@]}" ${CTEST_ARGS:-}; then
       record "tests (gpu, smem cap $cap)" OK "$(ctest_counts "$LOGS/ctest_gpu_smem$cap.log")"
     else
       record "tests (gpu, smem cap $cap)" FAIL "$(ctest_counts "$LOGS/ctest_gpu_smem$cap.log")"
     fi
   done
+fi
+
+# ---------------------------------------------------------------- sm_80 code
+# A100/sm_86/sm_89 run the kernels' sm_80 code paths (no dQ staging, the pre-sm_90
+# reductions and elementwise code), which SASS built for sm_90 never executes. A second
+# build embeds only compute_80 PTX; the driver JIT-compiles
+# it for this GPU, so __CUDA_ARCH__ is 800 in every kernel, and the GPU tests run on it
+# (without the [slow] cases), plain and with the 99 KB cap.
+if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]] && want sm80; then
+  B80=$BUILD-sm80ptx
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  if logged configure80 cmake -S "$ROOT" -B "$B80" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_ENABLE_CUDA=ON \
+      -DFLASHATTN_CUDA_ARCHITECTURES=80-virtual -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_TESTS=ON \
+      -DFLASHATTN_BUILD_EXAMPLES=OFF ${CMAKE_ARGS:-} >/dev/null &&
+     logged build80 cmake --build "$B80" -j "$JOBS" >/dev/null; then
+    record "build (compute_80 PTX)" OK "$(secs "$t0") s"
+    export CUDA_CACHE_MAXSIZE=4294967296  # the JIT cache keeps each kernel's compilation for later processes
+    for cap in none 101376; do
+      excl=()
+      [[ $cap == 101376 ]] && excl=(-E "head dims 32 to 256")
+      envs=()
+      [[ $cap != none ]] && envs=(FLASHATTN_CUDA_SMEM_LIMIT=$cap)
+      # shellcheck disable=SC2086
+      if logged "ctest_sm80_$cap" env "${envs[@]}" ctest --test-dir "$B80" -L gpu -LE slow --output-on-failure \
+          --timeout 900 "${excl[@]}" ${CTEST_ARGS:-}; then
+        record "tests (sm_80 code, cap $cap)" OK "$(ctest_counts "$LOGS/ctest_sm80_$cap.log")"
+      else
+        record "tests (sm_80 code, cap $cap)" FAIL "$(ctest_counts "$LOGS/ctest_sm80_$cap.log")"
+      fi
+    done
+  else
+    record "build (compute_80 PTX)" FAIL "see $LOGS/build80.log"
+  fi
 fi
 
 # ---------------------------------------------------------------- compute-sanitizer
@@ -174,8 +216,10 @@ sanitize() {  # tool name args...
     record "$tool $name" OK "0 errors"
   fi
 }
-if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  SMALL=(--batch 2 --seqlen-q 67 --seqlen-k 131 --heads-q 4 --heads-kv 2 --head-dim 64 --dtype bf16 --bwd)
+SMALL=(--batch 2 --seqlen-q 67 --seqlen-k 131 --heads-q 4 --heads-kv 2 --head-dim 64 --dtype bf16 --bwd)
+if ! want sanitize; then
+  :
+elif [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   if [[ -n "$CLI" ]]; then
     for tool in memcheck racecheck; do
       sanitize "$tool" flash-causal "$CLI" check --backend cuda --algorithm flash "${SMALL[@]}" --causal=bottom-right
@@ -184,6 +228,11 @@ if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
     done
     sanitize memcheck flash-sparse-dropout "$CLI" check --backend cuda --algorithm flash \
       --batch 1 --seqlen-q 300 --heads-q 2 --head-dim 128 --dtype fp16 --bwd --block-sparse 0.5 --dropout 0.2
+    sanitize memcheck flash-sparse-d256 "$CLI" check --backend cuda --algorithm flash \
+      --batch 1 --seqlen-q 200 --seqlen-k 170 --heads-q 2 --head-dim 256 --dtype bf16 --bwd --block-sparse 0.5
+    FLASHATTN_CUDA_SMEM_LIMIT=101376 sanitize memcheck flash-small-tiles "$CLI" check --backend cuda \
+      --algorithm flash --batch 1 --seqlen-q 150 --seqlen-k 90 --heads-q 2 --head-dim 128 --dtype fp16 --bwd \
+      --block-sparse 0.5 --dropout 0.2
     sanitize memcheck standard-softcap "$CLI" check --backend cuda --algorithm standard \
       --batch 1 --seqlen-q 100 --seqlen-k 37 --heads-q 2 --head-dim 256 --dtype fp32 --bwd --softcap 4 --window 8,3
   else
@@ -207,7 +256,7 @@ fi
 # __syncwarp / shuffle / ballot masks) over the same subset: the CLI's flash checks (causal,
 # block-sparse with dropout), the STANDARD check with options, and the test_gpu cases of
 # $SANITIZE_TESTS. Same verdict rules as above ("ERROR SUMMARY: 0 errors" and exit 0).
-if [[ $BUILT == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+if [[ $BUILT == 1 ]] && want sanitize && command -v compute-sanitizer >/dev/null 2>&1; then
   if [[ -n "$CLI" ]]; then
     sanitize synccheck flash-causal "$CLI" check --backend cuda --algorithm flash "${SMALL[@]}" --causal=bottom-right
     sanitize synccheck flash-sparse-dropout "$CLI" check --backend cuda --algorithm flash \
@@ -223,7 +272,9 @@ fi
 
 # ---------------------------------------------------------------- benchmark
 BENCH_OUT=$LOGS/bench
-if [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
+if ! want bench; then
+  :
+elif [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
   QUICK=(--quick)
   [[ $MODE == full ]] && QUICK=()
   # shellcheck disable=SC2086

@@ -736,4 +736,15 @@ void run_and_check_cpu(const Config& c) {
   check_against_reference(p, r);
 }
 
+void require_same_bits(const LibResult& a, const LibResult& b) {
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a.raw_o == b.raw_o);
+  CHECK(a.raw_lse == b.raw_lse);
+  CHECK(a.raw_dq == b.raw_dq);
+  CHECK(a.raw_dk == b.raw_dk);
+  CHECK(a.raw_dv == b.raw_dv);
+  CHECK(a.raw_dbias == b.raw_dbias);
+}
+
 }  // namespace fat

@@ -158,6 +158,9 @@ LibResult run_library(const Problem& p, MemOps& mem, int device = 0);
 LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem);
 LibResult run_cpu(const Problem& p);
 
+// Both runs succeeded and wrote bitwise the same outputs and gradients (Catch2 checks).
+void require_same_bits(const LibResult& a, const LibResult& b);
+
 // Dropout masks as the library applies them, recovered from its outputs: with V = identity
 // (seqlen_k <= head_dim_v) row i of O is row i of the dropped, rescaled P, so O != 0 marks the
 // kept elements; with dO = identity (seqlen_q <= head_dim_v, heads_q == heads_kv) column i of

@@ -30,18 +30,6 @@ inline double max_abs(const std::vector<double>& x) {
   return m;
 }
 
-// Two runs of the same problem gave bitwise the same outputs and gradients.
-inline void require_same_bits(const LibResult& a, const LibResult& b) {
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  CHECK(a.raw_o == b.raw_o);
-  CHECK(a.raw_lse == b.raw_lse);
-  CHECK(a.raw_dq == b.raw_dq);
-  CHECK(a.raw_dk == b.raw_dk);
-  CHECK(a.raw_dv == b.raw_dv);
-  CHECK(a.raw_dbias == b.raw_dbias);
-}
-
 // What a poisoned input does to one (batch, query row, query head) row of O and its LSE.
 enum class RowExp {
   Same,          // bitwise equal to the clean run (O row and LSE)

@@ -13,41 +13,12 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "gpu_mem.hpp"
 #include "harness.hpp"
 
 using namespace fat;
 
 namespace {
-
-bool have_gpu() { return flashattn_has_cuda_backend() && flashattn_cuda_device_count() > 0; }
-
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    if (!have_gpu()) FA_SKIP_TEST("no CUDA device (flashattn_cuda_device_count() == 0)"); \
-  } while (0)
-
-struct DeviceMem : MemOps {
-  flashattn_backend_t backend() const override { return FLASHATTN_BACKEND_CUDA; }
-  void* alloc(size_t bytes) override {
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 16));
-    INFO("cudaMalloc(" << bytes << "): " << cudaGetErrorString(e));
-    REQUIRE(e == cudaSuccess);
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    REQUIRE(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    REQUIRE(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
-  }
-  void sync() override {
-    const cudaError_t e = cudaDeviceSynchronize();
-    INFO("cudaDeviceSynchronize: " << cudaGetErrorString(e));
-    REQUIRE(e == cudaSuccess);
-  }
-};
 
 const flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
 
@@ -374,13 +345,7 @@ TEST_CASE("gpu: deterministic backward is bitwise reproducible", "[gpu][bwd]") {
     DeviceMem dev;
     const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
     INFO(describe(c) << " " << a.error << " " << b.error);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    CHECK(a.raw_dq == b.raw_dq);
-    CHECK(a.raw_dk == b.raw_dk);
-    CHECK(a.raw_dv == b.raw_dv);
-    CHECK(a.raw_dbias == b.raw_dbias);
-    CHECK(a.raw_o == b.raw_o);
+    require_same_bits(a, b);
     check_against_reference(p, a, kGpuTolerance);
   }
 }

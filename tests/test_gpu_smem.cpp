@@ -1,6 +1,6 @@
 // CUDA backward under a capped shared-memory limit. FLASHATTN_CUDA_SMEM_LIMIT (bytes, read
 // by the backward's host code at every call) makes this GPU choose its backward kernel as
-// a device with that opt-in limit per block would: 166912 is an A100 / sm_87 (the d=128
+// a device with that opt-in limit per block would: 166912 is an A100 / sm_87 (sized for the sm_90 code running here, the d=64, d=128
 // and d=256 configs drop to 1 stage), 101376 an sm_86 / sm_89 / sm_120 GPU (RTX 3090/4090,
 // A10, L4, L40S; the small-shared-memory variants). sm_80 SASS is what those GPUs run, so
 // the kernels' code is the same; only the tile configuration and stage count differ.
@@ -202,12 +202,7 @@ void run_under(const char* cap_text, int limit) {
   DeviceMem dev;
   const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
   INFO("limit " << limit << ": " << describe(c) << " " << a.error << " " << b.error);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  CHECK(a.raw_dq == b.raw_dq);
-  CHECK(a.raw_dk == b.raw_dk);
-  CHECK(a.raw_dv == b.raw_dv);
-  CHECK(a.raw_dbias == b.raw_dbias);
+  require_same_bits(a, b);
   check_against_reference(p, a, kGpuTolerance);
 }
 

@@ -86,9 +86,14 @@ struct BwdTraits {
   static constexpr int kOffP = kOffV + TileV::kBytes;
   static constexpr int kOffDS = kOffP + TileP::kBytes;
   static constexpr int kOffStg = kOffDS + TileP::kBytes;
-  static constexpr int kOffQ = kOffStg + kStgBytes;
   static constexpr int kStageBytes = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;
-  static constexpr int smem_bytes(int stages) { return kOffQ + stages * kStageBytes; }
+  // The staging buffer exists only in sm_90+ code (the reductions it serves are sm_90
+  // instructions), so the layout after it depends on the code the device runs: `sm90` =
+  // the device's compute capability major is >= 9 (it then runs the sm_90 code; sm_80 code
+  // never stages). The host sizes the launch with the same flag (a major >= 9 device that
+  // runs JIT-compiled sm_80 PTX gets 16 KB it does not use: safe).
+  static constexpr int kOffQ80 = kOffStg, kOffQ90 = kOffStg + kStgBytes;
+  static constexpr int smem_bytes(int stages, bool sm90) { return (sm90 ? kOffQ90 : kOffQ80) + stages * kStageBytes; }
 };
 
 // The configurations (index = kBwdConfigs index).
@@ -453,10 +458,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   const uint32_t s_base = smem_u32(smem);
   const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
   const uint32_t sP = s_base + Tr::kOffP, sdS = s_base + Tr::kOffDS;
-  auto sQ = [&](int st) { return s_base + Tr::kOffQ + st * Tr::kStageBytes; };
+  constexpr int kOffQ = FA_BWD_SM90(true) ? Tr::kOffQ90 : Tr::kOffQ80;
+  auto sQ = [&](int st) { return s_base + kOffQ + st * Tr::kStageBytes; };
   auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
   auto lse_s = [&](int st) {
-    return reinterpret_cast<float*>(smem + Tr::kOffQ + st * Tr::kStageBytes + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
+    return reinterpret_cast<float*>(smem + kOffQ + st * Tr::kStageBytes + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
   };
   auto delta_s = [&](int st) { return lse_s(st) + Br; };
 
@@ -1060,10 +1066,12 @@ cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t st
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (uint64_t{1} << dev) : 0;
   if (bit == 0 || (attr_done.load(std::memory_order_acquire) & bit) == 0) {
-    int optin = 0;
+    int optin = 0, major = 0;
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
-    int attr = Tr::smem_bytes(2) + kBwdStaticSmemSlack <= optin ? Tr::smem_bytes(2) : Tr::smem_bytes(1);
+    const int two = Tr::smem_bytes(2, major >= 9), one = Tr::smem_bytes(1, major >= 9);
+    int attr = two + kBwdStaticSmemSlack <= optin ? two : one;
     if (attr < smem_bytes) attr = smem_bytes;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, attr);
     if (err != cudaSuccess) return err;

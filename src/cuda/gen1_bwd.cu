@@ -29,14 +29,15 @@ using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
 // dims, tiles and shared memory, and its launchers.
 struct BwdKernel {
   int d, dv, variant, br, bc;
-  int smem[3];          // dynamic shared memory by stage count (index 1, 2)
+  int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
   LaunchFn launch[2];   // fp16, bf16
 };
 template <int D, int DV, int V>
 constexpr BwdKernel kernel_entry() {
   using Tr = typename BwdCfgFor<D, DV, V>::type;
   static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
-  return {D, DV, V, Tr::Br, Tr::Bc, {0, Tr::smem_bytes(1), Tr::smem_bytes(2)},
+  return {D, DV, V, Tr::Br, Tr::Bc,
+          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}},
           {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
 }
 // Entries 0..kNumBwdConfigs-1 are the configs of kBwdConfigs in order (variant 0); the
@@ -66,15 +67,16 @@ constexpr bool kernel_tables_agree() {
 static_assert(kernel_tables_agree(), "kKernels / kSmallFor disagree with kBwdConfigs");
 
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
-// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise.
-bool choose_kernel(int cfg, int limit, BwdChoice* out) {
+// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise. `sm90`:
+// the device runs the sm_90 code (compute capability major >= 9; see BwdTraits::off_q).
+bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
   const int cand[2] = {cfg, kSmallFor[cfg]};
   for (int k : cand) {
     if (k < 0) continue;
     for (int stages = 2; stages >= 1; --stages) {
       const BwdKernel& e = kKernels[k];
-      if (e.smem[stages] + kBwdStaticSmemSlack > limit) continue;
-      *out = BwdChoice{k, e.d, e.dv, e.variant, stages, e.smem[stages], e.br, e.bc};
+      if (e.smem[sm90][stages] + kBwdStaticSmemSlack > limit) continue;
+      *out = BwdChoice{k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
       return true;
     }
   }
@@ -82,9 +84,9 @@ bool choose_kernel(int cfg, int limit, BwdChoice* out) {
 }
 
 // Least shared memory config `cfg` can run with (for the refusal message).
-int min_smem(int cfg) {
-  int m = kKernels[cfg].smem[1];
-  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].smem[1] < m) m = kKernels[kSmallFor[cfg]].smem[1];
+int min_smem(int cfg, bool sm90) {
+  int m = kKernels[cfg].smem[sm90][1];
+  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].smem[sm90][1] < m) m = kKernels[kSmallFor[cfg]].smem[sm90][1];
   return m + kBwdStaticSmemSlack;
 }
 
@@ -481,9 +483,10 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   }
-  int dev = 0, optin = 0;
+  int dev = 0, optin = 0, major = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
@@ -492,11 +495,11 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   const int cap = smem_cap_from_env();
   const int limit = cap > 0 && cap < optin ? cap : optin;
   BwdChoice kc{};
-  if (!choose_kernel(cfg, limit, &kc)) {
+  if (!choose_kernel(cfg, limit, major >= 9, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs at least %d bytes of shared memory "
                 "per block for these head dims; device %d allows %d%s",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg), dev,
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, major >= 9), dev,
                 limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
   }
   const int64_t n_kblocks = (p.seqlen_k + kc.bc - 1) / kc.bc;
