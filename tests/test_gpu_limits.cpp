@@ -707,7 +707,9 @@ TEST_CASE("gpu limits: a destroyed stream fails with a status, then the plan run
     c.algorithm = alg;
     INFO(describe(c));
     Setup su(c);
-    cudaStream_t dead = nullptr;
+    // The live stream exists before the dead one is destroyed, so it cannot reuse its handle.
+    cudaStream_t live = nullptr, dead = nullptr;
+    REQUIRE(cudaStreamCreate(&live) == cudaSuccess);
     REQUIRE(cudaStreamCreate(&dead) == cudaSuccess);
     REQUIRE(cudaStreamDestroy(dead) == cudaSuccess);
 
@@ -721,8 +723,6 @@ TEST_CASE("gpu limits: a destroyed stream fails with a status, then the plan run
     CHECK(su.bufs->fwd_untouched());
 
     // The plan is still usable: forward on a live stream, then a failing backward.
-    cudaStream_t live = nullptr;
-    REQUIRE(cudaStreamCreate(&live) == cudaSuccess);
     st = flashattn_fwd(su.plan.p, &fa, su.ws->p, su.wf, live);
     CHECK(st == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(cudaStreamSynchronize(live) == cudaSuccess);

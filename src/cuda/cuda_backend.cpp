@@ -247,6 +247,22 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   DeviceGuard guard(device);
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
+  // A stream of another device fails every launch on it, and a destroyed one is undefined
+  // behaviour to CUDA (cuBLAS may crash on it): ask the runtime which device the stream
+  // belongs to first (capture-safe, unlike cudaStreamQuery), so that both become a status
+  // before anything is written. The special handles need no check.
+  if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread) {
+    int stream_device = -1;
+    const cudaError_t e = cudaStreamGetDevice(st, &stream_device);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
+                  static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (stream_device != device)
+      return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p belongs to CUDA device %d; the plan runs on device %d",
+                  static_cast<void*>(st), stream_device, device);
+  }
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {
     return p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                     : standard_fwd(p, workspace, workspace_bytes, st);
