@@ -1,7 +1,7 @@
 // Limits and faults of the CUDA backend (gen1 kernels and the STANDARD algorithm on
 // cuBLAS): tensors of more than 2^31 elements (64-bit offsets end to end), 131072-token
 // sequences, batch and heads beyond the grid's y/z limit of 65535, pointers at the minimum
-// alignment with non-contiguous strides, a destroyed stream, host pointers and short or
+// alignment with non-contiguous strides, a CUDA error left pending by the caller, host pointers and short or
 // oddly aligned workspaces, and the limits that remain (refused with the values named,
 // before anything is written). Tagged [gpu][limits], labelled `gpu` in ctest. Every case
 // prints the skip marker with its reason when there is no device or too little free device
@@ -299,10 +299,6 @@ struct Setup {
     bufs.reset(new Buffers(p));
   }
 };
-
-bool is_launch_or_cuda_error(flashattn_status_t st) {
-  return st == FLASHATTN_STATUS_LAUNCH_FAILED || st == FLASHATTN_STATUS_CUDA_ERROR;
-}
 
 }  // namespace
 
@@ -694,52 +690,47 @@ TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major a
 // ---------------------------------------------------------------------------------------
 // (f) Faults.
 
-// A stream destroyed before the call: an error status with a message, nothing written, and
-// the same plan then runs correctly on the default stream and on a live stream.
-TEST_CASE("gpu limits: a destroyed stream fails with a status, then the plan runs", "[gpu][limits][faults][stream]") {
+// A CUDA error left pending by the caller (a failed cudaMalloc sets the runtime's last
+// error and nobody called cudaGetLastError): the library's launch checks must not take it
+// for their own. Forward and backward succeed on the same plan, on a stream and on the
+// default stream, and match the reference. (A destroyed stream or a handle that was never
+// a stream is undefined behaviour in CUDA: it crashed the runtime in 2 of 4 tries here, so
+// it is documented, not tested.)
+TEST_CASE("gpu limits: a CUDA error pending from before the call is not taken for the library's",
+          "[gpu][limits][faults][stream]") {
   REQUIRE_GPU();
   uint64_t seed = 6400;
   for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
-    Config c = gcfg("destroyed stream", 64, 80, 64, FLASHATTN_DTYPE_FP16, ++seed);
+    Config c = gcfg("pending error", 64, 80, 64, FLASHATTN_DTYPE_FP16, ++seed);
     c.hq = 2;
     c.hkv = 1;
     c.pad16 = false;
     c.algorithm = alg;
     INFO(describe(c));
     Setup su(c);
-    // The live stream exists before the dead one is destroyed, so it cannot reuse its handle.
-    cudaStream_t live = nullptr, dead = nullptr;
+    cudaStream_t live = nullptr;
     REQUIRE(cudaStreamCreate(&live) == cudaSuccess);
-    REQUIRE(cudaStreamCreate(&dead) == cudaSuccess);
-    REQUIRE(cudaStreamDestroy(dead) == cudaSuccess);
-
+    auto leave_pending_error = [] {
+      void* huge = nullptr;
+      REQUIRE(cudaMalloc(&huge, size_t{1} << 60) == cudaErrorMemoryAllocation);
+      REQUIRE(cudaPeekAtLastError() == cudaErrorMemoryAllocation);
+    };
+    leave_pending_error();
     const flashattn_fwd_args_t fa = su.bufs->fwd();
-    flashattn_status_t st = flashattn_fwd(su.plan.p, &fa, su.ws->p, su.wf, dead);
-    std::string msg = flashattn_last_error();
-    INFO("forward on a destroyed stream: " << flashattn_status_string(st) << ": " << msg);
-    CHECK(is_launch_or_cuda_error(st));
-    CHECK(!msg.empty());
-    CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    CHECK(su.bufs->fwd_untouched());
-
-    // The plan is still usable: forward on a live stream, then a failing backward.
-    st = flashattn_fwd(su.plan.p, &fa, su.ws->p, su.wf, live);
+    flashattn_status_t st = flashattn_fwd(su.plan.p, &fa, su.ws->p, su.wf, live);
+    INFO("forward: " << flashattn_status_string(st) << ": " << flashattn_last_error());
     CHECK(st == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(cudaStreamSynchronize(live) == cudaSuccess);
+    leave_pending_error();
     const flashattn_bwd_args_t ba = su.bufs->bwd();
-    st = flashattn_bwd(su.plan.p, &ba, su.ws->p, su.wb, dead);
-    msg = flashattn_last_error();
-    INFO("backward on a destroyed stream: " << flashattn_status_string(st) << ": " << msg);
-    CHECK(is_launch_or_cuda_error(st));
-    CHECK(!msg.empty());
-    CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    CHECK(su.bufs->bwd_untouched());
     st = flashattn_bwd(su.plan.p, &ba, su.ws->p, su.wb, live);
+    INFO("backward: " << flashattn_status_string(st) << ": " << flashattn_last_error());
     CHECK(st == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(cudaStreamSynchronize(live) == cudaSuccess);
     cudaStreamDestroy(live);
     check_against_reference(su.p, su.bufs->result(), kGpuTolerance);
     // And through the harness, on the default stream, with the same plan.
+    leave_pending_error();
     DeviceMem dev;
     const LibResult again = run_on_plan(su.plan.p, su.p, dev);
     REQUIRE(again.ok());

@@ -247,10 +247,13 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   DeviceGuard guard(device);
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
-  // A stream of another device fails every launch on it, and a destroyed one is undefined
-  // behaviour to CUDA (cuBLAS may crash on it): ask the runtime which device the stream
-  // belongs to first (capture-safe, unlike cudaStreamQuery), so that both become a status
-  // before anything is written. The special handles need no check.
+  // A non-sticky error the caller left pending (e.g. a failed cudaMalloc nobody checked)
+  // would be read back by this run's launch checks as the run's own: clear it first.
+  (void)cudaGetLastError();
+  // A stream of another device fails every launch on it: ask the runtime which device the
+  // stream belongs to (capture-safe, unlike cudaStreamQuery) and refuse it before anything
+  // is written. (A destroyed stream is undefined behaviour in CUDA, not detectable.) The
+  // special handles need no check.
   if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread) {
     int stream_device = -1;
     const cudaError_t e = cudaStreamGetDevice(st, &stream_device);
