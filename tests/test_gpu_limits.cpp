@@ -738,6 +738,70 @@ TEST_CASE("gpu limits: a CUDA error pending from before the call is not taken fo
   }
 }
 
+// The reverse: CUDA device memory in any pointer argument of a CPU run (the process has
+// loaded the CUDA driver, so the CPU backend can tell): refused with WRONG_MEMORY_SPACE
+// naming the argument, nothing written; managed memory is host-accessible and runs, and
+// matches the reference; the plan then runs on host memory.
+TEST_CASE("gpu limits: device memory passed to the CPU backend is refused by name", "[gpu][limits][faults]") {
+  REQUIRE_GPU();
+  Config c = gcfg("device pointers to the CPU backend", 40, 50, 64, FLASHATTN_DTYPE_BF16, 6600);
+  c.pad16 = false;
+  INFO(describe(c));
+  const Problem p = make_problem(c);
+  Plan plan(FLASHATTN_BACKEND_CPU);
+  REQUIRE(configure_plan(plan.p, p) == FLASHATTN_STATUS_SUCCESS);
+  size_t wf = 0, wb = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(plan.p, FLASHATTN_PASS_FORWARD, &wf) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_get_workspace_size(plan.p, FLASHATTN_PASS_BACKWARD, &wb) == FLASHATTN_STATUS_SUCCESS);
+  // Host buffers far larger than this problem needs (contents do not matter until the last
+  // run), poisoned outputs, and one device buffer that replaces one argument at a time.
+  constexpr size_t kBytes = size_t{1} << 20;
+  constexpr unsigned char kPoisonByte = 0xA5;
+  std::vector<std::vector<unsigned char>> host(10, std::vector<unsigned char>(kBytes, 0));
+  std::vector<unsigned char> ws(std::max({wf, wb, size_t(16)}));
+  const DevBuf dev(kBytes);
+  auto h = [&](int i) { return static_cast<void*>(host[i].data()); };
+  const char* names[10] = {"args.q", "args.k", "args.v", "args.o", "args.lse",
+                           "args.dout", "args.dq", "args.dk", "args.dv", "workspace"};
+  for (int which = 0; which < 10; ++which) {
+    for (int i : {3, 4, 6, 7, 8}) std::fill(host[i].begin(), host[i].end(), kPoisonByte);
+    void* ptr[10];
+    for (int i = 0; i < 9; ++i) ptr[i] = i == which ? dev.p : h(i);
+    ptr[9] = which == 9 ? dev.p : static_cast<void*>(ws.data());
+    flashattn_status_t st;
+    if (which <= 4 || which == 9) {
+      const flashattn_fwd_args_t a = fwd_args(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
+      st = flashattn_fwd(plan.p, &a, ptr[9], ws.size(), nullptr);
+    } else {
+      const flashattn_bwd_args_t a = bwd_args(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8]);
+      st = flashattn_bwd(plan.p, &a, ptr[9], ws.size(), nullptr);
+    }
+    const std::string msg = flashattn_last_error();
+    INFO("device memory as " << names[which] << ": " << flashattn_status_string(st) << ": " << msg);
+    CHECK(st == FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
+    CHECK(msg.find(names[which]) != std::string::npos);
+    for (int i : {3, 4, 6, 7, 8})
+      CHECK(std::all_of(host[i].begin(), host[i].end(), [](unsigned char b) { return b == kPoisonByte; }));
+  }
+  // Managed memory: the CPU backend reads and writes it; results match the reference.
+  struct ManagedMem : DeviceMem {
+    flashattn_backend_t backend() const override { return FLASHATTN_BACKEND_CPU; }
+    void* alloc(size_t bytes) override {
+      void* m = nullptr;
+      REQUIRE(cudaMallocManaged(&m, std::max<size_t>(bytes, 16)) == cudaSuccess);
+      return m;
+    }
+  } managed;
+  const LibResult r = run_on_plan(plan.p, p, managed);
+  INFO("managed memory: " << r.error);
+  REQUIRE(r.ok());
+  check_against_reference(p, r);
+  HostMem hm;
+  const LibResult again = run_on_plan(plan.p, p, hm);
+  REQUIRE(again.ok());
+  require_same_bits(again, r);
+}
+
 // Host memory in any pointer argument of a CUDA run (tensors, LSE, workspace): refused with
 // WRONG_MEMORY_SPACE naming the argument, nothing written; the plan then runs.
 TEST_CASE("gpu limits: host memory in any argument is refused by name", "[gpu][limits][faults]") {

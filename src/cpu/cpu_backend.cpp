@@ -79,6 +79,7 @@ size_t cpu_workspace_size(const AttnParams& p) {
 }
 
 flashattn_status_t cpu_check(const AttnParams& p) {
+  FA_TRY(cpu::check_host_memory(p));
   if (!p.varlen) return FLASHATTN_STATUS_SUCCESS;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr) {
     return fail(FLASHATTN_STATUS_NULL_POINTER, "cu_seqlens_%s is NULL in varlen mode", p.cu_seqlens_q ? "k" : "q");
@@ -95,6 +96,7 @@ flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspac
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is less than the %zu bytes one thread needs",
                 workspace_bytes, shared + slot);
   }
+  FA_TRY(cpu::check_host_memory(workspace, "workspace"));
   // As many threads as the workspace has slots for (the queried size has one per
   // default thread); results do not depend on the count.
   size_t fit = (workspace_bytes - shared) / slot;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/params.h"
+#include "flashattn.h"
 
 namespace flashattn {
 namespace cpu {
@@ -49,6 +50,12 @@ void flash_forward(const AttnParams& p, char* workspace, int threads);
 void flash_backward(const AttnParams& p, char* workspace, int threads);
 void standard_forward(const AttnParams& p, char* workspace, int threads);
 void standard_backward(const AttnParams& p, char* workspace, int threads);
+
+// CUDA device memory (that the CPU cannot read) in a pointer of the run, or in `ptr`
+// named `name`: WRONG_MEMORY_SPACE naming it (host_memory.cpp: probed only when the
+// process has loaded the CUDA driver).
+flashattn_status_t check_host_memory(const AttnParams& p);
+flashattn_status_t check_host_memory(const void* ptr, const char* name);
 
 // Varlen tokens past cu_seqlens[batch] belong to no sequence: forward writes O = 0 and
 // LSE = -inf for them, backward writes zero gradients.

@@ -16,6 +16,7 @@
 
 #include "backends.hpp"
 #include "cuda/launch.hpp"
+#include "common/run_pointers.hpp"
 #include "error.hpp"
 
 namespace flashattn {
@@ -203,30 +204,7 @@ size_t cuda_workspace_size(const AttnParams& p, int /*device*/) {
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {
   if (const flashattn_status_t s = cuda_check_device(device)) return s;
-  // Names as the caller knows them: fields of flashattn_fwd_args_t / flashattn_bwd_args_t.
-  struct Named {
-    const void* ptr;
-    const char* name;
-  };
-  const Named pointers[] = {
-      {p.q, "args.q"},
-      {p.k, "args.k"},
-      {p.v, "args.v"},
-      {p.o, "args.o"},
-      {p.o_in, "args.o"},
-      {p.lse, "args.lse"},
-      {p.lse_in, "args.lse"},
-      {p.dout, "args.dout"},
-      {p.dq, "args.dq"},
-      {p.dk, "args.dk"},
-      {p.dv, "args.dv"},
-      {p.bias, "args.bias"},
-      {p.dbias, "args.dbias"},
-      {p.alibi_slopes, "args.alibi_slopes"},
-      {p.cu_seqlens_q, "args.cu_seqlens_q"},
-      {p.cu_seqlens_k, "args.cu_seqlens_k"},
-  };
-  for (const Named& n : pointers) {
+  for (const NamedPointer& n : run_pointers(p)) {
     if (const flashattn_status_t s = check_pointer(n.ptr, n.name, device)) return s;
   }
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {

@@ -1,0 +1,92 @@
+// CPU backend: CUDA device memory passed where host memory is needed is refused with
+// FLASHATTN_STATUS_WRONG_MEMORY_SPACE, where that is detectable without side effects.
+//
+// The probe asks the CUDA driver (cuPointerGetAttribute) only if the process has already
+// loaded it (dlopen with RTLD_NOLOAD): a process that never touched CUDA loads, initializes
+// and allocates nothing, and every pointer counts as host memory. A process holding device
+// memory has loaded the driver, whichever runtime it uses. Accepted: host memory (pageable
+// or page-locked), managed memory, and device memory of a GPU that reads the host's page
+// tables (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, e.g. Grace
+// Hopper, where the CPU can access it). The driver's ABI is stable: its enum values are
+// spelled here so that the CPU-only build needs no CUDA header.
+#include <dlfcn.h>
+#include <stdint.h>
+
+#include <mutex>
+
+#include "common/run_pointers.hpp"
+#include "cpu/cpu_impl.hpp"
+#include "error.hpp"
+
+namespace flashattn {
+namespace cpu {
+namespace {
+
+constexpr int kPointerAttrMemoryType = 2;      // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kPointerAttrIsManaged = 8;       // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kPointerAttrDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kMemoryTypeDevice = 2;           // CU_MEMORYTYPE_DEVICE
+constexpr int kDevAttrUsesHostPageTables = 100;  // CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
+
+struct Driver {
+  int (*pointer_get_attribute)(void* data, int attribute, unsigned long long ptr) = nullptr;
+  int (*device_get)(int* device, int ordinal) = nullptr;
+  int (*device_get_attribute)(int* value, int attribute, int device) = nullptr;
+};
+
+// The driver's entry points once the process has loaded it; NULL before (checked again
+// at the next run: a process may start using CUDA after its first CPU run).
+const Driver* loaded_driver() {
+  static std::mutex mutex;
+  static Driver driver;
+  static bool found = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!found) {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h == nullptr) return nullptr;
+    driver.pointer_get_attribute =
+        reinterpret_cast<decltype(driver.pointer_get_attribute)>(dlsym(h, "cuPointerGetAttribute"));
+    driver.device_get = reinterpret_cast<decltype(driver.device_get)>(dlsym(h, "cuDeviceGet"));
+    driver.device_get_attribute =
+        reinterpret_cast<decltype(driver.device_get_attribute)>(dlsym(h, "cuDeviceGetAttribute"));
+    // The handle stays open: the driver was loaded before and stays for the process.
+    found = driver.pointer_get_attribute != nullptr && driver.device_get != nullptr &&
+            driver.device_get_attribute != nullptr;
+    if (!found) return nullptr;
+  }
+  return &driver;
+}
+
+// Device memory the CPU cannot access; false for anything the driver does not know
+// (including every pointer while the driver is not initialized).
+bool device_only(const Driver& d, const void* ptr, int* ordinal) {
+  const unsigned long long address = reinterpret_cast<uintptr_t>(ptr);
+  int type = 0, managed = 0, dev = 0, host_page_tables = 0;
+  if (d.pointer_get_attribute(&type, kPointerAttrMemoryType, address) != 0 || type != kMemoryTypeDevice) return false;
+  if (d.pointer_get_attribute(&managed, kPointerAttrIsManaged, address) == 0 && managed != 0) return false;
+  *ordinal = -1;
+  if (d.pointer_get_attribute(ordinal, kPointerAttrDeviceOrdinal, address) == 0 && d.device_get(&dev, *ordinal) == 0 &&
+      d.device_get_attribute(&host_page_tables, kDevAttrUsesHostPageTables, dev) == 0 && host_page_tables != 0)
+    return false;
+  return true;
+}
+
+}  // namespace
+
+flashattn_status_t check_host_memory(const void* ptr, const char* name) {
+  if (ptr == nullptr) return FLASHATTN_STATUS_SUCCESS;
+  const Driver* d = loaded_driver();
+  int ordinal = -1;
+  if (d == nullptr || !device_only(*d, ptr, &ordinal)) return FLASHATTN_STATUS_SUCCESS;
+  return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE,
+              "%s=%p is memory of CUDA device %d; the CPU backend needs host memory (or managed memory)", name, ptr,
+              ordinal);
+}
+
+flashattn_status_t check_host_memory(const AttnParams& p) {
+  for (const NamedPointer& n : run_pointers(p)) FA_TRY(check_host_memory(n.ptr, n.name));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace cpu
+}  // namespace flashattn
