@@ -6,6 +6,9 @@
 //  [limits]   128k keys for one query (and the transpose), minimally aligned pointers.
 // Inputs come from fixed seeds; nothing depends on timing.
 #include <math.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <initializer_list>
@@ -366,6 +369,55 @@ TEST_CASE("after rejected cu_seqlens the same varlen plan runs and gives a fresh
 }
 
 // ---- 7. limits ---------------------------------------------------------------------------
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FA_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FA_SANITIZED 1
+#endif
+#endif
+
+// An allocation that fails inside the library: with the process's address-space limit set
+// just above what it maps now, set_block_sparse cannot copy a 64 MiB layout. It returns
+// OUT_OF_MEMORY with a message and keeps the plan as it was; once the limit is back the
+// same plan takes the layout, and then a small problem, and runs it with a fresh plan's bits.
+TEST_CASE("a failed host allocation returns OUT_OF_MEMORY and the plan stays usable", "[faults]") {
+#ifdef FA_SANITIZED
+  FA_SKIP_TEST("sanitizer allocators abort on a failed allocation instead of throwing");
+#else
+  const int64_t n = 8192;  // 1x1 blocks: an n x n layout of 64 MiB
+  Plan plan;
+  REQUIRE(flashattn_plan_set_shape(plan.p, 1, n, n, 1, 1, 8, 8) == FLASHATTN_STATUS_SUCCESS);
+  const std::vector<uint8_t> layout(static_cast<size_t>(n * n), 1);  // allocated before the limit
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+  long pages = 0;
+  {
+    FILE* f = fopen("/proc/self/statm", "r");
+    REQUIRE(f != nullptr);
+    REQUIRE(fscanf(f, "%ld", &pages) == 1);
+    fclose(f);
+  }
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t{16} << 20);
+  if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < tight.rlim_cur) FA_SKIP_TEST("address-space limit already lower");
+  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  const flashattn_status_t st = flashattn_plan_set_block_sparse(plan.p, layout.data(), 1, n, n, 1, 1);
+  const std::string msg = flashattn_last_error();
+  REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+  INFO("set_block_sparse under the limit: " << flashattn_status_string(st) << ": " << msg);
+  CHECK(st == FLASHATTN_STATUS_OUT_OF_MEMORY);
+  CHECK(!msg.empty());
+  CHECK(flashattn_plan_set_block_sparse(plan.p, layout.data(), 1, n, n, 1, 1) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_block_sparse(plan.p, nullptr, 0, 0, 0, 0, 0) == FLASHATTN_STATUS_SUCCESS);
+  Config c = base("after out of memory", 21, 34, 16, FLASHATTN_DTYPE_FP32, 610);
+  const Problem p = make_problem(c);
+  REQUIRE(configure_plan(plan.p, p) == FLASHATTN_STATUS_SUCCESS);
+  HostMem mem;
+  require_same_bits(run_cpu(p), run_on_plan(plan.p, p, mem));
+#endif
+}
 
 TEST_CASE("one query against 131072 keys matches the reference", "[limits]") {
   Config c = base("sq = 1, sk = 128k", 1, 131072, 8, FLASHATTN_DTYPE_FP32, 700);
