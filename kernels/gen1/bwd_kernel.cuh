@@ -156,7 +156,28 @@ struct BwdTraits {
 #ifndef FA_BWD_LD2
 #define FA_BWD_LD2 1
 #endif
-// EW2, RED2, LD2 and DQ_MID were measured on sm_90 only; the sm_80 code stays as it was
+// Session 4 (integer work per step; off by default until measured, see bwd_NOTES.md):
+// RED3: staged dQ reductions as predicated `red.global.add.v4.f32` from a pointer stepped by
+// an opaque 64-bit add (the compiler rebuilt the 64-bit address inside each reduction's
+// branch: ~14 instructions per reduction); staging-store addresses as one per-lane offset
+// XOR (nt << 5).
+#ifndef FA_BWD_RED3
+#define FA_BWD_RED3 0
+#endif
+// LD3: tile loads (LD2 layout) with the source pointer stepped by an opaque 64-bit add of
+// the precomputed row step and the row bound as one compare (the compiler rebuilt each
+// row's 64-bit address with wide multiplies under the row predicate).
+#ifndef FA_BWD_LD3
+#define FA_BWD_LD3 0
+#endif
+// GB2: warp-GEMM bases of transposed operands (dV, dK GEMMs; B of the dQ GEMM) as one
+// per-lane tile-relative offset, the other m16 / n16 tiles by XOR (mt << 5) (the warp
+// offset is a multiple of the warp tile's power-of-two extent <= 64, so the tiles differ
+// only in the swizzled chunk bits).
+#ifndef FA_BWD_GB2
+#define FA_BWD_GB2 0
+#endif
+// EW2, RED2, LD2, DQ_MID, RED3, LD3 and GB2 were measured on sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define FA_BWD_SM90(x) 0
@@ -241,8 +262,31 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
   const int li = lane >> 3, lr = lane & 7;
   uint32_t a_base[MT], b_base[NT / 2];
   uint32_t a_x = 0, b_x = 0;
+  // FA_BWD_GB2 (transposed operands whose warp tile extent E = 16 MT or 8 NT is a power of
+  // two <= 64, at an offset that is a multiple of E, as every caller's is): chunk
+  // c = off / 8 + 2 i + lane bit with off / 8 a multiple of E / 8 > 2 i + 1, so all i share
+  // the 64-column block and row, and chunk bits (c & 7) ^ lr = ((off / 8 & 7) | bit) ^ lr ^ 2 i:
+  // tile i's tile-relative offset is tile 0's XOR (i << 5).
+  constexpr bool kXA = FA_BWD_SM90(FA_BWD_GB2) != 0 && kAT && (MT == 1 || MT == 2 || MT == 4);
+  constexpr bool kXB = FA_BWD_SM90(FA_BWD_GB2) != 0 && kBT && (NT == 2 || NT == 4 || NT == 8);
+  if constexpr (kXA) {
+    const uint32_t c0 = static_cast<uint32_t>(a_off) >> 3;
+    const uint32_t rel = (c0 >> 3) * static_cast<uint32_t>(kRA * 128) +
+                         static_cast<uint32_t>(lr + 8 * (li >> 1)) * 128u +
+                         ((((c0 & 7u) | static_cast<uint32_t>(li & 1)) ^ static_cast<uint32_t>(lr)) << 4);
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt) a_base[mt] = sA + (rel ^ static_cast<uint32_t>(mt << 5));
+  }
+  if constexpr (kXB) {
+    const uint32_t c0 = static_cast<uint32_t>(b_off) >> 3;
+    const uint32_t rel = (c0 >> 3) * static_cast<uint32_t>(kRB * 128) +
+                         static_cast<uint32_t>(lr + 8 * (li & 1)) * 128u +
+                         ((((c0 & 7u) | static_cast<uint32_t>(li >> 1)) ^ static_cast<uint32_t>(lr)) << 4);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) b_base[np] = sB + (rel ^ static_cast<uint32_t>(np << 5));
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT && !kXA; ++mt) {
     if (!kAT) {
       a_base[mt] = sA + static_cast<uint32_t>(a_off + mt * 16 + lr + 8 * (li & 1)) * 128u;
     } else {
@@ -252,7 +296,7 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
   }
   if (!kAT) a_x = static_cast<uint32_t>(((li >> 1) ^ lr) << 4);
 #pragma unroll
-  for (int np = 0; np < NT / 2; ++np) {
+  for (int np = 0; np < NT / 2 && !kXB; ++np) {
     if (!kBT) {
       b_base[np] = sB + static_cast<uint32_t>(b_off + np * 16 + lr + 8 * (li >> 1)) * 128u;
     } else {
@@ -318,12 +362,29 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
     const bool col_ok = ch * 8 < d_valid;
     const uint16_t* src = g + r * row_stride + ch * 8;
     const uint32_t dst = s + 2u * static_cast<uint32_t>(Tile::offset(r, ch * 8));
+    if constexpr (FA_BWD_LD3 != 0) {
+      // FA_BWD_LD3: row i's source is row i-1's plus kRowStep rows, by an add the compiler
+      // cannot turn back into a wide multiply; row bound as one compare against rows_left.
+      const int rows_left = n_valid - r;
+      const uint64_t step = static_cast<uint64_t>(row_stride) * (2 * kRowStep);
+      uint64_t cur = reinterpret_cast<uint64_t>(src);
+#pragma unroll
+      for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
+        if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
+          const bool ok = col_ok && i * kRowStep < rows_left;
+          cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64),
+                      ok ? reinterpret_cast<const uint16_t*>(cur) : g, ok);
+        }
+        if (i + 1 < (kRows + kRowStep - 1) / kRowStep) asm("add.u64 %0, %0, %1;\n" : "+l"(cur) : "l"(step));
+      }
+    } else {
 #pragma unroll
     for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
       if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
         const bool ok = col_ok && r + i * kRowStep < n_valid;
         cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), ok ? src + i * kRowStep * row_stride : g, ok);
       }
+    }
     }
   } else {
 #pragma unroll
@@ -908,6 +969,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         const int64_t step4 = 4 * dq_rs;
         const int rows_left = len_q - r0 - wq_m0 - row_l;  // row 4 i + 16 mt exists iff < rows_left
         const bool col_ok = wq_n0 + (lane & 7) * 4 < dqk;
+        constexpr bool kRed3 = FA_BWD_RED3 != 0;
+        // FA_BWD_RED3: the global address of reduction k (row 4 k of this lane, k = 4 mt + i)
+        // is the previous one plus 4 rows, by an add the compiler cannot re-associate into a
+        // wide multiply; the reduction is predicated (no branch to sink address math into).
+        uint64_t red_ptr = 0, red_step = 0;
+        if constexpr (kRed3) {
+          asm("cvta.to.global.u64 %0, %1;\n" : "=l"(red_ptr) : "l"(lane_dq));
+          red_step = static_cast<uint64_t>(step4) * sizeof(float);
+        }
+        // Staging store of (row g + 8 hf, cols nt * 8 + 2 t): chunk 2 nt + (t >> 1) XOR 2 (g & 3),
+        // i.e. tile 0's offset XOR (nt << 5), + 1024 for hf (RED3 form).
+        const uint32_t stg_o0 = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ (2 * (g & 3))) << 4) | ((t & 1) << 3)));
 #pragma unroll
         for (int mt = 0; mt < Tr::kMTq; ++mt) {
 #pragma unroll
@@ -916,7 +989,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
               const int row = g + 8 * hf;
-              const uint32_t off = static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
+              const uint32_t off = kRed3 ? (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024)
+                                         : static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
               asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(stg + off), "f"(acc_dq[mt][nt][2 * hf]),
                            "f"(acc_dq[mt][nt][2 * hf + 1])
                            : "memory");
@@ -932,7 +1006,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                          : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                          : "r"(stg + off)
                          : "memory");
-            if constexpr (FA_BWD_RED2 != 0) {
+            if constexpr (kRed3) {
+              const int ok = col_ok && mt * 16 + 4 * i < rows_left;
+              asm volatile(
+                  "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+                  " @p red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(red_ptr),
+                  "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(ok)
+                  : "memory");
+              asm("add.u64 %0, %0, %1;\n" : "+l"(red_ptr) : "l"(red_step));
+            } else if constexpr (FA_BWD_RED2 != 0) {
               if (col_ok && mt * 16 + 4 * i < rows_left)
                 atomicAdd(reinterpret_cast<float4*>(lane_dq + (mt * 4 + i) * step4), v);
             } else {

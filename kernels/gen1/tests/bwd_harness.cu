@@ -512,8 +512,12 @@ static void bench() {
     for (int64_t s : {1024, 4096, 16384})
       for (bool c : {false, true}) shapes.push_back({d, s, c});
   shapes.push_back({128, 512, false});
+  // BWD_BENCH_MIN_SEQ=N: only the shapes with seqlen >= N (shorter device calls).
+  const char* min_seq_env = std::getenv("BWD_BENCH_MIN_SEQ");
+  const int64_t min_seq = min_seq_env != nullptr ? std::atoll(min_seq_env) : 0;
   std::mt19937 rng(7);
   for (const B& sh : shapes) {
+    if (sh.s < min_seq) continue;
     for (int det = 0; det < 2; ++det) {
       if (det && !(sh.d == 128 && sh.s == 16384)) continue;
       if (g_prof && (det || sh.d != 128 || sh.s != 4096 || sh.causal)) continue;

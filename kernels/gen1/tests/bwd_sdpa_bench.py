@@ -1,12 +1,16 @@
 """PyTorch SDPA (flash = FlashAttention-2, cudnn) BACKWARD timings for the shapes that
 kernels/gen1/tests/bwd_harness.cu times; run in the same device session to compare.
 Times torch.autograd.grad of one forward's output (backward only)."""
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 SHAPES = [(d, s, c) for d in (64, 128, 256) for s in (1024, 4096, 16384) for c in (False, True)]
 SHAPES.append((128, 512, False))
+# BWD_BENCH_MIN_SEQ=N: only the shapes with seqlen >= N (as the harness).
+SHAPES = [sh for sh in SHAPES if sh[1] >= int(os.environ.get("BWD_BENCH_MIN_SEQ", "0"))]
 
 
 def bench(fn, reps=10):

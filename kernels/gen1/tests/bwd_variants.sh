@@ -8,6 +8,10 @@
 #     NCU="cand" [CTEST=1] bash kernels/gen1/tests/bwd_variants.sh
 # A variant is NAME:FLAGS (FLAGS: -D overrides, commas for spaces) or NAME@DIR:FLAGS, where
 # DIR holds gen1/bwd_kernel.cuh to build instead of the tree's (e.g. the committed one).
+# CTEST_CUDA_FLAGS: extra nvcc flags of the library that CTEST=1 builds and tests (e.g. the -D
+# knobs of a candidate, so that the tested library equals a tree with those defaults);
+# CTEST_ARGS: extra ctest arguments (e.g. "-LE slow"); BWD_BENCH_MIN_SEQ=N (harness and
+# SDPA): only the shapes with seqlen >= N.
 set -o pipefail
 ARCH=${ARCH:-sm_90}
 OUTDIR=${OUT:-/tmp/bwd_out}
@@ -49,7 +53,8 @@ done
 if [ -n "$CTEST" ]; then
   # Library + GPU tests build (CPU) while the checks and benchmarks run.
   ( cmake -S . -B /tmp/build-bwd -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90 \
-      -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF > "$OUTDIR/cmake.txt" 2>&1 &&
+      -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF ${CTEST_CUDA_FLAGS:+"-DCMAKE_CUDA_FLAGS=$CTEST_CUDA_FLAGS"} \
+      > "$OUTDIR/cmake.txt" 2>&1 &&
     cmake --build /tmp/build-bwd -j12 >> "$OUTDIR/cmake.txt" 2>&1; echo "build rc=$?" >> "$OUTDIR/cmake.txt" ) &
   ctest_build=$!
 fi
@@ -78,7 +83,7 @@ if [ -n "$CTEST" ]; then
   wait $ctest_build
   tail -2 "$OUTDIR/cmake.txt"
   # The GPU tests run beside the sanitizer runs (correctness only, no timing).
-  ( cd /tmp/build-bwd && timeout ${CTEST_TIMEOUT:-200} ctest -L gpu --output-on-failure > "$OUTDIR/ctest.txt" 2>&1;
+  ( cd /tmp/build-bwd && timeout ${CTEST_TIMEOUT:-200} ctest -L gpu $CTEST_ARGS --output-on-failure > "$OUTDIR/ctest.txt" 2>&1;
     echo "ctest rc=$?" >> "$OUTDIR/ctest.txt" ) &
   ctest_pid=$!
 fi
