@@ -156,26 +156,27 @@ struct BwdTraits {
 #ifndef FA_BWD_LD2
 #define FA_BWD_LD2 1
 #endif
-// Session 4 (integer work per step; off by default until measured, see bwd_NOTES.md):
+// Session 4 (integer work per step; defaults measured together in one same-run A/B, +4..10%,
+// see bwd_NOTES.md "Session 4"):
 // RED3: staged dQ reductions as predicated `red.global.add.v4.f32` from a pointer stepped by
 // an opaque 64-bit add (the compiler rebuilt the 64-bit address inside each reduction's
 // branch: ~14 instructions per reduction); staging-store addresses as one per-lane offset
 // XOR (nt << 5).
 #ifndef FA_BWD_RED3
-#define FA_BWD_RED3 0
+#define FA_BWD_RED3 1
 #endif
 // LD3: tile loads (LD2 layout) with the source pointer stepped by an opaque 64-bit add of
 // the precomputed row step and the row bound as one compare (the compiler rebuilt each
 // row's 64-bit address with wide multiplies under the row predicate).
 #ifndef FA_BWD_LD3
-#define FA_BWD_LD3 0
+#define FA_BWD_LD3 1
 #endif
 // GB2: warp-GEMM bases of transposed operands (dV, dK GEMMs; B of the dQ GEMM) as one
 // per-lane tile-relative offset, the other m16 / n16 tiles by XOR (mt << 5) (the warp
 // offset is a multiple of the warp tile's power-of-two extent <= 64, so the tiles differ
 // only in the swizzled chunk bits).
 #ifndef FA_BWD_GB2
-#define FA_BWD_GB2 0
+#define FA_BWD_GB2 1
 #endif
 // EW2, RED2, LD2, DQ_MID, RED3, LD3 and GB2 were measured on sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
@@ -989,8 +990,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
               const int row = g + 8 * hf;
-              const uint32_t off = kRed3 ? (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024)
-                                         : static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
+              const uint32_t off =
+                  kRed3 ? (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024)
+                        : static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
               asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(stg + off), "f"(acc_dq[mt][nt][2 * hf]),
                            "f"(acc_dq[mt][nt][2 * hf + 1])
                            : "memory");
