@@ -139,6 +139,11 @@ if [[ $group == cuda ]]; then
   expect 0 "^PASS$" "${small[@]}" --dtype fp16 --head-dim 96 --alibi --softcap 20 --dropout 0.1 --seed 5
   expect 0 "^PASS$" "${small[@]}" --dtype bf16 --head-dim 64 --block-sparse 0.5 --layout bhsd
   expect 0 "^PASS$" "${small[@]}" --dtype fp32 --head-dim 32 --algorithm standard --causal
+  # Bias tensors (with dBias) and varlen with an empty sequence on the device.
+  expect 0 "^PASS$" check --backend cuda --bwd --heads-q 4 --heads-kv 2 --dtype bf16 --head-dim 64 \
+    --varlen 300:200,0,130:260 --bias-tensor head-broadcast
+  expect 0 "^PASS$" check --backend cuda --bwd --heads-q 2 --dtype fp16 --head-dim 128 \
+    --varlen 77,0:40,190 --bias-tensor full --causal=bottom-right --dropout 0.1 --seed 9
   expect 0 "TFLOP/s" bench --backend cuda --seqlens 512,1024 --tokens 2048 --head-dim 64 --algorithm both --bwd \
     --repeats 3 --warmup 1
 fi
