@@ -500,9 +500,10 @@ typedef struct flashattn_bwd_args_t {
  * @param stream CUDA stream (cudaStream_t) or NULL for the default stream; must be NULL for CPU.
  * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_STRIDE;
  *         INVALID_SEQLENS; MISALIGNED_POINTER; WORKSPACE_TOO_SMALL; INCOMPATIBLE_OPTIONS;
- *         INVALID_ARGUMENT (stream on CPU); NOT_SUPPORTED; HEAD_DIM_NOT_SUPPORTED;
- *         DTYPE_NOT_SUPPORTED; LIBRARY_UNAVAILABLE; OUT_OF_MEMORY; CUDA_ERROR;
- *         LAUNCH_FAILED; WRONG_MEMORY_SPACE.
+ *         INVALID_ARGUMENT (a stream on CPU, or a stream of another device than the plan's);
+ *         NOT_SUPPORTED; HEAD_DIM_NOT_SUPPORTED; DTYPE_NOT_SUPPORTED; LIBRARY_UNAVAILABLE;
+ *         OUT_OF_MEMORY; CUDA_ERROR; LAUNCH_FAILED; WRONG_MEMORY_SPACE (host memory on CUDA;
+ *         on CPU, device memory, detected once the process has loaded the CUDA driver).
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flashattn_fwd_args_t* args,
                                                void* workspace, size_t workspace_bytes,
