@@ -747,4 +747,42 @@ void require_same_bits(const LibResult& a, const LibResult& b) {
   CHECK(a.raw_dbias == b.raw_dbias);
 }
 
+Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
+  Config c;
+  c.name = name;
+  c.sq = sq;
+  c.sk = sk;
+  c.dqk = c.dv = d;
+  c.hq = 2;
+  c.hkv = 1;
+  c.dtype = t;
+  c.data_seed = seed;
+  return c;
+}
+
+flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse) {
+  flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = static_cast<float*>(lse);
+  return a;
+}
+
+flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk,
+                              void* dv) {
+  flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = static_cast<const float*>(lse);
+  a.dout = dout;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  return a;
+}
+
 }  // namespace fat

@@ -150,6 +150,15 @@ struct LibResult {
   }
 };
 
+// The common starting point of the test cases (which then set their options): one
+// sequence, 2 query heads sharing one KV head, dqk = dv = d.
+Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed);
+
+// Argument blocks of one run over raw buffers (the other fields stay at their INIT values).
+flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse);
+flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk,
+                              void* dv);
+
 // Applies every option of p.cfg to a fresh plan (shape, dtype, strides, options).
 flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p);
 

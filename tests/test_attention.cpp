@@ -18,19 +18,6 @@ namespace {
 
 const flashattn_dtype_t kDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 
-Config base(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
-  Config c;
-  c.name = name;
-  c.sq = sq;
-  c.sk = sk;
-  c.dqk = c.dv = d;
-  c.hq = 2;
-  c.hkv = 1;
-  c.dtype = t;
-  c.data_seed = seed;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd][bwd]") {
@@ -40,7 +27,7 @@ TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd
   for (const auto& pr : pairs)
     for (flashattn_dtype_t t : kDtypes) {
       if (pr[0] * pr[1] >= 127 * 127 && t == FLASHATTN_DTYPE_FP32) continue;  // keep the suite quick
-      run_and_check_cpu(base("dense", pr[0], pr[1], pr[0] == 200 ? 64 : 40, t, ++seed));
+      run_and_check_cpu(base_config("dense", pr[0], pr[1], pr[0] == 200 ? 64 : 40, t, ++seed));
     }
 }
 
@@ -50,11 +37,11 @@ TEST_CASE("head dimensions including dqk != dv", "[fwd][bwd]") {
   uint64_t seed = 200;
   for (const auto& d : dims) {
     ++seed;
-    Config c = base("head dim", 33, 47, d[0], seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
+    Config c = base_config("head dim", 33, 47, d[0], seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
     c.dv = d[1];
     run_and_check_cpu(c);
   }
-  Config c = base("head dim fp32", 9, 21, 256, FLASHATTN_DTYPE_FP32, 250);
+  Config c = base_config("head dim fp32", 9, 21, 256, FLASHATTN_DTYPE_FP32, 250);
   c.dv = 72;
   run_and_check_cpu(c);
 }
@@ -64,7 +51,7 @@ TEST_CASE("GQA and MQA", "[fwd][bwd]") {
   uint64_t seed = 300;
   for (const auto& h : heads)
     for (flashattn_dtype_t t : kDtypes) {
-      Config c = base("gqa", 29, 37, 32, t, ++seed);
+      Config c = base_config("gqa", 29, 37, 32, t, ++seed);
       c.hq = h[0];
       c.hkv = h[1];
       c.batch = 2;
@@ -78,7 +65,7 @@ TEST_CASE("causal mask with seqlen_q != seqlen_k in both alignments", "[fwd][bwd
   for (const auto& s : shapes)
     for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT})
       for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16}) {
-        Config c = base("causal", s[0], s[1], 64, t, ++seed);
+        Config c = base_config("causal", s[0], s[1], 64, t, ++seed);
         c.band = true;
         c.align = align;
         c.wr = 0;
@@ -93,7 +80,7 @@ TEST_CASE("sliding windows in both alignments", "[fwd][bwd]") {
   for (const auto& w : windows)
     for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) {
       ++seed;
-      Config c = base("window", seed % 2 ? 45 : 70, seed % 2 ? 70 : 45, 40, seed % 3 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
+      Config c = base_config("window", seed % 2 ? 45 : 70, seed % 2 ? 70 : 45, 40, seed % 3 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
                       seed);
       c.band = true;
       c.align = align;
@@ -105,26 +92,26 @@ TEST_CASE("sliding windows in both alignments", "[fwd][bwd]") {
 
 TEST_CASE("fully masked rows give O = 0 and LSE = -inf and zero gradients", "[fwd][bwd]") {
   // Bottom-right causal with seqlen_q > seqlen_k: the first sq - sk rows see no key.
-  Config c = base("bottom-right causal sq > sk", 40, 13, 32, FLASHATTN_DTYPE_FP16, 601);
+  Config c = base_config("bottom-right causal sq > sk", 40, 13, 32, FLASHATTN_DTYPE_FP16, 601);
   c.band = true;
   c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
   c.wr = 0;
   run_and_check_cpu(c);
   // A window that excludes every key of the rows past the end of K.
-  c = base("window excluding all keys", 30, 9, 16, FLASHATTN_DTYPE_BF16, 602);
+  c = base_config("window excluding all keys", 30, 9, 16, FLASHATTN_DTYPE_BF16, 602);
   c.band = true;
   c.wl = 0;
   c.wr = 0;
   run_and_check_cpu(c);
   // Block-sparse layout with a row of zero blocks.
-  c = base("sparse zero row", 48, 40, 32, FLASHATTN_DTYPE_FP16, 603);
+  c = base_config("sparse zero row", 48, 40, 32, FLASHATTN_DTYPE_FP16, 603);
   c.sparse = true;
   c.block_q = 16;
   c.block_k = 8;
   c.zero_row_block = 1;
   run_and_check_cpu(c);
   // A bias row of -inf.
-  c = base("bias -inf row", 20, 33, 16, FLASHATTN_DTYPE_FP32, 604);
+  c = base_config("bias -inf row", 20, 33, 16, FLASHATTN_DTYPE_FP32, 604);
   c.bias = FLASHATTN_BIAS_TENSOR;
   c.bias_inf_row = 7;
   run_and_check_cpu(c);
@@ -132,7 +119,7 @@ TEST_CASE("fully masked rows give O = 0 and LSE = -inf and zero gradients", "[fw
   c.bias_bcast[0] = true;
   run_and_check_cpu(c);
   // Varlen: a sequence with queries but no keys.
-  c = base("varlen empty keys", 1, 1, 16, FLASHATTN_DTYPE_FP16, 605);
+  c = base_config("varlen empty keys", 1, 1, 16, FLASHATTN_DTYPE_FP16, 605);
   c.seqlens_q = {5, 7, 3};
   c.seqlens_k = {6, 0, 4};
   run_and_check_cpu(c);
@@ -142,13 +129,13 @@ TEST_CASE("softcap", "[fwd][bwd]") {
   uint64_t seed = 700;
   for (float cap : {2.f, 10.f, 50.f})
     for (flashattn_dtype_t t : kDtypes) {
-      Config c = base("softcap", 37, 53, 32, t, ++seed);
+      Config c = base_config("softcap", 37, 53, 32, t, ++seed);
       c.scale = 0.5f;
       c.softcap = cap;
       c.input_scale = 1.5;
       run_and_check_cpu(c);
     }
-  Config c = base("softcap causal", 64, 64, 64, FLASHATTN_DTYPE_BF16, 710);
+  Config c = base_config("softcap causal", 64, 64, 64, FLASHATTN_DTYPE_BF16, 710);
   c.softcap = 5.f;
   c.band = true;
   c.wr = 0;
@@ -162,7 +149,7 @@ TEST_CASE("bias tensor with broadcast strides and dBias summed over broadcast di
   uint64_t seed = 800;
   for (const auto& pat : patterns)
     for (flashattn_dtype_t t : kDtypes) {
-      Config c = base("bias", 19, 33, 16, t, ++seed);
+      Config c = base_config("bias", 19, 33, 16, t, ++seed);
       c.batch = 2;
       c.hq = 3;
       c.hkv = 1;
@@ -170,7 +157,7 @@ TEST_CASE("bias tensor with broadcast strides and dBias summed over broadcast di
       for (int d = 0; d < 4; ++d) c.bias_bcast[d] = pat[d];
       run_and_check_cpu(c);
     }
-  Config c = base("bias without dBias", 19, 33, 16, FLASHATTN_DTYPE_FP16, 850);
+  Config c = base_config("bias without dBias", 19, 33, 16, FLASHATTN_DTYPE_FP16, 850);
   c.bias = FLASHATTN_BIAS_TENSOR;
   c.want_dbias = false;
   run_and_check_cpu(c);
@@ -182,7 +169,7 @@ TEST_CASE("ALiBi both kinds and both alignments", "[fwd][bwd]") {
     for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT})
       for (int shape = 0; shape < 2; ++shape) {
         ++seed;
-        Config c = base("alibi", shape ? 50 : 23, shape ? 23 : 50, 32,
+        Config c = base_config("alibi", shape ? 50 : 23, shape ? 23 : 50, 32,
                         seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
         c.hq = 4;
         c.hkv = 2;
@@ -206,7 +193,7 @@ TEST_CASE("block-sparse layouts", "[fwd][bwd]") {
   uint64_t seed = 1000;
   for (const S& s : cases) {
     ++seed;
-    Config c = base("sparse", s.sq, s.sk, 32, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
+    Config c = base_config("sparse", s.sq, s.sk, 32, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
     c.hq = 4;
     c.hkv = 2;
     c.sparse = true;
@@ -222,7 +209,7 @@ TEST_CASE("dropout matches the reference with the Philox mask", "[fwd][bwd][drop
   uint64_t seed = 1100;
   for (float p : {0.1f, 0.5f, 0.9f})
     for (flashattn_dtype_t t : kDtypes) {
-      Config c = base("dropout", 31, 45, 32, t, ++seed);
+      Config c = base_config("dropout", 31, 45, 32, t, ++seed);
       c.batch = 2;
       c.hq = 4;
       c.hkv = 2;
@@ -245,7 +232,7 @@ TEST_CASE("variable-length sequences including empty ones", "[fwd][bwd]") {
   uint64_t seed = 1200;
   for (const V& v : cases)
     for (int variant = 0; variant < 4; ++variant) {
-      Config c = base("varlen", 1, 1, 32, kDtypes[variant % 3], ++seed);
+      Config c = base_config("varlen", 1, 1, 32, kDtypes[variant % 3], ++seed);
       c.hq = 4;
       c.hkv = 2;
       c.seqlens_q = v.q;
@@ -268,7 +255,7 @@ TEST_CASE("variable-length sequences including empty ones", "[fwd][bwd]") {
       }
       run_and_check_cpu(c);
     }
-  Config c = base("varlen block-sparse", 1, 1, 16, FLASHATTN_DTYPE_FP16, 1290);
+  Config c = base_config("varlen block-sparse", 1, 1, 16, FLASHATTN_DTYPE_FP16, 1290);
   c.seqlens_q = {40, 0, 23};
   c.seqlens_k = {31, 12, 50};
   c.sparse = true;
@@ -282,7 +269,7 @@ TEST_CASE("varlen with every key sequence empty and strides derived from the emp
   // total_k = 0: a BHSD layout of K/V/dK/dV has head stride seq*dim = 0. A tensor with no
   // elements cannot alias, so these strides are valid; every query row is fully masked.
   for (Layout L : {Layout::BSHD, Layout::BHSD}) {
-    Config c = base("varlen all keys empty", 1, 1, 16, FLASHATTN_DTYPE_FP16, 1390);
+    Config c = base_config("varlen all keys empty", 1, 1, 16, FLASHATTN_DTYPE_FP16, 1390);
     c.hq = 4;
     c.hkv = 2;
     c.seqlens_q = {3, 1};
@@ -296,7 +283,7 @@ TEST_CASE("arbitrary strides: BHSD and padded and mixed and batch-broadcast inpu
   uint64_t seed = 1300;
   for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed, Layout::BcastBatch})
     for (flashattn_dtype_t t : kDtypes) {
-      Config c = base("strides", 21, 34, 24, t, ++seed);
+      Config c = base_config("strides", 21, 34, 24, t, ++seed);
       c.batch = 3;
       c.hq = 4;
       c.hkv = 2;
@@ -305,7 +292,7 @@ TEST_CASE("arbitrary strides: BHSD and padded and mixed and batch-broadcast inpu
       run_and_check_cpu(c);
     }
   for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed}) {
-    Config c = base("strides varlen", 1, 1, 24, FLASHATTN_DTYPE_FP16, ++seed);
+    Config c = base_config("strides varlen", 1, 1, 24, FLASHATTN_DTYPE_FP16, ++seed);
     c.bogus_varlen_batch_stride = L == Layout::Mixed;  // "in varlen mode the batch stride is ignored"
     c.hq = 4;
     c.hkv = 2;
@@ -398,10 +385,10 @@ TEST_CASE("every option combined on generated configurations", "[fwd][bwd]") {
 }
 
 TEST_CASE("STANDARD algorithm on the CPU matches the reference", "[fwd][bwd]") {
-  Config c = base("standard dense", 65, 33, 64, FLASHATTN_DTYPE_FP16, 1500);
+  Config c = base_config("standard dense", 65, 33, 64, FLASHATTN_DTYPE_FP16, 1500);
   c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
   run_and_check_cpu(c);
-  c = base("standard everything", 37, 50, 40, FLASHATTN_DTYPE_BF16, 1501);
+  c = base_config("standard everything", 37, 50, 40, FLASHATTN_DTYPE_BF16, 1501);
   c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
   c.hq = 4;
   c.hkv = 2;
@@ -430,7 +417,7 @@ TEST_CASE("STANDARD algorithm on the CPU matches the reference", "[fwd][bwd]") {
 }
 
 TEST_CASE("fp32 gradients agree with the fp64 reference to fp32 accuracy", "[bwd]") {
-  Config c = base("fp32 gradients", 45, 61, 48, FLASHATTN_DTYPE_FP32, 1600);
+  Config c = base_config("fp32 gradients", 45, 61, 48, FLASHATTN_DTYPE_FP32, 1600);
   c.hq = 4;
   c.hkv = 2;
   c.softcap = 6.f;
@@ -461,14 +448,14 @@ TEST_CASE("fp32 gradients agree with the fp64 reference to fp32 accuracy", "[bwd
 }
 
 TEST_CASE("LSE is optional in the forward", "[fwd][api]") {
-  Config c = base("no LSE", 20, 30, 16, FLASHATTN_DTYPE_FP16, 1700);
+  Config c = base_config("no LSE", 20, 30, 16, FLASHATTN_DTYPE_FP16, 1700);
   c.with_lse = false;
   c.backward = false;
   run_and_check_cpu(c);
 }
 
 TEST_CASE("softmax scale: explicit values and 0 restores the default", "[fwd][bwd][api]") {
-  Config c = base("explicit scale", 20, 30, 16, FLASHATTN_DTYPE_FP32, 1800);
+  Config c = base_config("explicit scale", 20, 30, 16, FLASHATTN_DTYPE_FP32, 1800);
   c.scale = 0.9f;
   run_and_check_cpu(c);
   // Default (never set) vs set to 2 then reset with 0: bitwise identical outputs.
@@ -491,7 +478,7 @@ TEST_CASE("softmax scale: explicit values and 0 restores the default", "[fwd][bw
 }
 
 TEST_CASE("CPU gradients are bitwise reproducible with and without deterministic mode", "[bwd]") {
-  Config c = base("reproducible", 70, 90, 32, FLASHATTN_DTYPE_BF16, 1900);
+  Config c = base_config("reproducible", 70, 90, 32, FLASHATTN_DTYPE_BF16, 1900);
   c.hq = 4;
   c.hkv = 1;
   c.batch = 2;
@@ -506,11 +493,11 @@ TEST_CASE("CPU gradients are bitwise reproducible with and without deterministic
 }
 
 TEST_CASE("moderately long sequences", "[fwd][bwd][slow]") {
-  Config c = base("long causal", 512, 512, 64, FLASHATTN_DTYPE_FP16, 2000);
+  Config c = base_config("long causal", 512, 512, 64, FLASHATTN_DTYPE_FP16, 2000);
   c.band = true;
   c.wr = 0;
   run_and_check_cpu(c);
-  c = base("long window gqa", 300, 700, 64, FLASHATTN_DTYPE_BF16, 2001);
+  c = base_config("long window gqa", 300, 700, 64, FLASHATTN_DTYPE_BF16, 2001);
   c.hq = 4;
   c.hkv = 1;
   c.band = true;

@@ -23,15 +23,7 @@ namespace {
 const flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
 
 Config gbase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
-  Config c;
-  c.name = name;
-  c.sq = sq;
-  c.sk = sk;
-  c.dqk = c.dv = d;
-  c.hq = 2;
-  c.hkv = 1;
-  c.dtype = t;
-  c.data_seed = seed;
+  Config c = base_config(name, sq, sk, d, t, seed);
   c.pad16 = true;
   return c;
 }

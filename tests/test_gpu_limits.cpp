@@ -196,32 +196,6 @@ std::vector<double> normals(flashattn_dtype_t t, size_t n, double sigma, uint64_
   return x;
 }
 
-// Argument blocks over device buffers.
-flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse) {
-  flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.o = o;
-  a.lse = static_cast<float*>(lse);
-  return a;
-}
-
-flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk,
-                              void* dv) {
-  flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.o = o;
-  a.lse = static_cast<const float*>(lse);
-  a.dout = dout;
-  a.dq = dq;
-  a.dk = dk;
-  a.dv = dv;
-  return a;
-}
-
 // ---------------------------------------------------------------------------------------
 // One problem in the default layouts (contiguous BSHD, LSE [batch][heads_q][seqlen_q]) with
 // buffers of its own, for runs the harness cannot make (a chosen stream or workspace).

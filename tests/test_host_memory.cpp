@@ -83,24 +83,10 @@ TEST_CASE("CPU runs refuse what the loaded CUDA driver calls device memory, by a
     set(ptr[which], which == 9 ? ws.size() : kBytes, 0, 0);
     flashattn_status_t st;
     if (which <= 4 || which == 9) {
-      flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
-      a.q = ptr[0];
-      a.k = ptr[1];
-      a.v = ptr[2];
-      a.o = ptr[3];
-      a.lse = static_cast<float*>(ptr[4]);
+      const flashattn_fwd_args_t a = fwd_args(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]);
       st = flashattn_fwd(plan.get(), &a, ptr[9], ws.size(), nullptr);
     } else {
-      flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
-      a.q = ptr[0];
-      a.k = ptr[1];
-      a.v = ptr[2];
-      a.o = ptr[3];
-      a.lse = static_cast<const float*>(ptr[4]);
-      a.dout = ptr[5];
-      a.dq = ptr[6];
-      a.dk = ptr[7];
-      a.dv = ptr[8];
+      const flashattn_bwd_args_t a = bwd_args(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8]);
       st = flashattn_bwd(plan.get(), &a, ptr[9], ws.size(), nullptr);
     }
     const std::string msg = flashattn_last_error();

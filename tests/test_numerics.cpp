@@ -25,24 +25,11 @@ using namespace fat;
 
 namespace {
 
-Config base(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
-  Config c;
-  c.name = name;
-  c.sq = sq;
-  c.sk = sk;
-  c.dqk = c.dv = d;
-  c.hq = 2;
-  c.hkv = 1;
-  c.dtype = t;
-  c.data_seed = seed;
-  return c;
-}
-
 // The scenarios of numerics_checks.hpp run with both algorithms, whose softmax code differs.
 const flashattn_algorithm_t kAlgorithms[2] = {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD};
 
 Config proto(flashattn_dtype_t t, flashattn_algorithm_t alg) {
-  Config c = base("", 1, 1, 16, t, 0);
+  Config c = base_config("", 1, 1, 16, t, 0);
   c.algorithm = alg;
   return c;
 }
@@ -91,27 +78,9 @@ struct RawBuffers {
     fill(dv, nullptr, p.in.v.size());
     lse.assign(p.spec.total_q() * p.cfg.hq + 16, 0.f);
   }
-  flashattn_fwd_args_t fwd_args() {
-    flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
-    a.q = at(q);
-    a.k = at(k);
-    a.v = at(v);
-    a.o = at(o);
-    a.lse = lse.data();
-    return a;
-  }
+  flashattn_fwd_args_t fwd_args() { return fat::fwd_args(at(q), at(k), at(v), at(o), lse.data()); }
   flashattn_bwd_args_t bwd_args() {
-    flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
-    a.q = at(q);
-    a.k = at(k);
-    a.v = at(v);
-    a.o = at(o);
-    a.lse = lse.data();
-    a.dout = at(dout);
-    a.dq = at(dq);
-    a.dk = at(dk);
-    a.dv = at(dv);
-    return a;
+    return fat::bwd_args(at(q), at(k), at(v), at(o), lse.data(), at(dout), at(dq), at(dk), at(dv));
   }
 };
 
@@ -208,7 +177,7 @@ TEST_CASE("dropout with p close to 1 (0.999 and the largest float below 1) is fi
 
 TEST_CASE("after every kind of failed fwd/bwd call the same plan runs and gives a fresh plan's bits", "[faults]") {
   for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP32, FLASHATTN_DTYPE_FP16}) {
-    Config c = base("faults", 21, 34, 16, t, 600);
+    Config c = base_config("faults", 21, 34, 16, t, 600);
     c.batch = 2;
     c.band = true;
     c.wr = 0;
@@ -289,7 +258,7 @@ TEST_CASE("after every kind of failed fwd/bwd call the same plan runs and gives 
 }
 
 TEST_CASE("after rejected cu_seqlens the same varlen plan runs and gives a fresh plan's bits", "[faults]") {
-  Config c = base("varlen faults", 1, 1, 16, FLASHATTN_DTYPE_BF16, 610);
+  Config c = base_config("varlen faults", 1, 1, 16, FLASHATTN_DTYPE_BF16, 610);
   c.seqlens_q = {5, 0, 9};
   c.seqlens_k = {7, 3, 11};
   c.band = true;
@@ -331,26 +300,13 @@ TEST_CASE("after rejected cu_seqlens the same varlen plan runs and gives a fresh
   REQUIRE(good_k == std::vector<int32_t>({0, 7, 10, 21}));
   for (const Bad& bd : bads) {
     INFO(bd.what);
-    flashattn_fwd_args_t a = FLASHATTN_FWD_ARGS_INIT;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.o = o.data();
-    a.lse = lse.data();
+    flashattn_fwd_args_t a = fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data());
     a.cu_seqlens_q = bd.cq.data();
     a.cu_seqlens_k = bd.ck.data();
     const flashattn_status_t sf = flashattn_fwd(plan.p, &a, wsf.data(), wf, nullptr);
     CHECK(sf == FLASHATTN_STATUS_INVALID_SEQLENS);
-    flashattn_bwd_args_t b = FLASHATTN_BWD_ARGS_INIT;
-    b.q = q.data();
-    b.k = k.data();
-    b.v = v.data();
-    b.o = o.data();
-    b.lse = lse.data();
-    b.dout = dout.data();
-    b.dq = dq.data();
-    b.dk = dk.data();
-    b.dv = dv.data();
+    flashattn_bwd_args_t b =
+        bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
     b.cu_seqlens_q = bd.cq.data();
     b.cu_seqlens_k = bd.ck.data();
     const flashattn_status_t sb = flashattn_bwd(plan.p, &b, wsb.data(), wb, nullptr);
@@ -411,7 +367,7 @@ TEST_CASE("a failed host allocation returns OUT_OF_MEMORY and the plan stays usa
   CHECK(!msg.empty());
   CHECK(flashattn_plan_set_block_sparse(plan.p, layout.data(), 1, n, n, 1, 1) == FLASHATTN_STATUS_SUCCESS);
   REQUIRE(flashattn_plan_set_block_sparse(plan.p, nullptr, 0, 0, 0, 0, 0) == FLASHATTN_STATUS_SUCCESS);
-  Config c = base("after out of memory", 21, 34, 16, FLASHATTN_DTYPE_FP32, 610);
+  Config c = base_config("after out of memory", 21, 34, 16, FLASHATTN_DTYPE_FP32, 610);
   const Problem p = make_problem(c);
   REQUIRE(configure_plan(plan.p, p) == FLASHATTN_STATUS_SUCCESS);
   HostMem mem;
@@ -420,7 +376,7 @@ TEST_CASE("a failed host allocation returns OUT_OF_MEMORY and the plan stays usa
 }
 
 TEST_CASE("one query against 131072 keys matches the reference", "[limits]") {
-  Config c = base("sq = 1, sk = 128k", 1, 131072, 8, FLASHATTN_DTYPE_FP32, 700);
+  Config c = base_config("sq = 1, sk = 128k", 1, 131072, 8, FLASHATTN_DTYPE_FP32, 700);
   c.hq = c.hkv = 1;
   run_and_check_cpu(c);
   c.band = true;  // bottom-right causal: the single query sees every key
@@ -431,7 +387,7 @@ TEST_CASE("one query against 131072 keys matches the reference", "[limits]") {
 }
 
 TEST_CASE("131072 queries against one key match the reference", "[limits]") {
-  Config c = base("sq = 128k, sk = 1", 131072, 1, 8, FLASHATTN_DTYPE_FP32, 710);
+  Config c = base_config("sq = 128k, sk = 1", 131072, 1, 8, FLASHATTN_DTYPE_FP32, 710);
   c.hq = c.hkv = 1;
   run_and_check_cpu(c);
   c.band = true;  // bottom-right causal: only the last query sees the key
@@ -442,7 +398,7 @@ TEST_CASE("131072 queries against one key match the reference", "[limits]") {
 
 TEST_CASE("pointers aligned only to the element size give the same bits as 64-byte aligned ones", "[limits]") {
   for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32}) {
-    Config c = base("minimum alignment", 19, 27, 24, t, 720);
+    Config c = base_config("minimum alignment", 19, 27, 24, t, 720);
     c.batch = 2;
     const Problem p = make_problem(c);
     Plan plan;
