@@ -202,13 +202,16 @@ sanitize() {  # tool name args...
   local tool=$1 name=$2; shift 2
   local log="$LOGS/san_${tool}_${name}.log"
   echo "==== compute-sanitizer --tool $tool: $*"
-  compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" > "$log" 2>&1
+  # san_limit (seconds, 0 = none) bounds one run; the sanitize-suite step sets it.
+  timeout --signal=KILL "${san_limit:-0}" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" > "$log" 2>&1
   local rc=$?
   local errs  # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"
   errs=$(grep -Eo 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" | grep -Eo '[0-9]+( errors)?$' |
          grep -Eo '^[0-9]+' | tail -1)
   tail -3 "$log"
-  if [[ $rc == 99 || ( -n "$errs" && "$errs" != 0 ) ]]; then
+  if [[ $rc == 137 && -n "${san_limit:-}" && "${san_limit:-0}" != 0 ]]; then
+    record "$tool $name" FAIL "killed at the ${san_limit} s limit, ${errs:-no} errors so far (see $(basename "$log"))"
+  elif [[ $rc == 99 || ( -n "$errs" && "$errs" != 0 ) ]]; then
     record "$tool $name" FAIL "${errs:-?} errors (see $(basename "$log"))"
   elif [[ -z "$errs" ]]; then
     record "$tool $name" FAIL "no ERROR SUMMARY, exit $rc (see $(basename "$log"))"
@@ -278,7 +281,14 @@ fi
 # (STEPS=sanitize-suite, not a default step: it takes several device minutes). The [stream]
 # case leaves a CUDA API error pending on purpose, which memcheck would report; it is
 # left out.
+# The twelve runs (4 programs x 3 tools) go SAN_JOBS at a time (default 6; the tools are
+# bound by host-side bookkeeping, the GPU is mostly idle), each under SAN_TIMEOUT seconds
+# (default 480): a run cut off there is a FAIL naming the timeout, not a pass.
 if [[ $BUILT == 1 ]] && want sanitize-suite && command -v compute-sanitizer >/dev/null 2>&1; then
+  san_jobs=${SAN_JOBS:-6}
+  san_timeout=${SAN_TIMEOUT:-480}
+  t0=$(date +%s)
+  names=()
   for prog in test_gpu test_gpu_numerics test_gpu_smem test_gpu_limits; do
     bin=$(find "$BUILD" -maxdepth 3 -type f -name "$prog" -perm -u+x 2>/dev/null | head -1)
     if [[ -z "$bin" ]]; then
@@ -286,9 +296,24 @@ if [[ $BUILT == 1 ]] && want sanitize-suite && command -v compute-sanitizer >/de
       continue
     fi
     for tool in memcheck racecheck synccheck; do
-      sanitize "$tool" "$prog-suite" "$bin" "~[slow]~[stream]"
+      while (( $(jobs -rp | wc -l) >= san_jobs )); do wait -n; done
+      names+=("${tool}_$prog-suite")
+      # In a subshell: its record() line goes to a file, collected below in a fixed order.
+      ( SUMMARY=()
+        san_limit=$san_timeout sanitize "$tool" "$prog-suite" "$bin" "~[slow]~[stream]" > /dev/null
+        printf '%s\n' "${SUMMARY[-1]}" > "$LOGS/san_result_${tool}_$prog-suite" ) &
     done
   done
+  wait
+  for n in "${names[@]}"; do
+    if [[ -s "$LOGS/san_result_$n" ]]; then
+      IFS='|' read -r step result detail < "$LOGS/san_result_$n"
+      record "$step" "$result" "$detail"
+    else
+      record "$n" FAIL "no result"
+    fi
+  done
+  echo "sanitize-suite: $(secs "$t0") s"
 fi
 
 # ---------------------------------------------------------------- benchmark
