@@ -69,7 +69,7 @@ def main():
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
-    lib = bp.Lib(bp.find_library(args.lib))
+    lib = bp.Lib(args.lib)
     dev = torch.device("cuda")
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  direction {args.dir}")

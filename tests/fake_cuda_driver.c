@@ -3,7 +3,8 @@
  * device-memory probe makes (src/cpu/host_memory.cpp), so the probe runs without a GPU.
  * Pointers inside the range set by fake_cuda_set_range are "device memory of device 0"
  * (optionally managed, or on a device that uses the host page tables); every other pointer
- * is unknown to it (CUDA_ERROR_INVALID_VALUE), as host memory is to the real driver. */
+ * is unknown to it (zeroed attributes), as host memory is to the real driver. IS_MANAGED is
+ * written as one byte (a "boolean" in the driver's documentation), the narrowest reading. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,15 +18,19 @@ void fake_cuda_set_range(const void* p, size_t bytes, int managed, int host_page
   g_host_page_tables = host_page_tables;
 }
 
-/* CUresult cuPointerGetAttribute(void*, CUpointer_attribute, CUdeviceptr) */
-int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
-  if (ptr < g_lo || ptr >= g_hi) return 1; /* CUDA_ERROR_INVALID_VALUE */
-  switch (attribute) {
-    case 2: *(unsigned int*)data = 2u; return 0;         /* MEMORY_TYPE: CU_MEMORYTYPE_DEVICE */
-    case 8: *(unsigned int*)data = (unsigned)g_managed; return 0; /* IS_MANAGED */
-    case 9: *(int*)data = 0; return 0;                   /* DEVICE_ORDINAL */
-    default: return 1;
+/* CUresult cuPointerGetAttributes(unsigned, CUpointer_attribute*, void**, CUdeviceptr): like the
+ * real driver, a pointer it does not know gets zeroed attributes and CUDA_SUCCESS. */
+int cuPointerGetAttributes(unsigned count, const int* attributes, void** data, unsigned long long ptr) {
+  int known = ptr >= g_lo && ptr < g_hi;
+  for (unsigned i = 0; i < count; ++i) {
+    switch (attributes[i]) {
+      case 2: *(unsigned int*)data[i] = known ? 2u : 0u; break;                /* MEMORY_TYPE: DEVICE */
+      case 8: *(unsigned char*)data[i] = (unsigned char)(known && g_managed); break; /* IS_MANAGED: bool */
+      case 9: *(int*)data[i] = known ? 0 : -1; break;                          /* DEVICE_ORDINAL */
+      default: return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute the probe does not ask */
+    }
   }
+  return 0;
 }
 
 int cuDeviceGet(int* device, int ordinal) {

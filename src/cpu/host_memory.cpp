@@ -1,7 +1,7 @@
 // CPU backend: CUDA device memory passed where host memory is needed is refused with
 // FLASHATTN_STATUS_WRONG_MEMORY_SPACE, where that is detectable without side effects.
 //
-// The probe asks the CUDA driver (cuPointerGetAttribute) only if the process has already
+// The probe asks the CUDA driver (cuPointerGetAttributes) only if the process has already
 // loaded it (found among the loaded objects, then dlopen with RTLD_NOLOAD): a process that
 // never touched CUDA loads, initializes and allocates nothing, and every pointer counts as
 // host memory. A process holding device memory has loaded the driver, whichever runtime it
@@ -9,7 +9,10 @@
 // or page-locked), managed memory, and device memory of a GPU that reads the host's page
 // tables (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, e.g. Grace
 // Hopper, where the CPU can access it). The driver's ABI is stable: its enum values are
-// spelled here so that the CPU-only build needs no CUDA header.
+// spelled here so that the CPU-only build needs no CUDA header. cuPointerGetAttributes,
+// not cuPointerGetAttribute: for a pointer the driver does not know (host memory, the
+// common case) it answers CUDA_SUCCESS with zeroed attributes instead of an error, so a
+// CPU run leaves no failed driver call behind (compute-sanitizer reports each one).
 #include <dlfcn.h>
 #include <link.h>
 #include <stdint.h>
@@ -32,7 +35,7 @@ constexpr int kMemoryTypeDevice = 2;           // CU_MEMORYTYPE_DEVICE
 constexpr int kDevAttrUsesHostPageTables = 100;  // CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
 
 struct Driver {
-  int (*pointer_get_attribute)(void* data, int attribute, unsigned long long ptr) = nullptr;
+  int (*pointer_get_attributes)(unsigned count, int* attributes, void** data, unsigned long long ptr) = nullptr;
   int (*device_get)(int* device, int ordinal) = nullptr;
   int (*device_get_attribute)(int* value, int attribute, int device) = nullptr;
 };
@@ -62,13 +65,13 @@ const Driver* loaded_driver() {
     if (path == nullptr) return nullptr;
     void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (h == nullptr) return nullptr;
-    driver.pointer_get_attribute =
-        reinterpret_cast<decltype(driver.pointer_get_attribute)>(dlsym(h, "cuPointerGetAttribute"));
+    driver.pointer_get_attributes =
+        reinterpret_cast<decltype(driver.pointer_get_attributes)>(dlsym(h, "cuPointerGetAttributes"));
     driver.device_get = reinterpret_cast<decltype(driver.device_get)>(dlsym(h, "cuDeviceGet"));
     driver.device_get_attribute =
         reinterpret_cast<decltype(driver.device_get_attribute)>(dlsym(h, "cuDeviceGetAttribute"));
     // The handle stays open: the driver was loaded before and stays for the process.
-    found = driver.pointer_get_attribute != nullptr && driver.device_get != nullptr &&
+    found = driver.pointer_get_attributes != nullptr && driver.device_get != nullptr &&
             driver.device_get_attribute != nullptr;
     if (!found) return nullptr;
   }
@@ -79,11 +82,16 @@ const Driver* loaded_driver() {
 // (including every pointer while the driver is not initialized).
 bool device_only(const Driver& d, const void* ptr, int* ordinal) {
   const unsigned long long address = reinterpret_cast<uintptr_t>(ptr);
-  int type = 0, managed = 0, dev = 0, host_page_tables = 0;
-  if (d.pointer_get_attribute(&type, kPointerAttrMemoryType, address) != 0 || type != kMemoryTypeDevice) return false;
-  if (d.pointer_get_attribute(&managed, kPointerAttrIsManaged, address) == 0 && managed != 0) return false;
-  *ordinal = -1;
-  if (d.pointer_get_attribute(ordinal, kPointerAttrDeviceOrdinal, address) == 0 && d.device_get(&dev, *ordinal) == 0 &&
+  // IS_MANAGED is documented as "a boolean": read through a zeroed 4-byte slot, so a
+  // 1-byte write reads the same as a 4-byte one.
+  unsigned type = 0, managed = 0;
+  int dev_ordinal = -1, dev = 0, host_page_tables = 0;
+  int attributes[3] = {kPointerAttrMemoryType, kPointerAttrIsManaged, kPointerAttrDeviceOrdinal};
+  void* data[3] = {&type, &managed, &dev_ordinal};
+  if (d.pointer_get_attributes(3, attributes, data, address) != 0 || type != kMemoryTypeDevice || managed != 0)
+    return false;
+  *ordinal = dev_ordinal;
+  if (d.device_get(&dev, dev_ordinal) == 0 &&
       d.device_get_attribute(&host_page_tables, kDevAttrUsesHostPageTables, dev) == 0 && host_page_tables != 0)
     return false;
   return true;
