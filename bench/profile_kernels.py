@@ -10,7 +10,11 @@ sum of kernel time next to its CUDA-event wall time per call. Host gaps between
 kernels show as the difference between the two.
 
 usage: profile_kernels.py [--lib PATH] [--dir fwd|bwd] [--hdims 64,128]
-                          [--seqlens 1024,16384] [--causal 0,1] [--iters 20]
+                          [--seqlens 1024,16384] [--causal 0,1] [--iters 20] [--bare]
+
+--bare runs each call --iters times with no profiler of its own, for an outside one:
+  ncu --kernel-name regex:'bwd_main|flash_bwd_dq_dk_dv' --launch-count 2 --set full \
+      python3 bench/profile_kernels.py --bare --iters 2 --hdims 128 --seqlens 4096
 """
 import argparse
 import os
@@ -64,6 +68,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--impls", default="lib-flash,flash,cudnn")
+    ap.add_argument("--bare", action="store_true", help="only run the calls (under ncu or nsys)")
     args = ap.parse_args()
 
     import torch
@@ -100,6 +105,14 @@ def main():
 
                             def fn(out=out, qg=qg, kg=kg, vg=vg, dot=dot):
                                 torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
+                    if args.bare:
+                        for _ in range(args.iters):
+                            fn()
+                        torch.cuda.synchronize()
+                        if impl != "lib-flash":
+                            ctx.__exit__(None, None, None)
+                        print(f"  {impl}: ran {args.iters} calls")
+                        continue
                     try:
                         total, kernels, wall = profile(torch, fn, args.iters)
                     except Exception as e:  # noqa: BLE001

@@ -22,10 +22,13 @@ flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Cfg, T, kExtras>;
   // Bias tiles go through shared memory when the bias rows allow 16-byte copies and the
   // device has room for the extra tile; otherwise the kernel reads the bias directly.
+  // seqlen_k % 8 == 0 too: else the last 16-byte chunk of the tensor's last row would name
+  // bytes past the tensor (cp.async zero-fills them without reading, but compute-sanitizer
+  // memcheck reports the copy as an out-of-bounds read, and the memory may not exist).
   int bias_smem = 0;
   int smem = Cfg::kSmemBytes;
   cudaError_t err = cudaSuccess;
-  if (p.bias_kind == kBiasTensor && p.bias_stride[3] == 1 && p.bias_stride[2] % 8 == 0 &&
+  if (p.bias_kind == kBiasTensor && p.seqlen_k % 8 == 0 && p.bias_stride[3] == 1 && p.bias_stride[2] % 8 == 0 &&
       p.bias_stride[1] % 8 == 0 && p.bias_stride[0] % 8 == 0 && (reinterpret_cast<uintptr_t>(p.bias) & 15u) == 0) {
     int device = 0, optin = 0;
     err = cudaGetDevice(&device);
