@@ -178,7 +178,23 @@ struct BwdTraits {
 #ifndef FA_BWD_GB2
 #define FA_BWD_GB2 1
 #endif
-// EW2, RED2, LD2, DQ_MID, RED3, LD3 and GB2 were measured on sm_90 only; the sm_80 code stays as it was
+// Session 5 (the loop top: ncu at d=128 s=4096 counted ~230 of our ~1270 instructions per warp
+// and q-block step in choosing the next tile and issuing its Q/dO/LSE/Delta loads, against
+// ~10 in FA2's kernel):
+// SCHED: without a block-sparse layout and outside deterministic mode the next tile is the
+// next q-block (or the next head of the GQA group), and whether it needs the element mask
+// is one range test against the unmasked q-blocks the prologue found (instead of
+// re-deriving both from a dozen shared-memory scalars every step).
+#ifndef FA_BWD_SCHED
+#define FA_BWD_SCHED 1
+#endif
+// LD4: Q/dO rows addressed from per-CTA base pointers set in the prologue (one multiply
+// per step instead of the batch/token/head arithmetic), and tiles whose rows and columns
+// are all valid loaded without per-row predicates or fallback pointers.
+#ifndef FA_BWD_LD4
+#define FA_BWD_LD4 1
+#endif
+// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED and LD4 were measured on sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define FA_BWD_SM90(x) 0
@@ -369,6 +385,17 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
       const int rows_left = n_valid - r;
       const uint64_t step = static_cast<uint64_t>(row_stride) * (2 * kRowStep);
       uint64_t cur = reinterpret_cast<uint64_t>(src);
+      if (FA_BWD_SM90(FA_BWD_LD4) != 0 && n_valid >= kRows && d_valid >= kColsUsed) {
+        // LD4: every row and column valid (uniform): no predicates, no fallback pointers.
+#pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
+          if (kRows % kRowStep == 0 || r + i * kRowStep < kRows)
+            cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), reinterpret_cast<const uint16_t*>(cur),
+                        true);
+          if (i + 1 < (kRows + kRowStep - 1) / kRowStep) asm("add.u64 %0, %0, %1;\n" : "+l"(cur) : "l"(step));
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
         if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
@@ -440,6 +467,14 @@ struct BwdCtx {
   int m_lo, m_hi, n_mb;    // q-blocks seeing this k-block under the band mask; q-blocks of the sequence
   int band_lo, band_hi;    // keep j iff i + band_lo <= j <= i + band_hi (clamped)
   int b, hk, n_blk;
+  // SCHED / LD4 (sm_90): q-blocks in [m_un_lo, m_un_hi) need no element mask; 1 if the
+  // next tile is always the next q-block (no layout, not deterministic); Q, dO rows of
+  // head hk * group (row 0 of the sequence), LSE/Delta index of that row and the index
+  // step from one head to the next.
+  int m_un_lo, m_un_hi, simple;
+  const void* q_row0;
+  const void* do_row0;
+  int64_t lse_row0, lse_hstep;
 };
 __device__ __forceinline__ int bwd_lds(const int& x) {
   int v;
@@ -450,6 +485,24 @@ __device__ __forceinline__ int64_t bwd_lds64(const int64_t& x) {
   int64_t v;
   asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(v) : "r"(smem_u32(&x)));
   return v;
+}
+template <typename P>
+__device__ __forceinline__ const P* bwd_ldsp(const void* const& x) {
+  uint64_t v;
+  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(smem_u32(&x)));
+  return reinterpret_cast<const P*>(v);
+}
+
+// Whether q-block m (rows [m Br, min((m + 1) Br, len_q))) of the k-block [n0, n0 + n_valid)
+// needs the element mask: a partial k-block, or a row whose band interval
+// [i + band_lo, i + band_hi] does not cover the whole k-block. False for every m in one
+// contiguous range (both band conditions are monotone in m).
+__device__ __forceinline__ bool bwd_tile_partial(int m, int Br, int Bc, int len_q, int n0, int n_valid, int band_lo,
+                                                 int band_hi) {
+  const int n_last = n0 + n_valid - 1;
+  const int r0 = m * Br;
+  const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
+  return n_valid < Bc || n0 < r1 + band_lo || n_last > r0 + band_hi;
 }
 
 template <class Tr, typename T>
@@ -513,6 +566,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     ctx.b = b;
     ctx.hk = hk;
     ctx.n_blk = n_blk;
+    if constexpr (FA_BWD_SM90(FA_BWD_SCHED) != 0) {
+      // The unmasked q-blocks: trim the masked ones off both ends of [m_lo, m_hi).
+      int lo = ctx.m_lo, hi = ctx.m_hi;
+      if (n_valid < Bc) lo = hi;  // every tile is partial
+      while (lo < hi && bwd_tile_partial(lo, Br, Bc, len_q, n0, n_valid, ctx.band_lo, ctx.band_hi)) ++lo;
+      while (hi > lo && bwd_tile_partial(hi - 1, Br, Bc, len_q, n0, n_valid, ctx.band_lo, ctx.band_hi)) --hi;
+      ctx.m_un_lo = lo;
+      ctx.m_un_hi = hi;
+      ctx.simple = !det && p.layout == nullptr;
+    }
+    if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
+      const int64_t h0 = static_cast<int64_t>(hk) * group;
+      ctx.q_row0 = static_cast<const T*>(p.q) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.q_stride.b) +
+                   q_tok0 * p.q_stride.s + h0 * p.q_stride.h;
+      ctx.do_row0 = static_cast<const T*>(p.dout) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.do_stride.b) +
+                    q_tok0 * p.do_stride.s + h0 * p.do_stride.h;
+      ctx.lse_row0 = p.varlen ? h0 * p.total_q + q_tok0 : (static_cast<int64_t>(b) * p.heads_q + h0) * p.seqlen_q;
+      ctx.lse_hstep = p.varlen ? p.total_q : p.seqlen_q;
+    }
   }
   __syncthreads();
   if (bwd_lds(ctx.n0) >= bwd_lds(ctx.len_k)) return;  // varlen: this sequence has fewer k-blocks (CTA-uniform)
@@ -536,8 +608,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     const int n_last = n0 + n_valid - 1;
     const int r0 = m * Br;
     const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
-    // Whole tile inside the band: every row's interval covers [n0, n_last].
-    bool partial = n_valid < Bc || n0 < r1 + bwd_lds(ctx.band_lo) || n_last > r0 + bwd_lds(ctx.band_hi);
+    bool partial = bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, bwd_lds(ctx.band_lo), bwd_lds(ctx.band_hi));
     if (p.layout != nullptr) {
       const int64_t lh = p.layout_heads == 1 ? 0 : h;
       const int64_t rb0 = r0 / p.block_q, rb1 = r1 / p.block_q;
@@ -560,6 +631,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   // deterministic mode every q-block of the sequence is visited and the skipped ones
   // still pass this k-block's turn on to the next k-block.
   auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
+    if constexpr (FA_BWD_SM90(FA_BWD_SCHED) != 0) {
+      if (bwd_lds(ctx.simple)) {  // CTA-uniform; selects, no branches
+        const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
+        const int m2 = m < mb ? mb : m;
+        const bool wrap = m2 >= me;
+        hi += wrap ? 1 : 0;
+        m = wrap ? mb : m2;
+        masked = m < bwd_lds(ctx.m_un_lo) || m >= bwd_lds(ctx.m_un_hi);
+        return hi < group && mb < me;
+      }
+    }
     while (hi < group) {
       const int h = bwd_lds(ctx.hk) * group + hi;
       const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
@@ -583,7 +665,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     return false;
   };
 
-  auto load_q_do = [&](int st, int h, int m) {
+  // Q, dO, LSE and Delta of (head h = hk * group + hi, q-block m) into stage st.
+  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m) {
+    if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
+      const int r0 = m * Br;
+      const int len_q = bwd_lds(ctx.len_q);
+      const int nv = len_q - r0 < Br ? len_q - r0 : Br;
+      const T* gq = bwd_ldsp<T>(ctx.q_row0) + hi * p.q_stride.h + static_cast<int64_t>(r0) * p.q_stride.s;
+      const T* gdo = bwd_ldsp<T>(ctx.do_row0) + hi * p.do_stride.h + static_cast<int64_t>(r0) * p.do_stride.s;
+      bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
+                                                             p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+      bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
+                                                               p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+      const int t = bwd_tid();
+      if (t < Br) {  // as below: rows past the end read as 0
+        const bool ok = r0 + t < len_q;
+        const int64_t idx = ok ? bwd_lds64(ctx.lse_row0) + hi * bwd_lds64(ctx.lse_hstep) + r0 + t : 0;
+        bwd_cp_async_4(smem_u32(lse_s(st) + t), p.lse_in + idx, ok);
+        bwd_cp_async_4(smem_u32(delta_s(st) + t), args.delta + idx, ok);
+      }
+      return;
+    }
     const int r0 = m * Br;
     const int len_q = bwd_lds(ctx.len_q);
     const int nv = len_q - r0 < Br ? len_q - r0 : Br;
@@ -634,7 +736,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                                                            n_valid, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<typename Tr::TileV, Bc, DV, Tr::kThreads>(sV, reinterpret_cast<const uint16_t*>(gv), p.v_stride.s,
                                                             n_valid, static_cast<int>(p.head_dim_v));
-    if (have) load_q_do(0, hk * group + hi, m);
+    if (have) load_q_do(0, hk * group + hi, hi, m);
     cp_async_commit();
   }
 
@@ -648,7 +750,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
     const bool next = find_tile(nhi, nm, nmasked);
-    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nm);
+    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nhi, nm);
     cp_async_commit();
 
     // ---- per slice of kSL m16 tiles of the warp's S tile: S = Q K^T, dP = dO V^T, then
@@ -1082,7 +1184,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done
-      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nm);
+      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nhi, nm);
       cp_async_commit();
     } else {
       st ^= 1;
