@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/params.h"
+#include "cuda/tensor_map.hpp"
 
 namespace flashattn {
 namespace gen1 {
@@ -55,6 +56,11 @@ struct BwdArgs {
   int32_t n_kblocks;   // ceil(seqlen_k / Bc): grid.x = n_kblocks * heads_kv * batch
   int32_t n_qblocks;   // ceil(seqlen_q / Br) (semaphore row length)
   int32_t stages;      // 1 or 2 shared-memory stages for Q/dO (BwdChoice::stages)
+  int32_t dq_map_ok;   // 1: *dq_map is valid and the kernel reduces staged dQ with it (kDqBulk)
+  // Host memory: the TMA map of dq_accum (cols, heads_q, rows), boxes 32 x 1 x 16, which
+  // launch_bwd_main passes by value as a second parameter to the kernels that use it (the
+  // 128-byte, 64-byte-aligned map inside this block made ptxas spill at d=128).
+  const TensorMap128* dq_map;
 };
 
 // Static shared memory of the main kernel (BwdCtx) on top of the dynamic part, as the

@@ -11,7 +11,8 @@
 //   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N)
 //   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N;
 //   with kDqStage each warp stages 16x32 blocks in shared memory so that one float4
-//   reduction covers 4 whole 128-byte rows);
+//   reduction covers 4 whole 128-byte rows; with kDqBulk (sm_90) the staged rows go to
+//   global memory by asynchronous bulk reductions of the copy engine instead);
 //   in deterministic mode the adds into one (head, q-block) happen in ascending k-block
 //   order, serialized by a per-(sequence, head, q-block) turn counter.
 // The softmax scale is applied to dK here and to dQ in the convert kernel.
@@ -63,8 +64,17 @@ struct BwdTraits {
   // instead of 16 rows x 32 B. Needs a 32-column dQ pass.
   static constexpr bool kDqStage = STG_ != 0;
   static_assert(!kDqStage || kQN / kQP == 32, "staged dQ needs 32-column passes");
-  static constexpr int kStgWarpBytes = 16 * 32 * 4;
-  static constexpr int kStgBytes = kDqStage ? kWarps * kStgWarpBytes : 0;
+  // STG_ == 2 (kDqBulk, sm_90 code, when the host passes a TMA map of the accumulator;
+  // never in deterministic mode): each staged 16x32 block goes to global memory by one
+  // tensor reduction (cp.reduce.async.bulk.tensor) that the copy engine performs
+  // asynchronously: no shared-memory read and no reduction instructions in the warp's
+  // stream. Two 2 KB buffers per warp (the engine may still read one while the warp fills
+  // the other).
+  static constexpr bool kDqBulk = STG_ == 2;
+  static constexpr int kBulkBufBytes = 16 * 32 * 4;
+  static constexpr int kStgWarpBytes = kDqBulk ? 2 * kBulkBufBytes : 16 * 32 * 4;
+  // (+1024: the bulk buffers start at the first 1024-byte boundary of the region.)
+  static constexpr int kStgBytes = kDqStage ? kWarps * kStgWarpBytes + (kDqBulk ? 1024 : 0) : 0;
   // dQ GEMM + reductions between the dV and dK GEMMs (else after both).
   static constexpr bool kDqMid = DQM_ != 0;
   static_assert(kMTs % kSL == 0 && kNTq % (2 * kQP) == 0, "slice / pass split");
@@ -130,7 +140,7 @@ struct BwdTraits {
 #define FA_BWD_V4_BIG 0
 #endif
 #ifndef FA_BWD_STG_SMALL
-#define FA_BWD_STG_SMALL 1
+#define FA_BWD_STG_SMALL 2
 #endif
 // dQ GEMM and reductions between the dV and the dK GEMMs (1) or after both (0), per
 // config group.
@@ -194,6 +204,10 @@ struct BwdTraits {
 #ifndef FA_BWD_LD4
 #define FA_BWD_LD4 1
 #endif
+// STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
+// (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
+// +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
+// d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
 // EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED and LD4 were measured on sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -505,8 +519,17 @@ __device__ __forceinline__ bool bwd_tile_partial(int m, int Br, int Bc, int len_
   return n_valid < Bc || n0 < r1 + band_lo || n_last > r0 + band_hi;
 }
 
+// The main kernel's TMA-map parameter: the map for kernels with kDqBulk, a placeholder
+// word for the others.
+struct NoDqMap {
+  int unused;
+};
+template <class Tr>
+using DqMapParam = std::conditional_t<Tr::kDqBulk, TensorMap128, NoDqMap>;
+
 template <class Tr, typename T>
-__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs args) {
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    bwd_main_kernel(const BwdArgs args, const __grid_constant__ DqMapParam<Tr> dq_map) {
   using Elem = ElemTraits<T>;
   constexpr int Br = Tr::Br, Bc = Tr::Bc, D = Tr::D, DV = Tr::DV;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -1064,6 +1087,59 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         // 16-byte chunk c stored at c ^ (2 * (R & 3)) (conflict-free for both the 8-byte
         // fragment stores and the row-wise 16-byte reads), then 4 reductions of 4 rows each.
         const uint32_t stg = s_base + Tr::kOffStg + static_cast<uint32_t>(warp * Tr::kStgWarpBytes);
+        if constexpr (Tr::kDqBulk) {
+          if (args.dq_map_ok) {  // uniform; never in deterministic mode (the host sets it)
+            // Block mt of the pass: the warp stores its fragments into buffer mt in the
+            // map's 128-byte swizzle (row R at R * 128 B, 16-byte chunk c at c ^ (R & 7): the
+            // fragment stores hit every bank pair at most twice), makes them visible to the
+            // copy engine (proxy fence), and lane 0 issues one tensor reduction of the 16 x 32
+            // box at (column wq_n0, head h, row dq_row0 + r0 + wq_m0 + 16 mt); the engine
+            // skips columns >= head_dim_qk and rows past the accumulator. Rows past len_q
+            // would land in the next sequence's rows: in the last block they are stored as 0
+            // (they hold dS K of zero-filled Q rows, which NaN or Inf keys can make NaN).
+            // Both blocks of the pass are stored before one fence and issued together; the
+            // buffers are refilled once the previous pass's group is done reading them.
+            const uint32_t bufs = (s_base + Tr::kOffStg + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
+            const uint32_t buf0 = bufs + static_cast<uint32_t>(warp * 2 * Tr::kBulkBufBytes);
+            const uint32_t lane_o = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ g) << 4) | ((t & 1) << 3)));
+            const int rows_left = len_q - r0 - wq_m0;
+            const int row0 = static_cast<int>(dq_row0 + r0 + wq_m0);
+            const uint64_t map = reinterpret_cast<uint64_t>(&dq_map);
+            static_assert(Tr::kMTq <= 2, "one buffer per m16 block of the pass");
+            if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            __syncwarp();
+#pragma unroll
+            for (int mt = 0; mt < Tr::kMTq; ++mt) {
+              const uint32_t buf = buf0 + static_cast<uint32_t>(mt * Tr::kBulkBufBytes);
+              const bool partial = mt * 16 + 16 > rows_left;  // uniform
+#pragma unroll
+              for (int nt = 0; nt < Tr::kNTqp; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                  float x = acc_dq[mt][nt][2 * hf], y = acc_dq[mt][nt][2 * hf + 1];
+                  if (partial && mt * 16 + g + 8 * hf >= rows_left) x = y = 0.f;
+                  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(buf + ((lane_o ^ static_cast<uint32_t>(nt << 5)) +
+                                                                                static_cast<uint32_t>(hf * 1024))),
+                               "f"(x), "f"(y)
+                               : "memory");
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncwarp();
+            if (lane == 0) {
+#pragma unroll
+              for (int mt = 0; mt < Tr::kMTq; ++mt)
+                if (mt * 16 < rows_left)
+                  asm volatile(
+                      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                          map),
+                      "r"(buf0 + static_cast<uint32_t>(mt * Tr::kBulkBufBytes)), "r"(wq_n0), "r"(h), "r"(row0 + mt * 16)
+                      : "memory");
+              asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            }
+            continue;  // next column pass
+          }
+        }
         // FA_BWD_RED2: this lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base
         // pointer plus 4-row steps, and the row bound as one compare per reduction (the
         // 64-bit address was rebuilt from the row index per reduction).
@@ -1195,6 +1271,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     have = next;
   }
 
+  // Bulk dQ reductions: complete (their shared-memory reads included) before the CTA exits.
+#if __CUDA_ARCH__ >= 900
+  if constexpr (Tr::kDqBulk) {
+    if ((tid & 31) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
+#endif
+
   // ---- dK (scaled), dV to global ----
   {
     const int warp = tid >> 5, lane = tid & 31;
@@ -1264,7 +1347,11 @@ cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t st
     if (bit != 0) attr_done.fetch_or(bit, std::memory_order_acq_rel);
   }
   const int64_t ctas = static_cast<int64_t>(args.n_kblocks) * args.p.heads_kv * args.p.batch;
-  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args);
+  DqMapParam<Tr> map{};
+  if constexpr (Tr::kDqBulk) {
+    if (args.dq_map_ok) map = *args.dq_map;
+  }
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args, map);
   return cudaGetLastError();
 }
 

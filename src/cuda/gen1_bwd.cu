@@ -29,6 +29,7 @@ using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
 // dims, tiles and shared memory, and its launchers.
 struct BwdKernel {
   int d, dv, variant, br, bc;
+  bool dq_bulk;         // sm_90 code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
   int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
   LaunchFn launch[2];   // fp16, bf16
 };
@@ -36,7 +37,7 @@ template <int D, int DV, int V>
 constexpr BwdKernel kernel_entry() {
   using Tr = typename BwdCfgFor<D, DV, V>::type;
   static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
-  return {D, DV, V, Tr::Br, Tr::Bc,
+  return {D, DV, V, Tr::Br, Tr::Bc, Tr::kDqBulk,
           {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}},
           {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
 }
@@ -541,6 +542,16 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   a.n_kblocks = static_cast<int32_t>(n_kblocks);
   a.n_qblocks = static_cast<int32_t>(n_qblocks);
   a.stages = kc.stages;
+  // The TMA map of the dQ accumulator for kernels that reduce through the copy engine
+  // (sm_90 devices; not in deterministic mode, whose adds are ordered by turn counters).
+  // Without an encoder in the driver the kernel keeps its register reductions.
+  TensorMap128 dq_map;
+  a.dq_map_ok = 0;
+  a.dq_map = &dq_map;
+  if (kKernels[kc.kernel].dq_bulk && major >= 9 && !p.deterministic &&
+      encode_dq_accum_map(&dq_map, a.dq_accum, p.head_dim_qk, p.heads_q, p.varlen ? p.total_q : p.batch * p.seqlen_q,
+                          32, 16))
+    a.dq_map_ok = 1;
   if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl);
   return run_aux<__half>(p, a, db, kc, stream, ws, wl);
 }

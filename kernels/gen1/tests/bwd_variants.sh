@@ -17,7 +17,7 @@ ARCH=${ARCH:-sm_90}
 OUTDIR=${OUT:-/tmp/bwd_out}
 mkdir -p "$OUTDIR"
 BASEFLAGS="-std=c++17 -O3 -DNDEBUG -arch=$ARCH --use_fast_math"
-srcs="kernels/gen1/tests/bwd_harness.cu src/cuda/gen1_bwd.cu src/error.cpp $(ls kernels/gen1/bwd_*.cu)"
+srcs="kernels/gen1/tests/bwd_harness.cu src/cuda/gen1_bwd.cu src/cuda/tensor_map.cpp src/error.cpp $(ls kernels/gen1/bwd_*.cu)"
 build() {  # name incdir flags
   local name=$1 inc=$2 flags=$3 d=/tmp/bwdv/$1
   mkdir -p $d

@@ -1,0 +1,23 @@
+// TMA tensor maps (the descriptors of the Hopper copy engine) for the kernels' bulk
+// tensor operations, encoded on the host through the driver's cuTensorMapEncodeTiled,
+// which the CUDA runtime hands out (cudaGetDriverEntryPointByVersion): the library keeps
+// no link-time dependency on libcuda.
+#pragma once
+#include <stdint.h>
+
+namespace flashattn {
+
+// The opaque 128-byte descriptor (CUtensorMap), 64-byte aligned as the hardware requires.
+struct alignas(64) TensorMap128 {
+  unsigned char bytes[128];
+};
+
+// Map of the backward's fp32 dQ accumulator [rows][heads][cols] (row-major, dense) as a
+// 3-D tensor (cols, heads, rows) with boxes of box_cols x 1 x box_rows, shared-memory side
+// in the 128-byte swizzle (16-byte chunk c of box row r at chunk c ^ (r % 8)). Elements of
+// a box outside the tensor are skipped by the engine. Returns false (map untouched) when
+// the driver has no encoder or refuses the shape; the caller then keeps its other path.
+bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t rows, int box_cols,
+                         int box_rows);
+
+}  // namespace flashattn
