@@ -204,6 +204,13 @@ struct BwdTraits {
 #ifndef FA_BWD_LD4
 #define FA_BWD_LD4 1
 #endif
+// SCHED2: with a block-sparse layout (not deterministic), the CTA evaluates the layout for
+// 1024 q-blocks at a time in parallel into shared bitmaps and walks the set bits; the
+// general path tested every q-block in turn with two CTA barriers each, so skipped blocks
+// cost about as much as computed ones (backward at density 1/8 took 0.30 of the dense time).
+#ifndef FA_BWD_SCHED2
+#define FA_BWD_SCHED2 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -486,6 +493,11 @@ struct BwdCtx {
   // head hk * group (row 0 of the sequence), LSE/Delta index of that row and the index
   // step from one head to the next.
   int m_un_lo, m_un_hi, simple;
+  // SCHED2 (block-sparse layout, not deterministic): states of q-blocks
+  // [win_base, win_base + kWinTiles) of head win_hi as bitmaps (computed, bit set) and
+  // (needs the element mask); win_hi = -1 before the first window.
+  int win_base, win_hi;
+  uint32_t win_act[32], win_msk[32];
   const void* q_row0;
   const void* do_row0;
   int64_t lse_row0, lse_hstep;
@@ -526,6 +538,49 @@ struct NoDqMap {
 };
 template <class Tr>
 using DqMapParam = std::conditional_t<Tr::kDqBulk, TensorMap128, NoDqMap>;
+
+// SCHED2 (collective, all threads): the window of q-blocks [m0, m0 + kWin) of head h
+// (relative head hi) into ctx's bitmaps, each thread evaluating the layout cells of its
+// tiles alone; same states as the main kernel's tile_state. Not inlined: it runs about
+// once per head and k-block, and inlined into the main loop it made ptxas spill.
+// The layout's description, by value (a reference to the kernel's parameters would make
+// the kernel copy them all to local memory).
+struct BwdLayoutView {
+  const uint8_t* layout;
+  int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
+};
+template <int Br, int Bc, int kWin, int kThreads>
+__device__ __noinline__ void bwd_fill_window(const BwdLayoutView p, BwdCtx& ctx, int h, int hi, int m0) {
+  __syncthreads();  // every thread is done reading the previous window
+  if (bwd_tid() < kWin / 32) {
+    ctx.win_act[bwd_tid()] = 0u;
+    ctx.win_msk[bwd_tid()] = 0u;
+  }
+  __syncthreads();
+  const int m_lo = ctx.m_lo, m_hi = ctx.m_hi, len_q = ctx.len_q, n0 = ctx.n0, n_valid = ctx.n_valid;
+  const int n_last = n0 + n_valid - 1;
+  const int64_t lh = p.layout_heads == 1 ? 0 : h;
+  for (int i = bwd_tid(); i < kWin; i += kThreads) {
+    const int m = m0 + i;
+    if (m < m_lo || m >= m_hi) continue;
+    const int r0 = m * Br;
+    const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
+    bool any_on = false, any_off = false;
+    for (int64_t rb = r0 / p.block_q; rb <= r1 / p.block_q; ++rb)
+      for (int64_t cb = n0 / p.block_k; cb <= n_last / p.block_k; ++cb) {
+        if (p.layout[(lh * p.n_row_blocks + rb) * p.n_col_blocks + cb]) any_on = true; else any_off = true;
+      }
+    if (!any_on) continue;
+    atomicOr(&ctx.win_act[i >> 5], 1u << (i & 31));
+    if (any_off || bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, ctx.band_lo, ctx.band_hi))
+      atomicOr(&ctx.win_msk[i >> 5], 1u << (i & 31));
+  }
+  if (bwd_tid() == 0) {
+    ctx.win_base = m0;
+    ctx.win_hi = hi;
+  }
+  __syncthreads();
+}
 
 template <class Tr, typename T>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
@@ -598,6 +653,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ctx.m_un_lo = lo;
       ctx.m_un_hi = hi;
       ctx.simple = !det && p.layout == nullptr;
+      ctx.win_base = 0;
+      ctx.win_hi = -1;
     }
     if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
       const int64_t h0 = static_cast<int64_t>(hk) * group;
@@ -650,6 +707,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     return partial ? 2 : 1;
   };
 
+  constexpr int kWinTiles = 1024;
   // Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
   // deterministic mode every q-block of the sequence is visited and the skipped ones
   // still pass this k-block's turn on to the next k-block.
@@ -663,6 +721,40 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         m = wrap ? mb : m2;
         masked = m < bwd_lds(ctx.m_un_lo) || m >= bwd_lds(ctx.m_un_hi);
         return hi < group && mb < me;
+      }
+    }
+    if constexpr (FA_BWD_SM90(FA_BWD_SCHED2) != 0) {
+      if (!det && p.layout != nullptr) {  // uniform
+        while (hi < group) {
+          const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
+          if (m < mb) m = mb;
+          while (m < me) {
+            int base = bwd_lds(ctx.win_base);
+            if (bwd_lds(ctx.win_hi) != hi || m < base || m >= base + kWinTiles) {
+              const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
+              bwd_fill_window<Br, Bc, kWinTiles, Tr::kThreads>(lv, ctx, bwd_lds(ctx.hk) * group + hi, hi, m);
+              base = m;
+            }
+            const int idx = m - base;
+            int w = idx >> 5;
+            uint32_t bits = static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_act[w]))) &
+                            (~0u << (idx & 31));
+            while (bits == 0u && ++w < kWinTiles / 32)
+              bits = static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_act[w])));
+            if (bits == 0u) {
+              m = base + kWinTiles;  // nothing left in this window
+              continue;
+            }
+            const int bit = __ffs(static_cast<int>(bits)) - 1;
+            m = base + w * 32 + bit;
+            if (m >= me) break;
+            masked = ((static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_msk[w]))) >> bit) & 1u) != 0;
+            return true;
+          }
+          ++hi;
+          m = 0;
+        }
+        return false;
       }
     }
     while (hi < group) {
