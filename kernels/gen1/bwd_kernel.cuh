@@ -207,7 +207,11 @@ struct BwdTraits {
 // SCHED2: with a block-sparse layout (not deterministic), the CTA evaluates the layout for
 // 1024 q-blocks at a time in parallel into shared bitmaps and walks the set bits; the
 // general path tested every q-block in turn with two CTA barriers each, so skipped blocks
-// cost about as much as computed ones (backward at density 1/8 took 0.30 of the dense time).
+// cost about as much as computed ones. Same run (H200, bf16 d=128 seqlen 8192, blocks
+// 128x128): backward at density 1/2, 1/4, 1/8 = 0.52, 0.28, 0.15 of the dense time (was
+// 0.60, 0.40, 0.30 on the H100). Cost: the non-inlined call in the main loop makes ptxas
+// spill a little more on dense runs too (d=64: 14 -> 54 bytes, -2.5%; d=128 +-0.5%;
+// d=256 -1%).
 #ifndef FA_BWD_SCHED2
 #define FA_BWD_SCHED2 1
 #endif
@@ -582,6 +586,40 @@ __device__ __noinline__ void bwd_fill_window(const BwdLayoutView p, BwdCtx& ctx,
   __syncthreads();
 }
 
+// SCHED2 (collective): the next tile to compute at or after (hi, m) from the window
+// bitmaps, refilling them as needed. Returns 0 when there is none, else bit 63 set, bit 62
+// = needs the element mask, bits 32..61 = hi, bits 0..31 = m. Not inlined, like the fill.
+template <int Br, int Bc, int kWin, int kThreads>
+__device__ __noinline__ uint64_t bwd_next_sparse(const BwdLayoutView lv, BwdCtx& ctx, int group, int hi, int m) {
+  while (hi < group) {
+    const int mb = ctx.m_lo, me = ctx.m_hi;
+    if (m < mb) m = mb;
+    while (m < me) {
+      int base = ctx.win_base;
+      if (ctx.win_hi != hi || m < base || m >= base + kWin) {
+        bwd_fill_window<Br, Bc, kWin, kThreads>(lv, ctx, ctx.hk * group + hi, hi, m);
+        base = m;
+      }
+      const int idx = m - base;
+      int w = idx >> 5;
+      uint32_t bits = ctx.win_act[w] & (~0u << (idx & 31));
+      while (bits == 0u && ++w < kWin / 32) bits = ctx.win_act[w];
+      if (bits == 0u) {
+        m = base + kWin;  // nothing left in this window
+        continue;
+      }
+      const int bit = __ffs(static_cast<int>(bits)) - 1;
+      m = base + w * 32 + bit;
+      if (m >= me) break;
+      const uint64_t masked = (ctx.win_msk[w] >> bit) & 1u;
+      return (uint64_t{1} << 63) | (masked << 62) | (static_cast<uint64_t>(hi) << 32) | static_cast<uint32_t>(m);
+    }
+    ++hi;
+    m = 0;
+  }
+  return 0;
+}
+
 template <class Tr, typename T>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     bwd_main_kernel(const BwdArgs args, const __grid_constant__ DqMapParam<Tr> dq_map) {
@@ -725,36 +763,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     if constexpr (FA_BWD_SM90(FA_BWD_SCHED2) != 0) {
       if (!det && p.layout != nullptr) {  // uniform
-        while (hi < group) {
-          const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
-          if (m < mb) m = mb;
-          while (m < me) {
-            int base = bwd_lds(ctx.win_base);
-            if (bwd_lds(ctx.win_hi) != hi || m < base || m >= base + kWinTiles) {
-              const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
-              bwd_fill_window<Br, Bc, kWinTiles, Tr::kThreads>(lv, ctx, bwd_lds(ctx.hk) * group + hi, hi, m);
-              base = m;
-            }
-            const int idx = m - base;
-            int w = idx >> 5;
-            uint32_t bits = static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_act[w]))) &
-                            (~0u << (idx & 31));
-            while (bits == 0u && ++w < kWinTiles / 32)
-              bits = static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_act[w])));
-            if (bits == 0u) {
-              m = base + kWinTiles;  // nothing left in this window
-              continue;
-            }
-            const int bit = __ffs(static_cast<int>(bits)) - 1;
-            m = base + w * 32 + bit;
-            if (m >= me) break;
-            masked = ((static_cast<uint32_t>(bwd_lds(reinterpret_cast<const int&>(ctx.win_msk[w]))) >> bit) & 1u) != 0;
-            return true;
-          }
-          ++hi;
-          m = 0;
-        }
-        return false;
+        const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
+        const uint64_t r = bwd_next_sparse<Br, Bc, kWinTiles, Tr::kThreads>(lv, ctx, group, hi, m);
+        if ((r >> 63) == 0) return false;
+        hi = static_cast<int>((r >> 32) & 0x3fffffffu);
+        m = static_cast<int>(static_cast<uint32_t>(r));
+        masked = ((r >> 62) & 1u) != 0;
+        return true;
       }
     }
     while (hi < group) {
