@@ -219,7 +219,8 @@ struct BwdTraits {
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
 // d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
-// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED and LD4 were measured on sm_90 only; the sm_80 code stays as it was
+// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2 and STG_*=2 were measured on sm_90
+// only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define FA_BWD_SM90(x) 0
@@ -492,16 +493,16 @@ struct BwdCtx {
   int m_lo, m_hi, n_mb;    // q-blocks seeing this k-block under the band mask; q-blocks of the sequence
   int band_lo, band_hi;    // keep j iff i + band_lo <= j <= i + band_hi (clamped)
   int b, hk, n_blk;
-  // SCHED / LD4 (sm_90): q-blocks in [m_un_lo, m_un_hi) need no element mask; 1 if the
-  // next tile is always the next q-block (no layout, not deterministic); Q, dO rows of
-  // head hk * group (row 0 of the sequence), LSE/Delta index of that row and the index
-  // step from one head to the next.
+  // SCHED (sm_90): q-blocks in [m_un_lo, m_un_hi) need no element mask; simple = 1 if
+  // the next tile is always the next q-block (no layout, not deterministic).
   int m_un_lo, m_un_hi, simple;
-  // SCHED2 (block-sparse layout, not deterministic): states of q-blocks
-  // [win_base, win_base + kWinTiles) of head win_hi as bitmaps (computed, bit set) and
-  // (needs the element mask); win_hi = -1 before the first window.
+  // SCHED2 (block-sparse layout, not deterministic): the states of q-blocks
+  // [win_base, win_base + kWinTiles) of relative head win_hi as two bitmaps, "computed"
+  // (win_act) and "needs the element mask" (win_msk); win_hi = -1 before the first window.
   int win_base, win_hi;
   uint32_t win_act[32], win_msk[32];
+  // LD4 (sm_90): Q and dO rows of head hk * group (row 0 of the sequence), the LSE/Delta
+  // index of that row and the index step from one head to the next.
   const void* q_row0;
   const void* do_row0;
   int64_t lse_row0, lse_hstep;
@@ -543,16 +544,16 @@ struct NoDqMap {
 template <class Tr>
 using DqMapParam = std::conditional_t<Tr::kDqBulk, TensorMap128, NoDqMap>;
 
-// SCHED2 (collective, all threads): the window of q-blocks [m0, m0 + kWin) of head h
-// (relative head hi) into ctx's bitmaps, each thread evaluating the layout cells of its
-// tiles alone; same states as the main kernel's tile_state. Not inlined: it runs about
-// once per head and k-block, and inlined into the main loop it made ptxas spill.
-// The layout's description, by value (a reference to the kernel's parameters would make
-// the kernel copy them all to local memory).
+// The layout's description, passed by value to the functions below (a reference to the
+// kernel's parameters would make the kernel copy them all to local memory).
 struct BwdLayoutView {
   const uint8_t* layout;
   int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
 };
+// SCHED2 (collective, all threads): the window of q-blocks [m0, m0 + kWin) of head h
+// (relative head hi) into ctx's bitmaps, each thread evaluating the layout cells of its
+// tiles alone; same states as the main kernel's tile_state. Not inlined: it runs about
+// once per head and k-block, and inlined into the main loop it made ptxas spill.
 template <int Br, int Bc, int kWin, int kThreads>
 __device__ __noinline__ void bwd_fill_window(const BwdLayoutView p, BwdCtx& ctx, int h, int hi, int m0) {
   __syncthreads();  // every thread is done reading the previous window

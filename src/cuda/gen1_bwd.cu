@@ -66,6 +66,7 @@ constexpr bool kernel_tables_agree() {
   return true;
 }
 static_assert(kernel_tables_agree(), "kKernels / kSmallFor disagree with kBwdConfigs");
+static_assert(sizeof(BwdCtx) <= kBwdStaticSmemSlack, "the main kernel's static shared memory outgrew the budget");
 
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
 // block: variant 0 with 2 stages, then 1 stage, then the small variant likewise. `sm90`:
