@@ -692,8 +692,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ctx.m_un_lo = lo;
       ctx.m_un_hi = hi;
       ctx.simple = !det && p.layout == nullptr;
+    }
+    if constexpr (FA_BWD_SM90(FA_BWD_SCHED2) != 0) {
       ctx.win_base = 0;
-      ctx.win_hi = -1;
+      ctx.win_hi = -1;  // no window yet
     }
     if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
       const int64_t h0 = static_cast<int64_t>(hk) * group;
