@@ -61,6 +61,10 @@ struct BwdArgs {
   // launch_bwd_main passes by value as a second parameter to the kernels that use it (the
   // 128-byte, 64-byte-aligned map inside this block made ptxas spill at d=128).
   const TensorMap128* dq_map;
+  int32_t qdo_map_ok;  // 1: qdo_maps[0] (Q) and [1] (dO) are valid, for kernels with BwdTraits::kTmaQdo
+  // Host memory: TMA maps of Q and dO as (cols, rows, heads, batch) with 64 x Br x 1 x 1
+  // boxes (varlen: rows = total_q, batch 1), passed to the kernel like dq_map.
+  const TensorMap128* qdo_maps;
 };
 
 // Static shared memory of the main kernel (BwdCtx) on top of the dynamic part, as the

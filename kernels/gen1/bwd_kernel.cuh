@@ -38,7 +38,7 @@ namespace gen1 {
 // the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
 // ---------------------------------------------------------------------------------
 template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_,
-          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0, int DQM_ = 0>
+          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0, int DQM_ = 0, int TMA_ = 0>
 struct BwdTraits {
   static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
   static constexpr int kWarps = 8, kThreads = 256;
@@ -89,21 +89,35 @@ struct BwdTraits {
   using TileDO = SwizzledTile<Br, DVS>;
   using TileP = SwizzledTile<Br, Bc>;  // P_dropped and dS, [query][key]
 
-  // Shared layout (bytes): K | V | P | dS | dQ staging | Q[stages] | dO[stages] | lse2[stages][Br] |
-  // delta[stages][Br]
+  // TMA_ (sm_90 code, when the host passes TMA maps of Q and dO): the prefetch of the next
+  // tile's Q and dO is one copy-engine request per 64-column block issued by one thread,
+  // completing on a per-stage mbarrier, instead of 16-byte cp.async from every thread (the
+  // address arithmetic of those was ~60 of ~1200 instructions per warp and step at d=128).
+  // The engine writes the 128-byte swizzle of SwizzledTile when each 64-column block starts
+  // at a 1024-byte boundary: the layout is then based at the first 1024-byte boundary of the
+  // dynamic shared memory (kAlign bytes of slack) and stages are padded to 1024 bytes.
+  static constexpr bool kTmaQdo = TMA_ != 0;
+  static_assert(!kTmaQdo || (D % 64 == 0 && DV % 64 == 0), "TMA boxes are 64 columns wide");
+  static constexpr int kAlign90 = kTmaQdo ? 1024 : 0;
+
+  // Shared layout (bytes): K | V | P | dS | dQ staging | per stage: Q | dO | lse2[Br] | delta[Br]
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + TileK::kBytes;
   static constexpr int kOffP = kOffV + TileV::kBytes;
   static constexpr int kOffDS = kOffP + TileP::kBytes;
   static constexpr int kOffStg = kOffDS + TileP::kBytes;
-  static constexpr int kStageBytes = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;
+  static constexpr int kStage80 = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;  // bytes per stage
+  static constexpr int kStage90 = kTmaQdo ? (kStage80 + 1023) / 1024 * 1024 : kStage80;
   // The staging buffer exists only in sm_90+ code (the reductions it serves are sm_90
   // instructions), so the layout after it depends on the code the device runs: `sm90` =
   // the device's compute capability major is >= 9 (it then runs the sm_90 code; sm_80 code
   // never stages). The host sizes the launch with the same flag (a major >= 9 device that
   // runs JIT-compiled sm_80 PTX gets 16 KB it does not use: safe).
   static constexpr int kOffQ80 = kOffStg, kOffQ90 = kOffStg + kStgBytes;
-  static constexpr int smem_bytes(int stages, bool sm90) { return (sm90 ? kOffQ90 : kOffQ80) + stages * kStageBytes; }
+  static_assert(!kTmaQdo || kOffQ90 % 1024 == 0, "TMA destinations on 1024-byte boundaries");
+  static constexpr int smem_bytes(int stages, bool sm90) {
+    return sm90 ? kAlign90 + kOffQ90 + stages * kStage90 : kOffQ80 + stages * kStage80;
+  }
 };
 
 // The configurations (index = kBwdConfigs index).
@@ -215,12 +229,21 @@ struct BwdTraits {
 #ifndef FA_BWD_SCHED2
 #define FA_BWD_SCHED2 1
 #endif
+// Session 6. TMA_*: the Q/dO prefetch by the copy engine (BwdTraits::kTmaQdo). Same-run A/B
+// (H200, bf16): d=64 +1.4..2.3% at seqlen 1k/4k, +0.0..0.3% at 16k; d=128 -0.3..-0.9% (ptxas
+// then spills 54 bytes at d=128, where the kernel sits at 255 registers), so d=64 only.
+#ifndef FA_BWD_TMA_SMALL
+#define FA_BWD_TMA_SMALL 1
+#endif
+#ifndef FA_BWD_TMA_128
+#define FA_BWD_TMA_128 0
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
 // d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
-// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2 and STG_*=2 were measured on sm_90
-// only; the sm_80 code stays as it was
+// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2 and TMA_* were measured on
+// sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define FA_BWD_SM90(x) 0
@@ -229,10 +252,10 @@ struct BwdTraits {
 #endif
 using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
 using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128, FA_BWD_STG_SMALL,
-                           FA_BWD_DQ_MID_SMALL>;
+                           FA_BWD_DQ_MID_SMALL, FA_BWD_TMA_SMALL>;
 using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
 using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128,
-                            FA_BWD_STG_128, FA_BWD_DQ_MID_128>;
+                            FA_BWD_STG_128, FA_BWD_DQ_MID_128, FA_BWD_TMA_128>;
 using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG,
@@ -506,6 +529,11 @@ struct BwdCtx {
   const void* q_row0;
   const void* do_row0;
   int64_t lse_row0, lse_hstep;
+  // TMA (kTmaQdo): per stage the mbarrier its Q/dO copies complete on, whether the tile in
+  // it came that way ((parity of the phase to wait for) << 1 | 1, else 0), and how often
+  // the barrier was used (thread 0's bookkeeping).
+  uint64_t tma_bar[2];
+  int tma_state[2], tma_uses[2];
 };
 __device__ __forceinline__ int bwd_lds(const int& x) {
   int v;
@@ -543,6 +571,47 @@ struct NoDqMap {
 };
 template <class Tr>
 using DqMapParam = std::conditional_t<Tr::kDqBulk, TensorMap128, NoDqMap>;
+// Likewise the maps of Q and dO (kTmaQdo).
+struct QdoMaps {
+  TensorMap128 q, dout;
+};
+template <class Tr>
+using QdoMapParam = std::conditional_t<Tr::kTmaQdo, QdoMaps, NoDqMap>;
+
+// TMA helpers (sm_90 code only; the callers are behind FA_BWD_SM90).
+__device__ __forceinline__ void bwd_mbar_init(uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void bwd_mbar_expect(uint32_t bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void bwd_mbar_wait(uint32_t bar, uint32_t parity) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0u);
+#endif
+}
+// Box (64 columns x rows) of a 4-D map (cols, rows, heads, batch) at (c, r, h, b) into
+// shared memory at dst, completing on bar.
+__device__ __forceinline__ void bwd_tma_load(uint32_t dst, const void* map, int c, int r, int h, int b, uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(h), "r"(b), "r"(bar)
+      : "memory");
+#endif
+}
 
 // The layout's description, passed by value to the functions below (a reference to the
 // kernel's parameters would make the kernel copy them all to local memory).
@@ -550,6 +619,21 @@ struct BwdLayoutView {
   const uint8_t* layout;
   int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
 };
+// Scans the layout cells that rows [r0, r1] x keys [n0, n_last] of head h touch, cells
+// first, first + stride, ... of the row-major list: any_on / any_off are set if one of them
+// is on / off. (Cell counts fit 32 bits: a tile is at most 128 x 128 elements.)
+__device__ __forceinline__ void bwd_layout_cells(const BwdLayoutView lv, int h, int r0, int r1, int n0, int n_last,
+                                                 int first, int stride, bool& any_on, bool& any_off) {
+  const int64_t lh = lv.layout_heads == 1 ? 0 : h;
+  const int64_t rb0 = r0 / lv.block_q, cb0 = n0 / lv.block_k;
+  const int ncb = static_cast<int>(n_last / lv.block_k - cb0 + 1);
+  const int cnt = static_cast<int>(r1 / lv.block_q - rb0 + 1) * ncb;
+  for (int e = first; e < cnt; e += stride) {
+    const int64_t rb = rb0 + e / ncb, cb = cb0 + e % ncb;
+    if (lv.layout[(lh * lv.n_row_blocks + rb) * lv.n_col_blocks + cb]) any_on = true; else any_off = true;
+  }
+}
+
 // SCHED2 (collective, all threads): the window of q-blocks [m0, m0 + kWin) of head h
 // (relative head hi) into ctx's bitmaps, each thread evaluating the layout cells of its
 // tiles alone; same states as the main kernel's tile_state. Not inlined: it runs about
@@ -564,17 +648,13 @@ __device__ __noinline__ void bwd_fill_window(const BwdLayoutView p, BwdCtx& ctx,
   __syncthreads();
   const int m_lo = ctx.m_lo, m_hi = ctx.m_hi, len_q = ctx.len_q, n0 = ctx.n0, n_valid = ctx.n_valid;
   const int n_last = n0 + n_valid - 1;
-  const int64_t lh = p.layout_heads == 1 ? 0 : h;
   for (int i = bwd_tid(); i < kWin; i += kThreads) {
     const int m = m0 + i;
     if (m < m_lo || m >= m_hi) continue;
     const int r0 = m * Br;
     const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
     bool any_on = false, any_off = false;
-    for (int64_t rb = r0 / p.block_q; rb <= r1 / p.block_q; ++rb)
-      for (int64_t cb = n0 / p.block_k; cb <= n_last / p.block_k; ++cb) {
-        if (p.layout[(lh * p.n_row_blocks + rb) * p.n_col_blocks + cb]) any_on = true; else any_off = true;
-      }
+    bwd_layout_cells(p, h, r0, r1, n0, n_last, 0, 1, any_on, any_off);  // this thread's tile alone
     if (!any_on) continue;
     atomicOr(&ctx.win_act[i >> 5], 1u << (i & 31));
     if (any_off || bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, ctx.band_lo, ctx.band_hi))
@@ -623,7 +703,8 @@ __device__ __noinline__ uint64_t bwd_next_sparse(const BwdLayoutView lv, BwdCtx&
 
 template <class Tr, typename T>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    bwd_main_kernel(const BwdArgs args, const __grid_constant__ DqMapParam<Tr> dq_map) {
+    bwd_main_kernel(const BwdArgs args, const __grid_constant__ DqMapParam<Tr> dq_map,
+                    const __grid_constant__ QdoMapParam<Tr> qdo_map) {
   using Elem = ElemTraits<T>;
   constexpr int Br = Tr::Br, Bc = Tr::Bc, D = Tr::D, DV = Tr::DV;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -697,6 +778,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ctx.win_base = 0;
       ctx.win_hi = -1;  // no window yet
     }
+    if constexpr (FA_BWD_SM90(Tr::kTmaQdo)) {
+      for (int i = 0; i < 2; ++i) {
+        bwd_mbar_init(smem_u32(&ctx.tma_bar[i]));
+        ctx.tma_state[i] = 0;
+        ctx.tma_uses[i] = 0;
+      }
+#if __CUDA_ARCH__ >= 900
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+    }
     if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
       const int64_t h0 = static_cast<int64_t>(hk) * group;
       ctx.q_row0 = static_cast<const T*>(p.q) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.q_stride.b) +
@@ -710,14 +801,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   __syncthreads();
   if (bwd_lds(ctx.n0) >= bwd_lds(ctx.len_k)) return;  // varlen: this sequence has fewer k-blocks (CTA-uniform)
 
-  const uint32_t s_base = smem_u32(smem);
+  constexpr bool kTma = FA_BWD_SM90(Tr::kTmaQdo);
+  // kTma: the layout starts at the first 1024-byte boundary (see BwdTraits::kTmaQdo).
+  const uint32_t s_raw = smem_u32(smem);
+  const uint32_t s_base = kTma ? (s_raw + 1023u) & ~1023u : s_raw;
+  unsigned char* const smem_al = smem + (s_base - s_raw);
   const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
   const uint32_t sP = s_base + Tr::kOffP, sdS = s_base + Tr::kOffDS;
   constexpr int kOffQ = FA_BWD_SM90(true) ? Tr::kOffQ90 : Tr::kOffQ80;
-  auto sQ = [&](int st) { return s_base + kOffQ + st * Tr::kStageBytes; };
+  constexpr int kStage = FA_BWD_SM90(true) ? Tr::kStage90 : Tr::kStage80;
+  auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
   auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
   auto lse_s = [&](int st) {
-    return reinterpret_cast<float*>(smem + kOffQ + st * Tr::kStageBytes + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
+    return reinterpret_cast<float*>(smem_al + kOffQ + st * kStage + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
   };
   auto delta_s = [&](int st) { return lse_s(st) + Br; };
 
@@ -731,15 +827,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
     bool partial = bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, bwd_lds(ctx.band_lo), bwd_lds(ctx.band_hi));
     if (p.layout != nullptr) {
-      const int64_t lh = p.layout_heads == 1 ? 0 : h;
-      const int64_t rb0 = r0 / p.block_q, rb1 = r1 / p.block_q;
-      const int64_t cb0 = n0 / p.block_k, cb1 = n_last / p.block_k;
-      const int64_t ncb = cb1 - cb0 + 1, cnt = (rb1 - rb0 + 1) * ncb;
-      bool any_on = false, any_off = false;
-      for (int64_t e = bwd_tid(); e < cnt; e += Tr::kThreads) {
-        const int64_t rb = rb0 + e / ncb, cb = cb0 + e % ncb;
-        if (p.layout[(lh * p.n_row_blocks + rb) * p.n_col_blocks + cb]) any_on = true; else any_off = true;
-      }
+      bool any_on = false, any_off = false;  // the tile's cells spread over the CTA
+      const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
+      bwd_layout_cells(lv, h, r0, r1, n0, n_last, bwd_tid(), Tr::kThreads, any_on, any_off);
       const bool on = __syncthreads_or(any_on) != 0;
       const bool off = __syncthreads_or(any_off) != 0;
       if (!on) return 0;
@@ -798,18 +888,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     return false;
   };
 
-  // Q, dO, LSE and Delta of (head h = hk * group + hi, q-block m) into stage st.
-  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m) {
+  // Q and dO tiles (`tiles` true) and the LSE and Delta rows of (head h = hk * group + hi,
+  // q-block m) into stage st by cp.async.
+  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m, bool tiles = true) {
     if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
       const int r0 = m * Br;
       const int len_q = bwd_lds(ctx.len_q);
       const int nv = len_q - r0 < Br ? len_q - r0 : Br;
-      const T* gq = bwd_ldsp<T>(ctx.q_row0) + hi * p.q_stride.h + static_cast<int64_t>(r0) * p.q_stride.s;
-      const T* gdo = bwd_ldsp<T>(ctx.do_row0) + hi * p.do_stride.h + static_cast<int64_t>(r0) * p.do_stride.s;
-      bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                             p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
-      bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                               p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+      if (tiles) {
+        const T* gq = bwd_ldsp<T>(ctx.q_row0) + hi * p.q_stride.h + static_cast<int64_t>(r0) * p.q_stride.s;
+        const T* gdo = bwd_ldsp<T>(ctx.do_row0) + hi * p.do_stride.h + static_cast<int64_t>(r0) * p.do_stride.s;
+        bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
+                                                               p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+        bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
+                                                                 p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+      }
       const int t = bwd_tid();
       if (t < Br) {  // as below: rows past the end read as 0
         const bool ok = r0 + t < len_q;
@@ -829,10 +922,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                   tok * p.q_stride.s + static_cast<int64_t>(h) * p.q_stride.h;
     const T* gdo = static_cast<const T*>(p.dout) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.do_stride.b) +
                    tok * p.do_stride.s + static_cast<int64_t>(h) * p.do_stride.h;
-    bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                           p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
-    bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                             p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+    if (tiles) {
+      bwd_load_tile<typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
+                                                             p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+      bwd_load_tile<typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
+                                                               p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+    }
     // LSE and Delta rows by cp.async too (a plain load would stall these warps for a
     // full memory latency). Rows past the end read as 0: their Q and dO rows are zero,
     // so S = 0, P = 1, dP = Delta = 0 and dS = 0; they contribute nothing.
@@ -876,6 +971,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   int st = 0;
   while (have) {
     cp_async_wait<0>();
+    if constexpr (kTma) {
+      const int ts = bwd_lds(ctx.tma_state[st]);
+      if (ts & 1) bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), static_cast<uint32_t>(ts >> 1));
+    }
     __syncthreads();  // stage st ready; the previous step's readers of sP/sdS and of stage st^1 are done
 
     const int h = bwd_lds(ctx.hk) * group + hi;
@@ -883,7 +982,40 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
     const bool next = find_tile(nhi, nm, nmasked);
-    if (args.stages == 2 && next) load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nhi, nm);
+    if (args.stages == 2 && next) {
+      const int nh = bwd_lds(ctx.hk) * group + nhi;
+      bool tma = false;
+      if constexpr (kTma) {
+        // Whole tiles, and without varlen also the last one (rows past seqlen_q are outside
+        // the map: zero-filled); with varlen a partial tile would read the next sequence.
+        tma = args.qdo_map_ok && (!p.varlen || (nm + 1) * Br <= bwd_lds(ctx.len_q));  // uniform
+        if (bwd_tid() == 0) {
+          const int ns = st ^ 1;
+          if (tma) {
+#if __CUDA_ARCH__ >= 900
+            // The stage's last writes may have been cp.async (generic proxy).
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+            const uint32_t bar = smem_u32(&ctx.tma_bar[ns]);
+            const int uses = ctx.tma_uses[ns];
+            ctx.tma_uses[ns] = uses + 1;
+            ctx.tma_state[ns] = ((uses & 1) << 1) | 1;
+            bwd_mbar_expect(bar, static_cast<uint32_t>(Tr::TileQ::kBytes + Tr::TileDO::kBytes));
+            const int row = static_cast<int>((p.varlen ? bwd_lds64(ctx.q_tok0) : 0) + nm * Br);
+            const int b = p.varlen ? 0 : bwd_lds(ctx.b);
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c)
+              bwd_tma_load(sQ(ns) + static_cast<uint32_t>(c * Br * 128), &qdo_map.q, c * 64, row, nh, b, bar);
+#pragma unroll
+            for (int c = 0; c < DV / 64; ++c)
+              bwd_tma_load(sdO(ns) + static_cast<uint32_t>(c * Br * 128), &qdo_map.dout, c * 64, row, nh, b, bar);
+          } else {
+            ctx.tma_state[ns] = 0;
+          }
+        }
+      }
+      load_q_do(st ^ 1, nh, nhi, nm, !tma);
+    }
     cp_async_commit();
 
     // ---- per slice of kSL m16 tiles of the warp's S tile: S = Q K^T, dP = dO V^T, then
@@ -1461,7 +1593,11 @@ cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t st
   if constexpr (Tr::kDqBulk) {
     if (args.dq_map_ok) map = *args.dq_map;
   }
-  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args, map);
+  QdoMapParam<Tr> qdo{};
+  if constexpr (Tr::kTmaQdo) {
+    if (args.qdo_map_ok) qdo = QdoMaps{args.qdo_maps[0], args.qdo_maps[1]};
+  }
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Tr::kThreads), smem_bytes, stream>>>(args, map, qdo);
   return cudaGetLastError();
 }
 

@@ -30,6 +30,7 @@ using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
 struct BwdKernel {
   int d, dv, variant, br, bc;
   bool dq_bulk;         // sm_90 code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
+  bool tma_qdo;         // sm_90 code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
   int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
   LaunchFn launch[2];   // fp16, bf16
 };
@@ -37,7 +38,7 @@ template <int D, int DV, int V>
 constexpr BwdKernel kernel_entry() {
   using Tr = typename BwdCfgFor<D, DV, V>::type;
   static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
-  return {D, DV, V, Tr::Br, Tr::Bc, Tr::kDqBulk,
+  return {D, DV, V, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
           {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}},
           {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
 }
@@ -553,6 +554,22 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
       encode_dq_accum_map(&dq_map, a.dq_accum, p.head_dim_qk, p.heads_q, p.varlen ? p.total_q : p.batch * p.seqlen_q,
                           32, 16))
     a.dq_map_ok = 1;
+  // TMA maps of Q and dO for kernels that prefetch through the copy engine (two stages on
+  // an sm_90 device; otherwise, or when the engine cannot take the strides, cp.async).
+  TensorMap128 qdo_maps[2];
+  a.qdo_map_ok = 0;
+  a.qdo_maps = qdo_maps;
+  if (kKernels[kc.kernel].tma_qdo && major >= 9 && kc.stages == 2) {
+    const int64_t rows = p.varlen ? p.total_q : p.seqlen_q, nb = p.varlen ? 1 : p.batch;
+    // The stride of a dimension of extent 1 is never applied: any valid value (the row
+    // stride) stands in for it, so that e.g. a 0 there does not cost the copy-engine path.
+    auto map_of = [&](TensorMap128* mp, const void* base, int64_t cols, const Strides4& s) {
+      return encode_rows_map_16bit(mp, base, cols, rows, p.heads_q, nb, s.s, p.heads_q == 1 ? s.s : s.h,
+                                   nb == 1 ? s.s : s.b, kc.br);
+    };
+    if (map_of(&qdo_maps[0], p.q, p.head_dim_qk, p.q_stride) && map_of(&qdo_maps[1], p.dout, p.head_dim_v, p.do_stride))
+      a.qdo_map_ok = 1;
+  }
   if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl);
   return run_aux<__half>(p, a, db, kc, stream, ws, wl);
 }

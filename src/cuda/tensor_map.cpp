@@ -57,4 +57,33 @@ bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t h
   return true;
 }
 
+bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
+                           int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows) {
+  const EncodeTiled enc = encoder();
+  if (enc == nullptr || cols <= 0 || rows <= 0 || heads <= 0 || batch <= 0 || box_rows <= 0 || box_rows > 256 ||
+      (reinterpret_cast<uintptr_t>(base) & 15u) != 0)
+    return false;
+  const int64_t st[3] = {stride_s, stride_h, stride_b};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (st[i] <= 0 || st[i] >= (int64_t{1} << 39) || (st[i] * 2) % 16 != 0) return false;
+    strides[i] = static_cast<cuuint64_t>(st[i] * 2);
+  }
+  const int64_t dim[4] = {cols, rows, heads, batch};
+  cuuint64_t dims[4];
+  for (int i = 0; i < 4; ++i) {
+    if (dim[i] > (int64_t{1} << 32)) return false;
+    dims[i] = static_cast<cuuint64_t>(dim[i]);
+  }
+  const cuuint32_t box[4] = {64u, static_cast<cuuint32_t>(box_rows), 1u, 1u};
+  const cuuint32_t elem_strides[4] = {1u, 1u, 1u, 1u};
+  CUtensorMap m;
+  if (enc(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, elem_strides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return false;
+  __builtin_memcpy(map->bytes, &m, sizeof(m));
+  return true;
+}
+
 }  // namespace flashattn
