@@ -164,8 +164,10 @@ struct BwdTraits {
 #ifndef FA_BWD_DQ_MID_128
 #define FA_BWD_DQ_MID_128 1
 #endif
+// (d=256: 0 since session 6: with PFIRST and TMA in, the same-run A/B put dQ after dK ahead
+// at d=256 by +1.2..2.5% and behind at d=64/128 by 3..5%.)
 #ifndef FA_BWD_DQ_MID_BIG
-#define FA_BWD_DQ_MID_BIG 1
+#define FA_BWD_DQ_MID_BIG 0
 #endif
 // Fast-path elementwise: masked / unmasked instantiations and XOR store addressing (1).
 #ifndef FA_BWD_EW2
@@ -229,14 +231,21 @@ struct BwdTraits {
 #ifndef FA_BWD_SCHED2
 #define FA_BWD_SCHED2 1
 #endif
+// Session 6. PFIRST: the fast path computes P = exp2(...) before the dP GEMM, so that ptxas
+// can overlap the exponentials with that GEMM (in the old order they ran after both GEMMs,
+// on every warp at once, with the tensor pipe idle). Same-run A/B (H200, bf16): d=64
+// +1.1..2.0%, d=128 +0.1..0.5%, d=256 +0.4..1.0%.
+#ifndef FA_BWD_PFIRST
+#define FA_BWD_PFIRST 1
+#endif
 // Session 6. TMA_*: the Q/dO prefetch by the copy engine (BwdTraits::kTmaQdo). Same-run A/B
-// (H200, bf16): d=64 +1.4..2.3% at seqlen 1k/4k, +0.0..0.3% at 16k; d=128 -0.3..-0.9% (ptxas
-// then spills 54 bytes at d=128, where the kernel sits at 255 registers), so d=64 only.
+// (H200, bf16): d=64 +1.4..2.3% at seqlen 1k/4k, +0.0..0.3% at 16k; d=128 alone -0.3..-0.9%
+// (ptxas spilled 54 bytes), on top of PFIRST +0.4..1.6% (no spill).
 #ifndef FA_BWD_TMA_SMALL
 #define FA_BWD_TMA_SMALL 1
 #endif
 #ifndef FA_BWD_TMA_128
-#define FA_BWD_TMA_128 0
+#define FA_BWD_TMA_128 1
 #endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
@@ -1039,7 +1048,75 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       bwd_zero(acc_s);
       bwd_zero(acc_dp);
       bwd_warp_gemm<T, SL, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+      // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
+      // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
+      // store before it would pin the exponentials there: ptxas keeps shared stores and the
+      // GEMM's ldmatrix in order).
+      constexpr bool kPF = !kGen && FA_BWD_SM90(FA_BWD_PFIRST) != 0 && FA_BWD_SM90(FA_BWD_EW2) != 0 &&
+                           (Tr::kSN == 16 || Tr::kSN == 32 || Tr::kSN == 64);
+      if constexpr (kPF) {
+        const float scale_log2 = p.scale * kLog2e;
+        const int n0 = bwd_lds(ctx.n0);
+#pragma unroll
+        for (int ml = 0; ml < SL; ++ml) {
+          const int rr = ws_m0 + ml * 16 + g;
+          float lse2[2];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {  // as row_vals below
+            const float l = lse_s(st)[rr + 8 * hr];
+            lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
+          }
+          int lo[2] = {0, 0}, hi[2] = {0, 0};
+          if constexpr (kMask) {
+            const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              lo[hr] = r0 + rr + 8 * hr + blo - n0;
+              hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
+            }
+          }
+          const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
+#pragma unroll
+          for (int nt = 0; nt < Tr::kNTs; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
+              if constexpr (kMask) {
+                const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
+                if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
+              }
+              acc_s[ml][nt][e] = fast_exp2(x);
+            }
+          }
+        }
+      }
       bwd_warp_gemm<T, SL, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+      if constexpr (kPF) {
+#pragma unroll
+        for (int ml = 0; ml < SL; ++ml) {
+          const int rr = ws_m0 + ml * 16 + g;
+          float dlt[2];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) dlt[hr] = delta_s(st)[rr + 8 * hr];
+          const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
+#pragma unroll
+          for (int nt = 0; nt < Tr::kNTs; ++nt) {
+            float ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ds[e] = acc_s[ml][nt][e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
+            const float* pd = acc_s[ml][nt];
+            const uint32_t a = sP + (o0 ^ static_cast<uint32_t>(nt << 4));  // as the EW2 stores below
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
+            asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
+            asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
+                         : "memory");
+            asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])),
+                         "n"(Tr::TileP::kBytes + 1024)
+                         : "memory");
+          }
+        }
+        continue;  // next slice
+      }
 
       // Row values of the two rows (rr, rr + 8) this thread touches in m16 tile ml of the
       // slice. LSE = -inf (fully masked row) becomes +inf so that every P of the row is
