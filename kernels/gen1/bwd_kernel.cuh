@@ -1047,6 +1047,35 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       float acc_dp[SL][Tr::kNTs][4];
       bwd_zero(acc_s);
       bwd_zero(acc_dp);
+      // Fast-path (EW2) pieces. Masked tiles: keep tile column c of the rows rr, rr + 8 iff
+      // lo <= c <= hi (band and key length in tile-column units).
+      auto band_cols = [&](int rr, int n0, int (&lo)[2], int (&hi)[2]) {
+        const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          lo[hr] = r0 + rr + 8 * hr + blo - n0;
+          hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
+        }
+      };
+      // P of element e of n8 tile nt of m16 tile ml (S still in acc_s).
+      auto p_of = [&](int ml, int nt, int e, float scale_log2, const float (&lse2)[2], const int (&lo)[2],
+                      const int (&hi)[2]) {
+        float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
+        if constexpr (kMask) {
+          const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
+          if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
+        }
+        return fast_exp2(x);
+      };
+      // P and dS of one n8 tile at byte offset a of sP (rows rr, rr + 8; dS: + the P tile).
+      auto store_pds_at = [&](uint32_t a, const float* pd, const float* ds) {
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
+        asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
+        asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
+                     : "memory");
+        asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])), "n"(Tr::TileP::kBytes + 1024)
+                     : "memory");
+      };
       bwd_warp_gemm<T, SL, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
       // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
       // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
@@ -1067,27 +1096,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
           }
           int lo[2] = {0, 0}, hi[2] = {0, 0};
-          if constexpr (kMask) {
-            const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+          if constexpr (kMask) band_cols(rr, n0, lo, hi);
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              lo[hr] = r0 + rr + 8 * hr + blo - n0;
-              hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
-            }
-          }
-          const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
+          for (int nt = 0; nt < Tr::kNTs; ++nt)
 #pragma unroll
-          for (int nt = 0; nt < Tr::kNTs; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
-              if constexpr (kMask) {
-                const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
-                if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
-              }
-              acc_s[ml][nt][e] = fast_exp2(x);
-            }
-          }
+            for (int e = 0; e < 4; ++e) acc_s[ml][nt][e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
         }
       }
       bwd_warp_gemm<T, SL, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
@@ -1104,15 +1117,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             float ds[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) ds[e] = acc_s[ml][nt][e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
-            const float* pd = acc_s[ml][nt];
-            const uint32_t a = sP + (o0 ^ static_cast<uint32_t>(nt << 4));  // as the EW2 stores below
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
-            asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
-            asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
-                         : "memory");
-            asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])),
-                         "n"(Tr::TileP::kBytes + 1024)
-                         : "memory");
+            store_pds_at(sP + (o0 ^ static_cast<uint32_t>(nt << 4)), acc_s[ml][nt], ds);  // offsets as in EW2 below
           }
         }
         continue;  // next slice
@@ -1159,36 +1164,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             row_vals(rr, lse2, dlt);
             const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
             int lo[2] = {0, 0}, hi[2] = {0, 0};
-            if constexpr (kMask) {
-              const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
-              // in tile-column units: keep column c iff lo <= c <= hi
-#pragma unroll
-              for (int hr = 0; hr < 2; ++hr) {
-                lo[hr] = r0 + rr + 8 * hr + blo - n0;
-                hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
-              }
-            }
+            if constexpr (kMask) band_cols(rr, n0, lo, hi);
 #pragma unroll
             for (int nt = 0; nt < Tr::kNTs; ++nt) {
               float pd[4], ds[4];
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
-                float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
-                if constexpr (kMask) {
-                  const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
-                  if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
-                }
-                pd[e] = fast_exp2(x);
+                pd[e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
                 ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
               }
-              const uint32_t a = sP + (o0 ^ static_cast<uint32_t>(nt << 4));
-              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
-              asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
-              asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
-                           : "memory");
-              asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])),
-                           "n"(Tr::TileP::kBytes + 1024)
-                           : "memory");
+              store_pds_at(sP + (o0 ^ static_cast<uint32_t>(nt << 4)), pd, ds);
             }
           }
         } else {
