@@ -15,6 +15,8 @@
 //   global memory by asynchronous bulk reductions of the copy engine instead);
 //   in deterministic mode the adds into one (head, q-block) happen in ascending k-block
 //   order, serialized by a per-(sequence, head, q-block) turn counter.
+// Q, dO, LSE and Delta of the next tile are prefetched into a second stage during the
+// current one (cp.async; on sm_90 at d=64/128 Q and dO by the copy engine, kTmaQdo).
 // The softmax scale is applied to dK here and to dQ in the convert kernel.
 #pragma once
 #include <math.h>

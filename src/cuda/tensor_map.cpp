@@ -4,6 +4,8 @@
 #include <cuda.h>  // types and enums only; the function comes from the runtime below
 #include <cuda_runtime.h>
 
+#include <stdint.h>
+
 #include <mutex>
 
 namespace flashattn {
@@ -72,7 +74,7 @@ bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, in
   const int64_t dim[4] = {cols, rows, heads, batch};
   cuuint64_t dims[4];
   for (int i = 0; i < 4; ++i) {
-    if (dim[i] > (int64_t{1} << 32)) return false;
+    if (dim[i] > INT32_MAX) return false;  // the kernels' box coordinates are signed 32-bit
     dims[i] = static_cast<cuuint64_t>(dim[i]);
   }
   const cuuint32_t box[4] = {64u, static_cast<cuuint32_t>(box_rows), 1u, 1u};
