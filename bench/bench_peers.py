@@ -239,22 +239,30 @@ def sdpa_backend(torch, name):
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
 
 
-def bench_torch(torch, name, q, k, v, do, causal, directions):
-    """q, k, v, do: BSHD tensors; SDPA sees [b, h, s, d] views of the same memory."""
+def sdpa_call(torch, q, k, v, do, causal, direction):
+    """One SDPA call as a function of no arguments, to run under the caller's sdpa_kernel
+    context: the forward without autograd, or ("bwd") the backward of a forward made here
+    once. q, k, v, do: BSHD tensors; SDPA sees [b, h, s, d] views of the same memory."""
     import torch.nn.functional as F
+    qt, kt, vt, dot = (x.transpose(1, 2) for x in (q, k, v, do))
+    if direction == "fwd":
+        def fwd():
+            with torch.no_grad():
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        return fwd
+    qg, kg, vg = (x.detach().requires_grad_(True) for x in (qt, kt, vt))
+    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+    return lambda: torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
+
+
+def bench_torch(torch, name, q, k, v, do, causal, directions):
+    """Times SDPA backend `name` on BSHD q, k, v, do (see sdpa_call)."""
     from torch.nn.attention import sdpa_kernel
     res = {}
-    qt, kt, vt, dot = (x.transpose(1, 2) for x in (q, k, v, do))
     with sdpa_kernel([sdpa_backend(torch, name)]):
-        if "fwd" in directions:
-            with torch.no_grad():
-                res["fwd"] = time_cuda(torch, lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-        if "bwd" in directions:
-            qg, kg, vg = (x.detach().requires_grad_(True) for x in (qt, kt, vt))
-            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-            res["bwd"] = time_cuda(
-                torch, lambda: torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True))
-            del out
+        for direction in ("fwd", "bwd"):
+            if direction in directions:
+                res[direction] = time_cuda(torch, sdpa_call(torch, q, k, v, do, causal, direction))
     return res
 
 

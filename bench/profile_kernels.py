@@ -72,7 +72,6 @@ def main():
     args = ap.parse_args()
 
     import torch
-    import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
     lib = bp.Lib(args.lib)
     dev = torch.device("cuda")
@@ -92,19 +91,9 @@ def main():
                         c.fwd()
                         fn = c.fwd if args.dir == "fwd" else c.bwd
                     else:
-                        qt, kt, vt, dot = (x.transpose(1, 2) for x in (q, k, v, do))
                         ctx = sdpa_kernel([bp.sdpa_backend(torch, impl)])
                         ctx.__enter__()
-                        if args.dir == "fwd":
-                            def fn(qt=qt, kt=kt, vt=vt):
-                                with torch.no_grad():
-                                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                        else:
-                            qg, kg, vg = (x.detach().requires_grad_(True) for x in (qt, kt, vt))
-                            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-
-                            def fn(out=out, qg=qg, kg=kg, vg=vg, dot=dot):
-                                torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
+                        fn = bp.sdpa_call(torch, q, k, v, do, causal, args.dir)
                     if args.bare:
                         for _ in range(args.iters):
                             fn()
