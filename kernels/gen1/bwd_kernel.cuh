@@ -242,7 +242,7 @@ struct BwdTraits {
 #endif
 // Session 6. TMA_*: the Q/dO prefetch by the copy engine (BwdTraits::kTmaQdo). Same-run A/B
 // (H200, bf16): d=64 +1.4..2.3% at seqlen 1k/4k, +0.0..0.3% at 16k; d=128 alone -0.3..-0.9%
-// (ptxas spilled 54 bytes), on top of PFIRST +0.4..1.6% (no spill).
+// (ptxas spilled 54 bytes), on top of PFIRST +0.4..1.6% (22 bytes: a few loop scalars).
 #ifndef FA_BWD_TMA_SMALL
 #define FA_BWD_TMA_SMALL 1
 #endif
@@ -1004,7 +1004,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           const int ns = st ^ 1;
           if (tma) {
 #if __CUDA_ARCH__ >= 900
-            // The stage's last writes may have been cp.async (generic proxy).
+            // The stage's last writes may have been cp.async (generic proxy) by any thread:
+            // they completed (cp.async.wait_group) before the barrier above, a step ago, so
+            // this thread's fence orders them before the engine's writes.
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
             const uint32_t bar = smem_u32(&ctx.tma_bar[ns]);
