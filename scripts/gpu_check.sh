@@ -9,8 +9,11 @@
 #   full:            full bench sweep (bf16+fp16, d=64/128/256, seqlen 512..16k) and the
 #                    CPU-labelled tests as well
 # Timing on one H100: quick ~2.5 min in all (build ~20 s with ninja -j16, GPU tests ~25 s,
-# sanitizers ~30 s, bench ~90 s); the full sweep is ~6x the quick one, more than a 10-minute
-# device command: split it there with BENCH_ARGS (e.g. --dtypes fp16 --no-memory --no-sparse).
+# sanitizers ~30 s, bench ~90 s). Measured per step group (2026-11-22, H100, fresh build
+# ~20 s each): STEPS=tests,sanitize-suite ~6 min (the slow GPU cases ~3.5 min of it);
+# STEPS=caps,sm80,sanitize ~4.5-6 min; STEPS=bench full, one dtype ~2.5 min. Everything in
+# one call is ~15 min, past a 10-minute device command: split it along these groups, and
+# log to a file under $OUT rather than piping through `tail` (a killed pipe returns nothing).
 # environment:
 #   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
