@@ -16,7 +16,9 @@ struct alignas(64) TensorMap128 {
 // 3-D tensor (cols, heads, rows) with boxes of box_cols x 1 x box_rows, shared-memory side
 // in the 128-byte swizzle (16-byte chunk c of box row r at chunk c ^ (r % 8)). Elements of
 // a box outside the tensor are skipped by the engine. Returns false (map untouched) when
-// the driver has no encoder or refuses the shape; the caller then keeps its other path.
+// the driver has no encoder, for byte strides the engine cannot take (multiples of 16 below
+// 2^40), for extents past the kernel's signed 32-bit box coordinates, or when the driver
+// refuses the shape; the caller then keeps its other path.
 bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t rows, int box_cols,
                          int box_rows);
 
