@@ -40,7 +40,7 @@ namespace gen1 {
 // the 255-register budget without spills (1 CTA/SM: shared memory is the limit anyway).
 // ---------------------------------------------------------------------------------
 template <int D_, int DV_, int Br_, int Bc_, int WS_M_, int WS_N_, int WK_M_, int WK_N_, int WQ_M_, int WQ_N_,
-          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0, int DQM_ = 0, int TMA_ = 0>
+          int SL_ = 1, int QP_ = 1, int V4_ = 0, int STG_ = 0, int DQM_ = 0, int TMA_ = 0, int SKEW_ = 0>
 struct BwdTraits {
   static constexpr int D = D_, DV = DV_, Br = Br_, Bc = Bc_;
   static constexpr int kWarps = 8, kThreads = 256;
@@ -101,6 +101,17 @@ struct BwdTraits {
   static constexpr bool kTmaQdo = TMA_ != 0;
   static_assert(!kTmaQdo || (D % 64 == 0 && DV % 64 == 0), "TMA boxes are 64 columns wide");
   static constexpr int kAlign90 = kTmaQdo ? 1024 : 0;
+  // SKEW_ (sm_90 code, two stages): no loop-top CTA barrier when the step's Q/dO came by the
+  // copy engine (its mbarrier is the wait), so a warp that finishes a step's dV/dQ/dK GEMMs
+  // starts the next step's S/dP GEMMs while slower warps are still in theirs; the one CTA
+  // barrier per step left is the one between the S phase and the GEMM phase. The Q/dO
+  // prefetch is then issued after that barrier (the stage it overwrites is free once every
+  // warp is past the previous step), the LSE/Delta rows of the next tile at the step's top
+  // (they are read only in the S phase). What keeps the next step's P/dS stores off the
+  // tiles that slower warps still read: SKEW_ = 1, one P/dS buffer and an mbarrier ("free")
+  // that every thread arrives on after its last read of the step, waited on before the next
+  // step's first store; SKEW_ = 2, a second P/dS buffer (steps alternate), no wait at all.
+  static constexpr bool kSkew = SKEW_ != 0, kSkew2 = SKEW_ == 2;
 
   // Shared layout (bytes): K | V | P | dS | dQ staging | per stage: Q | dO | lse2[Br] | delta[Br]
   static constexpr int kOffK = 0;
@@ -117,8 +128,11 @@ struct BwdTraits {
   // runs JIT-compiled sm_80 PTX gets 16 KB it does not use: safe).
   static constexpr int kOffQ80 = kOffStg, kOffQ90 = kOffStg + kStgBytes;
   static_assert(!kTmaQdo || kOffQ90 % 1024 == 0, "TMA destinations on 1024-byte boundaries");
+  // kSkew2: the second P | dS buffer after both stages (allocated only with two stages).
+  static constexpr int kOffP1 = kOffQ90 + 2 * kStage90;
   static constexpr int smem_bytes(int stages, bool sm90) {
-    return sm90 ? kAlign90 + kOffQ90 + stages * kStage90 : kOffQ80 + stages * kStage80;
+    return sm90 ? kAlign90 + kOffQ90 + stages * kStage90 + (kSkew2 && stages == 2 ? 2 * TileP::kBytes : 0)
+                : kOffQ80 + stages * kStage80;
   }
 };
 
@@ -249,6 +263,21 @@ struct BwdTraits {
 #ifndef FA_BWD_TMA_128
 #define FA_BWD_TMA_128 1
 #endif
+// Session 7. SKEW_*: one CTA barrier per step instead of two (BwdTraits::kSkew; 1: one P/dS
+// buffer and a "free" mbarrier, 2: two P/dS buffers). Same-run A/B (H100, bf16, harness
+// shapes 1k-16k): d=64 SKEW=1 +0.8..2.9% (d=64 has no room for a second 128x128 P/dS
+// buffer); d=128 SKEW=2 +0.6..2.7% (SKEW=1 +0.7..1.7%, deterministic -1%; SKEW=2 with
+// cp.async stages instead of the copy engine +-1%); d=256 SKEW=1 -0.4..-2% (its stages are
+// cp.async: no room for the copy engine's alignment).
+#ifndef FA_BWD_SKEW_128
+#define FA_BWD_SKEW_128 2
+#endif
+#ifndef FA_BWD_SKEW_SMALL
+#define FA_BWD_SKEW_SMALL 1
+#endif
+#ifndef FA_BWD_SKEW_BIG
+#define FA_BWD_SKEW_BIG 0
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -263,14 +292,14 @@ struct BwdTraits {
 #endif
 using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
 using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128, FA_BWD_STG_SMALL,
-                           FA_BWD_DQ_MID_SMALL, FA_BWD_TMA_SMALL>;
+                           FA_BWD_DQ_MID_SMALL, FA_BWD_TMA_SMALL, FA_BWD_SKEW_SMALL>;
 using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
 using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128,
-                            FA_BWD_STG_128, FA_BWD_DQ_MID_128, FA_BWD_TMA_128>;
+                            FA_BWD_STG_128, FA_BWD_DQ_MID_128, FA_BWD_TMA_128, FA_BWD_SKEW_128>;
 using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG,
-                            FA_BWD_DQ_MID_BIG>;
+                            FA_BWD_DQ_MID_BIG, 0, FA_BWD_SKEW_BIG>;
 
 // Small-shared-memory variants (kVariant 1), for devices whose opt-in limit per block the
 // configs above exceed: sm_86/sm_89/sm_120 allow 99 KB (101376 B). The host takes them
@@ -545,6 +574,11 @@ struct BwdCtx {
   // the barrier was used (thread 0's bookkeeping).
   uint64_t tma_bar[2];
   int tma_state[2], tma_uses[2];
+  // SKEW_: per stage, completes a phase when every thread's cp.async into it (Q/dO not by
+  // the copy engine) has landed; SKEW_ = 1: completes a phase when every thread has done
+  // its last P/dS read of a step.
+  uint64_t cpa_bar[2];
+  uint64_t free_bar;
 };
 __device__ __forceinline__ int bwd_lds(const int& x) {
   int v;
@@ -590,9 +624,20 @@ template <class Tr>
 using QdoMapParam = std::conditional_t<Tr::kTmaQdo, QdoMaps, NoDqMap>;
 
 // TMA helpers (sm_90 code only; the callers are behind FA_BWD_SM90).
-__device__ __forceinline__ void bwd_mbar_init(uint32_t bar) {
+__device__ __forceinline__ void bwd_mbar_init(uint32_t bar, uint32_t count = 1) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+// Arrives on bar (count: one per thread) once this thread's earlier cp.async have landed.
+__device__ __forceinline__ void bwd_cpa_arrive(uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void bwd_mbar_arrive(uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
 __device__ __forceinline__ void bwd_mbar_expect(uint32_t bar, uint32_t bytes) {
@@ -789,12 +834,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ctx.win_base = 0;
       ctx.win_hi = -1;  // no window yet
     }
-    if constexpr (FA_BWD_SM90(Tr::kTmaQdo)) {
+    if constexpr (FA_BWD_SM90(Tr::kTmaQdo || Tr::kSkew)) {
       for (int i = 0; i < 2; ++i) {
         bwd_mbar_init(smem_u32(&ctx.tma_bar[i]));
         ctx.tma_state[i] = 0;
         ctx.tma_uses[i] = 0;
+        if constexpr (Tr::kSkew) bwd_mbar_init(smem_u32(&ctx.cpa_bar[i]), Tr::kThreads);
       }
+      if constexpr (Tr::kSkew && !Tr::kSkew2) bwd_mbar_init(smem_u32(&ctx.free_bar), Tr::kThreads);
 #if __CUDA_ARCH__ >= 900
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
@@ -818,7 +865,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint32_t s_base = kTma ? (s_raw + 1023u) & ~1023u : s_raw;
   unsigned char* const smem_al = smem + (s_base - s_raw);
   const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
-  const uint32_t sP = s_base + Tr::kOffP, sdS = s_base + Tr::kOffDS;
+  // P | dS buffer 0 (kSkew2: step parity st picks buffer 0 or 1 inside the loop).
+  const uint32_t sP0 = s_base + Tr::kOffP;
   constexpr int kOffQ = FA_BWD_SM90(true) ? Tr::kOffQ90 : Tr::kOffQ80;
   constexpr int kStage = FA_BWD_SM90(true) ? Tr::kStage90 : Tr::kStage80;
   auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
@@ -899,9 +947,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     return false;
   };
 
-  // Q and dO tiles (`tiles` true) and the LSE and Delta rows of (head h = hk * group + hi,
-  // q-block m) into stage st by cp.async.
-  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m, bool tiles = true) {
+  // Q and dO tiles (`tiles` true) and the LSE and Delta rows (`rows` true) of (head
+  // h = hk * group + hi, q-block m) into stage st by cp.async.
+  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m, bool tiles = true, bool rows = true) {
     if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
       const int r0 = m * Br;
       const int len_q = bwd_lds(ctx.len_q);
@@ -915,7 +963,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                                                  p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
       }
       const int t = bwd_tid();
-      if (t < Br) {  // as below: rows past the end read as 0
+      if (rows && t < Br) {  // as below: rows past the end read as 0
         const bool ok = r0 + t < len_q;
         const int64_t idx = ok ? bwd_lds64(ctx.lse_row0) + hi * bwd_lds64(ctx.lse_hstep) + r0 + t : 0;
         bwd_cp_async_4(smem_u32(lse_s(st) + t), p.lse_in + idx, ok);
@@ -943,7 +991,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // full memory latency). Rows past the end read as 0: their Q and dO rows are zero,
     // so S = 0, P = 1, dP = Delta = 0 and dS = 0; they contribute nothing.
     const int t = bwd_tid();
-    if (t < Br) {
+    if (rows && t < Br) {
       const int i = r0 + t;
       const bool ok = i < len_q;
       const int64_t idx = !ok ? 0
@@ -979,21 +1027,55 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     cp_async_commit();
   }
 
+  // kSkew with two stages (uniform): one CTA barrier per step (BwdTraits::kSkew). Every
+  // thread then tracks the copy-engine stages itself: bit s of tma_bits = stage s's tile
+  // came by the engine, bit s + 2 = the parity of the phase of its mbarrier to wait for
+  // (the thread-0 bookkeeping in BwdCtx would race with the readers without the barrier);
+  // bit 4 = the parity of the step (of the free barrier's phase this step arrives on);
+  // bit s + 5 = stage s's tile came by cp.async with an arrival on cpa_bar[s], bit s + 7 =
+  // the parity of that barrier's phase to wait for.
+  constexpr bool kSkew = FA_BWD_SM90(Tr::kSkew), kSkew1 = kSkew && !Tr::kSkew2;
+  const bool skew = kSkew && args.stages == 2;
+  [[maybe_unused]] uint32_t tma_bits = 0;
   int st = 0;
   while (have) {
     cp_async_wait<0>();
-    if constexpr (kTma) {
-      const int ts = bwd_lds(ctx.tma_state[st]);
-      if (ts & 1) bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), static_cast<uint32_t>(ts >> 1));
+    bool top_bar = true;
+    if constexpr (kTma || kSkew) {
+      if (kSkew && skew) {
+        // Q/dO by the engine or by cp.async with barrier arrivals (the first step's came
+        // without: the barrier below); LSE/Delta visible since the last step's barrier.
+        if ((tma_bits >> st) & 1u) {
+          bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), (tma_bits >> (st + 2)) & 1u);
+          tma_bits ^= 4u << st;
+          top_bar = false;
+        } else if ((tma_bits >> (st + 5)) & 1u) {
+          bwd_mbar_wait(smem_u32(&ctx.cpa_bar[st]), (tma_bits >> (st + 7)) & 1u);
+          tma_bits ^= 128u << st;
+          top_bar = false;
+        }
+      } else if constexpr (kTma) {
+        const int ts = bwd_lds(ctx.tma_state[st]);
+        if (ts & 1) bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), static_cast<uint32_t>(ts >> 1));
+      }
     }
-    __syncthreads();  // stage st ready; the previous step's readers of sP/sdS and of stage st^1 are done
+    // Stage st ready; without kSkew also: the previous step's readers of sP/sdS and of stage
+    // st^1 are done.
+    if (top_bar) __syncthreads();
+    // kSkew1: the previous step's readers of sP/sdS may still be busy (else the barrier above
+    // or, with kSkew2, the other buffer settles it): wait for them before the first store.
+    [[maybe_unused]] const bool free_wait = kSkew1 && skew && !top_bar;
+    const uint32_t sP = sP0 + (Tr::kSkew2 && skew ? static_cast<uint32_t>(st * (Tr::kOffP1 - Tr::kOffP)) : 0u);
+    const uint32_t sdS = sP + Tr::TileP::kBytes;
 
     const int h = bwd_lds(ctx.hk) * group + hi;
     const int r0 = m * Br;
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
     const bool next = find_tile(nhi, nm, nmasked);
-    if (args.stages == 2 && next) {
+    // Q/dO of the next tile into stage st^1, by the copy engine where it can (returns true
+    // then) else by cp.async, and its LSE/Delta rows if `rows`.
+    auto prefetch = [&](bool rows) -> bool {
       const int nh = bwd_lds(ctx.hk) * group + nhi;
       bool tma = false;
       if constexpr (kTma) {
@@ -1005,14 +1087,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           if (tma) {
 #if __CUDA_ARCH__ >= 900
             // The stage's last writes may have been cp.async (generic proxy) by any thread:
-            // they completed (cp.async.wait_group) before the barrier above, a step ago, so
-            // this thread's fence orders them before the engine's writes.
+            // they completed (cp.async.wait_group) before a CTA barrier this thread passed
+            // since, so this thread's fence orders them before the engine's writes.
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
             const uint32_t bar = smem_u32(&ctx.tma_bar[ns]);
-            const int uses = ctx.tma_uses[ns];
-            ctx.tma_uses[ns] = uses + 1;
-            ctx.tma_state[ns] = ((uses & 1) << 1) | 1;
+            if (!(kSkew && skew)) {
+              const int uses = ctx.tma_uses[ns];
+              ctx.tma_uses[ns] = uses + 1;
+              ctx.tma_state[ns] = ((uses & 1) << 1) | 1;
+            }
             bwd_mbar_expect(bar, static_cast<uint32_t>(Tr::TileQ::kBytes + Tr::TileDO::kBytes));
             const int row = static_cast<int>((p.varlen ? bwd_lds64(ctx.q_tok0) : 0) + nm * Br);
             const int b = p.varlen ? 0 : bwd_lds(ctx.b);
@@ -1022,12 +1106,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
             for (int c = 0; c < DV / 64; ++c)
               bwd_tma_load(sdO(ns) + static_cast<uint32_t>(c * Br * 128), &qdo_map.dout, c * 64, row, nh, b, bar);
-          } else {
+          } else if (!(kSkew && skew)) {
             ctx.tma_state[ns] = 0;
           }
         }
       }
-      load_q_do(st ^ 1, nh, nhi, nm, !tma);
+      load_q_do(st ^ 1, nh, nhi, nm, !tma, rows);
+      return tma;
+    };
+    if (args.stages == 2 && next) {
+      if (kSkew && skew) {
+        // Only the LSE/Delta rows now: their stage's readers (the previous step's S phase)
+        // are done; its Q/dO may still be read by slower warps' GEMMs of the previous step.
+        load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nhi, nm, false, true);
+      } else {
+        prefetch(true);
+      }
     }
     cp_async_commit();
 
@@ -1108,6 +1202,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
       }
       bwd_warp_gemm<T, SL, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+      if constexpr (kSkew1) {
+        if (free_wait && ms == 0) bwd_mbar_wait(smem_u32(&ctx.free_bar), ((tma_bits >> 4) & 1u) ^ 1u);
+      }
       if constexpr (kPF) {
 #pragma unroll
         for (int ml = 0; ml < SL; ++ml) {
@@ -1352,7 +1449,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     } else {
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
     }
-    __syncthreads();  // sP, sdS complete
+    if (kSkew && skew) cp_async_wait<0>();  // the next tile's LSE/Delta rows: visible after the barrier
+    __syncthreads();  // sP, sdS complete (kSkew: and every warp is past the previous step)
+    if (kSkew && skew && next) {
+      const int ns = st ^ 1;
+      if (prefetch(false)) {  // uniform
+        tma_bits = (tma_bits | (1u << ns)) & ~(32u << ns);
+      } else {
+        bwd_cpa_arrive(smem_u32(&ctx.cpa_bar[ns]));
+        tma_bits = (tma_bits & ~(1u << ns)) | (32u << ns);
+      }
+      cp_async_commit();
+    }
 
     // ---- dV += P_dropped^T dO, dK += dS^T Q; dQ += dS K (fp32 workspace) after both or
     // (Tr::kDqMid) between them ----
@@ -1565,6 +1673,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if constexpr (kMid) dq_phase();
     dk_phase();
     if constexpr (!kMid) dq_phase();
+    if constexpr (kSkew1) {
+      if (skew) {  // this thread's reads of sP/sdS are done (phase = this step)
+        bwd_mbar_arrive(smem_u32(&ctx.free_bar));
+        tma_bits ^= 16u;
+      }
+    }
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done

@@ -11,7 +11,9 @@
 # CTEST_CUDA_FLAGS: extra nvcc flags of the library that CTEST=1 builds and tests (e.g. the -D
 # knobs of a candidate, so that the tested library equals a tree with those defaults);
 # CTEST_ARGS: extra ctest arguments (e.g. "-LE slow"); BWD_BENCH_MIN_SEQ=N (harness and
-# SDPA): only the shapes with seqlen >= N.
+# SDPA): only the shapes with seqlen >= N. SAN="a b": compute-sanitizer on those variants
+# (memcheck on the cases matching MEM_FILTER, default all; racecheck and synccheck on
+# SAN_FILTER's), each tool run limited to SAN_TIMEOUT seconds.
 set -o pipefail
 ARCH=${ARCH:-sm_90}
 OUTDIR=${OUT:-/tmp/bwd_out}
@@ -88,14 +90,18 @@ if [ -n "$CTEST" ]; then
   ctest_pid=$!
 fi
 if [ -n "$SAN" ]; then
-  # compute-sanitizer on the harness checks of variant $SAN: memcheck on every case,
-  # racecheck (shared-memory hazards) on a few.
+  # compute-sanitizer on the harness checks of each variant in $SAN: memcheck on every case,
+  # racecheck (shared-memory hazards) and synccheck (barrier use) on a few.
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout ${SAN_TIMEOUT:-150} $CS --tool memcheck --error-exitcode 9 /tmp/bwdv/$SAN/bwd_harness check > "$OUTDIR/memcheck.txt" 2>&1
-  echo "memcheck rc=$? $(grep -E 'CHECKS|ERROR SUMMARY' $OUTDIR/memcheck.txt | paste -sd' ')"
-  BWD_CHECK_FILTER="${SAN_FILTER:-bf16 d=64 |bf16 d=128 |causal d256|deterministic MQA}" timeout ${SAN_TIMEOUT:-150} \
-    $CS --tool racecheck --error-exitcode 9 /tmp/bwdv/$SAN/bwd_harness check > "$OUTDIR/racecheck.txt" 2>&1
-  echo "racecheck rc=$? $(grep -E 'CHECKS|RACECHECK SUMMARY|ERROR SUMMARY' $OUTDIR/racecheck.txt | paste -sd' ')"
+  for sv in $SAN; do
+    BWD_CHECK_FILTER="${MEM_FILTER:-}" timeout ${SAN_TIMEOUT:-150} $CS --tool memcheck --error-exitcode 9 /tmp/bwdv/$sv/bwd_harness check > "$OUTDIR/memcheck_$sv.txt" 2>&1
+    echo "memcheck $sv rc=$? $(grep -E 'CHECKS|ERROR SUMMARY' $OUTDIR/memcheck_$sv.txt | paste -sd' ')"
+    for tool in racecheck synccheck; do
+      BWD_CHECK_FILTER="${SAN_FILTER:-bf16 d=64 |bf16 d=128 |causal d256|deterministic MQA}" timeout ${SAN_TIMEOUT:-150} \
+        $CS --tool $tool --error-exitcode 9 /tmp/bwdv/$sv/bwd_harness check > "$OUTDIR/${tool}_$sv.txt" 2>&1
+      echo "$tool $sv rc=$? $(grep -E 'CHECKS|RACECHECK SUMMARY|ERROR SUMMARY' $OUTDIR/${tool}_$sv.txt | paste -sd' ')"
+    done
+  done
 fi
 if [ -n "$CTEST" ]; then
   wait $ctest_pid
