@@ -113,20 +113,25 @@ struct BwdTraits {
   // step's first store; SKEW_ = 2, a second P/dS buffer (steps alternate), no wait at all.
   static constexpr bool kSkew = SKEW_ != 0, kSkew2 = SKEW_ == 2;
 
-  // Shared layout (bytes): K | V | P | dS | dQ staging | per stage: Q | dO | lse2[Br] | delta[Br]
+  // Shared layout (bytes): K | V | P | dS | dQ staging | per stage: Q | dO | lse2[Br] | delta[Br];
+  // in sm_90 code with kTmaQdo the rows of both stages lie apart, before the stages (kOffRows90:
+  // per stage lse2[Br] | delta[Br]), so that a stage (Q | dO) is a multiple of 1024 bytes.
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + TileK::kBytes;
   static constexpr int kOffP = kOffV + TileV::kBytes;
   static constexpr int kOffDS = kOffP + TileP::kBytes;
   static constexpr int kOffStg = kOffDS + TileP::kBytes;
-  static constexpr int kStage80 = TileQ::kBytes + TileDO::kBytes + 2 * Br * 4;  // bytes per stage
-  static constexpr int kStage90 = kTmaQdo ? (kStage80 + 1023) / 1024 * 1024 : kStage80;
+  static constexpr int kRowBytes = 2 * Br * 4;  // lse2 and delta of one stage
+  static constexpr int kStage80 = TileQ::kBytes + TileDO::kBytes + kRowBytes;  // bytes per stage
+  static constexpr int kStage90 = kTmaQdo ? TileQ::kBytes + TileDO::kBytes : kStage80;
+  static_assert(!kTmaQdo || kStage90 % 1024 == 0, "TMA stages of whole 1024-byte blocks");
   // The staging buffer exists only in sm_90+ code (the reductions it serves are sm_90
   // instructions), so the layout after it depends on the code the device runs: `sm90` =
   // the device's compute capability major is >= 9 (it then runs the sm_90 code; sm_80 code
   // never stages). The host sizes the launch with the same flag (a major >= 9 device that
   // runs JIT-compiled sm_80 PTX gets 16 KB it does not use: safe).
-  static constexpr int kOffQ80 = kOffStg, kOffQ90 = kOffStg + kStgBytes;
+  static constexpr int kOffQ80 = kOffStg, kOffRows90 = kOffStg + kStgBytes;
+  static constexpr int kOffQ90 = kOffRows90 + (kTmaQdo ? 2 * kRowBytes : 0);
   static_assert(!kTmaQdo || kOffQ90 % 1024 == 0, "TMA destinations on 1024-byte boundaries");
   // kSkew2: the second P | dS buffer after both stages (allocated only with two stages).
   static constexpr int kOffP1 = kOffQ90 + 2 * kStage90;
@@ -267,8 +272,9 @@ struct BwdTraits {
 // buffer and a "free" mbarrier, 2: two P/dS buffers). Same-run A/B (H100, bf16, harness
 // shapes 1k-16k): d=64 SKEW=1 +0.8..2.9% (d=64 has no room for a second 128x128 P/dS
 // buffer); d=128 SKEW=2 +0.6..2.7% (SKEW=1 +0.7..1.7%, deterministic -1%; SKEW=2 with
-// cp.async stages instead of the copy engine +-1%); d=256 SKEW=1 -0.4..-2% (its stages are
-// cp.async: no room for the copy engine's alignment).
+// cp.async stages instead of the copy engine +-1%); d=256 (no room for a second buffer)
+// SKEW=1 with cp.async stages -0.4..-2%, with the copy engine (TMA_BIG) -1.0..+0.6% against
+// TMA_BIG alone.
 #ifndef FA_BWD_SKEW_128
 #define FA_BWD_SKEW_128 2
 #endif
@@ -278,11 +284,16 @@ struct BwdTraits {
 #ifndef FA_BWD_SKEW_BIG
 #define FA_BWD_SKEW_BIG 0
 #endif
+// TMA_BIG: the copy-engine Q/dO prefetch at d=256, which fits since the stages' LSE/Delta rows
+// moved apart (no stage padding): +1.8..2.2% at every benchmark shape (same-run A/B, H100).
+#ifndef FA_BWD_TMA_BIG
+#define FA_BWD_TMA_BIG 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
 // d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
-// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2 and TMA_* were measured on
+// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2, TMA_* and SKEW_* were measured on
 // sm_90 only; the sm_80 code stays as it was
 // (with them ptxas spills 100+ bytes there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -299,7 +310,7 @@ using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, 
 using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
 using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG,
-                            FA_BWD_DQ_MID_BIG, 0, FA_BWD_SKEW_BIG>;
+                            FA_BWD_DQ_MID_BIG, FA_BWD_TMA_BIG, FA_BWD_SKEW_BIG>;
 
 // Small-shared-memory variants (kVariant 1), for devices whose opt-in limit per block the
 // configs above exceed: sm_86/sm_89/sm_120 allow 99 KB (101376 B). The host takes them
@@ -872,6 +883,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
   auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
   auto lse_s = [&](int st) {
+    if constexpr (kTma) return reinterpret_cast<float*>(smem_al + Tr::kOffRows90 + st * Tr::kRowBytes);
     return reinterpret_cast<float*>(smem_al + kOffQ + st * kStage + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
   };
   auto delta_s = [&](int st) { return lse_s(st) + Br; };
