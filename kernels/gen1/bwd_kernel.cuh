@@ -289,6 +289,12 @@ struct BwdTraits {
 #ifndef FA_BWD_TMA_BIG
 #define FA_BWD_TMA_BIG 1
 #endif
+// Session 7. EPI: dK/dV written through shared memory as 16-byte row chunks (else 4-byte
+// stores of the fragments). Same-run A/B (H100, bf16): +1.5..5.2% at seqlen 512/1k (the
+// epilogue is a larger share of a short CTA), +0.2..1.4% at 4k/16k.
+#ifndef FA_BWD_EPI
+#define FA_BWD_EPI 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -1726,12 +1732,62 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
              k_tok * p.dv_stride.s + static_cast<int64_t>(hk) * p.dv_stride.h;
     const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
     const float scale = p.scale;
+    bool staged = false;
+    if constexpr (FA_BWD_SM90(FA_BWD_EPI) != 0) {
+      // EPI: through shared memory (the K and V tiles, free now), then whole 16-byte row
+      // chunks to global memory, when the row starts allow 16-byte stores (uniform).
+      staged = ((reinterpret_cast<uintptr_t>(gdk) | reinterpret_cast<uintptr_t>(gdv)) & 15u) == 0 &&
+               ((p.dk_stride.s | p.dv_stride.s) & 7) == 0;
+      if (staged) {
+        // Every warp's last reads of sK and sV are done, and so are the prologue's copies into
+        // them (still in flight here if the CTA had no tile to compute: no loop-top wait ran).
+        cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < Tr::kMTk; ++mt) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = wk_m0 + mt * 16 + g + 8 * hf;
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTk; ++nt) {
+              const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
+              const uint32_t a = sK + 2u * static_cast<uint32_t>(Tr::TileK::offset(r, wk_n0 + nt * 8 + 2 * t));
+              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+            }
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTv; ++nt) {
+              const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
+              const uint32_t a = sV + 2u * static_cast<uint32_t>(Tr::TileV::offset(r, wv_n0 + nt * 8 + 2 * t));
+              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+            }
+          }
+        }
+        __syncthreads();
+        auto rows_out = [&](auto tile_c, uint32_t s_tile, T* gdst, int64_t stride, int cols, auto ncols_c) {
+          using Tile = decltype(tile_c);
+          constexpr int kChunks = decltype(ncols_c)::value / 8;  // 16-byte chunks per row
+#pragma unroll 1
+          for (int i = tid; i < Bc * kChunks; i += Tr::kThreads) {
+            const int r = i / kChunks, c = (i % kChunks) * 8;
+            if (r < n_valid && c < cols) {
+              uint4 v;
+              asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                           : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                           : "r"(s_tile + 2u * static_cast<uint32_t>(Tile::offset(r, c))));
+              *reinterpret_cast<uint4*>(gdst + static_cast<int64_t>(r) * stride + c) = v;
+            }
+          }
+        };
+        rows_out(typename Tr::TileK{}, sK, gdk, p.dk_stride.s, dqk, std::integral_constant<int, D>{});
+        rows_out(typename Tr::TileV{}, sV, gdv, p.dv_stride.s, dv, std::integral_constant<int, DV>{});
+      }
+    }
 #pragma unroll
     for (int mt = 0; mt < Tr::kMTk; ++mt) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = wk_m0 + mt * 16 + g + 8 * hf;
-        if (r >= n_valid) continue;
+        if (staged || r >= n_valid) continue;
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTk; ++nt) {
           const int c = wk_n0 + nt * 8 + 2 * t;

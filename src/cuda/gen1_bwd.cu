@@ -195,9 +195,12 @@ __device__ __forceinline__ void bwd_unpack8(const uint4& u, float (&f)[8]) {
 }
 
 // Delta[row, h] = sum_c dO * O over head_dim_v. `lanes` threads (a power of two <= 32)
-// share one (token, head) row; the loop runs per warp so shuffles stay converged.
+// share one (token, head) row; the loop runs per warp so shuffles stay converged. The same
+// threads zero the row's head_dim_qk fp32 dQ accumulators (row-major like the rows here):
+// one pass over the rows instead of a separate memset of the accumulator.
 template <typename T>
-__global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, int lanes) {
+__global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, float* __restrict__ delta,
+                                                        float* __restrict__ dq_accum, int lanes) {
   const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
   const int rows_per_warp = 32 / lanes;
   const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
@@ -226,6 +229,10 @@ __global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, floa
       }
       const T* o = static_cast<const T*>(p.o_in) + o_off;
       const T* d = static_cast<const T*>(p.dout) + do_off;
+      if (dq_accum != nullptr) {
+        float4* const dq_row = reinterpret_cast<float4*>(dq_accum + row * p.head_dim_qk);
+        for (int c = li; c < static_cast<int>(p.head_dim_qk / 4); c += lanes) dq_row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       for (int c = li; c < chunks; c += lanes) {
         float fo[8], fd[8];
         bwd_unpack8<T>(*reinterpret_cast<const uint4*>(o + c * 8), fo);
@@ -363,6 +370,12 @@ __global__ void __launch_bounds__(256) bwd_zero_uncovered_kv_kernel(const AttnPa
   }
 }
 
+// The Delta kernel zeroes the dQ accumulator (0: a memset of it). Same-run A/B (H100): see
+// kernels/gen1/bwd_NOTES.md, session 7.
+#ifndef FA_BWD_FUSED_ZERO
+#define FA_BWD_FUSED_ZERO 1
+#endif
+
 unsigned grid_for(int64_t work_items, int64_t per_block) {
   int64_t g = (work_items + per_block - 1) / per_block;
   if (g < 1) g = 1;
@@ -380,13 +393,15 @@ flashattn_status_t launch_error(const char* what) {
 template <typename T>
 flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
-  // 1. zero the accumulators (dQ, turn counters, broadcast dBias): one contiguous range.
-  if (wl.total > wl.dq) {
-    const cudaError_t err = cudaMemsetAsync(ws + wl.dq, 0, wl.total - wl.dq, stream);
+  // 1. zero the other accumulators (turn counters, broadcast dBias): one contiguous range
+  // (the Delta kernel zeroes the dQ accumulator; FA_BWD_FUSED_ZERO=0: the memset does).
+  const size_t z0 = FA_BWD_FUSED_ZERO ? wl.sema : wl.dq;
+  if (wl.total > z0) {
+    const cudaError_t err = cudaMemsetAsync(ws + z0, 0, wl.total - z0, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: cudaMemsetAsync of %zu workspace bytes failed: %s (%s)",
-                  wl.total - wl.dq, cudaGetErrorName(err), cudaGetErrorString(err));
+                  wl.total - z0, cudaGetErrorName(err), cudaGetErrorString(err));
     }
   }
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
@@ -398,12 +413,13 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
       if (const flashattn_status_t s = launch_error("the dBias zero-fill kernel")) return s;
     }
   }
-  // 3. Delta.
+  // 3. Delta, and the dQ accumulator zeroed.
   if (rows * p.heads_q > 0) {
     int lanes = 1;
     while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
     const int64_t threads = (rows * p.heads_q) * lanes;
-    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, lanes);
+    float* const dq_zero = FA_BWD_FUSED_ZERO ? a.dq_accum : nullptr;
+    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, dq_zero, lanes);
     if (const flashattn_status_t s = launch_error("the Delta preprocess kernel")) return s;
   }
   // 4. main kernel.
