@@ -101,10 +101,11 @@ struct BwdTraits {
   static constexpr bool kTmaQdo = TMA_ != 0;
   static_assert(!kTmaQdo || (D % 64 == 0 && DV % 64 == 0), "TMA boxes are 64 columns wide");
   static constexpr int kAlign90 = kTmaQdo ? 1024 : 0;
-  // SKEW_ (sm_90 code, two stages): no loop-top CTA barrier when the step's Q/dO came by the
-  // copy engine (its mbarrier is the wait), so a warp that finishes a step's dV/dQ/dK GEMMs
-  // starts the next step's S/dP GEMMs while slower warps are still in theirs; the one CTA
-  // barrier per step left is the one between the S phase and the GEMM phase. The Q/dO
+  // SKEW_ (sm_90 code, two stages): no loop-top CTA barrier when the step's Q/dO came through
+  // an mbarrier (the copy engine's, or per-thread arrivals after cp.async), so a warp that
+  // finishes a step's dV/dQ/dK GEMMs starts the next step's S/dP GEMMs while slower warps are
+  // still in theirs; the one CTA barrier per step left is the one between the S phase and the
+  // GEMM phase. The Q/dO
   // prefetch is then issued after that barrier (the stage it overwrites is free once every
   // warp is past the previous step), the LSE/Delta rows of the next tile at the step's top
   // (they are read only in the S phase). What keeps the next step's P/dS stores off the
@@ -299,9 +300,9 @@ struct BwdTraits {
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
 // d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
-// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2, TMA_* and SKEW_* were measured on
-// sm_90 only; the sm_80 code stays as it was
-// (with them ptxas spills 100+ bytes there at d=64/128).
+// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2, TMA_*, SKEW_* and EPI were
+// measured on sm_90 only; the sm_80 code stays as it was (with them ptxas spills 100+ bytes
+// there at d=64/128).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define FA_BWD_SM90(x) 0
 #else
