@@ -16,7 +16,7 @@
 //   in deterministic mode the adds into one (head, q-block) happen in ascending k-block
 //   order, serialized by a per-(sequence, head, q-block) turn counter.
 // Q, dO, LSE and Delta of the next tile are prefetched into a second stage during the
-// current one (cp.async; on sm_90 at d=64/128 Q and dO by the copy engine, kTmaQdo).
+// current one (cp.async; on sm_90 at d=64/128/256 Q and dO by the copy engine, kTmaQdo).
 // The softmax scale is applied to dK here and to dQ in the convert kernel.
 #pragma once
 #include <math.h>
@@ -97,7 +97,8 @@ struct BwdTraits {
   // address arithmetic of those was ~60 of ~1200 instructions per warp and step at d=128).
   // The engine writes the 128-byte swizzle of SwizzledTile when each 64-column block starts
   // at a 1024-byte boundary: the layout is then based at the first 1024-byte boundary of the
-  // dynamic shared memory (kAlign bytes of slack) and stages are padded to 1024 bytes.
+  // dynamic shared memory (kAlign90 bytes of slack), and the stages hold only Q and dO (whole
+  // 1024-byte blocks; their LSE/Delta rows lie apart, kOffRows90).
   static constexpr bool kTmaQdo = TMA_ != 0;
   static_assert(!kTmaQdo || (D % 64 == 0 && DV % 64 == 0), "TMA boxes are 64 columns wide");
   static constexpr int kAlign90 = kTmaQdo ? 1024 : 0;
@@ -105,10 +106,9 @@ struct BwdTraits {
   // an mbarrier (the copy engine's, or per-thread arrivals after cp.async), so a warp that
   // finishes a step's dV/dQ/dK GEMMs starts the next step's S/dP GEMMs while slower warps are
   // still in theirs; the one CTA barrier per step left is the one between the S phase and the
-  // GEMM phase. The Q/dO
-  // prefetch is then issued after that barrier (the stage it overwrites is free once every
-  // warp is past the previous step), the LSE/Delta rows of the next tile at the step's top
-  // (they are read only in the S phase). What keeps the next step's P/dS stores off the
+  // GEMM phase. The Q/dO prefetch is then issued after that barrier (the stage it overwrites
+  // is free once every warp is past the previous step), the LSE/Delta rows of the next tile
+  // at the step's top (they are read only in the S phase). What keeps the next step's P/dS stores off the
   // tiles that slower warps still read: SKEW_ = 1, one P/dS buffer and an mbarrier ("free")
   // that every thread arrives on after its last read of the step, waited on before the next
   // step's first store; SKEW_ = 2, a second P/dS buffer (steps alternate), no wait at all.
