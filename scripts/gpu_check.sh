@@ -15,7 +15,7 @@
 # one call is ~15 min, past a 10-minute device command: split it along these groups, and
 # log to a file under $OUT rather than piping through `tail` (a killed pipe returns nothing).
 # environment:
-#   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90)
+#   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90a-real: the H100/H200 code)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
 #   JOBS                          parallel build jobs (default 16)
 #   SANITIZE_TESTS                Catch2 test spec of test_gpu cases to run under the
@@ -39,7 +39,7 @@ MODE=${1:-quick}
 case "$MODE" in quick|full) ;; *) echo "usage: $0 [quick|full]" >&2; exit 2 ;; esac
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
-ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90}
+ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90a-real}
 JOBS=${JOBS:-16}
 SANITIZE_TESTS=${SANITIZE_TESTS:-"gpu: GQA and MQA,gpu: STANDARD algorithm matches the reference"}
 LOGS=$BUILD/gpu-check

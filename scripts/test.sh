@@ -2,7 +2,7 @@
 # Sets up, builds and tests libflashattn: the command CI runs (.ci/run).
 #   bash scripts/test.sh
 # - installs missing build dependencies (scripts/setup.sh; apt-get as root or via sudo);
-# - configures preset `ci` (CPU + CUDA kernels for sm_80 and sm_90, as shipped)
+# - configures preset `ci` (CPU + CUDA kernels for sm_80 and sm_90a + compute_90 PTX, as shipped)
 #   when nvcc exists, else `ci-cpu`, builds everything with Ninja;
 # - runs the whole CTest suite: unit and reference tests, packaging tests (exports,
 #   consumers of the installed library, ABI, Doxygen docs, Debian packages + lintian),

@@ -4,7 +4,8 @@
 // the CTA walks the query heads of its GQA group and, for each, the q-blocks of Br rows
 // that are not fully masked, so dK_j and dV_j of the whole group accumulate in registers
 // (GQA reduction is free and deterministic). Per (head, q-block):
-//   S  = Q K^T, dP = dO V^T                          (registers, warp grid WS_M x WS_N)
+//   S  = Q K^T, dP = dO V^T                          (registers, warp grid WS_M x WS_N; in
+//        sm_90a code at d=64/128/256 one wgmma tile per warpgroup instead, kWg)
 //   P  = exp2(S*scale*log2e - LSE*log2e), dropout mask from philox (same as the forward)
 //   dS = P * (dP * keep/(1-p) - Delta)  [* (1 - tanh^2) with softcap]
 //   P_dropped and dS go to shared memory (bf16/fp16), then
@@ -30,6 +31,7 @@
 #include "common/philox.h"
 #include "gen1/bwd.h"
 #include "gen1/mma.cuh"
+#include "gen1/wgmma.cuh"
 
 namespace flashattn {
 namespace gen1 {
@@ -296,6 +298,12 @@ struct BwdTraits {
 #ifndef FA_BWD_EPI
 #define FA_BWD_EPI 1
 #endif
+// Session 8. WG: in sm_90a code, S = Q K^T and dP = dO V^T by warpgroup MMA (wgmma) straight
+// from the swizzled shared tiles (configs with the copy-engine layout: d=64/128/256) instead of
+// ldmatrix + mma.sync; each warpgroup computes a 64-row x (Bc / (2 / (Br / 64)))-column tile.
+#ifndef FA_BWD_WG
+#define FA_BWD_WG 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -458,6 +466,27 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
     }
   }
 }
+
+#if FA_WGMMA
+// Warpgroup GEMM (sm_90a): acc (64 x 8 NT per warpgroup) = A * B^T over K columns, A rows
+// from shared address a0 (kRA-row SwizzledTile), B rows from b0 (kRB-row tile), both K-major;
+// issued, not waited for (wg_commit / wg_wait by the caller). The first k16 step overwrites
+// acc. The k16 steps of a 64-column block advance the descriptors' start address by 32 bytes,
+// the next block by its size (descriptor units of 16 bytes; no carry out of the 14-bit field,
+// shared addresses being < 256 KB).
+template <typename T, int NT, int K, int kRA, int kRB>
+__device__ __forceinline__ void bwd_wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
+  const uint64_t da = wg_desc(a0), db = wg_desc(b0);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    constexpr int kBlkA = kRA * 128 / 16, kBlkB = kRB * 128 / 16;
+    const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * kBlkA + (kk & 3) * 2);
+    const uint64_t b = db + static_cast<uint64_t>((kk >> 2) * kBlkB + (kk & 3) * 2);
+    if (kk == 0) wg_mma_ss<T, NT * 8, false>(acc, a, b);
+    else wg_mma_ss<T, NT * 8, true>(acc, a, b);
+  }
+}
+#endif
 
 template <int MT, int NT>
 __device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4]) {
@@ -889,6 +918,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   constexpr int kStage = FA_BWD_SM90(true) ? Tr::kStage90 : Tr::kStage80;
   auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
   auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
+  // S/dP warp grid. kWg (FA_BWD_WG, sm_90a code, the copy-engine layout): two warpgroups,
+  // each one wgmma tile of 64 rows x kSN columns; warp w computes rows 16 (w % kWS_M) .. + 15
+  // and columns kSN (w / kWS_M) ..: Br = 64 splits the Bc columns between the warpgroups,
+  // Br = 128 the rows. Else the traits' WS_M x WS_N grid of mma.sync warp tiles.
+  constexpr bool kWg = FA_WGMMA != 0 && FA_BWD_WG != 0 && kTma && (Br == 64 || Br == 128) &&
+                       Bc * Br / 128 >= 32 && Bc * Br / 128 <= 128;
+  constexpr int kWS_M = kWg ? 4 * (Br / 64) : Tr::WS_M;
+  constexpr int kSM = kWg ? 16 : Tr::kSM, kSN = kWg ? Bc * Br / 128 : Tr::kSN;
+  constexpr int kMTs = kSM / 16, kNTs = kSN / 8, kSL = kWg ? 1 : Tr::kSL;
   auto lse_s = [&](int st) {
     if constexpr (kTma) return reinterpret_cast<float*>(smem_al + Tr::kOffRows90 + st * Tr::kRowBytes);
     return reinterpret_cast<float*>(smem_al + kOffQ + st * kStage + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
@@ -1059,6 +1097,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   int st = 0;
   while (have) {
     cp_async_wait<0>();
+    // kWg: the GEMMs read Q/dO/K/V through the async proxy; what this thread's cp.async wrote
+    // (generic proxy) is ordered before them by a proxy fence after its completion, before the
+    // barrier that publishes it (and by the readers' own fence after a cpa_bar wait below).
+    if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     bool top_bar = true;
     if constexpr (kTma || kSkew) {
       if (kSkew && skew) {
@@ -1070,6 +1112,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           top_bar = false;
         } else if ((tma_bits >> (st + 5)) & 1u) {
           bwd_mbar_wait(smem_u32(&ctx.cpa_bar[st]), (tma_bits >> (st + 7)) & 1u);
+          if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
           tma_bits ^= 128u << st;
           top_bar = false;
         }
@@ -1151,19 +1194,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // registers would not fit next to a whole warp tile of S and dP.
     const bool general = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f ||
                          args.dbias_mode != kDbiasNone || (masked && p.layout != nullptr);
+    // (kWg: acc_s / acc_dp are first written by the wgmma statements, which the front end's
+    // use-before-set analysis does not see.)
+#pragma nv_diag_suppress 549
     auto s_phase = [&](auto sl_c, auto gen_c, auto mask_c) {
     constexpr int SL = decltype(sl_c)::value;
     constexpr bool kGen = decltype(gen_c)::value;
     [[maybe_unused]] constexpr bool kMask = decltype(mask_c)::value;  // fast path: masked tile
 #pragma unroll 1
-    for (int ms = 0; ms < Tr::kMTs; ms += SL) {
+    for (int ms = 0; ms < kMTs; ms += SL) {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
-      const int ws_m0 = (warp / Tr::WS_N) * Tr::kSM + ms * 16, ws_n0 = (warp % Tr::WS_N) * Tr::kSN;
-      float acc_s[SL][Tr::kNTs][4];
-      float acc_dp[SL][Tr::kNTs][4];
-      bwd_zero(acc_s);
-      bwd_zero(acc_dp);
+      const int ws_m0 = (kWg ? warp % kWS_M : warp / Tr::WS_N) * kSM + ms * 16;
+      const int ws_n0 = (kWg ? warp / kWS_M : warp % Tr::WS_N) * kSN;
+      float acc_s[SL][kNTs][4];
+      float acc_dp[SL][kNTs][4];
+      if constexpr (!kWg) {  // (wgmma: the first k16 step overwrites)
+        bwd_zero(acc_s);
+        bwd_zero(acc_dp);
+      }
       // Fast-path (EW2) pieces. Masked tiles: keep tile column c of the rows rr, rr + 8 iff
       // lo <= c <= hi (band and key length in tile-column units).
       auto band_cols = [&](int rr, int n0, int (&lo)[2], int (&hi)[2]) {
@@ -1193,13 +1242,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])), "n"(Tr::TileP::kBytes + 1024)
                      : "memory");
       };
-      bwd_warp_gemm<T, SL, Tr::kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+      // Byte offset in sP of n8 tile nt of a row whose tile 0 is at o0 (EW2 below explains the
+      // XOR); a 128-column warp tile crosses into the next 64-column block at nt = 8.
+      auto pds_off = [](uint32_t o0, int nt) {
+        return (o0 ^ static_cast<uint32_t>((nt & 7) << 4)) + static_cast<uint32_t>((nt >> 3) * Br * 128);
+      };
+#if FA_WGMMA
+      if constexpr (kWg) {
+        // Both GEMMs issued at once (the warpgroup's rows: ws_m0 of its warp 0); the S batch
+        // completes first (wait_group 1) while dP's still runs.
+        const uint32_t wg_row = static_cast<uint32_t>(ws_m0 - (warp & 3) * 16) * 128u;
+        wg_fence();
+        bwd_wg_gemm<T, kNTs, D, Br, Bc>(acc_s, sQ(st) + wg_row, sK + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_commit();
+        bwd_wg_gemm<T, kNTs, DV, Br, Bc>(acc_dp, sdO(st) + wg_row, sV + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_commit();
+        wg_wait<1>();
+        wg_hold(acc_s);
+      } else
+#endif
+      {
+        bwd_warp_gemm<T, SL, kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+      }
       // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
       // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
       // store before it would pin the exponentials there: ptxas keeps shared stores and the
       // GEMM's ldmatrix in order).
       constexpr bool kPF = !kGen && FA_BWD_SM90(FA_BWD_PFIRST) != 0 && FA_BWD_SM90(FA_BWD_EW2) != 0 &&
-                           (Tr::kSN == 16 || Tr::kSN == 32 || Tr::kSN == 64);
+                           (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128);
       if constexpr (kPF) {
         const float scale_log2 = p.scale * kLog2e;
         const int n0 = bwd_lds(ctx.n0);
@@ -1215,12 +1285,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           int lo[2] = {0, 0}, hi[2] = {0, 0};
           if constexpr (kMask) band_cols(rr, n0, lo, hi);
 #pragma unroll
-          for (int nt = 0; nt < Tr::kNTs; ++nt)
+          for (int nt = 0; nt < kNTs; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_s[ml][nt][e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
         }
       }
-      bwd_warp_gemm<T, SL, Tr::kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+#if FA_WGMMA
+      if constexpr (kWg) {
+        wg_hold(acc_s);  // (keeps the P computation above the wait, overlapping the dP batch)
+        wg_wait<0>();
+        wg_hold(acc_dp);
+      } else
+#endif
+      {
+        bwd_warp_gemm<T, SL, kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+      }
       if constexpr (kSkew1) {
         if (free_wait && ms == 0) bwd_mbar_wait(smem_u32(&ctx.free_bar), ((tma_bits >> 4) & 1u) ^ 1u);
       }
@@ -1233,11 +1312,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           for (int hr = 0; hr < 2; ++hr) dlt[hr] = delta_s(st)[rr + 8 * hr];
           const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
 #pragma unroll
-          for (int nt = 0; nt < Tr::kNTs; ++nt) {
+          for (int nt = 0; nt < kNTs; ++nt) {
             float ds[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) ds[e] = acc_s[ml][nt][e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
-            store_pds_at(sP + (o0 ^ static_cast<uint32_t>(nt << 4)), acc_s[ml][nt], ds);  // offsets as in EW2 below
+            store_pds_at(sP + pds_off(o0, nt), acc_s[ml][nt], ds);  // offsets as in EW2 below
           }
         }
         continue;  // next slice
@@ -1272,7 +1351,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // one instantiation for unmasked and one for masked tiles (a run-time test per
         // element was if-converted: ~5 mask instructions per element on every tile).
         const float scale_log2 = p.scale * kLog2e;
-        if constexpr (FA_BWD_SM90(FA_BWD_EW2) != 0 && (Tr::kSN == 16 || Tr::kSN == 32 || Tr::kSN == 64)) {
+        if constexpr (FA_BWD_SM90(FA_BWD_EW2) != 0 && (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128)) {
           // P/dS store addresses: with ws_n0 a multiple of kSN (a power of two <= 64) the
           // n8 tiles of a row stay in one 64-column block and their 16-byte chunk index is
           // (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt, so tile nt's byte offset is tile
@@ -1286,14 +1365,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             int lo[2] = {0, 0}, hi[2] = {0, 0};
             if constexpr (kMask) band_cols(rr, n0, lo, hi);
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTs; ++nt) {
+            for (int nt = 0; nt < kNTs; ++nt) {
               float pd[4], ds[4];
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 pd[e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
                 ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
               }
-              store_pds_at(sP + (o0 ^ static_cast<uint32_t>(nt << 4)), pd, ds);
+              store_pds_at(sP + pds_off(o0, nt), pd, ds);
             }
           }
         } else {
@@ -1314,7 +1393,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           }
         }
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTs; ++nt) {
+        for (int nt = 0; nt < kNTs; ++nt) {
           const int cc = ws_n0 + nt * 8 + 2 * t;
           float pd[4], ds[4];
 #pragma unroll
@@ -1343,7 +1422,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         float lse2[2], dlt[2];
         row_vals(rr, lse2, dlt);
 #pragma unroll 1
-        for (int nt = 0; nt < Tr::kNTs; ++nt) {
+        for (int nt = 0; nt < kNTs; ++nt) {
           float sv[4], dv[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -1353,7 +1432,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
           for (int km = 0; km < SL; ++km) {
 #pragma unroll
-            for (int k = 0; k < Tr::kNTs; ++k) {
+            for (int k = 0; k < kNTs; ++k) {
               if ((km != 0 || k != 0) && km == ml && k == nt) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
@@ -1461,8 +1540,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
     }
     };
+#pragma nv_diag_default 549
     if (!general) {
-      using SliceT = std::integral_constant<int, Tr::kSL>;
+      using SliceT = std::integral_constant<int, kSL>;
       if (FA_BWD_SM90(FA_BWD_EW2) == 0 || masked) s_phase(SliceT{}, std::false_type{}, std::true_type{});
       else s_phase(SliceT{}, std::false_type{}, std::false_type{});
     } else {

@@ -4,7 +4,7 @@
 # Usage (repo root): bash kernels/gen1/tests/bwd_run_device.sh [all|check|bench] [arch]
 set -o pipefail
 MODE=${1:-all}
-ARCH=${2:-sm_90}
+ARCH=${2:-sm_90a}
 OUTDIR=${OUT:-/tmp/bwd_out}
 mkdir -p "$OUTDIR" /tmp/bwdh
 FLAGS="-std=c++17 -O3 -DNDEBUG -arch=$ARCH --use_fast_math -Iinclude -Isrc -Ikernels"
@@ -33,7 +33,7 @@ if [ "$MODE" != check ] && [ -z "$NO_SDPA" ]; then
 fi
 if [ -n "$CTEST" ]; then
   # The official GPU tests through the public API (library + tests/test_gpu.cpp).
-  ( cmake -S . -B /tmp/build-bwd -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90 \
+  ( cmake -S . -B /tmp/build-bwd -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90a-real \
       -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF > "$OUTDIR/cmake.txt" 2>&1 &&
     cmake --build /tmp/build-bwd -j16 --target test_gpu >> "$OUTDIR/cmake.txt" 2>&1 &&
     cd /tmp/build-bwd && timeout ${CTEST_TIMEOUT:-200} ctest -L gpu --output-on-failure ${CTEST_ARGS} > "$OUTDIR/ctest.txt" 2>&1 )

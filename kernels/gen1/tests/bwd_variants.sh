@@ -15,7 +15,7 @@
 # (memcheck on the cases matching MEM_FILTER, default all; racecheck and synccheck on
 # SAN_FILTER's), each tool run limited to SAN_TIMEOUT seconds.
 set -o pipefail
-ARCH=${ARCH:-sm_90}
+ARCH=${ARCH:-sm_90a}
 OUTDIR=${OUT:-/tmp/bwd_out}
 mkdir -p "$OUTDIR"
 BASEFLAGS="-std=c++17 -O3 -DNDEBUG -arch=$ARCH --use_fast_math"
@@ -54,7 +54,7 @@ for n in "${names[@]}"; do
 done
 if [ -n "$CTEST" ]; then
   # Library + GPU tests build (CPU) while the checks and benchmarks run.
-  ( cmake -S . -B /tmp/build-bwd -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90 \
+  ( cmake -S . -B /tmp/build-bwd -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_CUDA_ARCHITECTURES=90a-real \
       -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF ${CTEST_CUDA_FLAGS:+"-DCMAKE_CUDA_FLAGS=$CTEST_CUDA_FLAGS"} \
       > "$OUTDIR/cmake.txt" 2>&1 &&
     cmake --build /tmp/build-bwd -j12 >> "$OUTDIR/cmake.txt" 2>&1; echo "build rc=$?" >> "$OUTDIR/cmake.txt" ) &

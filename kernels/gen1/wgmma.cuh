@@ -1,0 +1,111 @@
+// Warpgroup MMA (wgmma, sm_90a only) for the generation-1 backward's S = Q K^T and
+// dP = dO V^T GEMMs: both operands straight from the 128-byte-swizzled shared tiles
+// (SwizzledTile, 64-column blocks at 1024-byte boundaries: exactly the hardware's 128B
+// swizzle), fp32 accumulators in registers in the layout of mma.sync's C fragments
+// (warp w of the warpgroup owns rows 16 (w % 4) .. + 15; per n8 tile j the thread holds
+// {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} = d[0][j][0..3], g = lane / 4,
+// t = lane % 4), so the elementwise code after the GEMM is the mma.sync code's.
+// FA_WGMMA is 1 only in code compiled for sm_90a (the wgmma instructions exist nowhere
+// else); every caller keeps its mma.sync path for the other targets.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_WGMMA 1
+#else
+#define FA_WGMMA 0
+#endif
+
+namespace flashattn {
+namespace gen1 {
+
+#if FA_WGMMA
+// Shared-memory matrix descriptor of a K-major operand in a SwizzledTile column block:
+// rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), 128-byte swizzle
+// (layout type 1). `addr` = the operand's first row at the k16 step's first column: the
+// row's 1024-byte group base + 128 * (row % 8) + 32 * (k16 step within the 64-column
+// block); the hardware applies the swizzle to the absolute address bits, so the base of
+// every 8-row group must be 1024-byte aligned (the tiles are).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+// Before the first wgmma of a batch: orders the warpgroup's earlier register and shared
+// accesses before the asynchronous GEMMs.
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed batches are still in flight.
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins an accumulator register after wg_wait: without it the compiler could move a use of
+// the register above the wait (it sees the value as produced by the wgmma statement).
+template <int NT>
+__device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
+}
+
+// d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B K-major
+// in shared memory (descriptors da, db).
+template <typename T, int N, bool kAcc>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, uint64_t db);
+
+// The specializations: N / 2 accumulator registers per thread (operand lists FA_WG_OPS_<N>,
+// register lists FA_WG_REGS_<N>, descriptor operands %<N/2> and %<N/2 + 1>); C is the
+// accumulator constraint ("=f" for the first k16 step, which does not read d: scale-d false).
+#define FA_WG_REGS_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define FA_WG_DA_32 "%16"
+#define FA_WG_DB_32 "%17"
+#define FA_WG_OPS_32(C) \
+  C(d[0][0][0]), C(d[0][0][1]), C(d[0][0][2]), C(d[0][0][3]), C(d[0][1][0]), C(d[0][1][1]), C(d[0][1][2]), C(d[0][1][3]), \
+  C(d[0][2][0]), C(d[0][2][1]), C(d[0][2][2]), C(d[0][2][3]), C(d[0][3][0]), C(d[0][3][1]), C(d[0][3][2]), C(d[0][3][3])
+#define FA_WG_REGS_64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define FA_WG_DA_64 "%32"
+#define FA_WG_DB_64 "%33"
+#define FA_WG_OPS_64(C) \
+  C(d[0][0][0]), C(d[0][0][1]), C(d[0][0][2]), C(d[0][0][3]), C(d[0][1][0]), C(d[0][1][1]), C(d[0][1][2]), C(d[0][1][3]), \
+  C(d[0][2][0]), C(d[0][2][1]), C(d[0][2][2]), C(d[0][2][3]), C(d[0][3][0]), C(d[0][3][1]), C(d[0][3][2]), C(d[0][3][3]), \
+  C(d[0][4][0]), C(d[0][4][1]), C(d[0][4][2]), C(d[0][4][3]), C(d[0][5][0]), C(d[0][5][1]), C(d[0][5][2]), C(d[0][5][3]), \
+  C(d[0][6][0]), C(d[0][6][1]), C(d[0][6][2]), C(d[0][6][3]), C(d[0][7][0]), C(d[0][7][1]), C(d[0][7][2]), C(d[0][7][3])
+#define FA_WG_REGS_128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define FA_WG_DA_128 "%64"
+#define FA_WG_DB_128 "%65"
+#define FA_WG_OPS_128(C) \
+  C(d[0][0][0]), C(d[0][0][1]), C(d[0][0][2]), C(d[0][0][3]), C(d[0][1][0]), C(d[0][1][1]), C(d[0][1][2]), C(d[0][1][3]), \
+  C(d[0][2][0]), C(d[0][2][1]), C(d[0][2][2]), C(d[0][2][3]), C(d[0][3][0]), C(d[0][3][1]), C(d[0][3][2]), C(d[0][3][3]), \
+  C(d[0][4][0]), C(d[0][4][1]), C(d[0][4][2]), C(d[0][4][3]), C(d[0][5][0]), C(d[0][5][1]), C(d[0][5][2]), C(d[0][5][3]), \
+  C(d[0][6][0]), C(d[0][6][1]), C(d[0][6][2]), C(d[0][6][3]), C(d[0][7][0]), C(d[0][7][1]), C(d[0][7][2]), C(d[0][7][3]), \
+  C(d[0][8][0]), C(d[0][8][1]), C(d[0][8][2]), C(d[0][8][3]), C(d[0][9][0]), C(d[0][9][1]), C(d[0][9][2]), C(d[0][9][3]), \
+  C(d[0][10][0]), C(d[0][10][1]), C(d[0][10][2]), C(d[0][10][3]), C(d[0][11][0]), C(d[0][11][1]), C(d[0][11][2]), C(d[0][11][3]), \
+  C(d[0][12][0]), C(d[0][12][1]), C(d[0][12][2]), C(d[0][12][3]), C(d[0][13][0]), C(d[0][13][1]), C(d[0][13][2]), C(d[0][13][3]), \
+  C(d[0][14][0]), C(d[0][14][1]), C(d[0][14][2]), C(d[0][14][3]), C(d[0][15][0]), C(d[0][15][1]), C(d[0][15][2]), C(d[0][15][3])
+#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE)                                                          \
+  template <>                                                                                         \
+  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FA_WG_REGS_##N ", "  \
+                 FA_WG_DA_##N ", " FA_WG_DB_##N ", p, 1, 1, 0, 0;\n}\n"                               \
+                 : FA_WG_OPS_##N(C)                                                                   \
+                 : "l"(da), "l"(db));                                                                 \
+  }
+#define FA_WG_MMA_N(N)                                        \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0")       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1")        \
+  FA_WG_MMA(__half, "f16", N, false, "=f", "0")               \
+  FA_WG_MMA(__half, "f16", N, true, "+f", "1")
+FA_WG_MMA_N(32)
+FA_WG_MMA_N(64)
+FA_WG_MMA_N(128)
+#undef FA_WG_MMA_N
+#undef FA_WG_MMA
+
+#endif  // FA_WGMMA
+
+}  // namespace gen1
+}  // namespace flashattn
