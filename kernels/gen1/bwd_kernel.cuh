@@ -304,6 +304,12 @@ struct BwdTraits {
 #ifndef FA_BWD_WG
 #define FA_BWD_WG 1
 #endif
+// WG_KV (with WG): dV += P^T dO and dK += dS^T Q by wgmma too (both operands MN-major: the
+// transposed reads of the P / dS and dO / Q tiles), issued together before the dQ GEMM and
+// waited for after it; each warpgroup owns 64 keys x (d / (2 / (Bc / 64))) columns.
+#ifndef FA_BWD_WG_KV
+#define FA_BWD_WG_KV 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -485,6 +491,21 @@ __device__ __forceinline__ void bwd_wg_gemm(float (&acc)[1][NT][4], uint32_t a0,
     if (kk == 0) wg_mma_ss<T, NT * 8, false>(acc, a, b);
     else wg_mma_ss<T, NT * 8, true>(acc, a, b);
   }
+}
+#endif
+
+#if FA_WGMMA
+// Warpgroup GEMM with both operands MN-major (sm_90a): acc (64 x 8 NT per warpgroup) +=
+// A * B over K rows, A(m, k) = tile a0 [k][m] (one 64-column block: the warpgroup's 64 rows of
+// acc), B(k, n) = tile b0 [k][n] (n across 64-column blocks kRB * 128 bytes apart; kRB = the
+// tiles' row count). Issued, not waited for. Each k16 step is two whole 8-row groups:
+// 2048 bytes further in both tiles.
+template <typename T, int NT, int K, int kRB>
+__device__ __forceinline__ void bwd_wg_gemm_mn(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
+  const uint64_t da = wg_desc(a0, kRB * 128), db = wg_desc(b0, kRB * 128);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    wg_mma_ss<T, NT * 8, true, true>(acc, da + static_cast<uint64_t>(kk * 128), db + static_cast<uint64_t>(kk * 128));
 }
 #endif
 
@@ -927,6 +948,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   constexpr int kWS_M = kWg ? 4 * (Br / 64) : Tr::WS_M;
   constexpr int kSM = kWg ? 16 : Tr::kSM, kSN = kWg ? Bc * Br / 128 : Tr::kSN;
   constexpr int kMTs = kSM / 16, kNTs = kSN / 8, kSL = kWg ? 1 : Tr::kSL;
+  // dK/dV warp grid. kWgK (FA_BWD_WG_KV): two warpgroups, each 64 keys x kKN (dK) / kVN (dV)
+  // columns of wgmma accumulators; warp w owns keys 16 (w % kWK_M) .. + 15 and column part
+  // w / kWK_M (Bc = 128: the warpgroups split the keys, Bc = 64: the columns). Else the
+  // traits' WK_M x WK_N grid.
+  constexpr bool kWgK = kWg && FA_BWD_WG_KV != 0 && (Bc == 64 || Bc == 128);
+  constexpr int kWK_M = kWgK ? 4 * (Bc / 64) : Tr::WK_M, kWK_N = 8 / kWK_M;
+  constexpr int kKM = Bc / kWK_M, kKN = D / kWK_N, kVN = DV / kWK_N;
+  constexpr int kMTk = kKM / 16, kNTk = kKN / 8, kNTv = kVN / 8;
+  static_assert(!kWgK || ((kKN == 64 || kKN == 128) && (kVN == 64 || kVN == 128)), "wgmma dK/dV widths");
+  // This warp's first key and first dK / dV column in the dK/dV grid.
+  auto wk_pos = [](int warp, int& m0, int& kn0, int& vn0) {
+    const int cw = kWgK ? warp / kWK_M : warp % Tr::WK_N;
+    m0 = (kWgK ? warp % kWK_M : warp / Tr::WK_N) * kKM;
+    kn0 = cw * kKN;
+    vn0 = cw * kVN;
+  };
   auto lse_s = [&](int st) {
     if constexpr (kTma) return reinterpret_cast<float*>(smem_al + Tr::kOffRows90 + st * Tr::kRowBytes);
     return reinterpret_cast<float*>(smem_al + kOffQ + st * kStage + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
@@ -1059,8 +1096,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   };
 
-  float acc_dk[Tr::kMTk][Tr::kNTk][4];
-  float acc_dv[Tr::kMTk][Tr::kNTv][4];
+  float acc_dk[kMTk][kNTk][4];
+  float acc_dv[kMTk][kNTv][4];
   bwd_zero(acc_dk);
   bwd_zero(acc_dv);
 
@@ -1549,6 +1586,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
     }
     if (kSkew && skew) cp_async_wait<0>();  // the next tile's LSE/Delta rows: visible after the barrier
+    // kWgK: the dK/dV GEMMs read sP/sdS through the async proxy (this thread's stores above
+    // are generic).
+    if constexpr (kWgK) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // sP, sdS complete (kSkew: and every warp is past the previous step)
     if (kSkew && skew && next) {
       const int ns = st ^ 1;
@@ -1564,14 +1604,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- dV += P_dropped^T dO, dK += dS^T Q; dQ += dS K (fp32 workspace) after both or
     // (Tr::kDqMid) between them ----
     auto dv_phase = [&]() {
-      const int warp = bwd_tid() >> 5;
-      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
-      bwd_warp_gemm<T, Tr::kMTk, Tr::kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
+      int wk_m0, wk_n0, wv_n0;
+      wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
+      bwd_warp_gemm<T, kMTk, kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
     };
     auto dk_phase = [&]() {
-      const int warp = bwd_tid() >> 5;
-      const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN;
-      bwd_warp_gemm<T, Tr::kMTk, Tr::kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
+      int wk_m0, wk_n0, wv_n0;
+      wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
+      bwd_warp_gemm<T, kMTk, kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
     };
 
     // dQ in kQP column passes of the warp tile.
@@ -1767,11 +1807,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
       }
     };
+#if FA_WGMMA
+    if constexpr (kWgK) {
+      // Both GEMMs issued for the warpgroup's 64 keys (its warp 0's wk_m0: the first key of a
+      // 64-column block of sP / sdS), then the dQ GEMM and its reductions run beside them.
+      int wk_m0, wk_n0, wv_n0;
+      const int warp = bwd_tid() >> 5;
+      wk_pos(warp, wk_m0, wk_n0, wv_n0);
+      const uint32_t ka = static_cast<uint32_t>(((wk_m0 - (warp & 3) * 16) >> 6) * Br * 128);
+      wg_fence();
+      bwd_wg_gemm_mn<T, kNTv, Br, Br>(acc_dv, sP + ka, sdO(st) + static_cast<uint32_t>((wv_n0 >> 6) * Br * 128));
+      bwd_wg_gemm_mn<T, kNTk, Br, Br>(acc_dk, sdS + ka, sQ(st) + static_cast<uint32_t>((wk_n0 >> 6) * Br * 128));
+      wg_commit();
+      dq_phase();
+      wg_wait<0>();
+      wg_hold(acc_dv);
+      wg_hold(acc_dk);
+    } else
+#endif
+    {
     dv_phase();
     constexpr bool kMid = FA_BWD_SM90(Tr::kDqMid);
     if constexpr (kMid) dq_phase();
     dk_phase();
     if constexpr (!kMid) dq_phase();
+    }
     if constexpr (kSkew1) {
       if (skew) {  // this thread's reads of sP/sdS are done (phase = this step)
         bwd_mbar_arrive(smem_u32(&ctx.free_bar));
@@ -1803,8 +1863,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   {
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int wk_m0 = (warp / Tr::WK_N) * Tr::kKM, wk_n0 = (warp % Tr::WK_N) * Tr::kKN,
-              wv_n0 = (warp % Tr::WK_N) * Tr::kVN;
+    int wk_m0, wk_n0, wv_n0;
+    wk_pos(warp, wk_m0, wk_n0, wv_n0);
     const int b = bwd_lds(ctx.b), hk = bwd_lds(ctx.hk), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
     const int64_t k_tok = (p.varlen ? bwd_lds64(ctx.k_tok0) : 0) + n0;
     T* gdk = static_cast<T*>(p.dk) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dk_stride.b) +
@@ -1825,18 +1885,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         cp_async_wait<0>();
         __syncthreads();
 #pragma unroll
-        for (int mt = 0; mt < Tr::kMTk; ++mt) {
+        for (int mt = 0; mt < kMTk; ++mt) {
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const int r = wk_m0 + mt * 16 + g + 8 * hf;
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTk; ++nt) {
+            for (int nt = 0; nt < kNTk; ++nt) {
               const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
               const uint32_t a = sK + 2u * static_cast<uint32_t>(Tr::TileK::offset(r, wk_n0 + nt * 8 + 2 * t));
               asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
             }
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTv; ++nt) {
+            for (int nt = 0; nt < kNTv; ++nt) {
               const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
               const uint32_t a = sV + 2u * static_cast<uint32_t>(Tr::TileV::offset(r, wv_n0 + nt * 8 + 2 * t));
               asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
@@ -1864,13 +1924,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < Tr::kMTk; ++mt) {
+    for (int mt = 0; mt < kMTk; ++mt) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = wk_m0 + mt * 16 + g + 8 * hf;
         if (staged || r >= n_valid) continue;
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTk; ++nt) {
+        for (int nt = 0; nt < kNTk; ++nt) {
           const int c = wk_n0 + nt * 8 + 2 * t;
           if (c < dqk) {
             const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
@@ -1878,7 +1938,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           }
         }
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTv; ++nt) {
+        for (int nt = 0; nt < kNTv; ++nt) {
           const int c = wv_n0 + nt * 8 + 2 * t;
           if (c < dv) {
             const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);

@@ -22,14 +22,19 @@ namespace flashattn {
 namespace gen1 {
 
 #if FA_WGMMA
-// Shared-memory matrix descriptor of a K-major operand in a SwizzledTile column block:
-// rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), 128-byte swizzle
-// (layout type 1). `addr` = the operand's first row at the k16 step's first column: the
-// row's 1024-byte group base + 128 * (row % 8) + 32 * (k16 step within the 64-column
-// block); the hardware applies the swizzle to the absolute address bits, so the base of
-// every 8-row group must be 1024-byte aligned (the tiles are).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
+// Shared-memory matrix descriptor of an operand in a SwizzledTile (rows of 128 bytes = 64
+// elements per 64-column block, 128-byte swizzle = layout type 1, 8-row groups 1024 bytes
+// apart = the stride byte offset).
+// K-major (rows = M or N, columns = K): `addr` = the operand's first row at the k16 step's
+//   first column: the row's 1024-byte group base + 128 * (row % 8) + 32 * (k16 step within the
+//   64-column block); `lbo` is unused.
+// MN-major (rows = K, columns = M or N; the wgmma's transpose flag set): `addr` = the k16
+//   step's first row (a multiple of 8) at the operand's first 64-column block; `lbo` = the
+//   distance of the next 64-column block (the tile's rows x 128 bytes).
+// The hardware applies the swizzle to the absolute address bits, so the base of every 8-row
+// group must be 1024-byte aligned (the tiles are).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo = 16) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 // Before the first wgmma of a batch: orders the warpgroup's earlier register and shared
@@ -51,14 +56,15 @@ __device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
 }
 
-// d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B K-major
-// in shared memory (descriptors da, db).
-template <typename T, int N, bool kAcc>
+// d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B in
+// shared memory (descriptors da, db), both K-major (kMN false) or both MN-major (kMN true).
+template <typename T, int N, bool kAcc, bool kMN = false>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, uint64_t db);
 
 // The specializations: N / 2 accumulator registers per thread (operand lists FA_WG_OPS_<N>,
 // register lists FA_WG_REGS_<N>, descriptor operands %<N/2> and %<N/2 + 1>); C is the
-// accumulator constraint ("=f" for the first k16 step, which does not read d: scale-d false).
+// accumulator constraint ("=f" for the first k16 step, which does not read d: scale-d false),
+// TR the two transpose flags.
 #define FA_WG_REGS_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define FA_WG_DA_32 "%16"
 #define FA_WG_DB_32 "%17"
@@ -85,23 +91,25 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, 
   C(d[0][10][0]), C(d[0][10][1]), C(d[0][10][2]), C(d[0][10][3]), C(d[0][11][0]), C(d[0][11][1]), C(d[0][11][2]), C(d[0][11][3]), \
   C(d[0][12][0]), C(d[0][12][1]), C(d[0][12][2]), C(d[0][12][3]), C(d[0][13][0]), C(d[0][13][1]), C(d[0][13][2]), C(d[0][13][3]), \
   C(d[0][14][0]), C(d[0][14][1]), C(d[0][14][2]), C(d[0][14][3]), C(d[0][15][0]), C(d[0][15][1]), C(d[0][15][2]), C(d[0][15][3])
-#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE)                                                          \
+#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE, MN, TR)                                                  \
   template <>                                                                                         \
-  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
+  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC, MN>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                  \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FA_WG_REGS_##N ", "  \
-                 FA_WG_DA_##N ", " FA_WG_DB_##N ", p, 1, 1, 0, 0;\n}\n"                               \
+                 FA_WG_DA_##N ", " FA_WG_DB_##N ", p, 1, 1, " TR ";\n}\n"                             \
                  : FA_WG_OPS_##N(C)                                                                   \
                  : "l"(da), "l"(db));                                                                 \
   }
-#define FA_WG_MMA_N(N)                                        \
-  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0")       \
-  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1")        \
-  FA_WG_MMA(__half, "f16", N, false, "=f", "0")               \
-  FA_WG_MMA(__half, "f16", N, true, "+f", "1")
-FA_WG_MMA_N(32)
-FA_WG_MMA_N(64)
-FA_WG_MMA_N(128)
+#define FA_WG_MMA_N(N, MN, TR)                                        \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0", MN, TR)       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1", MN, TR)        \
+  FA_WG_MMA(__half, "f16", N, false, "=f", "0", MN, TR)               \
+  FA_WG_MMA(__half, "f16", N, true, "+f", "1", MN, TR)
+FA_WG_MMA_N(32, false, "0, 0")
+FA_WG_MMA_N(64, false, "0, 0")
+FA_WG_MMA_N(128, false, "0, 0")
+FA_WG_MMA_N(64, true, "1, 1")
+FA_WG_MMA_N(128, true, "1, 1")
 #undef FA_WG_MMA_N
 #undef FA_WG_MMA
 
