@@ -310,6 +310,12 @@ struct BwdTraits {
 #ifndef FA_BWD_WG_KV
 #define FA_BWD_WG_KV 1
 #endif
+// WG_Q (with WG): dQ = dS K by wgmma as well (dS K-major, K MN-major), in passes of 64
+// columns per warpgroup; its reductions then go out per 16 x 32 block of the warp's 16 x 64
+// pass tile, two per pass.
+#ifndef FA_BWD_WG_Q
+#define FA_BWD_WG_Q 1
+#endif
 // STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
 // (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
 // +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
@@ -505,7 +511,25 @@ __device__ __forceinline__ void bwd_wg_gemm_mn(float (&acc)[1][NT][4], uint32_t 
   const uint64_t da = wg_desc(a0, kRB * 128), db = wg_desc(b0, kRB * 128);
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk)
-    wg_mma_ss<T, NT * 8, true, true>(acc, da + static_cast<uint64_t>(kk * 128), db + static_cast<uint64_t>(kk * 128));
+    wg_mma_ss<T, NT * 8, true, 3>(acc, da + static_cast<uint64_t>(kk * 128), db + static_cast<uint64_t>(kk * 128));
+}
+#endif
+
+#if FA_WGMMA
+// Warpgroup GEMM, A K-major and B MN-major (sm_90a): acc (64 x 8 NT per warpgroup) = A * B over
+// K, A(m, k) = tile a0 [m][k] (kRA-row tile, k across 64-column blocks), B(k, n) = tile b0
+// [k][n] (one 64-column block: NT = 8; kRB-row tile). Issued, not waited for; the first k16
+// step overwrites acc.
+template <typename T, int NT, int K, int kRA, int kRB>
+__device__ __forceinline__ void bwd_wg_gemm_kmn(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
+  const uint64_t da = wg_desc(a0), db = wg_desc(b0, kRB * 128);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * (kRA * 128 / 16) + (kk & 3) * 2);
+    const uint64_t b = db + static_cast<uint64_t>(kk * 128);
+    if (kk == 0) wg_mma_ss<T, NT * 8, false, 1>(acc, a, b);
+    else wg_mma_ss<T, NT * 8, true, 1>(acc, a, b);
+  }
 }
 #endif
 
@@ -957,6 +981,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   constexpr int kKM = Bc / kWK_M, kKN = D / kWK_N, kVN = DV / kWK_N;
   constexpr int kMTk = kKM / 16, kNTk = kKN / 8, kNTv = kVN / 8;
   static_assert(!kWgK || ((kKN == 64 || kKN == 128) && (kVN == 64 || kVN == 128)), "wgmma dK/dV widths");
+  // dQ warp grid. kWgQ (FA_BWD_WG_Q): two warpgroups, each 64 rows x kQN columns (Br = 64: the
+  // warpgroups split the columns, Br = 128: the rows), computed in kQPx passes of 64 columns;
+  // warp w owns rows 16 (w % kWQ_M) .. + 15, column part w / kWQ_M. Else the traits' grid.
+  constexpr bool kWgQ = kWg && FA_BWD_WG_Q != 0;
+  constexpr int kWQ_M = kWgQ ? 4 * (Br / 64) : Tr::WQ_M, kWQ_N = 8 / kWQ_M;
+  constexpr int kQM = Br / kWQ_M, kQN = D / kWQ_N;
+  constexpr int kQPx = kWgQ ? kQN / 64 : Tr::kQP;
+  // The reductions' unit: kBlk blocks of kMTq m16 tiles x (8 kNTqp) columns per pass.
+  constexpr int kBlk = kWgQ ? 2 : 1, kMTq = kQM / 16, kNTqp = kWgQ ? 4 : Tr::kNTqp;
+  static_assert(!kWgQ || (kQN % 64 == 0 && Tr::kDqStage), "wgmma dQ: 64-column passes, staged reductions");
   // This warp's first key and first dK / dV column in the dK/dV grid.
   auto wk_pos = [](int warp, int& m0, int& kn0, int& vn0) {
     const int cw = kWgK ? warp / kWK_M : warp % Tr::WK_N;
@@ -1586,9 +1620,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
     }
     if (kSkew && skew) cp_async_wait<0>();  // the next tile's LSE/Delta rows: visible after the barrier
-    // kWgK: the dK/dV GEMMs read sP/sdS through the async proxy (this thread's stores above
-    // are generic).
-    if constexpr (kWgK) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // kWgK, kWgQ: the dK/dV and dQ GEMMs read sP/sdS through the async proxy (this thread's
+    // stores above are generic).
+    if constexpr (kWgK || kWgQ) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // sP, sdS complete (kSkew: and every warp is past the previous step)
     if (kSkew && skew && next) {
       const int ns = st ^ 1;
@@ -1618,19 +1652,36 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     auto dq_phase = [&]() {
       const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
       const int g = lane >> 2, t = lane & 3;
-      const int wq_m0 = (warp / Tr::WQ_N) * Tr::kQM;
+      const int wq_m0 = (kWgQ ? warp % kWQ_M : warp / Tr::WQ_N) * kQM;
       const int b = bwd_lds(ctx.b);
       int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
 #pragma unroll 1
-      for (int qp = 0; qp < Tr::kQP; ++qp) {
-      const int wq_n0 = (warp % Tr::WQ_N) * Tr::kQN + qp * (Tr::kQN / Tr::kQP);
-      float acc_dq[Tr::kMTq][Tr::kNTqp][4];
-      bwd_zero(acc_dq);
-      bwd_warp_gemm<T, Tr::kMTq, Tr::kNTqp, Bc, false, true, Br, Bc>(acc_dq, sdS, wq_m0, sK, wq_n0);
+      for (int qp = 0; qp < kQPx; ++qp) {
+      const int wq_p0 = (kWgQ ? warp / kWQ_M : warp % Tr::WQ_N) * kQN + qp * (kQN / kQPx);
+      float acc_q[kMTq][kBlk * kNTqp][4];
+#if FA_WGMMA
+      if constexpr (kWgQ) {
+        wg_fence();
+        bwd_wg_gemm_kmn<T, kBlk * kNTqp, Bc, Br, Bc>(acc_q, sdS + static_cast<uint32_t>(wq_m0 - (warp & 3) * 16) * 128u,
+                                                     sK + static_cast<uint32_t>((wq_p0 >> 6) * Bc * 128));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(acc_q);
+      } else
+#endif
+      {
+        bwd_zero(acc_q);
+        bwd_warp_gemm<T, kMTq, kNTqp, Bc, false, true, Br, Bc>(acc_q, sdS, wq_m0, sK, wq_p0);
+      }
       if (det && qp == 0) {
         if (bwd_tid() == 0) bwd_wait_turn(sem, bwd_lds(ctx.n_blk));
         __syncthreads();
       }
+#pragma unroll
+      for (int blk = 0; blk < kBlk; ++blk) {
+      // Block blk of the pass: columns wq_n0 .. + 8 kNTqp - 1 (its fragments acc_dq).
+      float (&acc_dq)[kMTq][kNTqp][4] = *reinterpret_cast<float (*)[kMTq][kNTqp][4]>(&acc_q[0][blk * kNTqp][0]);
+      const int wq_n0 = wq_p0 + blk * 8 * kNTqp;
       const int dqk = static_cast<int>(p.head_dim_qk);
       const int len_q = bwd_lds(ctx.len_q);
       const int64_t dq_row0 = p.varlen ? bwd_lds64(ctx.q_tok0) : static_cast<int64_t>(b) * p.seqlen_q;
@@ -1655,20 +1706,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             // Both blocks of the pass are stored before one fence and issued together; the
             // buffers are refilled once the previous pass's group is done reading them.
             const uint32_t bufs = (s_base + Tr::kOffStg + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
-            const uint32_t buf0 = bufs + static_cast<uint32_t>(warp * 2 * Tr::kBulkBufBytes);
+            const uint32_t buf0 = bufs + static_cast<uint32_t>((warp * 2 + blk) * Tr::kBulkBufBytes);
             const uint32_t lane_o = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ g) << 4) | ((t & 1) << 3)));
             const int rows_left = len_q - r0 - wq_m0;
             const int row0 = static_cast<int>(dq_row0 + r0 + wq_m0);
             const uint64_t map = reinterpret_cast<uint64_t>(&dq_map);
-            static_assert(Tr::kMTq <= 2, "one buffer per m16 block of the pass");
-            if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            static_assert(kMTq * kBlk <= 2, "one buffer per m16 block of the pass");
+            if (lane == 0 && blk == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
             __syncwarp();
 #pragma unroll
-            for (int mt = 0; mt < Tr::kMTq; ++mt) {
+            for (int mt = 0; mt < kMTq; ++mt) {
               const uint32_t buf = buf0 + static_cast<uint32_t>(mt * Tr::kBulkBufBytes);
               const bool partial = mt * 16 + 16 > rows_left;  // uniform
 #pragma unroll
-              for (int nt = 0; nt < Tr::kNTqp; ++nt)
+              for (int nt = 0; nt < kNTqp; ++nt)
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
                   float x = acc_dq[mt][nt][2 * hf], y = acc_dq[mt][nt][2 * hf + 1];
@@ -1683,7 +1734,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             __syncwarp();
             if (lane == 0) {
 #pragma unroll
-              for (int mt = 0; mt < Tr::kMTq; ++mt)
+              for (int mt = 0; mt < kMTq; ++mt)
                 if (mt * 16 < rows_left)
                   asm volatile(
                       "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
@@ -1692,7 +1743,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                       : "memory");
               asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
             }
-            continue;  // next column pass
+            continue;  // next block (or column pass)
           }
         }
         // FA_BWD_RED2: this lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base
@@ -1716,9 +1767,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // i.e. tile 0's offset XOR (nt << 5), + 1024 for hf (RED3 form).
         const uint32_t stg_o0 = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ (2 * (g & 3))) << 4) | ((t & 1) << 3)));
 #pragma unroll
-        for (int mt = 0; mt < Tr::kMTq; ++mt) {
+        for (int mt = 0; mt < kMTq; ++mt) {
 #pragma unroll
-          for (int nt = 0; nt < Tr::kNTqp; ++nt) {
+          for (int nt = 0; nt < kNTqp; ++nt) {
             const int c = nt * 8 + 2 * t;
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
@@ -1763,9 +1814,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #endif
       {
 #pragma unroll
-      for (int mt = 0; mt < Tr::kMTq; ++mt) {
+      for (int mt = 0; mt < kMTq; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTqp; ++nt) {
+        for (int nt = 0; nt < kNTqp; ++nt) {
           const int r = wq_m0 + mt * 16 + g, c = wq_n0 + nt * 8 + 2 * t;
 #if __CUDA_ARCH__ >= 900
           if constexpr (Tr::kDqV4) {
@@ -1800,7 +1851,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
       }
       }
-      }
+      }  // block
+      }  // column pass
       if (det) {
         __threadfence();
         __syncthreads();

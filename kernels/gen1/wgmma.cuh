@@ -57,14 +57,15 @@ __device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
 }
 
 // d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B in
-// shared memory (descriptors da, db), both K-major (kMN false) or both MN-major (kMN true).
-template <typename T, int N, bool kAcc, bool kMN = false>
+// shared memory (descriptors da, db); kTr = the transpose flags: 0 both K-major, 1 B MN-major,
+// 3 both MN-major.
+template <typename T, int N, bool kAcc, int kTr = 0>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, uint64_t db);
 
 // The specializations: N / 2 accumulator registers per thread (operand lists FA_WG_OPS_<N>,
 // register lists FA_WG_REGS_<N>, descriptor operands %<N/2> and %<N/2 + 1>); C is the
 // accumulator constraint ("=f" for the first k16 step, which does not read d: scale-d false),
-// TR the two transpose flags.
+// TR the two transpose flags (kTr).
 #define FA_WG_REGS_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define FA_WG_DA_32 "%16"
 #define FA_WG_DB_32 "%17"
@@ -91,25 +92,26 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, 
   C(d[0][10][0]), C(d[0][10][1]), C(d[0][10][2]), C(d[0][10][3]), C(d[0][11][0]), C(d[0][11][1]), C(d[0][11][2]), C(d[0][11][3]), \
   C(d[0][12][0]), C(d[0][12][1]), C(d[0][12][2]), C(d[0][12][3]), C(d[0][13][0]), C(d[0][13][1]), C(d[0][13][2]), C(d[0][13][3]), \
   C(d[0][14][0]), C(d[0][14][1]), C(d[0][14][2]), C(d[0][14][3]), C(d[0][15][0]), C(d[0][15][1]), C(d[0][15][2]), C(d[0][15][3])
-#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE, MN, TR)                                                  \
+#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE, KTR, TR)                                                 \
   template <>                                                                                         \
-  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC, MN>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
+  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC, KTR>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                  \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FA_WG_REGS_##N ", "  \
                  FA_WG_DA_##N ", " FA_WG_DB_##N ", p, 1, 1, " TR ";\n}\n"                             \
                  : FA_WG_OPS_##N(C)                                                                   \
                  : "l"(da), "l"(db));                                                                 \
   }
-#define FA_WG_MMA_N(N, MN, TR)                                        \
-  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0", MN, TR)       \
-  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1", MN, TR)        \
-  FA_WG_MMA(__half, "f16", N, false, "=f", "0", MN, TR)               \
-  FA_WG_MMA(__half, "f16", N, true, "+f", "1", MN, TR)
-FA_WG_MMA_N(32, false, "0, 0")
-FA_WG_MMA_N(64, false, "0, 0")
-FA_WG_MMA_N(128, false, "0, 0")
-FA_WG_MMA_N(64, true, "1, 1")
-FA_WG_MMA_N(128, true, "1, 1")
+#define FA_WG_MMA_N(N, KTR, TR)                                       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0", KTR, TR)       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1", KTR, TR)        \
+  FA_WG_MMA(__half, "f16", N, false, "=f", "0", KTR, TR)               \
+  FA_WG_MMA(__half, "f16", N, true, "+f", "1", KTR, TR)
+FA_WG_MMA_N(32, 0, "0, 0")
+FA_WG_MMA_N(64, 0, "0, 0")
+FA_WG_MMA_N(128, 0, "0, 0")
+FA_WG_MMA_N(64, 1, "0, 1")
+FA_WG_MMA_N(64, 3, "1, 1")
+FA_WG_MMA_N(128, 3, "1, 1")
 #undef FA_WG_MMA_N
 #undef FA_WG_MMA
 
