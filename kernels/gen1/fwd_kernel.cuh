@@ -12,7 +12,17 @@
 // apply the element mask), softcap, bias tensor, ALiBi, dropout (Philox keep decisions of
 // common/philox.h), block-sparse layouts (inactive tiles skipped, partial tiles masked
 // per element), varlen, GQA/MQA, arbitrary strides.
+//
+// In sm_90a code at d=64/128/256 (kWgF) both GEMMs are warpgroup MMA: S = Q K^T with Q and K
+// from the swizzled shared tiles, O += P V with P from registers and V from shared memory; the
+// four warps are one warpgroup and own rows 16 w + 64 mt (m64 tile mt) instead of 32 w + 16 mt,
+// in the same fragment layout, so the softmax and option code is shared. The tiles then start
+// at the first 1024-byte boundary of the dynamic shared memory (the host adds kFwdWgAlign bytes on
+// compute capability 9.x devices).
 #pragma once
+#ifndef FA_FWD_WG
+#define FA_FWD_WG 1
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +32,7 @@
 #include "common/params.h"
 #include "common/philox.h"
 #include "gen1/mma.cuh"
+#include "gen1/wgmma.cuh"
 
 namespace flashattn {
 namespace gen1 {
@@ -90,6 +101,9 @@ template <> struct FwdTileFor<256, 256> {
   using extras_type = type;
 };
 
+// Shared-memory slack of the sm_90a code (its tiles start at a 1024-byte boundary).
+constexpr int kFwdWgAlign = 1024;
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -136,7 +150,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   using OTile = typename Cfg::OTile;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);
+  constexpr bool kWgF = FA_WGMMA != 0 && FA_FWD_WG != 0 && kThreads == 128 && Cfg::kD % 64 == 0 &&
+                        Cfg::kDV % 64 == 0 && (kBlockN == 64 || kBlockN == 128);
+  unsigned char* const smem_al =
+      kWgF ? smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u)
+           : smem_raw;
+  T* sQ = reinterpret_cast<T*>(smem_al);
   T* sK = sQ + QTile::kElems;
   T* sV = sK + KTile::kElems;
   T* sB = sV + VTile::kElems;  // bias tile, only with bias_smem
@@ -291,6 +310,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   int n_block = n_block_max > n_block_min ? prev_active(n_block_max - 1, &cur_state) : n_block_min - 1;
 
   const int row_w0 = warp * Cfg::kRowsPerWarp;  // first row of this warp within the tile
+  // First row of this warp's m16 tile mt (kWgF: of m64 tile mt, see the header).
+  auto wrow = [&](int mt) { return kWgF ? mt * 64 + warp * 16 : row_w0 + mt * 16; };
 
   if (n_block < n_block_min) {
     // Every element of these rows is masked: O = 0, LSE = -inf.
@@ -355,6 +376,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   for (;;) {
     const int n0 = n_block * kBlockN;
     cp_async_wait<0>();
+    // kWgF: the GEMMs read the tiles through the async proxy; this thread's cp.async wrote them
+    // through the generic one.
+    if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
                                                             p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
@@ -378,6 +402,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 
     // ---- S = Q K^T ----
     float s[kMT][kNT][4];
+#if FA_WGMMA
+    if constexpr (kWgF) {
+      // One m64 x kBlockN wgmma tile per mt; the first k16 step overwrites s.
+      wg_fence();
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        auto& sm = *reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]);
+        const uint64_t da = wg_desc(smem_u32(sQ) + static_cast<uint32_t>(mt * 64 * 128)), db = wg_desc(smem_u32(sK));
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+          const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * (kBlockM * 128 / 16) + (kk & 3) * 2);
+          const uint64_t bb = db + static_cast<uint64_t>((kk >> 2) * (kBlockN * 128 / 16) + (kk & 3) * 2);
+          if (kk == 0) wg_mma_ss<T, kBlockN, false>(sm, a, bb);
+          else wg_mma_ss<T, kBlockN, true>(sm, a, bb);
+        }
+      }
+      wg_commit();
+      wg_wait<0>();
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]));
+    } else
+#endif
+    {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -403,6 +450,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         }
       }
     }
+    }
 
     // Next active tile (warp-uniform scan of the layout, if any).
     int next_state = 2;
@@ -415,6 +463,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     }
 
     cp_async_wait<0>();
+    if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // V(n) (and the bias tile) visible; every warp is done reading K(n)
     if (n_next >= n_block_min) {
       load_tile_async<kBlockN, Cfg::kDS, kThreads>(
@@ -439,7 +488,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const T* brow = sB + (row_w0 + mt * 16 + g + hh * 8) * Cfg::kBiasStride + 2 * t;
+            const T* brow = sB + (wrow(mt) + g + hh * 8) * Cfg::kBiasStride + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
               const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + nt * 8);
@@ -456,7 +505,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + row_w0 + mt * 16 + g + hh * 8;
+            const int i = m0 + wrow(mt) + g + hh * 8;
             if (i < len_q) {
               const T* brow = bias_base + static_cast<int64_t>(i) * p.bias_stride[2];
               const int64_t bsk = p.bias_stride[3];
@@ -487,7 +536,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int ip = m0 + row_w0 + mt * 16 + g + hh * 8 + shift;
+            const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
             const float dist0 = static_cast<float>(n0 + 2 * t - ip);  // one conversion per row
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
@@ -509,7 +558,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int ip = m0 + row_w0 + mt * 16 + g + hh * 8 + shift;
+          const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
           // Columns kept by the band and the sequence end: [lo, hi].
           int hi = len_k - 1, lo = 0;
           if (band && wr >= 0) hi = min(hi, ip + wr);
@@ -531,7 +580,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int i = min(m0 + row_w0 + mt * 16 + g + hh * 8, m_last);
+          const int i = min(m0 + wrow(mt) + g + hh * 8, m_last);
           lrow[mt][hh] = static_cast<int64_t>(static_cast<uint32_t>(i) / lay_bq) * p.n_col_blocks;
         }
 #pragma unroll
@@ -590,7 +639,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
-        const uint32_t i_own = static_cast<uint32_t>(m0 + row_w0 + mt * 16 + g + (t & 1) * 8);
+        const uint32_t i_own = static_cast<uint32_t>(m0 + wrow(mt) + g + (t & 1) * 8);
         DropMask drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
 #pragma unroll kDropUnroll
         for (int nt = 0; nt < kNT; ++nt) {
@@ -617,6 +666,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     }
 
     // ---- O += P V (P from registers) ----
+#if FA_WGMMA
+    if constexpr (kWgF) {
+      // V MN-major: k16 step kk = rows 16 kk.. (2048 bytes further), N = kDV across its
+      // 64-column blocks (kBlockN * 128 bytes apart).
+      // (Every P fragment is packed before the first wgmma: a register written between two of
+      // them makes ptxas insert a warpgroup fence there.)
+      const uint64_t db = wg_desc(smem_u32(sV), kBlockN * 128);
+      uint32_t pa[Cfg::kKV][kMT][4];
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKV; ++kk)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          pa[kk][mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[kk][mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[kk][mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[kk][mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKV; ++kk)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+          wg_mma_rs<T, Cfg::kDV>(*reinterpret_cast<float (*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]), pa[kk][mt],
+                                 db + static_cast<uint64_t>(kk * 128));
+      wg_commit();
+      wg_wait<0>();
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float (*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]));
+    } else
+#endif
 #pragma unroll
     for (int kk = 0; kk < Cfg::kKV; ++kk) {
       uint32_t pa[kMT][4];
@@ -667,11 +746,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
         acc_o[mt][nv][2 * hh] *= inv;
         acc_o[mt][nv][2 * hh + 1] *= inv;
       }
-      const int row = row_w0 + mt * 16 + g + hh * 8;
+      const int row = wrow(mt) + g + hh * 8;
       if (lse_out != nullptr && t == 0 && row < rows_q)
         lse_out[m0 + row] = sum != 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
     }
-  // Each warp only ever read its own rows of sQ, so it may overwrite them now.
+  // Each warp only ever read its own rows of sQ, so it may overwrite them now (kWgF: the
+  // warpgroup's GEMMs read every row; they are all complete after this barrier).
+  if constexpr (kWgF) __syncthreads();
   T* sO = sQ;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -679,7 +760,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     for (int nv = 0; nv < Cfg::kNV; ++nv)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int row = row_w0 + mt * 16 + g + hh * 8;
+        const int row = wrow(mt) + g + hh * 8;
         const int col = nv * 8 + 2 * t;
         *reinterpret_cast<uint32_t*>(sO + OTile::offset(row, col)) =
             pack2<T>(acc_o[mt][nv][2 * hh], acc_o[mt][nv][2 * hh + 1]);
@@ -690,7 +771,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   for (int it = 0; it < (Cfg::kRowsPerWarp * kOChunks + 31) / 32; ++it) {
     const int idx = lane + it * 32;
     const int r = idx / kOChunks, c = idx - r * kOChunks;
-    const int row = row_w0 + r;
+    const int row = kWgF ? wrow(r >> 4) + (r & 15) : row_w0 + r;
     if (r < Cfg::kRowsPerWarp && row < rows_q && c < dv_chunks) {
       const uint4 v = *reinterpret_cast<const uint4*>(sO + OTile::offset(row, c * 8));
       *reinterpret_cast<uint4*>(gO + row * p.o_stride.s + c * 8) = v;

@@ -25,18 +25,25 @@ flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
   // seqlen_k % 8 == 0 too: else the last 16-byte chunk of the tensor's last row would name
   // bytes past the tensor (cp.async zero-fills them without reading, but compute-sanitizer
   // memcheck reports the copy as an out-of-bounds read, and the memory may not exist).
+  // Compute capability 9.x devices run the sm_90a code, whose wgmma tiles start at the first
+  // 1024-byte boundary of the dynamic shared memory (fwd_kernel.cuh): kFwdWgAlign bytes of slack.
+  int device = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess)
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+                cudaGetErrorString(err));
+  const int base = Cfg::kSmemBytes + (major == 9 ? kFwdWgAlign : 0);
   int bias_smem = 0;
-  int smem = Cfg::kSmemBytes;
-  cudaError_t err = cudaSuccess;
+  int smem = base;
   if (p.bias_kind == kBiasTensor && p.seqlen_k % 8 == 0 && p.bias_stride[3] == 1 && p.bias_stride[2] % 8 == 0 &&
       p.bias_stride[1] % 8 == 0 && p.bias_stride[0] % 8 == 0 && (reinterpret_cast<uintptr_t>(p.bias) & 15u) == 0) {
-    int device = 0, optin = 0;
-    err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess)
       return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
                   cudaGetErrorString(err));
-    if (Cfg::kSmemBytes + Cfg::kBiasSmemBytes <= optin) {
+    if (base + Cfg::kBiasSmemBytes <= optin) {
       bias_smem = 1;
       smem += Cfg::kBiasSmemBytes;
     }
