@@ -9,8 +9,8 @@
 //   P  = exp2(S*scale*log2e - LSE*log2e), dropout mask from philox (same as the forward)
 //   dS = P * (dP * keep/(1-p) - Delta)  [* (1 - tanh^2) with softcap]
 //   P_dropped and dS go to shared memory (bf16/fp16), then
-//   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N)
-//   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N;
+//   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N; kWgK)
+//   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N, kWgQ;
 //   with kDqStage each warp stages 16x32 blocks in shared memory so that one float4
 //   reduction covers 4 whole 128-byte rows; with kDqBulk (sm_90) the staged rows go to
 //   global memory by asynchronous bulk reductions of the copy engine instead);
@@ -19,6 +19,10 @@
 // Q, dO, LSE and Delta of the next tile are prefetched into a second stage during the
 // current one (cp.async; on sm_90 at d=64/128/256 Q and dO by the copy engine, kTmaQdo).
 // The softmax scale is applied to dK here and to dQ in the convert kernel.
+// In sm_90a code at d=64/128/256 every GEMM is warpgroup MMA (wgmma.cuh): kWg (S, dP), kWgK
+// (dV, dK), kWgQ (dQ, then its reductions per 16x32 block); the warp grids are then the
+// kernel-local kWS_*/kWK_*/kWQ_* (each warp 16 rows of its warpgroup's 64-row tile, in the
+// fragment layout of mma.sync, so the elementwise and reduction code is shared).
 #pragma once
 #include <math.h>
 #include <stdint.h>
