@@ -483,60 +483,6 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
   }
 }
 
-#if FA_WGMMA
-// Warpgroup GEMM (sm_90a): acc (64 x 8 NT per warpgroup) = A * B^T over K columns, A rows
-// from shared address a0 (kRA-row SwizzledTile), B rows from b0 (kRB-row tile), both K-major;
-// issued, not waited for (wg_commit / wg_wait by the caller). The first k16 step overwrites
-// acc. The k16 steps of a 64-column block advance the descriptors' start address by 32 bytes,
-// the next block by its size (descriptor units of 16 bytes; no carry out of the 14-bit field,
-// shared addresses being < 256 KB).
-template <typename T, int NT, int K, int kRA, int kRB>
-__device__ __forceinline__ void bwd_wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
-  const uint64_t da = wg_desc(a0), db = wg_desc(b0);
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    constexpr int kBlkA = kRA * 128 / 16, kBlkB = kRB * 128 / 16;
-    const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * kBlkA + (kk & 3) * 2);
-    const uint64_t b = db + static_cast<uint64_t>((kk >> 2) * kBlkB + (kk & 3) * 2);
-    if (kk == 0) wg_mma_ss<T, NT * 8, false>(acc, a, b);
-    else wg_mma_ss<T, NT * 8, true>(acc, a, b);
-  }
-}
-#endif
-
-#if FA_WGMMA
-// Warpgroup GEMM with both operands MN-major (sm_90a): acc (64 x 8 NT per warpgroup) +=
-// A * B over K rows, A(m, k) = tile a0 [k][m] (one 64-column block: the warpgroup's 64 rows of
-// acc), B(k, n) = tile b0 [k][n] (n across 64-column blocks kRB * 128 bytes apart; kRB = the
-// tiles' row count). Issued, not waited for. Each k16 step is two whole 8-row groups:
-// 2048 bytes further in both tiles.
-template <typename T, int NT, int K, int kRB>
-__device__ __forceinline__ void bwd_wg_gemm_mn(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
-  const uint64_t da = wg_desc(a0, kRB * 128), db = wg_desc(b0, kRB * 128);
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk)
-    wg_mma_ss<T, NT * 8, true, 3>(acc, da + static_cast<uint64_t>(kk * 128), db + static_cast<uint64_t>(kk * 128));
-}
-#endif
-
-#if FA_WGMMA
-// Warpgroup GEMM, A K-major and B MN-major (sm_90a): acc (64 x 8 NT per warpgroup) = A * B over
-// K, A(m, k) = tile a0 [m][k] (kRA-row tile, k across 64-column blocks), B(k, n) = tile b0
-// [k][n] (one 64-column block: NT = 8; kRB-row tile). Issued, not waited for; the first k16
-// step overwrites acc.
-template <typename T, int NT, int K, int kRA, int kRB>
-__device__ __forceinline__ void bwd_wg_gemm_kmn(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
-  const uint64_t da = wg_desc(a0), db = wg_desc(b0, kRB * 128);
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * (kRA * 128 / 16) + (kk & 3) * 2);
-    const uint64_t b = db + static_cast<uint64_t>(kk * 128);
-    if (kk == 0) wg_mma_ss<T, NT * 8, false, 1>(acc, a, b);
-    else wg_mma_ss<T, NT * 8, true, 1>(acc, a, b);
-  }
-}
-#endif
-
 template <int MT, int NT>
 __device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
@@ -1328,9 +1274,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // completes first (wait_group 1) while dP's still runs.
         const uint32_t wg_row = static_cast<uint32_t>(ws_m0 - (warp & 3) * 16) * 128u;
         wg_fence();
-        bwd_wg_gemm<T, kNTs, D, Br, Bc>(acc_s, sQ(st) + wg_row, sK + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_gemm<T, kNTs, D, 0, Br, Bc, true>(acc_s, sQ(st) + wg_row, sK + static_cast<uint32_t>(ws_n0) * 128u);
         wg_commit();
-        bwd_wg_gemm<T, kNTs, DV, Br, Bc>(acc_dp, sdO(st) + wg_row, sV + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_gemm<T, kNTs, DV, 0, Br, Bc, true>(acc_dp, sdO(st) + wg_row, sV + static_cast<uint32_t>(ws_n0) * 128u);
         wg_commit();
         wg_wait<1>();
         wg_hold(acc_s);
@@ -1666,7 +1612,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if FA_WGMMA
       if constexpr (kWgQ) {
         wg_fence();
-        bwd_wg_gemm_kmn<T, kBlk * kNTqp, Bc, Br, Bc>(acc_q, sdS + static_cast<uint32_t>(wq_m0 - (warp & 3) * 16) * 128u,
+        wg_gemm<T, kBlk * kNTqp, Bc, 1, Br, Bc, true>(acc_q, sdS + static_cast<uint32_t>(wq_m0 - (warp & 3) * 16) * 128u,
                                                      sK + static_cast<uint32_t>((wq_p0 >> 6) * Bc * 128));
         wg_commit();
         wg_wait<0>();
@@ -1872,8 +1818,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       wk_pos(warp, wk_m0, wk_n0, wv_n0);
       const uint32_t ka = static_cast<uint32_t>(((wk_m0 - (warp & 3) * 16) >> 6) * Br * 128);
       wg_fence();
-      bwd_wg_gemm_mn<T, kNTv, Br, Br>(acc_dv, sP + ka, sdO(st) + static_cast<uint32_t>((wv_n0 >> 6) * Br * 128));
-      bwd_wg_gemm_mn<T, kNTk, Br, Br>(acc_dk, sdS + ka, sQ(st) + static_cast<uint32_t>((wk_n0 >> 6) * Br * 128));
+      wg_gemm<T, kNTv, Br, 3, Br, Br, false>(acc_dv, sP + ka, sdO(st) + static_cast<uint32_t>((wv_n0 >> 6) * Br * 128));
+      wg_gemm<T, kNTk, Br, 3, Br, Br, false>(acc_dk, sdS + ka, sQ(st) + static_cast<uint32_t>((wk_n0 >> 6) * Br * 128));
       wg_commit();
       dq_phase();
       wg_wait<0>();

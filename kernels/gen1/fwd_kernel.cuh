@@ -408,15 +408,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       wg_fence();
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        auto& sm = *reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]);
-        const uint64_t da = wg_desc(smem_u32(sQ) + static_cast<uint32_t>(mt * 64 * 128)), db = wg_desc(smem_u32(sK));
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kKQ; ++kk) {
-          const uint64_t a = da + static_cast<uint64_t>((kk >> 2) * (kBlockM * 128 / 16) + (kk & 3) * 2);
-          const uint64_t bb = db + static_cast<uint64_t>((kk >> 2) * (kBlockN * 128 / 16) + (kk & 3) * 2);
-          if (kk == 0) wg_mma_ss<T, kBlockN, false>(sm, a, bb);
-          else wg_mma_ss<T, kBlockN, true>(sm, a, bb);
-        }
+        wg_gemm<T, kNT, Cfg::kD, 0, kBlockM, kBlockN, true>(*reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]),
+                                                            smem_u32(sQ) + static_cast<uint32_t>(mt * 64 * 128),
+                                                            smem_u32(sK));
       }
       wg_commit();
       wg_wait<0>();

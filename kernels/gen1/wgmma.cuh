@@ -146,6 +146,30 @@ FA_WG_RS(__nv_bfloat16, "bf16", 256, "%128", "%129", "%130", "%131", "%132")
 FA_WG_RS(__half, "f16", 256, "%128", "%129", "%130", "%131", "%132")
 #undef FA_WG_RS
 
+
+// One warpgroup GEMM over K (a multiple of 16) on SwizzledTile operands, issued, not waited
+// for (wg_commit / wg_wait by the caller): acc (64 x 8 NT per warpgroup) (+)= A * B.
+//   A: kTr & 2 clear: K-major, a0 = the warpgroup's first row of a kRA-row tile, k across its
+//      64-column blocks; set: MN-major, a0 = the tile's first row at the warpgroup's 64-column
+//      block, k along kRA's rows.
+//   B: kTr & 1 likewise with b0 and kRB (MN-major: n across 64-column blocks kRB * 128 B apart).
+// A K-major operand's k16 steps advance its descriptor's start address by 32 bytes within a
+// 64-column block and by the block's size across blocks; an MN-major operand's by 16 rows
+// (2048 bytes). Descriptor units are 16 bytes; no carry leaves the 14-bit field (shared
+// addresses < 256 KB). kOverwrite: the first k16 step ignores acc's value.
+template <typename T, int NT, int K, int kTr, int kRA, int kRB, bool kOverwrite>
+__device__ __forceinline__ void wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
+  constexpr bool kAMN = (kTr & 2) != 0, kBMN = (kTr & 1) != 0;
+  const uint64_t da = kAMN ? wg_desc(a0, kRA * 128) : wg_desc(a0), db = kBMN ? wg_desc(b0, kRB * 128) : wg_desc(b0);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint64_t a = da + static_cast<uint64_t>(kAMN ? kk * 128 : (kk >> 2) * (kRA * 128 / 16) + (kk & 3) * 2);
+    const uint64_t b = db + static_cast<uint64_t>(kBMN ? kk * 128 : (kk >> 2) * (kRB * 128 / 16) + (kk & 3) * 2);
+    if (kOverwrite && kk == 0) wg_mma_ss<T, NT * 8, false, kTr>(acc, a, b);
+    else wg_mma_ss<T, NT * 8, true, kTr>(acc, a, b);
+  }
+}
+
 #endif  // FA_WGMMA
 
 }  // namespace gen1
