@@ -5,6 +5,8 @@
 #   packaging.abi             abidiff against abi/libflashattn.abi (when abidiff is found)
 #   packaging.docs            the Doxygen `docs` target, warnings as errors (when Doxygen is found)
 #   packaging.deb             CPack .debs: contents and lintian (when dpkg-deb is found)
+#   packaging.wheel           the libflashattn wheel (CPU kernels): built, manylinux-tagged,
+#                             installed into a fresh venv and run (needs PyPI and python3-venv)
 # A test whose tool is missing is registered anyway and reported as skipped, never as passed.
 
 set(FA_PKG_WORK ${CMAKE_CURRENT_BINARY_DIR}/packaging-work)
@@ -85,3 +87,9 @@ set_tests_properties(packaging.consumer.find_package packaging.consumer.pkg_conf
 if(TEST packaging.deb)
   set_property(TEST packaging.deb APPEND PROPERTY RESOURCE_LOCK flashattn_install)
 endif()
+
+# Builds the library once more (CPU kernels, about 2 minutes on 2 cores), so it runs alone.
+add_test(NAME packaging.wheel
+  COMMAND sh ${PROJECT_SOURCE_DIR}/packaging/wheel/check_wheel.sh ${FA_PKG_WORK}/wheel)
+set_tests_properties(packaging.wheel PROPERTIES
+  LABELS "packaging;python" SKIP_RETURN_CODE 77 TIMEOUT 1800 RUN_SERIAL TRUE)
