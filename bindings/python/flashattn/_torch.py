@@ -59,7 +59,9 @@ def attention(q, k, v, *, causal=False, dropout_p=0.0, scale=None, window=None, 
     to (batch, heads_q, seqlen_q, seqlen_k); key_padding_mask: bool (batch, seqlen_k), True =
     a real token. Gradients flow to q, k, v and a float bias. Under autocast, floating
     inputs are cast to the autocast dtype (as SDPA is); otherwise q, k, v must share a dtype.
-    With dropout and no seed, the seed is drawn from torch's default generator."""
+    With dropout and no seed, the seed is drawn from torch's default generator. With
+    cu_seqlens, pass max_seqlen_q/k: computing them reads the offsets (a host sync on CUDA,
+    a graph break under torch.compile)."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         name = next(n for n, t in (("q", q), ("k", k), ("v", v)) if not isinstance(t, torch.Tensor))
         raise make_error(Status.INVALID_ARGUMENT, "attention(): %s must be a torch.Tensor (use flashattn.forward "
