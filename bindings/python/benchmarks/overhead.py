@@ -67,7 +67,7 @@ def main(argv=None):
     # The C floor: the cached plan of these tensors, outputs allocated once.
     opts = (0, 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
     e = _torch_plans.entry(q, k, v, None, None, None, None, None, opts)
-    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, None, opts)
+    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, None, opts, True)
     fargs = _torch_plans._FWD_ARGS.pack(_torch_plans._FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                         out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0)
     dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))

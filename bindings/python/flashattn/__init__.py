@@ -43,9 +43,19 @@ def attention(q, k, v, **kwargs):
     :func:`forward`. Options as for :func:`forward`."""
     torch = sys.modules.get("torch")  # a torch tensor implies torch is imported
     if torch is not None and isinstance(q, torch.Tensor):
-        from ._torch import attention as _attention
-        return _attention(q, k, v, **kwargs)
+        fn = _torch_attention or _load_torch_attention()
+        return fn(q, k, v, **kwargs)
     return forward(q, k, v, **kwargs)
+
+
+_torch_attention = None
+
+
+def _load_torch_attention():
+    global _torch_attention
+    from ._torch import attention as fn
+    _torch_attention = fn
+    return fn
 
 
 __all__ = [

@@ -32,6 +32,7 @@ _FWD_SIZE, _BWD_SIZE = _FWD_ARGS.size, _BWD_ARGS.size
 _cache = {}
 _cfuncs = {}
 _host = threading.local()
+_raw_stream = torch._C._cuda_getCurrentRawStream  # cudaStream_t of torch's current stream on a device
 
 
 def _cfunc(name):
@@ -140,14 +141,8 @@ def _ptr(t):
     return 0 if t is None else t.data_ptr()
 
 
-def _stream(e, device):
-    return torch._C._cuda_getCurrentRawStream(device.index) if e.cuda else None
-
-
 def _with_strides(t, shape, strides):
     """t itself if it has these strides (size-1 dims aside), else a copy that has them."""
-    if t.stride() == strides:
-        return t
     if all(n <= 1 or a == b for n, a, b in zip(shape, t.stride(), strides)):
         return t
     return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
@@ -156,8 +151,6 @@ def _with_strides(t, shape, strides):
 def _workspace(e, nbytes, device):
     """Scratch for one run: from torch's caching allocator on CUDA; on the CPU a buffer of
     the calling thread, reused by its next run (a CPU run is synchronous)."""
-    if not nbytes:
-        return None
     if e.cuda:
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
     buf = getattr(_host, "workspace", None)
@@ -167,8 +160,8 @@ def _workspace(e, nbytes, device):
 
 
 def _run(e, fn, name, args, ws_bytes, device, rng):
-    ws = _workspace(e, ws_bytes, device)
-    stream = _stream(e, device)
+    ws = _workspace(e, ws_bytes, device) if ws_bytes else None
+    stream = _raw_stream(device.index) if e.cuda else None
     if e.dropout_p:
         seed, offset = (int(x) for x in rng.tolist())
         with e.lock:
@@ -193,21 +186,25 @@ def forward(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, wa
 
 
 def backward(dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, want_dbias):
-    """(dq, dk, dv, dbias) of one backward run; dbias is an empty tensor unless want_dbias."""
+    """(dq, dk, dv, dbias) of one backward run; dbias is None unless want_dbias."""
     e = entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
-    dev = q.device
-    out = _with_strides(out, *e.out)
-    dout = _with_strides(dout, *e.out)
-    lse = lse.contiguous()
-    dq, dk, dv = (torch.empty_strided(shp, st, dtype=q.dtype, device=dev) for shp, st in e.grads)
+    dev, dt = q.device, q.dtype
+    o_shape, o_strides = e.out
+    if out.stride() != o_strides:
+        out = _with_strides(out, o_shape, o_strides)
+    if dout.stride() != o_strides:
+        dout = _with_strides(dout, o_shape, o_strides)
+    (qs, qst), (ks, kst), (vs, vst) = e.grads
+    dq = torch.empty_strided(qs, qst, dtype=dt, device=dev)
+    dk = torch.empty_strided(ks, kst, dtype=dt, device=dev)
+    dv = torch.empty_strided(vs, vst, dtype=dt, device=dev)
+    dbias = None
     if want_dbias:
         if e.dbias is None:
             raise make_error(Status.INVALID_ARGUMENT, "want_dbias=True needs a bias tensor")
-        dbias = torch.empty_strided(e.dbias[0], e.dbias[1], dtype=q.dtype, device=dev)
-    else:
-        dbias = None
-    args = _BWD_ARGS.pack(_BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                          dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), _ptr(bias), _ptr(dbias),
-                          _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
+        dbias = torch.empty_strided(e.dbias[0], e.dbias[1], dtype=dt, device=dev)
+    args = _BWD_ARGS.pack(_BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                          lse.contiguous().data_ptr(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                          _ptr(bias), _ptr(dbias), _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
     _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, dev, rng)
     return dq, dk, dv, dbias
