@@ -217,3 +217,17 @@ def test_compile_fullgraph_with_dropout_and_inductor():
     assert torch.equal(a, b)
     a.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+def test_compile_fullgraph_under_autocast_matches_eager():
+    q, k, v = (_randn(2, 12, 2, 16, seed=s, grad=True) for s in (1, 2, 3))
+
+    def f(q, k, v):
+        return flashattn.attention(q, k, v, causal=True)
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = cf(q, k, v), f(q, k, v)
+    assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
+    (g,) = torch.autograd.grad(got.float().sum(), (q,))
+    assert g.dtype == torch.float32 and torch.isfinite(g).all() and g.abs().sum() > 0
