@@ -5,7 +5,7 @@
 # 2. the CUDA pytest cases: CUDA-graph capture, torch.compile(mode="reduce-overhead"),
 #    the FA2 functions and autocast against SDPA, the older GPU cases of test_torch.py;
 # 3. the tiny Llama trained with SDPA and with libfa under bf16 autocast (losses within
-#    1e-3 relative) when transformers imports.
+#    1e-3 relative), without and with padded batches, when transformers imports.
 set -u
 lib=${1:?usage: $0 LIBRARY_PATH}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +17,7 @@ status=0
 "$py" -m pytest -q -rs -p no:cacheprovider "$here/../tests/test_torch_cuda.py" "$here/../tests/test_torch.py" || status=1
 if "$py" -c "import transformers" 2>/dev/null; then
   "$py" "$here/../examples/train_tiny_llama.py" --device cuda --bf16 --steps 20 || status=1
+  "$py" "$here/../examples/train_tiny_llama.py" --device cuda --bf16 --steps 20 --padding || status=1
 else
   echo "SKIPPED: transformers is not importable (tiny Llama comparison)"
 fi
