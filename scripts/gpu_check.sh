@@ -13,9 +13,10 @@
 # Timing on one H100: quick ~2.5 min in all (build ~20 s with ninja -j16, GPU tests ~25 s,
 # sanitizers ~30 s, bench ~90 s). Measured per step group (2026-11-22, H100, fresh build
 # ~20 s each): STEPS=tests,sanitize-suite ~6 min (the slow GPU cases ~3.5 min of it);
-# STEPS=caps,sm80,sanitize ~4.5-6 min; STEPS=bench full, one dtype ~2.5 min. Everything in
-# one call is ~15 min, past a 10-minute device command: split it along these groups, and
-# log to a file under $OUT rather than piping through `tail` (a killed pipe returns nothing).
+# STEPS=caps,sm80,sanitize ~4.5-6 min; STEPS=bench full, one dtype ~2.5 min; the multi-tile
+# test_gpu cases added since take longer. Everything in one run is ~15 min: where a command
+# has a time limit, split it along these groups, and log to a file under $OUT rather than
+# piping through `tail` (a killed pipe returns nothing).
 # environment:
 #   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90a-real: the H100/H200 code)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
@@ -29,7 +30,7 @@
 #   CTEST_ARGS                    extra arguments for ctest, split on spaces (e.g. -E long.sequences)
 #   STEPS                         comma-separated steps to run after the build (default all:
 #                                 resources,tests,caps,sm80,sanitize,bench); e.g. STEPS=tests,caps,sanitize
-#                                 and STEPS=sm80,bench split a full check over two device calls;
+#                                 and STEPS=sm80,bench split a full check over two runs;
 #                                 STEPS=sanitize-suite runs the three compute-sanitizer tools over
 #                                 every non-slow GPU test case (not a default step)
 #   SMEM_CAPS                     FLASHATTN_CUDA_SMEM_LIMIT values of the caps step
