@@ -3,8 +3,8 @@
 // src/common/philox.h is shared, for the dropout keep decision that the header defines
 // through Philox; tests/test_reference.cpp checks it against published Philox vectors).
 // There is one fp64 reference: the Catch2 tests (tests/harness.*), the fuzz target
-// (tests/reliability) and the `flashattn check` tool (src/cli) all use this one. It is the
-// internal static library fa_reference (src/reference/CMakeLists.txt): never installed,
+// (tests/reliability) and the `flashattn check` tool (cli/) all use this one. It is the
+// internal static library fa_reference (reference/CMakeLists.txt): never installed,
 // never part of libflashattn.so.
 //
 //  * reference_fp64 (reference.cpp): materialized S and P in double; forward O, LSE and
