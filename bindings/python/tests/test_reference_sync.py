@@ -96,8 +96,8 @@ CASES = {
     "bias tensor": dict(bias="bhqk"),
     "bias broadcast over batch and heads": dict(bias="qk"),
     "bias broadcast over heads and keys": dict(bias="bq"),
-    "alibi": dict(alibi=False),
-    "alibi symmetric, bottom-right": dict(alibi=True, align="bottom_right"),
+    "alibi": dict(alibi="plain"),
+    "alibi symmetric, bottom-right": dict(alibi="symmetric", align="bottom_right"),
     "dropout": dict(dropout_p=0.25, seed=0x1234567, offset=3),
     "block-sparse per head": dict(layout=(4, 3, 2)),
     "block-sparse shared, causal": dict(layout=(1, 2, 3), causal=True),
@@ -130,7 +130,7 @@ def test_python_reference_matches_cpp(name, varlen):
         opts["bias"] = rng.standard_normal(tuple(n if dim in c["bias"] else 1 for n, dim in zip(full, "bhqk")))
     if "alibi" in c:
         opts["alibi_slopes"] = 2.0 ** -np.arange(1, hq + 1)
-        opts["alibi_symmetric"] = c["alibi"]
+        opts["alibi_symmetric"] = c["alibi"] == "symmetric"
     if "layout" in c:
         lh, bq, bk = c["layout"]
         nr, nc = -(-max(lens_q) // bq), -(-max(lens_k) // bk)
