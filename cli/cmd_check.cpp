@@ -165,7 +165,7 @@ RunResult run_once(const Problem& p, flashattn_backend_t backend, flashattn_algo
   return r;
 }
 
-// The fp64 reference's description of the run (src/reference/reference.hpp): packed
+// The fp64 reference's description of the run (reference/reference.hpp): packed
 // tokens, the expanded bias, the same ALiBi slopes, dropout key and sparse layout.
 fat::RefSpec ref_spec(const Problem& p, const Inputs& in) {
   fat::RefSpec s;
@@ -320,7 +320,7 @@ const char* kHelp =
     "\n"
     "Runs one attention configuration on a backend and compares O and LSE (with --bwd\n"
     "also dQ, dK, dV, and dBias of a --bias-tensor) with a reference:\n"
-    "  * always: the project's fp64 reference (src/reference, linked into this tool)\n"
+    "  * always: the project's fp64 reference (reference/, linked into this tool)\n"
     "    computed from the same (rounded) inputs;\n"
     "  * the other algorithm (flash <-> standard) on the same backend;\n"
     "  * on CUDA also the CPU backend's result for the same inputs.\n"
