@@ -363,6 +363,7 @@ if ! want bench; then
 elif [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
   QUICK=(--quick)
   [[ $MODE == full ]] && QUICK=()
+  mkdir -p "$BENCH_OUT"
   # shellcheck disable=SC2086
   if logged bench python3 "$ROOT/bench/bench.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
       --record "$BENCH_OUT/sweep.csv" ${BENCH_ARGS:-}; then
