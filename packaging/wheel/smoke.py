@@ -1,6 +1,6 @@
 """Run by check_wheel.sh inside the fresh venv: the installed wheel imports, loads the
-library it carries (not one from the build tree or the system) and computes a CPU
-forward pass equal to a float64 numpy reference."""
+library it carries (not one from the build tree or the system), declares its license,
+and computes a CPU forward pass equal to a float64 numpy reference."""
 import os
 import sys
 
@@ -12,6 +12,12 @@ pkg = os.path.dirname(os.path.realpath(flashattn.__file__))
 lib = os.path.realpath(flashattn.library_path())
 if "site-packages" not in pkg or os.path.dirname(lib) != pkg:
     sys.exit("FAIL: flashattn from %s loaded %s; expected the library inside the installed package" % (pkg, lib))
+
+from importlib import metadata  # noqa: E402
+
+meta = metadata.metadata("libflashattn")
+if meta.get("License-Expression") != "BSD-3-Clause":
+    sys.exit("FAIL: the wheel's License-Expression is %r, not BSD-3-Clause" % meta.get("License-Expression"))
 
 rng = np.random.default_rng(0)
 b, sq, sk, h, d = 2, 37, 53, 4, 32
