@@ -7,12 +7,14 @@
 #include <stdint.h>
 
 #include <utility>
+#include <cstdio>
 #include <cstring>
 
 #include "backends.hpp"
 #include "common/philox.h"
 #include "error.hpp"
 #include "plan.hpp"
+#include "regions.hpp"
 
 namespace flashattn {
 namespace {
@@ -53,24 +55,82 @@ bool non_overlapping(int n, const int64_t* extents, const int64_t* strides) {
   return true;
 }
 
-// Largest element offset reachable, saturating (used to reject strides that overflow).
-bool span_fits(int n, const int64_t* extents, const int64_t* strides) {
-  const int64_t limit = INT64_C(1) << 62;
-  int64_t span = 0;
-  for (int i = 0; i < n; ++i) {
-    if (extents[i] <= 1) continue;
-    if (strides[i] > 0 && extents[i] - 1 > (limit - span) / strides[i]) return false;
-    span += strides[i] * (extents[i] - 1);
-  }
-  return true;
+int64_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
+
+flashattn_status_t check_alignment(const void* ptr, size_t align, const char* name, const char* why) {
+  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
+    return fail(FLASHATTN_STATUS_MISALIGNED_POINTER, "%s=%p is not aligned to %zu bytes (%s)", name, ptr, align,
+                why);
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
-size_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
+// "(a, b, c, d)" for messages.
+struct DimsText {
+  char text[112];
+};
+DimsText dims_text(int n, const int64_t* v) {
+  DimsText d;
+  int at = snprintf(d.text, sizeof d.text, "(");
+  for (int k = 0; k < n; ++k)
+    at += snprintf(d.text + at, sizeof d.text - at, "%s%lld", k ? ", " : "", static_cast<long long>(v[k]));
+  snprintf(d.text + at, sizeof d.text - at, ")");
+  return d;
+}
 
-flashattn_status_t check_alignment(const void* ptr, size_t align, const char* name) {
-  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
-    return fail(FLASHATTN_STATUS_MISALIGNED_POINTER, "%s=%p is not aligned to %zu bytes (its element size)", name,
-                ptr, align);
+const char* backend_name(const flashattn_plan_s& plan) {
+  return plan.backend == FLASHATTN_BACKEND_CPU ? "CPU" : "CUDA";
+}
+
+constexpr int kMaxRunRegions = 17;
+
+// The memory regions of a run (regions.hpp): every pointer of p with its extent, and the
+// workspace's `needed` bytes (all a run touches). Fails with INVALID_SHAPE naming the
+// region whose byte extent overflows (tensor extents were checked with their strides).
+flashattn_status_t run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* workspace,
+                               size_t needed, Region* out, int* count) {
+  const int64_t es = dtype_size(plan.dtype);
+  const struct {
+    const char* name;
+    const void* ptr;
+    flashattn_tensor_t tensor;
+    bool written;
+  } tensors[] = {{"args.q", p.q, FLASHATTN_TENSOR_Q, false},       {"args.k", p.k, FLASHATTN_TENSOR_K, false},
+                 {"args.v", p.v, FLASHATTN_TENSOR_V, false},       {"args.o", p.o, FLASHATTN_TENSOR_O, true},
+                 {"args.o", p.o_in, FLASHATTN_TENSOR_O, false},    {"args.dout", p.dout, FLASHATTN_TENSOR_DO, false},
+                 {"args.dq", p.dq, FLASHATTN_TENSOR_DQ, true},     {"args.dk", p.dk, FLASHATTN_TENSOR_DK, true},
+                 {"args.dv", p.dv, FLASHATTN_TENSOR_DV, true}};
+  int n = 0;
+  for (const auto& t : tensors) {
+    Region& r = out[n++];
+    r = Region{t.name, t.ptr, 4, {}, {}, es, t.written};
+    tensor_extents(plan, t.tensor, r.extents);
+    const Strides4& st = plan.strides[t.tensor];
+    const int64_t strides[4] = {st.b, st.s, st.h, st.d};
+    for (int k = 0; k < 4; ++k) r.strides[k] = strides[k];
+  }
+  const int64_t lse_rows = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;  // bounded by set_shape
+  const int64_t lse_extents[4] = {plan.heads_q, lse_rows};
+  out[n++] = Region{"args.lse", p.lse, 2, {lse_extents[0], lse_extents[1]}, {lse_rows, 1}, 4, true};
+  out[n++] = Region{"args.lse", p.lse_in, 2, {lse_extents[0], lse_extents[1]}, {lse_rows, 1}, 4, false};
+  const Region bias{"args.bias", p.bias, 4, {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k},
+                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]}, es, false};
+  out[n++] = bias;
+  out[n] = bias;
+  out[n].name = "args.dbias";
+  out[n].base = p.dbias;
+  out[n++].written = true;
+  out[n++] = Region{"args.alibi_slopes", p.alibi_slopes, 1, {plan.heads_q}, {1}, 4, false};
+  out[n++] = Region{"args.cu_seqlens_q", p.cu_seqlens_q, 1, {plan.batch + 1}, {1}, 4, false};
+  out[n++] = Region{"args.cu_seqlens_k", p.cu_seqlens_k, 1, {plan.batch + 1}, {1}, 4, false};
+  out[n++] = Region{"workspace", workspace, 1, {static_cast<int64_t>(needed)}, {1}, 1, true};
+  static_assert(sizeof tensors / sizeof tensors[0] + 8 == kMaxRunRegions, "regions listed above");
+  for (int i = 0; i < n; ++i) {
+    const Region& r = out[i];
+    if (r.base == nullptr || extent_bytes(r.dims, r.extents, r.strides, r.elem_bytes).ok()) continue;
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s of extents %s and %lld-byte elements spans more than 2^63-1 bytes",
+                r.name, dims_text(r.dims, r.extents).text, static_cast<long long>(r.elem_bytes));
+  }
+  *count = n;
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -160,7 +220,8 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
               {p.dbias, es, "args.dbias"},   {p.lse, 4, "args.lse"},
               {p.lse_in, 4, "args.lse"},     {p.alibi_slopes, 4, "args.alibi_slopes"},
               {p.cu_seqlens_q, 4, "args.cu_seqlens_q"}, {p.cu_seqlens_k, 4, "args.cu_seqlens_k"}};
-  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name));
+  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name, "its element size"));
+  if (cpu) FA_TRY(check_alignment(workspace, kCpuWorkspaceAlignment, "workspace", "required by the CPU backend"));
 
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
   for (int t = 0; t < n_tensors; ++t)
@@ -176,13 +237,19 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   } else {
     FA_TRY(cuda_check(p, plan.device));
   }
-  const size_t needed = workspace_size(plan, static_cast<Direction>(p.direction), p);
+  size_t needed = 0;
+  FA_TRY(workspace_size(plan, static_cast<Direction>(p.direction), p, &needed));
   if (needed > 0 && workspace == nullptr)
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but this pass needs %zu bytes", needed);
   if (workspace_bytes < needed)
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
                 workspace_bytes, needed);
-  return FLASHATTN_STATUS_SUCCESS;
+
+  // Nothing the run writes may share memory with anything else it reads or writes.
+  Region regions[kMaxRunRegions];
+  int n_regions = 0;
+  FA_TRY(run_regions(plan, p, workspace, needed, regions, &n_regions));
+  return check_no_overlap(regions, n_regions);
 }
 
 }  // namespace
@@ -212,17 +279,18 @@ flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_
                   dim_names[i], static_cast<long long>(st[i]));
   int64_t e[4];
   tensor_extents(plan, tensor, e);
-  if (!span_fits(4, e, st))
-    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s (%lld, %lld, %lld, %lld) overflow 64-bit offsets",
-                name, static_cast<long long>(st[0]), static_cast<long long>(st[1]), static_cast<long long>(st[2]),
-                static_cast<long long>(st[3]));
+  const int64_t es = dtype_size(plan.dtype);
+  if (!checked_product(e[0], e[1], e[2], e[3], es).ok())
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "tensor %s of extents %s and %lld-byte elements has more than 2^63-1 bytes",
+                name, dims_text(4, e).text, static_cast<long long>(es));
+  if (!extent_bytes(4, e, st, es).ok())
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s %s over extents %s span more than 2^63-1 bytes", name,
+                dims_text(4, st).text, dims_text(4, e).text);
   if (is_output(tensor) && !non_overlapping(4, e, st))
     return fail(FLASHATTN_STATUS_INVALID_STRIDE,
-                "strides of output %s (batch=%lld, seq=%lld, head=%lld, dim=%lld) make distinct elements of "
-                "extents (%lld, %lld, %lld, %lld) share an address",
-                name, static_cast<long long>(st[0]), static_cast<long long>(st[1]), static_cast<long long>(st[2]),
-                static_cast<long long>(st[3]), static_cast<long long>(e[0]), static_cast<long long>(e[1]),
-                static_cast<long long>(e[2]), static_cast<long long>(e[3]));
+                "strides of output %s (batch, seq, head, dim) = %s make distinct elements of extents %s share an "
+                "address",
+                name, dims_text(4, st).text, dims_text(4, e).text);
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -237,10 +305,9 @@ flashattn_status_t check_bias_strides(const flashattn_plan_s& plan, const int64_
                 static_cast<long long>(s[3]));
   if (plan.has_shape) {
     const int64_t e[4] = {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k};
-    if (!span_fits(4, e, s))
-      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s (%lld, %lld, %lld, %lld) overflow 64-bit offsets", what,
-                  static_cast<long long>(s[0]), static_cast<long long>(s[1]), static_cast<long long>(s[2]),
-                  static_cast<long long>(s[3]));
+    if (!extent_bytes(4, e, s, dtype_size(plan.dtype)).ok())
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s %s over the bias extents %s span more than 2^63-1 bytes", what,
+                  dims_text(4, s).text, dims_text(4, e).text);
     // dBias uses the same strides: the non-broadcast dims must not overlap.
     int64_t ne[4], ns[4];
     int n = 0;
@@ -279,6 +346,11 @@ flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layou
     return fail(FLASHATTN_STATUS_INVALID_LAYOUT, "num_col_blocks=%lld must be ceil(seqlen_k=%lld / block_k=%lld)=%lld",
                 static_cast<long long>(n_col_blocks), static_cast<long long>(plan.seqlen_k),
                 static_cast<long long>(block_k), static_cast<long long>(want_cols));
+  if (!checked_product(layout_heads, n_row_blocks, n_col_blocks).ok())
+    return fail(FLASHATTN_STATUS_INVALID_LAYOUT,
+                "layout of layout_heads=%lld x num_row_blocks=%lld x num_col_blocks=%lld bytes exceeds 2^63-1 bytes",
+                static_cast<long long>(layout_heads), static_cast<long long>(n_row_blocks),
+                static_cast<long long>(n_col_blocks));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -332,10 +404,24 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   return p;
 }
 
-size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params) {
+flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params,
+                                  size_t* bytes) {
   AttnParams p = params;
   p.direction = direction;
-  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : cuda_workspace_size(p, plan.device);
+  const CheckedSize n =
+      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : cuda_workspace_size(p, plan.device);
+  if (!n.ok())
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "the %s workspace of the %s algorithm on the %s backend exceeds 2^63-1 bytes for batch=%lld "
+                "seqlen_q=%lld seqlen_k=%lld heads_q=%lld heads_kv=%lld head_dim_qk=%lld head_dim_v=%lld",
+                direction == kBackward ? "backward" : "forward",
+                plan.algorithm == FLASHATTN_ALGORITHM_STANDARD ? "STANDARD" : "FLASH", backend_name(plan),
+                static_cast<long long>(plan.batch), static_cast<long long>(plan.seqlen_q),
+                static_cast<long long>(plan.seqlen_k), static_cast<long long>(plan.heads_q),
+                static_cast<long long>(plan.heads_kv), static_cast<long long>(plan.head_dim_qk),
+                static_cast<long long>(plan.head_dim_v));
+  *bytes = static_cast<size_t>(n.value());
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
 flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* user_args,
