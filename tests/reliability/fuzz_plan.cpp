@@ -667,10 +667,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if ((r.u8() & 15) == 0) nrb += 1;
         if ((r.u8() & 15) == 0) lh += 1;
         const bool clear = (r.u8() & 7) == 0;
-        // Every layout the plan's shape allows fits (heads_q <= 4096 from the edge values); a
-        // layout the library must reject gets a one-byte buffer, so accepting it would be caught.
+        // A layout the library must reject gets a one-byte buffer, so accepting it would be
+        // caught. A valid layout too large to allocate here (a huge shape) is not tried.
         const bool fits = lh > 0 && nrb > 0 && ncb > 0 && lh <= 4096 && nrb <= 4096 && ncb <= 4096 &&
                           lh * nrb * ncb <= (1 << 24);
+        const bool valid = s.has_shape && bq >= 1 && bk >= 1 && (lh == 1 || lh == s.hq) &&
+                           nrb == s.sq / bq + (s.sq % bq != 0) && ncb == s.sk / bk + (s.sk % bk != 0);
+        if (valid && !fits && !clear) continue;
         const size_t n = fits ? static_cast<size_t>(lh * nrb * ncb) : 0;
         std::vector<uint8_t> layout(n + 1);
         for (auto& x : layout) x = (r.u8() & 3) != 0;
