@@ -1,5 +1,7 @@
 #include "regions.hpp"
 
+#include <stdio.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -92,23 +94,50 @@ CheckedSize extent_bytes(int dims, const int64_t* extents, const int64_t* stride
   return (last + CheckedSize(1)) * CheckedSize(elem_bytes);
 }
 
-flashattn_status_t check_no_overlap(const Region* regions, int count) {
+flashattn_status_t check_alignment(const Region& r) {
+  if (reinterpret_cast<uintptr_t>(r.base) % static_cast<uintptr_t>(r.align) == 0) return FLASHATTN_STATUS_SUCCESS;
+  return fail(FLASHATTN_STATUS_MISALIGNED_POINTER, "%s=%p is not aligned to %lld bytes (%s)", r.name, r.base,
+              static_cast<long long>(r.align),
+              r.align == r.elem_bytes ? "its element size" : "required by the backend");
+}
+
+DimsText dims_text(int n, const int64_t* values) {
+  DimsText d;
+  int at = snprintf(d.text, sizeof d.text, "(");
+  for (int k = 0; k < n; ++k)
+    at += snprintf(d.text + at, sizeof d.text - at, "%s%lld", k ? ", " : "", static_cast<long long>(values[k]));
+  snprintf(d.text + at, sizeof d.text - at, ")");
+  return d;
+}
+
+flashattn_status_t check_extents(const Region* regions, int count) {
   for (int i = 0; i < count; ++i) {
-    const Region& a = regions[i];
-    const int64_t a_bytes = extent_bytes(a.dims, a.extents, a.strides, a.elem_bytes).value();
-    if (a.base == nullptr || a_bytes == 0) continue;
-    for (int j = i + 1; j < count; ++j) {
+    const Region& r = regions[i];
+    if (r.base == nullptr || extent_bytes(r.dims, r.extents, r.strides, r.elem_bytes).ok()) continue;
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s of extents %s and %lld-byte elements spans more than 2^63-1 bytes",
+                r.name, dims_text(r.dims, r.extents).text, static_cast<long long>(r.elem_bytes));
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t check_no_overlap(const Region* regions, int count) {
+  if (count > kMaxRegions) return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "check_no_overlap: %d regions", count);
+  int64_t bytes[kMaxRegions];
+  for (int i = 0; i < count; ++i) {
+    const Region& r = regions[i];
+    bytes[i] = r.base == nullptr ? 0 : extent_bytes(r.dims, r.extents, r.strides, r.elem_bytes).value();
+  }
+  for (int i = 0; i < count; ++i) {
+    for (int j = i + 1; j < count && bytes[i] > 0; ++j) {
+      const Region& a = regions[i];
       const Region& b = regions[j];
-      if (!a.written && !b.written) continue;
-      const int64_t b_bytes = extent_bytes(b.dims, b.extents, b.strides, b.elem_bytes).value();
-      if (b.base == nullptr || b_bytes == 0 || !may_overlap(a, b, a_bytes, b_bytes)) continue;
-      const Region& w = a.written ? a : b;  // name the written one first
-      const Region& o = a.written ? b : a;
+      if ((!a.written && !b.written) || bytes[j] == 0 || !may_overlap(a, b, bytes[i], bytes[j])) continue;
+      const int w = a.written ? i : j, o = a.written ? j : i;  // name the written one first
       return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                   "%s=%p (%lld bytes) overlaps %s=%p (%lld bytes): memory a run writes must not be shared with "
                   "any other argument",
-                  w.name, w.base, static_cast<long long>(&w == &a ? a_bytes : b_bytes), o.name, o.base,
-                  static_cast<long long>(&o == &a ? a_bytes : b_bytes));
+                  regions[w].name, regions[w].base, static_cast<long long>(bytes[w]), regions[o].name,
+                  regions[o].base, static_cast<long long>(bytes[o]));
     }
   }
   return FLASHATTN_STATUS_SUCCESS;

@@ -7,7 +7,6 @@
 #include <stdint.h>
 
 #include <utility>
-#include <cstdio>
 #include <cstring>
 
 #include "backends.hpp"
@@ -57,37 +56,17 @@ bool non_overlapping(int n, const int64_t* extents, const int64_t* strides) {
 
 int64_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
 
-flashattn_status_t check_alignment(const void* ptr, size_t align, const char* name, const char* why) {
-  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
-    return fail(FLASHATTN_STATUS_MISALIGNED_POINTER, "%s=%p is not aligned to %zu bytes (%s)", name, ptr, align,
-                why);
-  return FLASHATTN_STATUS_SUCCESS;
-}
-
-// "(a, b, c, d)" for messages.
-struct DimsText {
-  char text[112];
-};
-DimsText dims_text(int n, const int64_t* v) {
-  DimsText d;
-  int at = snprintf(d.text, sizeof d.text, "(");
-  for (int k = 0; k < n; ++k)
-    at += snprintf(d.text + at, sizeof d.text - at, "%s%lld", k ? ", " : "", static_cast<long long>(v[k]));
-  snprintf(d.text + at, sizeof d.text - at, ")");
-  return d;
-}
-
 const char* backend_name(const flashattn_plan_s& plan) {
   return plan.backend == FLASHATTN_BACKEND_CPU ? "CPU" : "CUDA";
 }
 
-constexpr int kMaxRunRegions = 17;
-
-// The memory regions of a run (regions.hpp): every pointer of p with its extent, and the
-// workspace's `needed` bytes (all a run touches). Fails with INVALID_SHAPE naming the
-// region whose byte extent overflows (tensor extents were checked with their strides).
-flashattn_status_t run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* workspace,
-                               size_t needed, Region* out, int* count) {
+// The memory regions of a run (regions.hpp): every pointer of p with its extent and
+// alignment, in the order of the args structs, then the workspace (last, its extent 0
+// until the pass's size is known). Tensors are aligned to their element size, the
+// workspace to what the backend requires.
+constexpr int kRunRegions = 17;
+constexpr int kWorkspaceRegion = kRunRegions - 1;
+void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* workspace, Region* out) {
   const int64_t es = dtype_size(plan.dtype);
   const struct {
     const char* name;
@@ -102,36 +81,30 @@ flashattn_status_t run_regions(const flashattn_plan_s& plan, const AttnParams& p
   int n = 0;
   for (const auto& t : tensors) {
     Region& r = out[n++];
-    r = Region{t.name, t.ptr, 4, {}, {}, es, t.written};
+    r = Region{t.name, t.ptr, 4, {}, {}, es, es, t.written};
     tensor_extents(plan, t.tensor, r.extents);
     const Strides4& st = plan.strides[t.tensor];
     const int64_t strides[4] = {st.b, st.s, st.h, st.d};
     for (int k = 0; k < 4; ++k) r.strides[k] = strides[k];
   }
-  const int64_t lse_rows = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;  // bounded by set_shape
-  const int64_t lse_extents[4] = {plan.heads_q, lse_rows};
-  out[n++] = Region{"args.lse", p.lse, 2, {lse_extents[0], lse_extents[1]}, {lse_rows, 1}, 4, true};
-  out[n++] = Region{"args.lse", p.lse_in, 2, {lse_extents[0], lse_extents[1]}, {lse_rows, 1}, 4, false};
+  // LSE [batch, heads_q, seqlen_q] or [heads_q, total_q]: heads_q x rows contiguous floats.
+  const int64_t rows = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;  // bounded by set_shape
+  out[n++] = Region{"args.lse", p.lse, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, true};
+  out[n++] = Region{"args.lse", p.lse_in, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, false};
   const Region bias{"args.bias", p.bias, 4, {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k},
-                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]}, es, false};
+                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]}, es, es, false};
   out[n++] = bias;
   out[n] = bias;
   out[n].name = "args.dbias";
   out[n].base = p.dbias;
   out[n++].written = true;
-  out[n++] = Region{"args.alibi_slopes", p.alibi_slopes, 1, {plan.heads_q}, {1}, 4, false};
-  out[n++] = Region{"args.cu_seqlens_q", p.cu_seqlens_q, 1, {plan.batch + 1}, {1}, 4, false};
-  out[n++] = Region{"args.cu_seqlens_k", p.cu_seqlens_k, 1, {plan.batch + 1}, {1}, 4, false};
-  out[n++] = Region{"workspace", workspace, 1, {static_cast<int64_t>(needed)}, {1}, 1, true};
-  static_assert(sizeof tensors / sizeof tensors[0] + 8 == kMaxRunRegions, "regions listed above");
-  for (int i = 0; i < n; ++i) {
-    const Region& r = out[i];
-    if (r.base == nullptr || extent_bytes(r.dims, r.extents, r.strides, r.elem_bytes).ok()) continue;
-    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s of extents %s and %lld-byte elements spans more than 2^63-1 bytes",
-                r.name, dims_text(r.dims, r.extents).text, static_cast<long long>(r.elem_bytes));
-  }
-  *count = n;
-  return FLASHATTN_STATUS_SUCCESS;
+  out[n++] = Region{"args.alibi_slopes", p.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false};
+  out[n++] = Region{"args.cu_seqlens_q", p.cu_seqlens_q, 1, {plan.batch + 1}, {1}, 4, 4, false};
+  out[n++] = Region{"args.cu_seqlens_k", p.cu_seqlens_k, 1, {plan.batch + 1}, {1}, 4, 4, false};
+  const int64_t ws_align = plan.backend == FLASHATTN_BACKEND_CPU ? static_cast<int64_t>(kCpuWorkspaceAlignment) : 1;
+  out[n] = Region{"workspace", workspace, 1, {0}, {1}, 1, ws_align, true};
+  static_assert(sizeof tensors / sizeof tensors[0] + 8 == kRunRegions && kRunRegions <= kMaxRegions,
+                "the regions listed here");
 }
 
 template <class Args>
@@ -206,22 +179,10 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
                 p.cu_seqlens_q != nullptr ? "q" : "k");
   }
 
-  // Alignment to the element size.
-  const size_t es = dtype_size(plan.dtype);
-  const struct {
-    const void* ptr;
-    size_t align;
-    const char* name;
-  } ptrs[] = {{p.q, es, "args.q"},           {p.k, es, "args.k"},
-              {p.v, es, "args.v"},           {p.o, es, "args.o"},
-              {p.o_in, es, "args.o"},        {p.dout, es, "args.dout"},
-              {p.dq, es, "args.dq"},         {p.dk, es, "args.dk"},
-              {p.dv, es, "args.dv"},         {p.bias, es, "args.bias"},
-              {p.dbias, es, "args.dbias"},   {p.lse, 4, "args.lse"},
-              {p.lse_in, 4, "args.lse"},     {p.alibi_slopes, 4, "args.alibi_slopes"},
-              {p.cu_seqlens_q, 4, "args.cu_seqlens_q"}, {p.cu_seqlens_k, 4, "args.cu_seqlens_k"}};
-  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name, "its element size"));
-  if (cpu) FA_TRY(check_alignment(workspace, kCpuWorkspaceAlignment, "workspace", "required by the CPU backend"));
+  // Alignment: tensors to their element size, the workspace to the backend's requirement.
+  Region regions[kRunRegions];
+  run_regions(plan, p, workspace, regions);
+  for (const Region& r : regions) FA_TRY(check_alignment(r));
 
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
   for (int t = 0; t < n_tensors; ++t)
@@ -245,11 +206,11 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
                 workspace_bytes, needed);
 
-  // Nothing the run writes may share memory with anything else it reads or writes.
-  Region regions[kMaxRunRegions];
-  int n_regions = 0;
-  FA_TRY(run_regions(plan, p, workspace, needed, regions, &n_regions));
-  return check_no_overlap(regions, n_regions);
+  // Nothing the run writes may share memory with anything else it reads or writes; the
+  // workspace's region is the part a run touches.
+  regions[kWorkspaceRegion].extents[0] = static_cast<int64_t>(needed);
+  FA_TRY(check_extents(regions, kRunRegions));
+  return check_no_overlap(regions, kRunRegions);
 }
 
 }  // namespace
