@@ -270,7 +270,9 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t p
  * (batch stride ignored). Sequence b spans tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1]
  * (int32, batch+1 entries, passed in the run's args). LSE becomes [heads_q, total_q].
  * Positions i, j in masks, bias, ALiBi, block-sparse layouts and dropout are within the
- * sequence. Sequences may be empty. The plan's seqlen_q/k are the maximum lengths.
+ * sequence. Sequences may be empty. The plan's seqlen_q/k are the maximum lengths. The
+ * offsets may end before total_q/total_k: tokens past the last offset get O = 0,
+ * LSE = -inf and zero dQ, dK, dV.
  * @param plan The plan.
  * @param enabled Nonzero enables.
  * @param total_q Total query tokens (>= 0 when enabled).

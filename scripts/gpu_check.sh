@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The one script to run on a GPU machine: configure + build everything, run the GPU
-# tests, compute-sanitizer (memcheck, racecheck, synccheck) on a representative subset, and the
+# The one script to run on a GPU machine: configure + build everything, report each
+# kernel's registers, local memory (spills) and static shared memory, run the GPU tests
+# (also under smaller devices' shared-memory limits and on the sm_80 code), compute-sanitizer
+# (memcheck, racecheck, synccheck) on a representative subset or the whole GPU suite, and the
 # benchmark against PyTorch SDPA; copies logs/CSV/JSON/PNG to $OUT when set and prints a
-# summary table LAST.
+# summary table LAST. Works from a clean checkout (it configures its own build folder).
 #
 # usage: scripts/gpu_check.sh [quick|full]
 #   quick (default): bench --quick (bf16, d=64/128, seqlen 1k/4k/16k) + verification
@@ -11,22 +13,24 @@
 # Timing on one H100: quick ~2.5 min in all (build ~20 s with ninja -j16, GPU tests ~25 s,
 # sanitizers ~30 s, bench ~90 s). Measured per step group (2026-11-22, H100, fresh build
 # ~20 s each): STEPS=tests,sanitize-suite ~6 min (the slow GPU cases ~3.5 min of it);
-# STEPS=caps,sm80,sanitize ~4.5-6 min; STEPS=bench full, one dtype ~2.5 min. Everything in
-# one call is ~15 min, past a 10-minute device command: split it along these groups, and
-# log to a file under $OUT rather than piping through `tail` (a killed pipe returns nothing).
+# STEPS=caps,sm80,sanitize ~4.5-6 min; STEPS=bench full, one dtype ~2.5 min; the multi-tile
+# test_gpu cases added since take longer. Everything in one run is ~15 min: where a command
+# has a time limit, split it along these groups, and log to a file under $OUT rather than
+# piping through `tail` (a killed pipe returns nothing).
 # environment:
 #   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90a-real: the H100/H200 code)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
 #   JOBS                          parallel build jobs (default 16)
 #   SANITIZE_TESTS                Catch2 test spec of test_gpu cases to run under the
-#                                 sanitizers (default: two small ones, GQA/MQA with gen1 and
-#                                 the STANDARD algorithm with options; skipped if none match)
-#   BENCH_ARGS                    extra arguments for bench/bench_peers.py
+#                                 sanitizers (default: GQA/MQA, the STANDARD algorithm with
+#                                 options, and the deterministic backward over several tiles;
+#                                 skipped if none match)
+#   BENCH_ARGS                    extra arguments for bench/bench.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
 #   CTEST_ARGS                    extra arguments for ctest, split on spaces (e.g. -E long.sequences)
 #   STEPS                         comma-separated steps to run after the build (default all:
-#                                 tests,caps,sm80,sanitize,bench); e.g. STEPS=tests,caps,sanitize
-#                                 and STEPS=sm80,bench split a full check over two device calls;
+#                                 resources,tests,caps,sm80,sanitize,bench); e.g. STEPS=tests,caps,sanitize
+#                                 and STEPS=sm80,bench split a full check over two runs;
 #                                 STEPS=sanitize-suite runs the three compute-sanitizer tools over
 #                                 every non-slow GPU test case (not a default step)
 #   SMEM_CAPS                     FLASHATTN_CUDA_SMEM_LIMIT values of the caps step
@@ -41,11 +45,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90a-real}
 JOBS=${JOBS:-16}
-SANITIZE_TESTS=${SANITIZE_TESTS:-"gpu: GQA and MQA,gpu: STANDARD algorithm matches the reference"}
+SANITIZE_TESTS=${SANITIZE_TESTS:-"gpu: GQA and MQA,gpu: STANDARD algorithm matches the reference,gpu: deterministic backward over several tiles with masks and varlen"}
 LOGS=$BUILD/gpu-check
 mkdir -p "$LOGS"
 
-STEPS=${STEPS:-tests,caps,sm80,sanitize,bench}
+STEPS=${STEPS:-resources,tests,caps,sm80,sanitize,bench}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 SUMMARY=()   # "step|result|detail"
 FAILED=0
@@ -110,6 +114,37 @@ if [[ $BUILT == 1 && -f "$LIB" ]]; then
   fi
 fi
 
+# ---------------------------------------------------------------- resources
+# Registers, local memory (spill stores land there) and static shared memory of every
+# kernel in the library, per embedded architecture, from its cubins (no GPU needed):
+# resources.log lists them all, the summary the register maximum and the kernels that use
+# local memory. Compare it before and after a kernel change, next to the timings.
+if [[ $BUILT == 1 && -f "$LIB" ]] && want resources; then
+  CUOBJDUMP=$(command -v cuobjdump || echo "${CUDA_HOME:-/usr/local/cuda}/bin/cuobjdump")
+  DEMANGLE=(cat)
+  command -v c++filt >/dev/null 2>&1 && DEMANGLE=(c++filt)
+  if [[ -x "$CUOBJDUMP" ]] && "$CUOBJDUMP" --dump-resource-usage "$LIB" > "$LOGS/resources.raw" 2>&1; then
+    awk '/^arch = / { arch = $3 }
+         /^ Function / { name = substr($2, 1, length($2) - 1) }
+         /^  REG:/ { split($0, f, /[ :]+/)
+                     for (i = 1; i < length(f); i++) v[f[i]] = f[i + 1]
+                     printf "%-7s %4s %6s %7s %s\n", arch, v["REG"], v["LOCAL"], v["SHARED"], name }' \
+      "$LOGS/resources.raw" | "${DEMANGLE[@]}" | sort -u > "$LOGS/resources.body"
+    { printf '%-7s %4s %6s %7s %s\n' arch regs local shared kernel; cat "$LOGS/resources.body"; } |
+      tee "$LOGS/resources.log"
+    nkern=$(wc -l < "$LOGS/resources.body")
+    maxreg=$(awk 'BEGIN { m = 0 } $2 > m { m = $2 } END { print m }' "$LOGS/resources.body")
+    spills=$(awk '$3 > 0 { n++ } END { print n + 0 }' "$LOGS/resources.body")
+    if [[ $nkern == 0 ]]; then
+      record resources FAIL "no kernel found in $LIB (see resources.raw)"
+    else
+      record resources OK "$nkern kernel/arch pairs, max $maxreg registers, $spills with local memory (resources.log)"
+    fi
+  else
+    record resources SKIP "cuobjdump not found or failed (see resources.raw)"
+  fi
+fi
+
 # ---------------------------------------------------------------- tests
 ctest_counts() {  # "passed/failed/skipped of total" from a ctest log
   local log=$1 total failed skipped
@@ -144,14 +179,16 @@ fi
 # The GPU tests again with FLASHATTN_CUDA_SMEM_LIMIT capping the backward's opt-in shared
 # memory per block, so this GPU takes the kernel choices of smaller devices: 166912 = A100 /
 # sm_87 (1 stage at d=128/256), 101376 = sm_86/sm_89/sm_120 (small-tile variants). At
-# 101376 the head-dims case of test_gpu is left out: its d=200/256 backward is refused
-# there by design (no tile of the kernel fits 99 KB above d=192); test_gpu_smem covers
-# every head-dim config at that limit, that refusal included. The [slow] limit cases
-# (128k sequences, >2^31-element tensors) run once above, not again under each cap.
+# 101376 the test_gpu cases with a backward above d=192 (their names match $OVER_99KB) are
+# left out: that backward is refused there by design (no tile of the kernel fits 99 KB);
+# test_gpu_smem covers every head-dim config at that limit, that refusal included. The
+# [slow] limit cases (128k sequences, >2^31-element tensors) run once above, not again
+# under each cap.
+OVER_99KB="head dims 32 to 256|head dim 256"
 if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]] && want caps; then
   for cap in ${SMEM_CAPS:-166912 101376}; do
     excl=()
-    [[ $cap == 101376 ]] && excl=(-E "head dims 32 to 256")
+    [[ $cap == 101376 ]] && excl=(-E "$OVER_99KB")
     # shellcheck disable=SC2086
     if FLASHATTN_CUDA_SMEM_LIMIT=$cap logged "ctest_gpu_smem$cap" ctest --test-dir "$BUILD" -L gpu -LE slow \
         --output-on-failure --timeout 600 "${excl[@]}" ${CTEST_ARGS:-}; then
@@ -181,9 +218,9 @@ if [[ $BUILT == 1 && -z "${NO_TESTS:-}" ]] && want sm80; then
     for cap in none 101376; do
       # The limits cases test host-side sizes and faults, which do not depend on the code.
       excl=(-E "gpu limits")
-      [[ $cap == 101376 ]] && excl=(-E "gpu limits|head dims 32 to 256")
+      [[ $cap == 101376 ]] && excl=(-E "gpu limits|$OVER_99KB")
       envs=()
-      [[ $cap != none ]] && envs=(FLASHATTN_CUDA_SMEM_LIMIT=$cap)
+      [[ $cap != none ]] && envs=("FLASHATTN_CUDA_SMEM_LIMIT=$cap")
       # shellcheck disable=SC2086
       if logged "ctest_sm80_$cap" env "${envs[@]}" ctest --test-dir "$B80" -L gpu -LE slow --output-on-failure \
           --timeout 900 "${excl[@]}" ${CTEST_ARGS:-}; then
@@ -326,9 +363,10 @@ if ! want bench; then
 elif [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
   QUICK=(--quick)
   [[ $MODE == full ]] && QUICK=()
+  mkdir -p "$BENCH_OUT"
   # shellcheck disable=SC2086
-  if logged bench python3 "$ROOT/bench/bench_peers.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
-      ${BENCH_ARGS:-}; then
+  if logged bench python3 "$ROOT/bench/bench.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
+      --record "$BENCH_OUT/sweep.csv" ${BENCH_ARGS:-}; then
     record bench OK "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //')"
   else
     record bench FAIL "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //') (see bench.log)"
@@ -342,7 +380,7 @@ summary() {
   echo "================================ gpu_check summary ($MODE) ================================"
   if [[ -f "$LOGS/bench.log" ]]; then
     # The bench's own compact tables (verification failures, memory, sparse, TFLOP/s).
-    sed -n '/^==== bench_peers results/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
+    sed -n '/^==== bench results/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
     echo
   fi
   printf '%-34s %-5s %s\n' STEP RESULT DETAIL

@@ -11,8 +11,9 @@ if [[ "${1:-}" != "--minimal" ]]; then
   # catch2: tests; doxygen: docs; abigail-tools: ABI check; dpkg-dev, file, lintian:
   # Debian packages (CPack's shlibdeps) and their check; python3-*: the Python binding.
   packages+=(catch2 doxygen abigail-tools dpkg-dev file lintian python3 python3-numpy python3-pytest)
-  # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan.
-  packages+=(clang libclang-rt-14-dev)
+  # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan;
+  # clang-format-14: the format check (scripts/check_format.sh).
+  packages+=(clang libclang-rt-14-dev clang-format-14)
 fi
 
 missing=()

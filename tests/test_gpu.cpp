@@ -49,6 +49,78 @@ void gpu_check(const Config& c) {
   CHECK(lse_mismatch == 0);
 }
 
+// Runs the deterministic backward of c twice: bitwise the same gradients, and right.
+void gpu_check_deterministic(Config c) {
+  c.deterministic = true;
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+  INFO(describe(c) << " " << a.error << " " << b.error);
+  require_same_bits(a, b);
+  check_against_reference(p, a, kGpuTolerance);
+}
+
+// Causal masks in both alignments on square, wide and tall problems and two sliding windows
+// (one with GQA), at head dim d over several q- and k-blocks.
+void masks_over_tiles(int64_t d, uint64_t seed) {
+  const int64_t shapes[][2] = {{300, 300}, {200, 333}, {333, 200}};
+  for (const auto& s : shapes)
+    for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) {
+      ++seed;
+      Config c = gbase("gpu tiles causal", s[0], s[1], d, kGpuDtypes[seed % 2], seed);
+      c.band = true;
+      c.align = align;
+      c.wr = 0;
+      gpu_check(c);
+    }
+  Config c = gbase("gpu tiles window (70, 13) bottom-right GQA", 400, 450, d, FLASHATTN_DTYPE_BF16, ++seed);
+  c.hq = 4;
+  c.hkv = 2;
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wl = 70;
+  c.wr = 13;
+  gpu_check(c);
+  c = gbase("gpu tiles window (100, -1)", 400, 450, d, FLASHATTN_DTYPE_FP16, ++seed);
+  c.band = true;
+  c.wl = 100;
+  gpu_check(c);
+}
+
+// Softcap, a bias tensor whose rows the forward stages in shared memory (seqlen_k a multiple
+// of 8), ALiBi in both forms and dropout, at head dim d over several tiles.
+void options_over_tiles(int64_t d, uint64_t seed) {
+  Config c = gbase("gpu tiles softcap", 260, 300, d, FLASHATTN_DTYPE_BF16, ++seed);
+  c.softcap = 5.f;
+  c.scale = 0.3f;
+  gpu_check(c);
+  c = gbase("gpu tiles bias causal", 150, 192, d, FLASHATTN_DTYPE_FP16, ++seed);
+  c.bias = FLASHATTN_BIAS_TENSOR;
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wr = 0;
+  gpu_check(c);
+  c = gbase("gpu tiles alibi causal GQA", 300, 280, d, FLASHATTN_DTYPE_BF16, ++seed);
+  c.hq = 4;
+  c.hkv = 2;
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wr = 0;
+  gpu_check(c);
+  c = gbase("gpu tiles alibi symmetric", 130, 200, d, FLASHATTN_DTYPE_FP16, ++seed);
+  c.bias = FLASHATTN_BIAS_ALIBI_SYMMETRIC;
+  gpu_check(c);
+  c = gbase("gpu tiles dropout causal GQA", 257, 383, d, FLASHATTN_DTYPE_FP16, ++seed);
+  c.hq = 4;
+  c.hkv = 2;
+  c.p_drop = 0.17f;
+  c.seed = 21;
+  c.band = true;
+  c.wr = 0;
+  gpu_check(c);
+}
+
 }  // namespace
 
 TEST_CASE("gpu: dense attention on awkward lengths", "[gpu][fwd][bwd]") {
@@ -220,6 +292,27 @@ TEST_CASE("gpu: variable-length sequences including empty ones", "[gpu][fwd][bwd
     }
 }
 
+TEST_CASE("gpu: varlen tokens past the last offset are zero (O, gradients) and -inf (LSE)", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 3650;
+  for (int64_t d : {64, 128, 256})
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu varlen uncovered tail", 1, 1, d, t, ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.seqlens_q = {70, 200, 90, 0};
+      c.seqlens_k = {130, 33, 0, 150};
+      c.unannounced_tail = 2;
+      c.band = d == 128;
+      c.wr = 0;
+      gpu_check(c);
+      if (d == 64) {
+        c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+        gpu_check(c);
+      }
+    }
+}
+
 TEST_CASE("gpu: strided layouts", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
   uint64_t seed = 3700;
@@ -336,15 +429,9 @@ TEST_CASE("gpu: deterministic backward is bitwise reproducible", "[gpu][bwd]") {
     c.batch = 2;
     c.hq = 8;
     c.hkv = 2;
-    c.deterministic = true;
     c.bias = FLASHATTN_BIAS_TENSOR;
     c.bias_bcast[0] = c.bias_bcast[1] = true;  // dBias summed over batch and heads
-    const Problem p = make_problem(c);
-    DeviceMem dev;
-    const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
-    INFO(describe(c) << " " << a.error << " " << b.error);
-    require_same_bits(a, b);
-    check_against_reference(p, a, kGpuTolerance);
+    gpu_check_deterministic(c);
   }
 }
 
@@ -370,6 +457,127 @@ TEST_CASE("gpu: STANDARD algorithm matches the reference", "[gpu][fwd][bwd]") {
     c.dv = 24;
     gpu_check(c);
   }
+}
+
+// The cases above keep most problems within one or two tiles, and their masks and options at
+// head dim 64. The cases below run every kernel configuration over several q- and k-blocks
+// (the tile loops, prefetch stages and dQ reduction paths differ by head dim), with masks
+// and options at the large head dims. Cases with a head dim of 256 carry "head dim 256" in
+// their names: a GPU with 99 KB of shared memory per block refuses that backward by design,
+// and scripts/gpu_check.sh leaves them out under that limit.
+
+TEST_CASE("gpu: head dims 32 to 192 over several q- and k-blocks", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  const int64_t dims[][2] = {{32, 32}, {64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}};
+  uint64_t seed = 4400;
+  for (const auto& d : dims)
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu tiles", 197, 261, d[0], t, ++seed);
+      c.dv = d[1];
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("gpu: masks and options at head dims 128 and 192 over several tiles", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  masks_over_tiles(128, 4450);
+  options_over_tiles(128, 4500);
+  Config c = gbase("gpu tiles dqk 192 dv 128 causal softcap", 333, 333, 192, FLASHATTN_DTYPE_BF16, 4550);
+  c.dv = 128;
+  c.hq = 6;
+  c.hkv = 3;
+  c.band = true;
+  c.wr = 0;
+  c.softcap = 20.f;
+  gpu_check(c);
+}
+
+TEST_CASE("gpu: head dim 256 over several tiles with masks and options", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 4600;
+  for (flashattn_dtype_t t : kGpuDtypes) gpu_check(gbase("gpu tiles d256", 197, 261, 256, t, ++seed));
+  masks_over_tiles(256, 4610);
+  options_over_tiles(256, 4650);
+  Config c = gbase("gpu tiles d256 deterministic varlen", 1, 1, 256, FLASHATTN_DTYPE_BF16, 4690);
+  c.seqlens_q = {50, 129, 1};
+  c.seqlens_k = {300, 129, 64};
+  gpu_check_deterministic(c);
+}
+
+TEST_CASE("gpu: block-sparse layouts with many lookups per tile and long skipped runs", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  struct S {
+    int64_t sq, sk, d, bq, bk, heads;
+    double density;
+    bool causal;
+    float p_drop;
+  };
+  // 4x4 blocks: more than 32 layout lookups per tile; density 0.03 over 2100 keys: runs of
+  // dozens of skipped tiles; 48x40: blocks that cut every tile.
+  const S cases[] = {{200, 300, 64, 4, 4, 1, 0.7, false, 0.f},       {256, 2100, 128, 128, 64, 1, 0.03, false, 0.f},
+                     {256, 2100, 32, 128, 32, 1, 0.03, true, 0.f},   {512, 640, 64, 48, 40, 1, 0.5, true, 0.1f},
+                     {512, 640, 128, 128, 64, 4, 0.5, false, 0.f}};
+  uint64_t seed = 4700;
+  for (const S& s : cases) {
+    ++seed;
+    Config c = gbase("gpu tiles sparse", s.sq, s.sk, s.d, kGpuDtypes[seed % 2], seed);
+    c.hq = 4;
+    c.hkv = 2;
+    c.sparse = true;
+    c.block_q = s.bq;
+    c.block_k = s.bk;
+    c.layout_heads = s.heads;
+    c.density = s.density;
+    if (s.causal) {
+      c.band = true;
+      c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+      c.wr = 0;
+    }
+    if (s.p_drop > 0) {
+      c.p_drop = s.p_drop;
+      c.seed = 17;
+    }
+    gpu_check(c);
+  }
+}
+
+TEST_CASE("gpu: deterministic backward over several tiles with masks and varlen", "[gpu][bwd]") {
+  REQUIRE_GPU();
+  Config c = gbase("gpu tiles deterministic causal", 300, 300, 128, FLASHATTN_DTYPE_BF16, 4800);
+  c.band = true;
+  c.wr = 0;
+  gpu_check_deterministic(c);
+  c = gbase("gpu tiles deterministic MQA", 257, 257, 64, FLASHATTN_DTYPE_FP16, 4801);
+  c.hq = 4;
+  c.hkv = 1;
+  gpu_check_deterministic(c);
+  c = gbase("gpu tiles deterministic block-sparse causal", 256, 256, 64, FLASHATTN_DTYPE_BF16, 4802);
+  c.sparse = true;
+  c.block_q = c.block_k = 64;
+  c.band = true;
+  c.wr = 0;
+  gpu_check_deterministic(c);
+  c = gbase("gpu tiles deterministic varlen bias(batch, queries) dropout", 1, 1, 64, FLASHATTN_DTYPE_FP16, 4803);
+  c.seqlens_q = {50, 0, 70};
+  c.seqlens_k = {64, 10, 30};
+  c.hq = 4;
+  c.hkv = 2;
+  c.bias = FLASHATTN_BIAS_TENSOR;
+  c.bias_bcast[0] = c.bias_bcast[2] = true;  // dBias summed over batch and queries
+  c.p_drop = 0.1f;
+  c.seed = 4;
+  gpu_check_deterministic(c);
+}
+
+TEST_CASE("gpu: forward without an LSE output", "[gpu][fwd]") {
+  REQUIRE_GPU();
+  Config c = gbase("gpu no LSE", 260, 300, 128, FLASHATTN_DTYPE_BF16, 4900);
+  c.layout = Layout::Padded;
+  c.band = true;
+  c.wr = 0;
+  c.with_lse = false;
+  c.backward = false;
+  gpu_check(c);
 }
 
 TEST_CASE("gpu: long sequences", "[gpu][fwd][bwd][slow]") {

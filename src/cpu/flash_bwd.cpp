@@ -1,7 +1,7 @@
 // Tiled FlashAttention backward by recomputation (no N x N buffer).
 //
 // With P = exp(S - LSE) recomputed per tile, Z = dropout(P) (multipliers D), and
-// Delta_i = rowsum(dO_i * O_i) (= rowsum(Z * dZ), see fwd-bwd-derivation.md):
+// Delta_i = rowsum(dO_i * O_i) (= rowsum(Z * dZ), since O_i = sum_j Z_ij V_j):
 //   dV = Z^T dO,  dZ = dO V^T,  dS = P * (dZ * D - Delta),
 //   dS_raw = dS * (1 - tanh^2) with softcap,  dQ = scale dS_raw K,  dK = scale dS_raw^T Q,
 //   dBias = dS (summed over broadcast dims).

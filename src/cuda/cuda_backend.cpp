@@ -244,12 +244,14 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
       return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p belongs to CUDA device %d; the plan runs on device %d",
                   static_cast<void*>(st), stream_device, device);
   }
-  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {
-    return p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
-                                    : standard_fwd(p, workspace, workspace_bytes, st);
-  }
-  return p.direction == kBackward ? gen1_bwd(p, workspace, workspace_bytes, st)
-                                  : gen1_fwd(p, workspace, workspace_bytes, st);
+  flashattn_status_t s;
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
+    s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
+                                 : standard_fwd(p, workspace, workspace_bytes, st);
+  else
+    s = p.direction == kBackward ? gen1_bwd(p, workspace, workspace_bytes, st)
+                                 : gen1_fwd(p, workspace, workspace_bytes, st);
+  return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 
 }  // namespace flashattn

@@ -5,7 +5,7 @@
 // ones are also run with real buffers.
 //
 // A shadow copy of the documented plan semantics follows every setter that succeeded, so
-// each run can be checked against the fp64 reference (src/reference/reference.hpp). Checked on
+// each run can be checked against the fp64 reference (reference/reference.hpp). Checked on
 // every call:
 //  - the status is a documented value, and the message is set exactly when it fails;
 //  - a failing run writes nothing: every output buffer (padding included) keeps its poison;

@@ -1,4 +1,4 @@
-# Reliability tests (issue 5): concurrency (run under TSan by the `tsan` preset) and the
+# Reliability tests: concurrency (run under TSan by the `tsan` preset) and the
 # bounded libFuzzer run. Included from tests/CMakeLists.txt.
 add_executable(test_concurrency ${CMAKE_CURRENT_LIST_DIR}/concurrency.cpp)
 target_link_libraries(test_concurrency PRIVATE flashattn::flashattn Threads::Threads)
