@@ -13,7 +13,7 @@ namespace {
 using Wide = __int128;  // offsets and their differences, free of overflow
 
 Wide floor_div(Wide a, Wide b) { return a / b - ((a % b != 0 && a < 0) ? 1 : 0); }  // b > 0
-Wide ceil_div(Wide a, Wide b) { return a / b + ((a % b != 0 && a > 0) ? 1 : 0); }    // b > 0
+Wide ceil_div(Wide a, Wide b) { return a / b + ((a % b != 0 && a > 0) ? 1 : 0); }   // b > 0
 
 // The set {sum_k j_k * stride_k : lo_k <= j_k <= hi_k}: the differences between element
 // offsets of two arrays with the same strides. Dimensions sorted by decreasing stride;
@@ -75,8 +75,8 @@ bool same_layout(const Region& a, const Region& b) {
 // Whether a and b (non-empty, extents ok) may share a byte.
 bool may_overlap(const Region& a, const Region& b, int64_t a_bytes, int64_t b_bytes) {
   const uintptr_t pa = reinterpret_cast<uintptr_t>(a.base), pb = reinterpret_cast<uintptr_t>(b.base);
-  const bool ranges_meet = pb >= pa ? pb - pa < static_cast<uintptr_t>(a_bytes)
-                                    : pa - pb < static_cast<uintptr_t>(b_bytes);
+  const bool ranges_meet =
+      pb >= pa ? pb - pa < static_cast<uintptr_t>(a_bytes) : pa - pb < static_cast<uintptr_t>(b_bytes);
   if (!ranges_meet) return false;
   const Wide delta_bytes = static_cast<Wide>(pb) - static_cast<Wide>(pa);
   if (!same_layout(a, b) || delta_bytes % a.elem_bytes != 0) return true;
@@ -136,8 +136,8 @@ flashattn_status_t check_no_overlap(const Region* regions, int count) {
       return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                   "%s=%p (%lld bytes) overlaps %s=%p (%lld bytes): memory a run writes must not be shared with "
                   "any other argument",
-                  regions[w].name, regions[w].base, static_cast<long long>(bytes[w]), regions[o].name,
-                  regions[o].base, static_cast<long long>(bytes[o]));
+                  regions[w].name, regions[w].base, static_cast<long long>(bytes[w]), regions[o].name, regions[o].base,
+                  static_cast<long long>(bytes[o]));
     }
   }
   return FLASHATTN_STATUS_SUCCESS;

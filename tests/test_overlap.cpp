@@ -93,7 +93,9 @@ struct Arena {
     if (varlen) a.cu_seqlens_q = cuq.data(), a.cu_seqlens_k = cuk.data();
     return a;
   }
-  flashattn_fwd_args_t fwd_args(bool bias = false) { return common_args<flashattn_fwd_args_t>(FLASHATTN_FWD_ARGS_INIT, bias); }
+  flashattn_fwd_args_t fwd_args(bool bias = false) {
+    return common_args<flashattn_fwd_args_t>(FLASHATTN_FWD_ARGS_INIT, bias);
+  }
   flashattn_bwd_args_t bwd_args(bool bias = false) {
     flashattn_bwd_args_t a = common_args<flashattn_bwd_args_t>(FLASHATTN_BWD_ARGS_INIT, bias);
     a.dout = at("dout");
@@ -103,8 +105,12 @@ struct Arena {
     if (bias) a.dbias = at("dbias");
     return a;
   }
-  flashattn_status_t fwd(const flashattn_fwd_args_t& a) { return flashattn_fwd(plan, &a, at("workspace"), ws_fwd, nullptr); }
-  flashattn_status_t bwd(const flashattn_bwd_args_t& a) { return flashattn_bwd(plan, &a, at("workspace"), ws_bwd, nullptr); }
+  flashattn_status_t fwd(const flashattn_fwd_args_t& a) {
+    return flashattn_fwd(plan, &a, at("workspace"), ws_fwd, nullptr);
+  }
+  flashattn_status_t bwd(const flashattn_bwd_args_t& a) {
+    return flashattn_bwd(plan, &a, at("workspace"), ws_bwd, nullptr);
+  }
 };
 
 // The run is refused with INVALID_ARGUMENT, the message names both arguments, and the
@@ -146,8 +152,7 @@ TEST_CASE("overlap: forward outputs that overlap an input or each other are refu
       const char* out;   // argument moved
       const char* onto;  // argument whose bytes it is moved onto
       int64_t shift;     // floats past the start of `onto` (negative: before it)
-    } cases[] = {{"o", "k", 0},   {"o", "q", 4},    {"o", "v", -4}, {"o", "lse", 0},
-                 {"lse", "q", 0}, {"lse", "o", 8}};
+    } cases[] = {{"o", "k", 0}, {"o", "q", 4}, {"o", "v", -4}, {"o", "lse", 0}, {"lse", "q", 0}, {"lse", "o", 8}};
     for (const Case& c : cases) {
       flashattn_fwd_args_t args = a.fwd_args();
       Spot spot(a, c.onto, c.shift);
@@ -159,12 +164,14 @@ TEST_CASE("overlap: forward outputs that overlap an input or each other are refu
       if (onto == "lse") args.lse = spot.target;
       if (out == "o") args.o = spot.output;
       if (out == "lse") args.lse = spot.output;
-      expect_refused(a, [&] { return a.fwd(args); }, "args." + out, "args." + onto, spot.buf);
+      expect_refused(
+          a, [&] { return a.fwd(args); }, "args." + out, "args." + onto, spot.buf);
     }
     // One shared element at the end of k is enough.
     flashattn_fwd_args_t args = a.fwd_args();
     args.o = a.end("k") - 1;
-    expect_refused(a, [&] { return a.fwd(args); }, "args.o", "args.k");
+    expect_refused(
+        a, [&] { return a.fwd(args); }, "args.o", "args.k");
   }
 }
 
@@ -177,8 +184,8 @@ TEST_CASE("overlap: backward gradients that overlap an input or each other are r
       const char* out;
       const char* onto;
       int64_t shift;
-    } cases[] = {{"dq", "k", 0},  {"dk", "q", 0},  {"dv", "dout", 0}, {"dq", "dk", 0},  {"dk", "dv", 4},
-                 {"dv", "dq", 8}, {"dq", "lse", 0}, {"dq", "o", -4},  {"dk", "v", 12}};
+    } cases[] = {{"dq", "k", 0},  {"dk", "q", 0},   {"dv", "dout", 0}, {"dq", "dk", 0}, {"dk", "dv", 4},
+                 {"dv", "dq", 8}, {"dq", "lse", 0}, {"dq", "o", -4},   {"dk", "v", 12}};
     for (const Case& c : cases) {
       flashattn_bwd_args_t args = a.bwd_args();
       Spot spot(a, c.onto, c.shift);
@@ -187,7 +194,7 @@ TEST_CASE("overlap: backward gradients that overlap an input or each other are r
         const char* name;
         const void** in;
         void** out;
-      } slots[] = {{"q", &args.q, nullptr},   {"k", &args.k, nullptr},     {"v", &args.v, nullptr},
+      } slots[] = {{"q", &args.q, nullptr},   {"k", &args.k, nullptr},       {"v", &args.v, nullptr},
                    {"o", &args.o, nullptr},   {"dout", &args.dout, nullptr}, {"dq", nullptr, &args.dq},
                    {"dk", nullptr, &args.dk}, {"dv", nullptr, &args.dv}};
       for (const auto& sl : slots) {
@@ -195,7 +202,8 @@ TEST_CASE("overlap: backward gradients that overlap an input or each other are r
         if (out == sl.name) *sl.out = spot.output;
       }
       if (onto == "lse") args.lse = spot.target;
-      expect_refused(a, [&] { return a.bwd(args); }, "args." + out, "args." + onto, spot.buf);
+      expect_refused(
+          a, [&] { return a.bwd(args); }, "args." + out, "args." + onto, spot.buf);
     }
   }
 }
@@ -204,11 +212,13 @@ TEST_CASE("overlap: the workspace may not overlap any argument", "[overlap][fwd]
   Arena a(FLASHATTN_ALGORITHM_STANDARD);
   REQUIRE(a.ws_fwd > 0);
   const flashattn_fwd_args_t f = a.fwd_args();
-  expect_refused(a, [&] { return flashattn_fwd(a.plan, &f, a.at("o"), a.ws_fwd, nullptr); }, "workspace", "args.o");
-  expect_refused(a, [&] { return flashattn_fwd(a.plan, &f, a.at("q", 4), a.ws_fwd, nullptr); }, "workspace", "args.q");
+  expect_refused(
+      a, [&] { return flashattn_fwd(a.plan, &f, a.at("o"), a.ws_fwd, nullptr); }, "workspace", "args.o");
+  expect_refused(
+      a, [&] { return flashattn_fwd(a.plan, &f, a.at("q", 4), a.ws_fwd, nullptr); }, "workspace", "args.q");
   const flashattn_bwd_args_t b = a.bwd_args();
-  expect_refused(a, [&] { return flashattn_bwd(a.plan, &b, a.at("dout"), a.ws_bwd, nullptr); }, "workspace",
-                 "args.dout");
+  expect_refused(
+      a, [&] { return flashattn_bwd(a.plan, &b, a.at("dout"), a.ws_bwd, nullptr); }, "workspace", "args.dout");
 }
 
 TEST_CASE("overlap: dbias may not overlap the bias or the gradients", "[overlap][bwd]") {
@@ -216,10 +226,12 @@ TEST_CASE("overlap: dbias may not overlap the bias or the gradients", "[overlap]
   REQUIRE(a.bwd(a.bwd_args(true)) == FLASHATTN_STATUS_SUCCESS);
   flashattn_bwd_args_t args = a.bwd_args(true);
   args.dbias = a.at("bias", 4);
-  expect_refused(a, [&] { return a.bwd(args); }, "args.dbias", "args.bias");
+  expect_refused(
+      a, [&] { return a.bwd(args); }, "args.dbias", "args.bias");
   args = a.bwd_args(true);
   args.dbias = a.at("dv");
-  expect_refused(a, [&] { return a.bwd(args); }, "args.dbias", "args.dv");
+  expect_refused(
+      a, [&] { return a.bwd(args); }, "args.dbias", "args.dv");
 }
 
 TEST_CASE("overlap: varlen extents cover every packed token and the offsets", "[overlap][varlen]") {
@@ -228,15 +240,18 @@ TEST_CASE("overlap: varlen extents cover every packed token and the offsets", "[
   // Token 6 of k is past cu_seqlens_k[batch] = 6 (no sequence reads it) but is part of k.
   flashattn_bwd_args_t args = a.bwd_args();
   args.dq = a.end("k") - kDqk;
-  expect_refused(a, [&] { return a.bwd(args); }, "args.dq", "args.k");
+  expect_refused(
+      a, [&] { return a.bwd(args); }, "args.dq", "args.k");
   // dk covers every packed token too: the backward zeroes the uncovered one.
   args = a.bwd_args();
   args.dk = a.end("dq") - 4;
-  expect_refused(a, [&] { return a.bwd(args); }, "args.dk", "args.dq");
+  expect_refused(
+      a, [&] { return a.bwd(args); }, "args.dk", "args.dq");
   // The offsets themselves are inputs.
   args = a.bwd_args();
   args.dv = reinterpret_cast<float*>(a.cuk.data());
-  expect_refused(a, [&] { return a.bwd(args); }, "args.dv", "args.cu_seqlens_k");
+  expect_refused(
+      a, [&] { return a.bwd(args); }, "args.dv", "args.cu_seqlens_k");
 }
 
 TEST_CASE("overlap: inputs may alias each other and buffers may touch", "[overlap][fwd][bwd]") {
@@ -265,8 +280,8 @@ TEST_CASE("overlap: inputs may alias each other and buffers may touch", "[overla
 TEST_CASE("overlap: dQ, dK, dV interleaved in one packed dQKV buffer", "[overlap][bwd]") {
   const int64_t b = 2, s = 6, h = 2, d = 8;
   const int64_t packed[4] = {s * 3 * h * d, 3 * h * d, d, 1};
-  std::vector<float> qkv(static_cast<size_t>(b * s * 3 * h * d)), o(static_cast<size_t>(b * s * h * d)),
-      dout(o.size()), lse(static_cast<size_t>(b * h * s));
+  std::vector<float> qkv(static_cast<size_t>(b * s * 3 * h * d)), o(static_cast<size_t>(b * s * h * d)), dout(o.size()),
+      lse(static_cast<size_t>(b * h * s));
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   for (float& x : qkv) x = nd(rng);
