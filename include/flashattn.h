@@ -66,9 +66,9 @@ extern "C" {
  */
 typedef enum flashattn_status_t {
   FLASHATTN_STATUS_SUCCESS = 0,                /**< The call succeeded. */
-  FLASHATTN_STATUS_INVALID_ARGUMENT = 100,     /**< An argument is invalid (generic). */
+  FLASHATTN_STATUS_INVALID_ARGUMENT = 100,     /**< An argument is invalid (generic), or memory a run writes overlaps another argument. */
   FLASHATTN_STATUS_NULL_POINTER = 101,         /**< A required pointer is NULL. */
-  FLASHATTN_STATUS_INVALID_SHAPE = 102,        /**< A dimension is zero, negative or too large. */
+  FLASHATTN_STATUS_INVALID_SHAPE = 102,        /**< A dimension is zero, negative or too large, or a size derived from the shape exceeds 2^63-1 bytes. */
   FLASHATTN_STATUS_INVALID_HEADS = 103,        /**< heads_q is not a multiple of heads_kv. */
   FLASHATTN_STATUS_INVALID_STRIDE = 104,       /**< A stride is negative, not last-dim contiguous, or makes an output alias itself. */
   FLASHATTN_STATUS_INVALID_ENUM = 105,         /**< An enum argument has an unknown value. */
@@ -79,7 +79,7 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
   FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
   FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
-  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA). */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA), or a CPU workspace to 16 bytes. */
   FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
   FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
@@ -213,7 +213,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t pla
  * @param heads_kv Key/value heads, >= 1, dividing heads_q (MHA, GQA, MQA).
  * @param head_dim_qk Head dimension of Q and K, 1..FLASHATTN_MAX_HEAD_DIM.
  * @param head_dim_v Head dimension of V and O, 1..FLASHATTN_MAX_HEAD_DIM.
- * @return SUCCESS; NULL_POINTER; INVALID_SHAPE; INVALID_HEADS; INVALID_LAYOUT (a
+ * @return SUCCESS; NULL_POINTER; INVALID_SHAPE (also when Q, K, V, O or a bias tensor of
+ *         the shape would exceed 2^63-1 bytes in fp32); INVALID_HEADS; INVALID_LAYOUT (a
  *         block-sparse layout already set does not fit the new shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
@@ -234,11 +235,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan,
  * Default: contiguous BSHD. BHSD and others are just other strides. The dim stride must
  * be 1; the others must be >= 0, and for outputs (O, dQ, dK, dV) no two distinct
  * elements may share an address. In varlen mode the batch stride is ignored and the
- * seq stride steps through packed tokens. Checked against the shape at each run.
+ * seq stride steps through packed tokens. Checked against the shape at each run, in
+ * bytes of the plan's dtype: the tensor's extent must not exceed 2^63-1 bytes.
  * @param plan The plan (shape must be set).
  * @param tensor Which tensor.
  * @param strides Host array of 4 strides.
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE;
+ *         INVALID_SHAPE (varlen: the packed tensor itself exceeds 2^63-1 bytes).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_strides(flashattn_plan_t plan, flashattn_tensor_t tensor,
                                                             const int64_t strides[4]);
@@ -435,8 +438,9 @@ typedef enum flashattn_pass_t {
  * @brief Workspace bytes a pass needs with the plan's current configuration (may be 0).
  * @param plan The plan (shape must be set).
  * @param pass FORWARD or BACKWARD.
- * @param[out] bytes Receives the size in bytes.
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE; INVALID_LAYOUT.
+ * @param[out] bytes Receives the size in bytes (at most 2^63-1).
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE; INVALID_LAYOUT;
+ *         INVALID_SHAPE (the size would exceed 2^63-1 bytes).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
                                                                    size_t* bytes);
@@ -494,15 +498,24 @@ typedef struct flashattn_bwd_args_t {
  *
  * All checks run before anything is written. CUDA: asynchronous on stream, no
  * allocation, no host synchronization. CPU: synchronous, multithreaded; stream must be NULL.
+ *
+ * Memory the run writes (O, LSE, dQ, dK, dV, dBias, the workspace) must not share a byte
+ * with any other argument; inputs may alias each other. Tensors interleaved in one buffer
+ * (dQ, dK, dV in a packed [B, S, 3, H, D] buffer) are accepted when they have the same
+ * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
+ * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
- *        NULL if that size is 0.
+ *        NULL if that size is 0. CPU: 16-byte aligned (what malloc returns; 64 is fastest);
+ *        CUDA: any address (the queried size includes the slack to align inside it).
  * @param workspace_bytes Size of workspace.
  * @param stream CUDA stream (cudaStream_t) or NULL for the default stream; must be NULL for CPU.
  * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_STRIDE;
+ *         INVALID_SHAPE (a tensor, LSE or workspace size beyond 2^63-1 bytes);
  *         INVALID_SEQLENS; MISALIGNED_POINTER; WORKSPACE_TOO_SMALL; INCOMPATIBLE_OPTIONS;
- *         INVALID_ARGUMENT (a stream on CPU, or a stream of another device than the plan's);
+ *         INVALID_ARGUMENT (a stream on CPU, a stream of another device than the plan's,
+ *         or overlapping arguments);
  *         NOT_SUPPORTED; HEAD_DIM_NOT_SUPPORTED; DTYPE_NOT_SUPPORTED; LIBRARY_UNAVAILABLE;
  *         OUT_OF_MEMORY; CUDA_ERROR; LAUNCH_FAILED; WRONG_MEMORY_SPACE (host memory on CUDA;
  *         on CPU, device memory, detected once the process has loaded the CUDA driver).
@@ -518,7 +531,7 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
  * rows get zero gradients. Same checks, threading and stream rules as ::flashattn_fwd.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
- * @param workspace Scratch of at least the queried BACKWARD size.
+ * @param workspace Scratch of at least the queried BACKWARD size, aligned as for ::flashattn_fwd.
  * @param workspace_bytes Size of workspace.
  * @param stream CUDA stream or NULL.
  * @return As ::flashattn_fwd.

@@ -189,17 +189,30 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
     if (heads_q % heads_kv != 0)
       return fail(FLASHATTN_STATUS_INVALID_HEADS, "heads_q=%lld is not a multiple of heads_kv=%lld",
                   static_cast<long long>(heads_q), static_cast<long long>(heads_kv));
-    // Element counts of every tensor (and the bias) must fit comfortably in int64.
-    const double biggest = static_cast<double>(batch) * static_cast<double>(seqlen_q > seqlen_k ? seqlen_q : seqlen_k) *
-                           static_cast<double>(heads_q) *
-                           static_cast<double>(head_dim_qk > head_dim_v ? head_dim_qk : head_dim_v);
-    const double bias_elems = static_cast<double>(batch) * static_cast<double>(heads_q) *
-                              static_cast<double>(seqlen_q) * static_cast<double>(seqlen_k);
-    if (biggest > 4.0e18 || bias_elems > 4.0e18)
-      return fail(FLASHATTN_STATUS_INVALID_SHAPE,
-                  "shape batch=%lld seqlen_q=%lld seqlen_k=%lld heads_q=%lld is too large for 64-bit offsets",
-                  static_cast<long long>(batch), static_cast<long long>(seqlen_q), static_cast<long long>(seqlen_k),
-                  static_cast<long long>(heads_q));
+    // Byte sizes of every tensor and of a bias tensor must fit in int64 in the largest
+    // dtype (fp32), so that no later dtype, stride or workspace computation starts from a
+    // count that is already out of range.
+    const int64_t kMaxElemBytes = 4;
+    const struct {
+      flashattn::CheckedSize bytes;
+      const char* what;
+      int64_t a, b, c, d;
+    } sizes[] = {{flashattn::checked_product(batch, seqlen_q, heads_q, head_dim_qk, kMaxElemBytes),
+                  "q (batch x seqlen_q x heads_q x head_dim_qk)", batch, seqlen_q, heads_q, head_dim_qk},
+                 {flashattn::checked_product(batch, seqlen_q, heads_q, head_dim_v, kMaxElemBytes),
+                  "o (batch x seqlen_q x heads_q x head_dim_v)", batch, seqlen_q, heads_q, head_dim_v},
+                 {flashattn::checked_product(batch, seqlen_k, heads_kv, head_dim_qk, kMaxElemBytes),
+                  "k (batch x seqlen_k x heads_kv x head_dim_qk)", batch, seqlen_k, heads_kv, head_dim_qk},
+                 {flashattn::checked_product(batch, seqlen_k, heads_kv, head_dim_v, kMaxElemBytes),
+                  "v (batch x seqlen_k x heads_kv x head_dim_v)", batch, seqlen_k, heads_kv, head_dim_v},
+                 {flashattn::checked_product(batch, heads_q, seqlen_q, seqlen_k, kMaxElemBytes),
+                  "the bias (batch x heads_q x seqlen_q x seqlen_k)", batch, heads_q, seqlen_q, seqlen_k}};
+    for (const auto& z : sizes)
+      if (!z.bytes.ok())
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                    "%s = %lld x %lld x %lld x %lld fp32 elements exceed 2^63-1 bytes", z.what,
+                    static_cast<long long>(z.a), static_cast<long long>(z.b), static_cast<long long>(z.c),
+                    static_cast<long long>(z.d));
     flashattn_plan_s next = *plan;
     next.has_shape = true;
     next.batch = batch;
@@ -378,7 +391,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
                   "plan has no shape: call flashattn_plan_set_shape before flashattn_plan_set_block_sparse");
     FA_TRY(flashattn::check_layout_dims(*plan, layout_heads, num_row_blocks, num_col_blocks, block_q, block_k));
-    const size_t bytes = static_cast<size_t>(layout_heads * num_row_blocks * num_col_blocks);
+    const size_t bytes = static_cast<size_t>(  // checked by check_layout_dims
+        flashattn::checked_product(layout_heads, num_row_blocks, num_col_blocks).value());
     std::vector<uint8_t> host(layout, layout + bytes);
     void* device_copy = nullptr;
     if (plan->backend == FLASHATTN_BACKEND_CUDA)
@@ -410,8 +424,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
                                           plan->block_q, plan->block_k));
     const flashattn::Direction dir = pass == FLASHATTN_PASS_FORWARD ? flashattn::kForward : flashattn::kBackward;
     const flashattn::AttnParams p = flashattn::params_from_plan(*plan, dir);
-    *bytes = flashattn::workspace_size(*plan, dir, p);
-    return FLASHATTN_STATUS_SUCCESS;
+    return flashattn::workspace_size(*plan, dir, p, bytes);
   });
 }
 

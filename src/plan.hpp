@@ -60,8 +60,9 @@ flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layou
 // AttnParams holding the plan's shape and options for `direction`, with no tensor pointers.
 AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction);
 
-// Workspace bytes of a pass (plan must have a shape).
-size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params);
+// Workspace bytes of a pass (plan must have a shape); INVALID_SHAPE when the size overflows.
+flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params,
+                                  size_t* bytes);
 
 // Full validation of a run; fills params. Nothing is written anywhere on failure.
 flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* args, void* workspace,

@@ -15,13 +15,13 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-size_t slot_bytes(const AttnParams& p) {
+CheckedSize slot_bytes(const AttnParams& p) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_slot_bytes(p);
   return p.direction == kBackward ? flash_bwd_slot_bytes(p) : flash_fwd_slot_bytes(p);
 }
 
-size_t shared_bytes(const AttnParams& p) {
-  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : 0;
+CheckedSize shared_bytes(const AttnParams& p) {
+  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
 }
 
 flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total,
@@ -74,8 +74,8 @@ void write_uncovered_tokens(const AttnParams& p) {
 
 }  // namespace cpu
 
-size_t cpu_workspace_size(const AttnParams& p) {
-  return cpu::shared_bytes(p) + static_cast<size_t>(cpu::default_thread_count()) * cpu::slot_bytes(p);
+CheckedSize cpu_workspace_size(const AttnParams& p) {
+  return cpu::shared_bytes(p) + CheckedSize(cpu::default_thread_count()) * cpu::slot_bytes(p);
 }
 
 flashattn_status_t cpu_check(const AttnParams& p) {
@@ -91,7 +91,9 @@ flashattn_status_t cpu_check(const AttnParams& p) {
 }
 
 flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes) {
-  const size_t shared = cpu::shared_bytes(p), slot = cpu::slot_bytes(p);
+  // Both sizes are parts of the checked workspace size the API layer validated.
+  const size_t shared = static_cast<size_t>(cpu::shared_bytes(p).value());
+  const size_t slot = static_cast<size_t>(cpu::slot_bytes(p).value());
   if (workspace == nullptr || workspace_bytes < shared + slot) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is less than the %zu bytes one thread needs",
                 workspace_bytes, shared + slot);

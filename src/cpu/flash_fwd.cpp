@@ -51,15 +51,15 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   FwdSlot s;
   for (RowState& r : s.sub) {
-    r.q = cv.floats(kBr * dqk);
-    r.acc = cv.floats(kBr * dvp);
+    r.q = cv.floats(kBr, dqk);
+    r.acc = cv.floats(kBr, dvp);
     r.m = cv.floats(kBr);
     r.l = cv.floats(kBr);
   }
-  s.kt = cv.floats(dqk * kBc);
-  s.v = cv.floats(kBc * dvp);
-  s.s = cv.floats(kBr * kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr * kBc) : nullptr;
+  s.kt = cv.floats(dqk, kBc);
+  s.v = cv.floats(kBc, dvp);
+  s.s = cv.floats(kBr, kBc);
+  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
   s.tmp = cv.floats(dvp);
   return s;
 }
@@ -147,7 +147,7 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
 
 }  // namespace
 
-size_t flash_fwd_slot_bytes(const AttnParams& p) {
+CheckedSize flash_fwd_slot_bytes(const AttnParams& p) {
   Carver cv{nullptr};
   carve_fwd(p, cv);
   return cv.used;
@@ -157,7 +157,7 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   const int64_t rows_per_task = kSub * kBr;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt;
-  const size_t slot_bytes = flash_fwd_slot_bytes(p);
+  const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
   if (threads > n_tasks) threads = static_cast<int>(n_tasks > 0 ? n_tasks : 1);
   TaskCounter tasks(n_tasks);
   run_team(threads, [&](const TeamMember& me) {

@@ -197,7 +197,7 @@ void cuda_free(int device, void* device_ptr) {
   if (cudaFree(device_ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
-size_t cuda_workspace_size(const AttnParams& p, int /*device*/) {
+CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
   return p.direction == kBackward ? gen1_bwd_workspace_size(p) : gen1_fwd_workspace_size(p);
 }
