@@ -166,9 +166,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   for (int t = 0; t < n_tensors; ++t)
     FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) FA_TRY(check_bias_strides(plan, plan.bias_stride, "bias strides"));
-  if (!plan.layout.empty())
-    FA_TRY(check_layout_dims(plan, plan.layout_heads, plan.n_row_blocks, plan.n_col_blocks, plan.block_q,
-                             plan.block_k));
+  // A block-sparse layout always fits the shape: set_shape and set_block_sparse check it.
 
   // Backend support checks that need no pointers first, so the workspace size is meaningful.
   if (cpu) {
@@ -335,7 +333,8 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
 size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params) {
   AttnParams p = params;
   p.direction = direction;
-  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : cuda_workspace_size(p, plan.device);
+  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads)
+                                               : cuda_workspace_size(p, plan.device);
 }
 
 flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* user_args,
