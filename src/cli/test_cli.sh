@@ -61,6 +61,16 @@ if [[ $group == all || $group == usage ]]; then
   # Errors the library reports: exit 3 with the status name and the library's message.
   expect 3 "FLASHATTN_STATUS_INVALID_HEADS: .*heads_q=6" check --backend cpu --heads-q 6 --heads-kv 4
   expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*head_dim_qk=300" check --backend cpu --head-dim 300
+  # The library judges the configuration before the tool allocates anything it sizes: with
+  # the address space limited to 1 GiB, a batch one past the library's maximum is the
+  # library's error, not an attempt at gigabytes of per-sequence offsets and tensors.
+  printf '#!/usr/bin/env bash\nulimit -v 1048576\nexec "%s" "$@"\n' "$tool" >"$tmp/limited"
+  chmod +x "$tmp/limited"
+  unlimited_tool="$tool"
+  tool="$tmp/limited"
+  expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*batch=2147483649" check --backend cpu --batch 2147483649 --seqlen-q 1 --heads-q 1 --head-dim 8
+  expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*seqlen_q=4294967296" check --backend cpu --batch 1 --seqlen-q 4294967296 --seqlen-k 4294967296 --heads-q 1 --head-dim 8 --block-sparse 0.5
+  tool="$unlimited_tool"
   expect 0 "^libflashattn [0-9.]+ \(runtime" info --no-probe
 fi
 
