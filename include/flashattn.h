@@ -517,7 +517,7 @@ typedef struct flashattn_bwd_args_t {
  * NULL. A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
  * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
  * all before it returns; it allocates on the heap the task closure the workers share
- * (about a hundred bytes) and, when it starts workers, their handles (8 bytes each) and
+ * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
  * each thread's start state, while the system maps each thread's stack. When a thread or
  * its handle cannot be had, the run goes on with fewer threads (bitwise the same
  * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
