@@ -1,4 +1,4 @@
-// A replacement of the global operator new for one test program (tests/failing_new.cpp):
+// Replacements of the global operator new for one test program (tests/failing_new.cpp):
 // while armed, every allocation of the process fails with std::bad_alloc, including those
 // libflashattn makes (its undefined operator new binds to the program's definition). No
 // library seam or build knob is involved. Arm only around the one call under test.
