@@ -1,12 +1,21 @@
 #include "header_contract.hpp"
 
+#include <cctype>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
 
 namespace fat {
 namespace {
+
+bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The identifier starting at `at` (empty if none).
+std::string ident_at(const std::string& s, size_t at) {
+  size_t end = at;
+  while (end < s.size() && is_ident(s[end])) ++end;
+  return s.substr(at, end - at);
+}
 
 // The @return paragraph of a doc comment: from "@return" to the next "@" tag or the end.
 std::string return_paragraph(const std::string& comment) {
@@ -28,14 +37,16 @@ std::string read_text_file(const std::string& path) {
 
 HeaderContract parse_header_contract(const std::string& text) {
   HeaderContract c;
-  const std::regex status_re(R"(FLASHATTN_STATUS_([A-Z_]+)\s*=\s*(0x[0-9A-Fa-f]+|\d+))");
-  for (std::sregex_iterator it(text.begin(), text.end(), status_re), end; it != end; ++it) {
-    if ((*it)[1] == "MAX_ENUM") continue;
-    c.status_values[(*it)[1]] = static_cast<int>(std::stol((*it)[2], nullptr, 0));
+  // "FLASHATTN_STATUS_<NAME> = <value>" in the enum (other mentions have no "=").
+  const std::string prefix = "FLASHATTN_STATUS_";
+  for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+    const std::string name = ident_at(text, at + prefix.size());
+    const size_t eq = text.find_first_not_of(" \t", at + prefix.size() + name.size());
+    if (name.empty() || name == "MAX_ENUM" || eq == std::string::npos || text[eq] != '=') continue;
+    c.status_values[name] = static_cast<int>(std::stol(text.substr(eq + 1), nullptr, 0));
   }
   if (c.status_values.count("INTERNAL_ERROR") == 0) throw std::runtime_error("no FLASHATTN_STATUS_INTERNAL_ERROR in the header");
-  // Every "<doc comment> FLASHATTN_API <return type> flashattn_<name>(" (a scan, not one
-  // regex: std::regex recurses per character and overflows on long comments).
+  // Every "<doc comment> FLASHATTN_API <return type> flashattn_<name>(".
   std::map<std::string, std::string> as_of;  // function -> function its list refers to
   const std::string api = "FLASHATTN_API";
   for (size_t at = text.find(api); at != std::string::npos; at = text.find(api, at + api.size())) {
@@ -48,7 +59,9 @@ HeaderContract parse_header_contract(const std::string& text) {
     const size_t name_at = decl.find_last_of(" \t\n*", name_end - 1) + 1;
     const std::string name = decl.substr(name_at, name_end - name_at);
     if (name.compare(0, 10, "flashattn_") != 0) continue;
-    const std::string ret = std::regex_replace(decl.substr(0, name_at), std::regex(R"(\s+)"), "");
+    std::string ret;
+    for (char ch : decl.substr(0, name_at))
+      if (!std::isspace(static_cast<unsigned char>(ch))) ret += ch;
     const size_t close = text.rfind("*/", at);
     const size_t open = text.rfind("/**", close);
     if (close == std::string::npos || open == std::string::npos ||
@@ -60,15 +73,15 @@ HeaderContract parse_header_contract(const std::string& text) {
     }
     const std::string para = return_paragraph(text.substr(open, close - open));
     if (para.empty()) throw std::runtime_error(name + " returns flashattn_status_t but documents no @return");
-    std::smatch as;
-    if (std::regex_search(para, as, std::regex(R"(^\s*As ::(flashattn_\w+))"))) {
-      as_of[name] = as[1];
+    const size_t first = para.find_first_not_of(" \t\n*");
+    if (first != std::string::npos && para.compare(first, 5, "As ::") == 0) {
+      as_of[name] = ident_at(para, first + 5);
       continue;
     }
     std::set<int>& s = c.documented[name];
-    const std::regex word_re(R"(\b[A-Z][A-Z_]+\b)");
-    for (std::sregex_iterator w(para.begin(), para.end(), word_re), wend; w != wend; ++w) {
-      const auto v = c.status_values.find(w->str());
+    for (size_t i = 0; i < para.size(); ++i) {  // every whole word that names a status
+      if (!is_ident(para[i]) || (i > 0 && is_ident(para[i - 1]))) continue;
+      const auto v = c.status_values.find(ident_at(para, i));
       if (v != c.status_values.end()) s.insert(v->second);
     }
     s.insert(c.status_values["INTERNAL_ERROR"]);

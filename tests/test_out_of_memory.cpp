@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -31,11 +30,15 @@ std::pair<flashattn_status_t, std::string> failing(F&& call) {
   return {st, msg};
 }
 
-// The "(N bytes)" of a message, or 0.
+// The N of the first "(N bytes)" in a message, or 0.
 uint64_t bytes_named(const std::string& msg) {
-  std::smatch m;
-  if (!std::regex_search(msg, m, std::regex(R"(\((\d+) bytes\))"))) return 0;
-  return std::stoull(m[1]);
+  const size_t end = msg.find(" bytes)");
+  if (end == std::string::npos) return 0;
+  const size_t open = msg.rfind('(', end);
+  if (open == std::string::npos || open + 1 == end) return 0;
+  const std::string digits = msg.substr(open + 1, end - open - 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoull(digits);
 }
 
 struct Run {
