@@ -14,7 +14,8 @@
  * - Every function that can fail returns a ::flashattn_status_t; on failure a
  *   thread-local message naming the argument and its value is available from
  *   ::flashattn_last_error, and no output (out-parameter, tensor, plan state) has been
- *   modified.
+ *   modified. Each function documents the statuses it returns under `@return`; any of
+ *   them may also return INTERNAL_ERROR, which only a library bug produces.
  * - The library never prints, aborts or exits, and no C++ exception crosses the API.
  * - Tensor strides are in elements, never bytes.
  * - "Host" pointers point to CPU memory; "device" pointers point to memory of the
@@ -23,6 +24,16 @@
  * Threading: a plan whose configuration is complete may be run (fwd/bwd, workspace
  * queries) by many threads and on many streams at once. Setters must not race with
  * each other or with runs of the same plan. Distinct plans are independent.
+ *
+ * Environment variables (read with secure_getenv, so a setuid process ignores them):
+ * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
+ *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
+ *   plan's workspace sizes and runs use that value, whatever the variable says later.
+ * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD
+ *   algorithm loads (read once per process, at its first use). A relative path is
+ *   refused with LIBRARY_UNAVAILABLE. Unset, cuBLAS is searched for as the documentation
+ *   (docs/concepts.md, "Environment variables") describes: the nvidia-cublas Python wheel
+ *   beside libflashattn, then the system loader, then the CUDA toolkit.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -85,7 +96,7 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
   FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED = 203,  /**< The dtype has no kernel on this backend. */
   FLASHATTN_STATUS_LIBRARY_UNAVAILABLE = 204,  /**< A runtime-loaded library (cuBLAS) could not be loaded. */
-  FLASHATTN_STATUS_OUT_OF_MEMORY = 300,        /**< A host allocation (plan state, CPU scratch) failed. */
+  FLASHATTN_STATUS_OUT_OF_MEMORY = 300,        /**< A host allocation failed; the message names the buffer and its size in bytes. */
   FLASHATTN_STATUS_CUDA_ERROR = 400,           /**< A CUDA runtime call failed; the message holds the CUDA error. */
   FLASHATTN_STATUS_NO_DEVICE = 401,            /**< No CUDA device, driver, or the device index is out of range. */
   FLASHATTN_STATUS_LAUNCH_FAILED = 402,        /**< A kernel launch failed. */
@@ -114,8 +125,15 @@ FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status);
  * @brief Message describing the last failure on the calling thread.
  *
  * Names the argument and its value, e.g. "head_dim_qk=300 exceeds the supported
- * maximum 256". Valid until the next libflashattn call on the same thread.
- * @return A NUL-terminated string owned by the library; "" if the last call succeeded.
+ * maximum 256". The rule: every function that returns a ::flashattn_status_t clears the
+ * calling thread's message when it starts and sets it when it fails. The functions that
+ * cannot fail (::flashattn_get_version, ::flashattn_status_string, ::flashattn_last_error,
+ * ::flashattn_plan_destroy, ::flashattn_cuda_device_count, ::flashattn_has_cuda_backend)
+ * never touch it, so they may be called between a failed call and reading its message.
+ * The returned pointer stays valid for the life of the thread; its text is that of the
+ * last status-returning call on this thread until the next one.
+ * @return A NUL-terminated string owned by the library; "" if the last status-returning
+ *         call on this thread succeeded (or there was none).
  */
 FLASHATTN_API const char* flashattn_last_error(void);
 
@@ -176,6 +194,9 @@ typedef enum flashattn_algorithm_t {
  * @param[out] plan Receives the new plan (host pointer, not NULL). Untouched on failure.
  * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
+ *
+ * Reads `FLASHATTN_CPU_THREADS` (see the file's notes on environment variables): the
+ * thread count of a CPU plan is fixed here.
  * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
  *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
  *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
@@ -215,7 +236,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t pla
  * @param head_dim_v Head dimension of V and O, 1..FLASHATTN_MAX_HEAD_DIM.
  * @return SUCCESS; NULL_POINTER; INVALID_SHAPE (also when Q, K, V, O or a bias tensor of
  *         the shape would exceed 2^63-1 bytes in fp32); INVALID_HEADS; INVALID_LAYOUT (a
- *         block-sparse layout already set does not fit the new shape).
+ *         block-sparse layout already set does not fit the new shape); INVALID_STRIDE
+ *         (bias tensor strides already set overflow 64-bit offsets under the new shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
                                                           int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
@@ -439,8 +461,8 @@ typedef enum flashattn_pass_t {
  * @param plan The plan (shape must be set).
  * @param pass FORWARD or BACKWARD.
  * @param[out] bytes Receives the size in bytes (at most 2^63-1).
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE; INVALID_LAYOUT;
- *         INVALID_SHAPE (the size would exceed 2^63-1 bytes).
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_SHAPE (the size
+ *         would exceed 2^63-1 bytes).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
                                                                    size_t* bytes);
@@ -504,6 +526,14 @@ typedef struct flashattn_bwd_args_t {
  * (dQ, dK, dV in a packed [B, S, 3, H, D] buffer) are accepted when they have the same
  * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
  * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
+ *
+ * A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
+ * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
+ * all before it returns; it allocates on the heap the task closure the workers share
+ * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
+ * each thread's start state, while the system maps each thread's stack. When a thread or
+ * its handle cannot be had, the run goes on with fewer threads (bitwise the same
+ * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be

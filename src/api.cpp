@@ -1,6 +1,8 @@
-// The extern "C" boundary: every exported function. Each one clears the thread's error
-// message, checks its own arguments before touching any state, and catches every C++
-// exception (bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL_ERROR).
+// The extern "C" boundary: every exported function. Each one that returns a status
+// clears the thread's error message, checks its own arguments before touching any state,
+// and catches every C++ exception (an allocation failure -> OUT_OF_MEMORY naming the
+// buffer, anything else -> INTERNAL_ERROR); the functions that cannot fail leave the
+// message alone (the rule documented at flashattn_last_error).
 #include <math.h>
 
 #include <cstring>
@@ -20,8 +22,11 @@ flashattn_status_t guarded(F&& body) {
   flashattn::clear_error();
   try {
     return body();
+  } catch (const flashattn::AllocationFailure& a) {
+    return flashattn::fail_allocation(a.buffer, a.bytes);
   } catch (const std::bad_alloc&) {
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "host memory allocation failed");
+    // Every allocation of the library names its buffer; reaching this is a library bug.
+    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory in an allocation that names no buffer (please report)");
   } catch (const std::exception& e) {
     return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected exception: %s", e.what());
   } catch (...) {
@@ -111,7 +116,6 @@ FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status) {
 FLASHATTN_API const char* flashattn_last_error(void) { return flashattn::last_error_message(); }
 
 FLASHATTN_API int flashattn_cuda_device_count(void) {
-  flashattn::clear_error();
   try {
     return flashattn::cuda_device_count();
   } catch (...) {
@@ -120,7 +124,6 @@ FLASHATTN_API int flashattn_cuda_device_count(void) {
 }
 
 FLASHATTN_API int flashattn_has_cuda_backend(void) {
-  flashattn::clear_error();
   return flashattn::cuda_built() ? 1 : 0;
 }
 
@@ -137,16 +140,17 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
       resolved = (flashattn::cuda_built() && device < flashattn::cuda_device_count()) ? FLASHATTN_BACKEND_CUDA
                                                                                       : FLASHATTN_BACKEND_CPU;
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
-    flashattn_plan_s* p = new flashattn_plan_s();
+    flashattn_plan_s* p = new (std::nothrow) flashattn_plan_s();
+    if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));
     p->backend = resolved;
     p->device = device;
+    p->cpu_threads = flashattn::cpu_thread_count();
     *plan = p;
     return FLASHATTN_STATUS_SUCCESS;
   });
 }
 
 FLASHATTN_API void flashattn_plan_destroy(flashattn_plan_t plan) {
-  flashattn::clear_error();
   if (plan == nullptr) return;
   if (plan->layout_device != nullptr) flashattn::cuda_free(plan->device, plan->layout_device);
   delete plan;
@@ -213,7 +217,12 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
                     "%s = %lld x %lld x %lld x %lld fp32 elements exceed 2^63-1 bytes", z.what,
                     static_cast<long long>(z.a), static_cast<long long>(z.b), static_cast<long long>(z.c),
                     static_cast<long long>(z.d));
+    // The checks run on a copy of the plan that leaves the block-sparse layout's bytes
+    // behind (they need only its dimensions), so the call allocates nothing.
+    std::vector<uint8_t> layout;
+    layout.swap(plan->layout);
     flashattn_plan_s next = *plan;
+    plan->layout.swap(layout);
     next.has_shape = true;
     next.batch = batch;
     next.seqlen_q = seqlen_q;
@@ -222,12 +231,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
     next.heads_kv = heads_kv;
     next.head_dim_qk = head_dim_qk;
     next.head_dim_v = head_dim_v;
-    if (!next.layout.empty())
+    if (!plan->layout.empty())
       FA_TRY(flashattn::check_layout_dims(next, next.layout_heads, next.n_row_blocks, next.n_col_blocks,
                                           next.block_q, next.block_k));
     if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
       FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
     set_contiguous_strides(next);
+    next.layout.swap(plan->layout);
     *plan = std::move(next);  // layout_device (if any) is carried over unchanged
     return FLASHATTN_STATUS_SUCCESS;
   });
@@ -393,7 +403,12 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_
     FA_TRY(flashattn::check_layout_dims(*plan, layout_heads, num_row_blocks, num_col_blocks, block_q, block_k));
     const size_t bytes = static_cast<size_t>(  // checked by check_layout_dims
         flashattn::checked_product(layout_heads, num_row_blocks, num_col_blocks).value());
-    std::vector<uint8_t> host(layout, layout + bytes);
+    std::vector<uint8_t> host;
+    try {
+      host.assign(layout, layout + bytes);
+    } catch (const std::bad_alloc&) {
+      return flashattn::fail_allocation("the plan's copy of the block-sparse layout", bytes);
+    }
     void* device_copy = nullptr;
     if (plan->backend == FLASHATTN_BACKEND_CUDA)
       FA_TRY(flashattn::cuda_upload(plan->device, host.data(), bytes, &device_copy));
@@ -419,9 +434,6 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
     if (bytes == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "bytes (out-parameter) is NULL");
     if (!plan->has_shape)
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
-    if (!plan->layout.empty())
-      FA_TRY(flashattn::check_layout_dims(*plan, plan->layout_heads, plan->n_row_blocks, plan->n_col_blocks,
-                                          plan->block_q, plan->block_k));
     const flashattn::Direction dir = pass == FLASHATTN_PASS_FORWARD ? flashattn::kForward : flashattn::kBackward;
     const flashattn::AttnParams p = flashattn::params_from_plan(*plan, dir);
     return flashattn::workspace_size(*plan, dir, p, bytes);
@@ -435,7 +447,8 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
     FA_CHECK_PLAN(plan);
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_fwd(*plan, args, workspace, workspace_bytes, stream, &p));
-    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    if (plan->backend == FLASHATTN_BACKEND_CPU)
+      return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
     return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
   });
 }
@@ -447,7 +460,8 @@ FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flas
     FA_CHECK_PLAN(plan);
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_bwd(*plan, args, workspace, workspace_bytes, stream, &p));
-    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    if (plan->backend == FLASHATTN_BACKEND_CPU)
+      return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
     return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
   });
 }

@@ -18,13 +18,18 @@ namespace flashattn {
 // and NumPy return. Its buffers hold floats; carving them at 64-byte offsets from a
 // 64-byte aligned workspace is fastest, but not required.
 constexpr size_t kCpuWorkspaceAlignment = 16;
-// Scratch bytes for a pass; p holds shapes and options (pointers may be null). Not ok()
-// when the size overflows.
-CheckedSize cpu_workspace_size(const AttnParams& p);
+// Threads a CPU plan runs with: FLASHATTN_CPU_THREADS if set to a positive number, else
+// the hardware threads (at most 256). Read once per plan, when it is created, so the
+// workspace a caller queried and the run that uses it always agree.
+int cpu_thread_count();
+// Scratch bytes for a pass run by `threads` threads; p holds shapes and options
+// (pointers may be null). Not ok() when the size overflows.
+CheckedSize cpu_workspace_size(const AttnParams& p, int threads);
 // Backend-specific checks on host data (varlen offsets); nothing written.
 flashattn_status_t cpu_check(const AttnParams& p);
-// Run p.direction with p.algorithm. workspace has at least cpu_workspace_size(p) bytes.
-flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes);
+// Run p.direction with p.algorithm on at most `threads` threads. workspace has at least
+// cpu_workspace_size(p, threads) bytes.
+flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, size_t workspace_bytes);
 
 // ---- CUDA backend (src/cuda/; stubs in src/cuda_disabled.cpp without CUDA) ----
 bool cuda_built();

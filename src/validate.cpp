@@ -188,9 +188,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   for (int t = 0; t < n_tensors; ++t)
     FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) FA_TRY(check_bias_strides(plan, plan.bias_stride, "bias strides"));
-  if (!plan.layout.empty())
-    FA_TRY(check_layout_dims(plan, plan.layout_heads, plan.n_row_blocks, plan.n_col_blocks, plan.block_q,
-                             plan.block_k));
+  // A block-sparse layout always fits the shape: set_shape and set_block_sparse check it.
 
   // Backend support checks that need no pointers first, so the workspace size is meaningful.
   if (cpu) {
@@ -370,7 +368,7 @@ flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direct
   AttnParams p = params;
   p.direction = direction;
   const CheckedSize n =
-      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : cuda_workspace_size(p, plan.device);
+      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : cuda_workspace_size(p, plan.device);
   if (!n.ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                 "the %s workspace of the %s algorithm on the %s backend exceeds 2^63-1 bytes for batch=%lld "
