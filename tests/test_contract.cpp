@@ -189,6 +189,12 @@ void drive_plan_set_strides() {
       CALL(flashattn_plan_set_strides, "bad strides of tensor " + std::to_string(t), f.plan,
            static_cast<flashattn_tensor_t>(t), s);
   CALL(flashattn_plan_set_strides, "good", f.plan, FLASHATTN_TENSOR_Q, good);
+  // Varlen extents beyond 2^63-1 bytes: total_q x heads_q x head_dim at their maxima (set_shape
+  // bounds batch x seqlen_q x ..., not the varlen totals).
+  REQUIRE(flashattn_plan_set_shape(f.plan, 1, 1, 1, 16777216, 1, 256, 256) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_varlen(f.plan, 1, 2147483647, 1) == FLASHATTN_STATUS_SUCCESS);
+  const int64_t huge[4] = {0, INT64_C(256) * 16777216, 256, 1};
+  CALL(flashattn_plan_set_strides, "varlen extent over 2^63-1 bytes", f.plan, FLASHATTN_TENSOR_Q, huge);
 }
 
 void drive_scalar_setters() {
@@ -340,6 +346,14 @@ void drive_run(const std::string& fn, Fixture& f, Args good,
   REQUIRE(flashattn_plan_create(&no_shape, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
   call("no shape", no_shape, &good, f.ws(), f.ws_bytes(), nullptr);
   flashattn_plan_destroy(no_shape);
+  // A STANDARD plan whose workspace for this pass exceeds 2^63-1 bytes (the scores of
+  // 2^31-1 x 2^30 keys): refused before any pointer is read, so none needs to be real.
+  flashattn_plan_t huge = nullptr;
+  REQUIRE(flashattn_plan_create(&huge, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(huge, 1, 2147483647, INT64_C(1) << 30, 1, 1, 1, 1) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_algorithm(huge, FLASHATTN_ALGORITHM_STANDARD) == FLASHATTN_STATUS_SUCCESS);
+  call("workspace size over 2^63-1 bytes", huge, &good, f.ws(), f.ws_bytes(), nullptr);
+  flashattn_plan_destroy(huge);
 }
 
 void drive_fwd() {
