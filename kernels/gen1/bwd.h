@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "common/params.h"
-#include "cuda/tensor_map.hpp"
+#include "common/tensor_map.h"
 
 namespace flashattn {
 namespace gen1 {

@@ -3,9 +3,9 @@
 // (defined in the generated kernels/gen1/fwd_<cfg>_<dtype>.cu translation units).
 #pragma once
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #include "common/params.h"
-#include "flashattn.h"
 
 namespace flashattn {
 namespace gen1 {
@@ -47,9 +47,25 @@ constexpr int fwd_config_block_m(int d, int dv) {
   return -1;
 }
 
+// The outcome of a forward launch: err is cudaSuccess, or the error of the CUDA call made at
+// `step` (with the values that call used), which the host reports.
+enum FwdLaunchStep : int {
+  kFwdQueryDevice,  // the device's compute capability
+  kFwdQueryOptin,   // its opt-in shared memory per block (bias tile staging)
+  kFwdSetSmem,      // cudaFuncSetAttribute(max dynamic shared memory = smem)
+  kFwdLaunch        // the launch of grid chunk (grid, from head h0, sequence b0)
+};
+struct FwdLaunchResult {
+  cudaError_t err;
+  FwdLaunchStep step;
+  int smem;
+  dim3 grid;
+  int64_t h0, b0;
+};
+
 // Launches the forward kernel of configuration (D, DV) for dtype kDtype (kFp16/kBf16).
 template <int D, int DV, int kDtype>
-flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream);
+FwdLaunchResult run_fwd(const AttnParams& p, cudaStream_t stream);
 
 }  // namespace gen1
 }  // namespace flashattn

@@ -3,6 +3,6 @@
 
 namespace flashattn {
 namespace gen1 {
-template flashattn_status_t run_fwd<128, 128, kFp16>(const AttnParams& p, cudaStream_t stream);
+template FwdLaunchResult run_fwd<128, 128, kFp16>(const AttnParams& p, cudaStream_t stream);
 }  // namespace gen1
 }  // namespace flashattn

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "error.hpp"
 #include "gen1/fwd.h"
 #include "gen1/fwd_kernel.cuh"
 
@@ -17,9 +16,9 @@ template <> struct DtypeToElem<kFp16> { using type = __half; };
 template <> struct DtypeToElem<kBf16> { using type = __nv_bfloat16; };
 
 template <typename Cfg, typename T, bool kExtras>
-flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
-  constexpr int D = Cfg::kD, DV = Cfg::kDV;
+FwdLaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Cfg, T, kExtras>;
+  FwdLaunchResult r{};
   // Bias tiles go through shared memory when the bias rows allow 16-byte copies and the
   // device has room for the extra tile; otherwise the kernel reads the bias directly.
   // seqlen_k % 8 == 0 too: else the last 16-byte chunk of the tensor's last row would name
@@ -28,58 +27,50 @@ flashattn_status_t launch_fwd(const AttnParams& p, cudaStream_t stream) {
   // Compute capability 9.x devices run the sm_90a code, whose wgmma tiles start at the first
   // 1024-byte boundary of the dynamic shared memory (fwd_kernel.cuh): kFwdWgAlign bytes of slack.
   int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess)
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
-                cudaGetErrorString(err));
+  r.step = kFwdQueryDevice;
+  r.err = cudaGetDevice(&device);
+  if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (r.err != cudaSuccess) return r;
   const int base = Cfg::kSmemBytes + (major == 9 ? kFwdWgAlign : 0);
   int bias_smem = 0;
-  int smem = base;
+  r.smem = base;
   if (p.bias_kind == kBiasTensor && p.seqlen_k % 8 == 0 && p.bias_stride[3] == 1 && p.bias_stride[2] % 8 == 0 &&
       p.bias_stride[1] % 8 == 0 && p.bias_stride[0] % 8 == 0 && (reinterpret_cast<uintptr_t>(p.bias) & 15u) == 0) {
     int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err != cudaSuccess)
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
-                  cudaGetErrorString(err));
+    r.step = kFwdQueryOptin;
+    r.err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (r.err != cudaSuccess) return r;
     if (base + Cfg::kBiasSmemBytes <= optin) {
       bias_smem = 1;
-      smem += Cfg::kBiasSmemBytes;
+      r.smem += Cfg::kBiasSmemBytes;
     }
   }
   // Idempotent and cheap; done on every call so it holds for whichever device is current.
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess)
-    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
-                D, DV, smem, cudaGetErrorString(err));
+  r.step = kFwdSetSmem;
+  r.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r.smem);
+  if (r.err != cudaSuccess) return r;
   // One CTA per (m block, query head, sequence): grid (m_blocks, heads, batch), m block
   // fastest. heads_q and batch beyond the grid's y/z limit of 65535 are split into
   // chunks, one launch each (a single launch unless one of them exceeds 65535); the
   // kernel adds the chunk's first head h0 and sequence b0.
   constexpr int64_t kMaxGridYZ = 65535;
   const int64_t m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;  // < 2^30: gen1_check
-  for (int64_t b0 = 0; b0 < p.batch; b0 += kMaxGridYZ) {
-    for (int64_t h0 = 0; h0 < p.heads_q; h0 += kMaxGridYZ) {
-      const dim3 grid(static_cast<unsigned>(m_blocks),
-                      static_cast<unsigned>(p.heads_q - h0 < kMaxGridYZ ? p.heads_q - h0 : kMaxGridYZ),
-                      static_cast<unsigned>(p.batch - b0 < kMaxGridYZ ? p.batch - b0 : kMaxGridYZ));
-      kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, bias_smem, static_cast<int>(b0), static_cast<int>(h0));
-      err = cudaGetLastError();
-      if (err != cudaSuccess)
-        return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                    "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
-                    "failed: %s (%s)",
-                    D, DV, grid.x, grid.y, grid.z, static_cast<long long>(h0), static_cast<long long>(b0),
-                    static_cast<void*>(stream), cudaGetErrorName(err), cudaGetErrorString(err));
+  r.step = kFwdLaunch;
+  for (r.b0 = 0; r.b0 < p.batch; r.b0 += kMaxGridYZ) {
+    for (r.h0 = 0; r.h0 < p.heads_q; r.h0 += kMaxGridYZ) {
+      r.grid = dim3(static_cast<unsigned>(m_blocks),
+                    static_cast<unsigned>(p.heads_q - r.h0 < kMaxGridYZ ? p.heads_q - r.h0 : kMaxGridYZ),
+                    static_cast<unsigned>(p.batch - r.b0 < kMaxGridYZ ? p.batch - r.b0 : kMaxGridYZ));
+      kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, bias_smem, static_cast<int>(r.b0), static_cast<int>(r.h0));
+      r.err = cudaGetLastError();
+      if (r.err != cudaSuccess) return r;
     }
   }
-  return FLASHATTN_STATUS_SUCCESS;
+  return r;
 }
 
 template <int D, int DV, int kDtype>
-flashattn_status_t run_fwd(const AttnParams& p, cudaStream_t stream) {
+FwdLaunchResult run_fwd(const AttnParams& p, cudaStream_t stream) {
   using Cfg = typename FwdTileFor<D, DV>::type;
   using CfgX = typename FwdTileFor<D, DV>::extras_type;
   using T = typename DtypeToElem<kDtype>::type;

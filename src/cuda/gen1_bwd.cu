@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
 #include "error.hpp"
 #include "gen1/bwd.h"
 #include "gen1/bwd_kernel.cuh"

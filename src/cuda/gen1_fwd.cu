@@ -9,10 +9,34 @@ namespace flashattn {
 size_t gen1_fwd_workspace_size(const AttnParams&) { return 0; }
 
 namespace {
+// The status and message of a failed launch of configuration (D, DV).
+flashattn_status_t report(const gen1::FwdLaunchResult& r, int D, int DV, cudaStream_t stream) {
+  switch (r.step) {
+    case gen1::kFwdQueryDevice:
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+                  cudaGetErrorString(r.err));
+    case gen1::kFwdQueryOptin:
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
+                  cudaGetErrorString(r.err));
+    case gen1::kFwdSetSmem:
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                  "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                  D, DV, r.smem, cudaGetErrorString(r.err));
+    case gen1::kFwdLaunch:
+      break;
+  }
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+              "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
+              "failed: %s (%s)",
+              D, DV, r.grid.x, r.grid.y, r.grid.z, static_cast<long long>(r.h0), static_cast<long long>(r.b0),
+              static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
+}
+
 template <int D, int DV>
 flashattn_status_t run_dtype(const AttnParams& p, cudaStream_t stream) {
-  if (p.dtype == kBf16) return gen1::run_fwd<D, DV, kBf16>(p, stream);
-  return gen1::run_fwd<D, DV, kFp16>(p, stream);
+  const gen1::FwdLaunchResult r =
+      p.dtype == kBf16 ? gen1::run_fwd<D, DV, kBf16>(p, stream) : gen1::run_fwd<D, DV, kFp16>(p, stream);
+  return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS : report(r, D, DV, stream);
 }
 }  // namespace
 

@@ -13,11 +13,11 @@ mkdir -p "$out/corpus"
 bin="$out/fuzz_plan"
 srcs=("$root"/src/api.cpp "$root"/src/validate.cpp "$root"/src/error.cpp "$root"/src/cuda_disabled.cpp \
       "$root"/src/cpu/*.cpp "$root"/src/reference/reference.cpp "$here"/fuzz_plan.cpp)
-newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/common/*.hpp "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl "$root"/src/reference/*.hpp | head -1)
+newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/kernels/common/*.h "$root"/src/common/*.hpp "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl "$root"/src/reference/*.hpp | head -1)
 if [ ! -x "$bin" ] || [ "$newest" -nt "$bin" ]; then
   echo "building $bin"
   "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/src" -I"$root/src/reference" -I"$root/tests" "${srcs[@]}" -o "$bin" -lpthread
+    -I"$root/include" -I"$root/src" -I"$root/kernels" -I"$root/src/reference" -I"$root/tests" "${srcs[@]}" -o "$bin" -lpthread
 fi
 # Seeds are copied so the committed corpus is never modified by a run.
 cp -n "$here"/corpus/* "$out/corpus/" 2>/dev/null || true
