@@ -1,31 +1,23 @@
-// Host-side view of the generation-1 backward kernels: the configurations that exist,
-// the argument block of the main kernel, and the per-instantiation launchers (defined in
-// the generated kernels/gen1/bwd_<d>x<dv>_<dtype>.cu translation units).
+// Host-side view of the generation-1 backward kernels: how a problem maps onto one of the
+// instantiated configurations (instances.h), the argument block of the main kernel, and the
+// launcher template (instantiated in kernels/gen1/instances/bwd_<cfg>_<dtype>.cu).
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "common/params.h"
 #include "common/tensor_map.h"
+#include "gen1/instances.h"
 
 namespace flashattn {
 namespace gen1 {
 
-// Instantiated (head_dim_qk, head_dim_v) configurations; a problem runs on the first
-// whose dims are >= its own (zero-filled loads and masked stores cover the rest).
-struct BwdConfigId {
-  int d, dv;
-};
-inline constexpr BwdConfigId kBwdConfigs[] = {{32, 32},   {64, 64},   {96, 96},  {128, 128},
-                                              {192, 128}, {192, 192}, {256, 256}};
-inline constexpr int kNumBwdConfigs = static_cast<int>(sizeof(kBwdConfigs) / sizeof(kBwdConfigs[0]));
-
-// Index into kBwdConfigs for the problem's head dims, or -1 when none fits. The unequal
-// (192, 128) config serves only problems with dqk > 128 and dv <= 128; any other pair
-// runs on the square config of max(dqk, dv).
+// Index into kBwdInstances (a config: variant 0) for the problem's head dims, or -1 when
+// none fits. An unequal config (dqk > dv) serves only problems with dqk > 128 and dv within
+// it; any other pair runs on the square config of max(dqk, dv).
 inline int select_bwd_config(int64_t dqk, int64_t dv) {
   for (int i = 0; i < kNumBwdConfigs; ++i) {
-    const BwdConfigId& c = kBwdConfigs[i];
+    const BwdInstance& c = kBwdInstances[i];
     if (c.d != c.dv && !(dqk > 128 && dv <= c.dv)) continue;
     if (dqk <= c.d && dv <= c.dv) return i;
   }
@@ -72,12 +64,12 @@ struct BwdArgs {
 // (gen1_bwd.cu checks sizeof(BwdCtx) against it).
 inline constexpr int kBwdStaticSmemSlack = 512;
 
-// The kernel one backward runs on: config kBwdConfigs[config] itself (variant 0) or its
+// The kernel one backward runs on: config kBwdInstances[config] itself (variant 0) or its
 // small-shared-memory form (variant 1), with 1 or 2 Q/dO stages. The host takes the first
 // that fits the device's opt-in shared memory per block, in the order: variant 0 with 2
 // stages, with 1 stage, then variant 1 with 2 stages, with 1 stage (gen1_bwd.cu).
 struct BwdChoice {
-  int kernel;      // index into the host's kernel table (gen1_bwd.cu)
+  int kernel;      // index into kBwdInstances
   int d, dv;       // instantiated head dims (>= the problem's)
   int variant;     // 0 or 1
   int stages;      // 1 or 2
@@ -90,23 +82,6 @@ struct BwdChoice {
 // of the attribute call or the launch.
 template <int D, int DV, int kDtype, int kVariant = 0>
 cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t stream);
-
-// Instantiated only in the generated translation units (one per instantiation and dtype;
-// the list must match CONFIGS in bwd_generate.py).
-#define FLASHATTN_BWD_EXTERN(D, DV, V)                                                                  \
-  extern template cudaError_t launch_bwd_main<D, DV, kFp16, V>(const BwdArgs&, int, cudaStream_t); \
-  extern template cudaError_t launch_bwd_main<D, DV, kBf16, V>(const BwdArgs&, int, cudaStream_t);
-FLASHATTN_BWD_EXTERN(32, 32, 0)
-FLASHATTN_BWD_EXTERN(64, 64, 0)
-FLASHATTN_BWD_EXTERN(96, 96, 0)
-FLASHATTN_BWD_EXTERN(128, 128, 0)
-FLASHATTN_BWD_EXTERN(192, 128, 0)
-FLASHATTN_BWD_EXTERN(192, 192, 0)
-FLASHATTN_BWD_EXTERN(256, 256, 0)
-FLASHATTN_BWD_EXTERN(64, 64, 1)
-FLASHATTN_BWD_EXTERN(128, 128, 1)
-FLASHATTN_BWD_EXTERN(192, 192, 1)
-#undef FLASHATTN_BWD_EXTERN
 
 }  // namespace gen1
 }  // namespace flashattn

@@ -148,7 +148,7 @@ struct BwdTraits {
   }
 };
 
-// The configurations (index = kBwdConfigs index).
+// The configurations (kBwdInstances, instances.h).
 //   d<=64: 128x128 (Br x Bc) like FA2; S 4x2 warps (32x64 tiles), dK/dV 4x2, dQ 4x2.
 //   d=96,128: Br 64, Bc 128; S 2x4 (32x32), dK/dV 4x2 (32 keys x d/2), dQ 2x4 / 4x2.
 //   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
@@ -360,7 +360,7 @@ using BwdCfg64Small = BwdTraits<64, 64, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128
 using BwdCfg128Small = BwdTraits<128, 128, 32, 128, 2, 4, 4, 2, 2, 4, 1, 1, FA_BWD_V4_128>;
 using BwdCfg192Small = BwdTraits<192, 192, 32, 64, 2, 4, 2, 4, 2, 4, 1, 1, 0>;
 
-// Traits of instantiation (D, DV, kVariant): variant 0 is the config of kBwdConfigs,
+// Traits of instantiation (D, DV, kVariant): variant 0 is the config of kBwdInstances,
 // variant 1 its small-shared-memory form.
 template <int D, int DV, int kVariant = 0>
 struct BwdCfgFor;

@@ -32,6 +32,7 @@
 #include "common/params.h"
 #include "common/philox.h"
 #include "gen1/mma.cuh"
+#include "gen1/tile_size.h"
 #include "gen1/wgmma.cuh"
 
 namespace flashattn {
@@ -66,39 +67,14 @@ struct FwdTraits {
   static_assert(OTile::kBytes <= QTile::kBytes, "O staging must fit in the Q tile");
 };
 
-// Per-configuration tile shapes (KERNELS.md, generation 1). `type` serves plans without
-// the rarer options; `extras_type` the kernel compiled with them: for d <= 64 it takes
-// 64-column KV tiles, which keeps the score tile (and register pressure) small and lines
-// KV tiles up with 64-column block-sparse blocks.
+// Traits of configuration (D, DV) from the tuning table (tile_size.h): `type` serves plans
+// without the rarer options, `extras_type` the kernel compiled with them.
 template <int D, int DV>
-struct FwdTileFor;
-template <> struct FwdTileFor<32, 32> {
-  using type = FwdTraits<32, 32, 128, 128, 4>;
-  using extras_type = FwdTraits<32, 32, 128, 64, 4>;
-};
-template <> struct FwdTileFor<64, 64> {
-  using type = FwdTraits<64, 64, 128, 128, 4>;
-  using extras_type = FwdTraits<64, 64, 128, 64, 4>;
-};
-template <> struct FwdTileFor<96, 96> {
-  using type = FwdTraits<96, 96, 128, 64, 4>;
-  using extras_type = type;
-};
-template <> struct FwdTileFor<128, 128> {
-  using type = FwdTraits<128, 128, 128, 64, 4>;
-  using extras_type = type;
-};
-template <> struct FwdTileFor<192, 128> {
-  using type = FwdTraits<192, 128, 128, 64, 8>;
-  using extras_type = type;
-};
-template <> struct FwdTileFor<192, 192> {
-  using type = FwdTraits<192, 192, 128, 64, 8>;
-  using extras_type = type;
-};
-template <> struct FwdTileFor<256, 256> {
-  using type = FwdTraits<256, 256, 64, 64, 4>;
-  using extras_type = type;
+struct FwdTileFor {
+  static constexpr FwdTile kTile = fwd_tile(D, DV);
+  static_assert(kTile.block_m > 0, "no row for this configuration in kFwdTiles (tile_size.h)");
+  using type = FwdTraits<D, DV, kTile.block_m, kTile.block_n, kTile.warps>;
+  using extras_type = FwdTraits<D, DV, kTile.block_m, kTile.block_n_extras, kTile.warps>;
 };
 
 // Shared-memory slack of the sm_90a code (its tiles start at a 1024-byte boundary).

@@ -1,5 +1,5 @@
 // Host launcher template of the generation-1 forward kernel; each generated translation
-// unit (kernels/gen1/fwd_<cfg>_<dtype>.cu) explicitly instantiates one run_fwd.
+// unit (kernels/gen1/instances/fwd_<cfg>_<dtype>.cu) explicitly instantiates one run_fwd.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -74,9 +74,8 @@ FwdLaunchResult run_fwd(const AttnParams& p, cudaStream_t stream) {
   using Cfg = typename FwdTileFor<D, DV>::type;
   using CfgX = typename FwdTileFor<D, DV>::extras_type;
   using T = typename DtypeToElem<kDtype>::type;
-  static_assert(Cfg::kSmemBytes == fwd_config_smem(D, DV) && fwd_config_block_m(D, DV) == Cfg::kBlockM &&
-                    CfgX::kBlockM == Cfg::kBlockM && CfgX::kSmemBytes <= Cfg::kSmemBytes,
-                "kFwdConfigs (fwd.h) disagrees with FwdTileFor (fwd_kernel.cuh)");
+  static_assert(Cfg::kSmemBytes == fwd_tile(D, DV).smem_bytes() && CfgX::kSmemBytes <= Cfg::kSmemBytes,
+                "FwdTile::smem_bytes (tile_size.h) disagrees with FwdTraits (fwd_kernel.cuh)");
   const bool extras = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f || p.layout != nullptr;
   return extras ? launch_fwd<CfgX, T, true>(p, stream) : launch_fwd<Cfg, T, false>(p, stream);
 }

@@ -14,67 +14,48 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <array>
+#include <utility>
+
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "error.hpp"
-#include "gen1/bwd.h"
 #include "gen1/bwd_kernel.cuh"
+#include "gen1/launchers.h"
 
 namespace flashattn {
 namespace gen1 {
 namespace {
 
-using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
-
-// Every instantiated main kernel (the generated bwd_*.cu translation units): its traits'
-// dims, tiles and shared memory, and its launchers.
+// Every instantiated main kernel (kBwdInstances, same indices): its traits' tiles and
+// shared memory.
 struct BwdKernel {
   int d, dv, variant, br, bc;
   bool dq_bulk;         // sm_90 code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
   bool tma_qdo;         // sm_90 code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
   int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
-  LaunchFn launch[2];   // fp16, bf16
 };
-template <int D, int DV, int V>
+template <int I>
 constexpr BwdKernel kernel_entry() {
-  using Tr = typename BwdCfgFor<D, DV, V>::type;
-  static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
-  return {D, DV, V, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
-          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}},
-          {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
+  constexpr BwdInstance in = kBwdInstances[I];
+  using Tr = typename BwdCfgFor<in.d, in.dv, in.variant>::type;
+  static_assert(Tr::D == in.d && Tr::DV == in.dv, "BwdCfgFor dims");
+  return {in.d, in.dv, in.variant, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
+          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}}};
 }
-// Entries 0..kNumBwdConfigs-1 are the configs of kBwdConfigs in order (variant 0); the
-// small-shared-memory variants follow.
-constexpr BwdKernel kKernels[] = {
-    kernel_entry<32, 32, 0>(),    kernel_entry<64, 64, 0>(),    kernel_entry<96, 96, 0>(),
-    kernel_entry<128, 128, 0>(),  kernel_entry<192, 128, 0>(),  kernel_entry<192, 192, 0>(),
-    kernel_entry<256, 256, 0>(),  kernel_entry<64, 64, 1>(),    kernel_entry<128, 128, 1>(),
-    kernel_entry<192, 192, 1>()};
-constexpr int kNumKernels = static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
-// Per config: the kernel of its small-shared-memory fallback, -1 for none. d<=32 shares the
-// d=64 one and d=96 the d=128 one (same 64-column shared widths, so the same bytes); the
-// (192, 128) config fits 99 KB with 1 stage itself; d=256 has none (see bwd_kernel.cuh).
-constexpr int kSmallFor[kNumBwdConfigs] = {7, 7, 8, 8, -1, 9, -1};
-
-constexpr bool kernel_tables_agree() {
-  for (int i = 0; i < kNumBwdConfigs; ++i) {
-    if (kKernels[i].d != kBwdConfigs[i].d || kKernels[i].dv != kBwdConfigs[i].dv || kKernels[i].variant != 0)
-      return false;
-    const int s = kSmallFor[i];
-    if (s >= 0 && (s >= kNumKernels || kKernels[s].variant != 1 || kKernels[s].d < kBwdConfigs[i].d ||
-                   kKernels[s].dv < kBwdConfigs[i].dv))
-      return false;
-  }
-  return true;
+template <int... I>
+constexpr std::array<BwdKernel, sizeof...(I)> kernel_table(std::integer_sequence<int, I...>) {
+  return {{kernel_entry<I>()...}};
 }
-static_assert(kernel_tables_agree(), "kKernels / kSmallFor disagree with kBwdConfigs");
+constexpr std::array<BwdKernel, kNumBwdInstances> kKernels =
+    kernel_table(std::make_integer_sequence<int, kNumBwdInstances>());
 static_assert(sizeof(BwdCtx) <= kBwdStaticSmemSlack, "the main kernel's static shared memory outgrew the budget");
 
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
 // block: variant 0 with 2 stages, then 1 stage, then the small variant likewise. `sm90`:
 // the device runs the sm_90 code (compute capability major >= 9; see BwdTraits::off_q).
 bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
-  const int cand[2] = {cfg, kSmallFor[cfg]};
+  const int cand[2] = {cfg, kBwdInstances[cfg].small};
   for (int k : cand) {
     if (k < 0) continue;
     for (int stages = 2; stages >= 1; --stages) {
@@ -89,16 +70,18 @@ bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
 
 // Least shared memory config `cfg` can run with (for the refusal message).
 int min_smem(int cfg, bool sm90) {
+  const int s = kBwdInstances[cfg].small;
   int m = kKernels[cfg].smem[sm90][1];
-  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].smem[sm90][1] < m) m = kKernels[kSmallFor[cfg]].smem[sm90][1];
+  if (s >= 0 && kKernels[s].smem[sm90][1] < m) m = kKernels[s].smem[sm90][1];
   return m + kBwdStaticSmemSlack;
 }
 
 // Smallest query tile among the kernels config `cfg` may run on: the workspace (sized
 // before the device is known to the query) covers whichever one a run takes.
 int min_br(int cfg) {
+  const int s = kBwdInstances[cfg].small;
   int br = kKernels[cfg].br;
-  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].br < br) br = kKernels[kSmallFor[cfg]].br;
+  if (s >= 0 && kKernels[s].br < br) br = kKernels[s].br;
   return br;
 }
 
@@ -426,7 +409,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    const cudaError_t err = kKernels[kc.kernel].launch[p.dtype == kBf16 ? 1 : 0](a, kc.smem_bytes, stream);
+    const cudaError_t err = kBwdLaunch[kc.kernel][p.dtype](a, kc.smem_bytes, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,

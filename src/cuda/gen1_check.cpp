@@ -78,7 +78,7 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
   if (p.direction == kForward) {
     if ((st = check_ptr(p.o, "o")) || (st = check_strides(p.o_stride, varlen, "o"))) return st;
     const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
-    const int smem = gen1::kFwdConfigs[cfg].smem_bytes();
+    const int smem = gen1::fwd_tile(gen1::kFwdInstances[cfg].d, gen1::kFwdInstances[cfg].dv).smem_bytes();
     if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "head_dim_qk=%lld, head_dim_v=%lld: the gen1 forward kernel needs %d bytes of shared memory per "

@@ -1,8 +1,8 @@
 // Host side of the generation-1 forward pass: picks the (head_dim_qk, head_dim_v)
-// configuration and dtype and calls its launcher (kernels/gen1/fwd_<cfg>_<dtype>.cu).
+// configuration and dtype and calls its launcher (kernels/gen1/launchers.h).
 #include "cuda/launch.hpp"
 #include "error.hpp"
-#include "gen1/fwd.h"
+#include "gen1/launchers.h"
 
 namespace flashattn {
 
@@ -32,12 +32,6 @@ flashattn_status_t report(const gen1::FwdLaunchResult& r, int D, int DV, cudaStr
               static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
-template <int D, int DV>
-flashattn_status_t run_dtype(const AttnParams& p, cudaStream_t stream) {
-  const gen1::FwdLaunchResult r =
-      p.dtype == kBf16 ? gen1::run_fwd<D, DV, kBf16>(p, stream) : gen1::run_fwd<D, DV, kFp16>(p, stream);
-  return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS : report(r, D, DV, stream);
-}
 }  // namespace
 
 flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
@@ -53,17 +47,9 @@ flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*w
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
-  switch (cfg) {
-    case 0: return run_dtype<32, 32>(p, stream);
-    case 1: return run_dtype<64, 64>(p, stream);
-    case 2: return run_dtype<96, 96>(p, stream);
-    case 3: return run_dtype<128, 128>(p, stream);
-    case 4: return run_dtype<192, 128>(p, stream);
-    case 5: return run_dtype<192, 192>(p, stream);
-    case 6: return run_dtype<256, 256>(p, stream);
-    default: break;
-  }
-  return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "gen1 forward: configuration index %d has no launcher", cfg);
+  const gen1::FwdLaunchResult r = gen1::kFwdRun[cfg][p.dtype](p, stream);
+  return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS
+                              : report(r, gen1::kFwdInstances[cfg].d, gen1::kFwdInstances[cfg].dv, stream);
 }
 
 }  // namespace flashattn
