@@ -35,6 +35,7 @@
 #include "common/philox.h"
 #include "gen1/bwd.h"
 #include "gen1/mma.cuh"
+#include "gen1/tile_size.h"
 #include "gen1/wgmma.cuh"
 
 namespace flashattn {
@@ -148,232 +149,25 @@ struct BwdTraits {
   }
 };
 
-// The configurations (kBwdInstances, instances.h).
-//   d<=64: 128x128 (Br x Bc) like FA2; S 4x2 warps (32x64 tiles), dK/dV 4x2, dQ 4x2.
-//   d=96,128: Br 64, Bc 128; S 2x4 (32x32), dK/dV 4x2 (32 keys x d/2), dQ 2x4 / 4x2.
-//   d=192,256: 64x64; dK/dV 2x4 so each warp holds 32 keys x d/4 of dK and dV.
-// Tuning knobs (the defaults are the measured best, see bwd_NOTES.md; overridable with -D
-// for A/B builds of the harness): S/dP slice height of the fast path (2 = whole warp tile),
-// dQ column passes, float4 (1) or float2 (0) dQ reductions on sm_90, dQ reductions staged
-// through shared memory (STG_*), the dQ phase between the dV and dK GEMMs (DQ_MID_*), and
-// three instruction-count reductions (EW2, RED2, LD2; 0 builds the previous code).
-#ifndef FA_BWD_SL_SMALL
-#define FA_BWD_SL_SMALL 2
-#endif
-#ifndef FA_BWD_SL_128
-#define FA_BWD_SL_128 2
-#endif
-#ifndef FA_BWD_V4_128
-#define FA_BWD_V4_128 1
-#endif
-#ifndef FA_BWD_QP_128
-#define FA_BWD_QP_128 1
-#endif
-#ifndef FA_BWD_STG_128
-#define FA_BWD_STG_128 1
-#endif
-#ifndef FA_BWD_STG_BIG
-#define FA_BWD_STG_BIG 1
-#endif
-#ifndef FA_BWD_QP_BIG
-#define FA_BWD_QP_BIG 2
-#endif
-#ifndef FA_BWD_V4_BIG
-#define FA_BWD_V4_BIG 0
-#endif
-#ifndef FA_BWD_STG_SMALL
-#define FA_BWD_STG_SMALL 2
-#endif
-// dQ GEMM and reductions between the dV and the dK GEMMs (1) or after both (0), per
-// config group.
-#ifndef FA_BWD_DQ_MID_SMALL
-#define FA_BWD_DQ_MID_SMALL 1
-#endif
-#ifndef FA_BWD_DQ_MID_128
-#define FA_BWD_DQ_MID_128 1
-#endif
-// (d=256: 0 since session 6: with PFIRST and TMA in, the same-run A/B put dQ after dK ahead
-// at d=256 by +1.2..2.5% and behind at d=64/128 by 3..5%.)
-#ifndef FA_BWD_DQ_MID_BIG
-#define FA_BWD_DQ_MID_BIG 0
-#endif
-// Fast-path elementwise: masked / unmasked instantiations and XOR store addressing (1).
-#ifndef FA_BWD_EW2
-#define FA_BWD_EW2 1
-#endif
-// Staged dQ reductions: per-lane base pointer + row steps instead of per-reduction 64-bit
-// address math (1).
-#ifndef FA_BWD_RED2
-#define FA_BWD_RED2 1
-#endif
-// Q/dO/K/V tile loads: per-thread row, chunk and addresses once, row steps after (1).
-#ifndef FA_BWD_LD2
-#define FA_BWD_LD2 1
-#endif
-// Session 4 (integer work per step; defaults measured together in one same-run A/B, +4..10%,
-// see bwd_NOTES.md "Session 4"):
-// RED3: staged dQ reductions as predicated `red.global.add.v4.f32` from a pointer stepped by
-// an opaque 64-bit add (the compiler rebuilt the 64-bit address inside each reduction's
-// branch: ~14 instructions per reduction); staging-store addresses as one per-lane offset
-// XOR (nt << 5).
-#ifndef FA_BWD_RED3
-#define FA_BWD_RED3 1
-#endif
-// LD3: tile loads (LD2 layout) with the source pointer stepped by an opaque 64-bit add of
-// the precomputed row step and the row bound as one compare (the compiler rebuilt each
-// row's 64-bit address with wide multiplies under the row predicate).
-#ifndef FA_BWD_LD3
-#define FA_BWD_LD3 1
-#endif
-// GB2: warp-GEMM bases of transposed operands (dV, dK GEMMs; B of the dQ GEMM) as one
-// per-lane tile-relative offset, the other m16 / n16 tiles by XOR (mt << 5) (the warp
-// offset is a multiple of the warp tile's power-of-two extent <= 64, so the tiles differ
-// only in the swizzled chunk bits).
-#ifndef FA_BWD_GB2
-#define FA_BWD_GB2 1
-#endif
-// Session 5 (the loop top: ncu at d=128 s=4096 counted ~230 of our ~1270 instructions per warp
-// and q-block step in choosing the next tile and issuing its Q/dO/LSE/Delta loads, against
-// ~10 in FA2's kernel):
-// SCHED: without a block-sparse layout and outside deterministic mode the next tile is the
-// next q-block (or the next head of the GQA group), and whether it needs the element mask
-// is one range test against the unmasked q-blocks the prologue found (instead of
-// re-deriving both from a dozen shared-memory scalars every step).
-#ifndef FA_BWD_SCHED
-#define FA_BWD_SCHED 1
-#endif
-// LD4: Q/dO rows addressed from per-CTA base pointers set in the prologue (one multiply
-// per step instead of the batch/token/head arithmetic), and tiles whose rows and columns
-// are all valid loaded without per-row predicates or fallback pointers.
-#ifndef FA_BWD_LD4
-#define FA_BWD_LD4 1
-#endif
-// SCHED2: with a block-sparse layout (not deterministic), the CTA evaluates the layout for
-// 1024 q-blocks at a time in parallel into shared bitmaps and walks the set bits; the
-// general path tested every q-block in turn with two CTA barriers each, so skipped blocks
-// cost about as much as computed ones. Same run (H200, bf16 d=128 seqlen 8192, blocks
-// 128x128): backward at density 1/2, 1/4, 1/8 = 0.52, 0.28, 0.15 of the dense time (was
-// 0.60, 0.40, 0.30 on the H100). Cost: the non-inlined call in the main loop makes ptxas
-// spill a little more on dense runs too (d=64: 14 -> 54 bytes, -2.5%; d=128 +-0.5%;
-// d=256 -1%).
-#ifndef FA_BWD_SCHED2
-#define FA_BWD_SCHED2 1
-#endif
-// Session 6. PFIRST: the fast path computes P = exp2(...) before the dP GEMM, so that ptxas
-// can overlap the exponentials with that GEMM (in the old order they ran after both GEMMs,
-// on every warp at once, with the tensor pipe idle). Same-run A/B (H200, bf16): d=64
-// +1.1..2.0%, d=128 +0.1..0.5%, d=256 +0.4..1.0%.
-#ifndef FA_BWD_PFIRST
-#define FA_BWD_PFIRST 1
-#endif
-// Session 6. TMA_*: the Q/dO prefetch by the copy engine (BwdTraits::kTmaQdo). Same-run A/B
-// (H200, bf16): d=64 +1.4..2.3% at seqlen 1k/4k, +0.0..0.3% at 16k; d=128 alone -0.3..-0.9%
-// (ptxas spilled 54 bytes), on top of PFIRST +0.4..1.6% (22 bytes: a few loop scalars).
-#ifndef FA_BWD_TMA_SMALL
-#define FA_BWD_TMA_SMALL 1
-#endif
-#ifndef FA_BWD_TMA_128
-#define FA_BWD_TMA_128 1
-#endif
-// Session 7. SKEW_*: one CTA barrier per step instead of two (BwdTraits::kSkew; 1: one P/dS
-// buffer and a "free" mbarrier, 2: two P/dS buffers). Same-run A/B (H100, bf16, harness
-// shapes 1k-16k): d=64 SKEW=1 +0.8..2.9% (d=64 has no room for a second 128x128 P/dS
-// buffer); d=128 SKEW=2 +0.6..2.7% (SKEW=1 +0.7..1.7%, deterministic -1%; SKEW=2 with
-// cp.async stages instead of the copy engine +-1%); d=256 (no room for a second buffer)
-// SKEW=1 with cp.async stages -0.4..-2%, with the copy engine (TMA_BIG) -1.0..+0.6% against
-// TMA_BIG alone.
-#ifndef FA_BWD_SKEW_128
-#define FA_BWD_SKEW_128 2
-#endif
-#ifndef FA_BWD_SKEW_SMALL
-#define FA_BWD_SKEW_SMALL 1
-#endif
-#ifndef FA_BWD_SKEW_BIG
-#define FA_BWD_SKEW_BIG 0
-#endif
-// TMA_BIG: the copy-engine Q/dO prefetch at d=256, which fits since the stages' LSE/Delta rows
-// moved apart (no stage padding): +1.8..2.2% at every benchmark shape (same-run A/B, H100).
-#ifndef FA_BWD_TMA_BIG
-#define FA_BWD_TMA_BIG 1
-#endif
-// Session 7. EPI: dK/dV written through shared memory as 16-byte row chunks (else 4-byte
-// stores of the fragments). Same-run A/B (H100, bf16): +1.5..5.2% at seqlen 512/1k (the
-// epilogue is a larger share of a short CTA), +0.2..1.4% at 4k/16k.
-#ifndef FA_BWD_EPI
-#define FA_BWD_EPI 1
-#endif
-// Session 8. WG: in sm_90a code, S = Q K^T and dP = dO V^T by warpgroup MMA (wgmma) straight
-// from the swizzled shared tiles (configs with the copy-engine layout: d=64/128/256) instead of
-// ldmatrix + mma.sync; each warpgroup computes a 64-row x (Bc / (2 / (Br / 64)))-column tile.
-#ifndef FA_BWD_WG
-#define FA_BWD_WG 1
-#endif
-// WG_KV (with WG): dV += P^T dO and dK += dS^T Q by wgmma too (both operands MN-major: the
-// transposed reads of the P / dS and dO / Q tiles), issued together before the dQ GEMM and
-// waited for after it; each warpgroup owns 64 keys x (d / (2 / (Bc / 64))) columns.
-#ifndef FA_BWD_WG_KV
-#define FA_BWD_WG_KV 1
-#endif
-// WG_Q (with WG): dQ = dS K by wgmma as well (dS K-major, K MN-major), in passes of 64
-// columns per warpgroup; its reductions then go out per 16 x 32 block of the warp's 16 x 64
-// pass tile, two per pass.
-#ifndef FA_BWD_WG_Q
-#define FA_BWD_WG_Q 1
-#endif
-// STG_* = 2: the staged dQ blocks reduced by the copy engine (kDqBulk above). Same-run A/B
-// (session 5, H200, bf16): d=64 +2.5..3.3% at seqlen 4k/16k (-2..+0.5% at 1k), d=128
-// +0.2..0.8% at 4k/16k but -1..-2% at 512/1k, so only the d<=64 config (STG_SMALL) uses it;
-// d=256 cannot (its two Q/dO stages leave no room for the larger buffers).
-// EW2, RED2, LD2, DQ_MID, RED3, LD3, GB2, SCHED, LD4, SCHED2, STG_*=2, TMA_*, SKEW_* and EPI were
-// measured on sm_90 only; the sm_80 code stays as it was (with them ptxas spills 100+ bytes
-// there at d=64/128).
+// The sm_90 code paths of the main kernel: the instruction-count reductions of the loads,
+// GEMM addressing and scheduling, the dQ staging, the copy-engine Q/dO prefetch, the skewed
+// step and the staged dK/dV epilogue were measured on sm_90 only; the sm_80 code stays as it
+// was (with them ptxas spills 100+ bytes there at d=64/128). False only in sm_80 device code.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define FA_BWD_SM90(x) 0
+inline constexpr bool kBwdSm90Code = false;
 #else
-#define FA_BWD_SM90(x) (x)
+inline constexpr bool kBwdSm90Code = true;
 #endif
-using BwdCfg32 = BwdTraits<32, 32, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128>;
-using BwdCfg64 = BwdTraits<64, 64, 128, 128, 4, 2, 4, 2, 4, 2, FA_BWD_SL_SMALL, 1, FA_BWD_V4_128, FA_BWD_STG_SMALL,
-                           FA_BWD_DQ_MID_SMALL, FA_BWD_TMA_SMALL, FA_BWD_SKEW_SMALL>;
-using BwdCfg96 = BwdTraits<96, 96, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
-using BwdCfg128 = BwdTraits<128, 128, 64, 128, 2, 4, 4, 2, 2, 4, FA_BWD_SL_128, FA_BWD_QP_128, FA_BWD_V4_128,
-                            FA_BWD_STG_128, FA_BWD_DQ_MID_128, FA_BWD_TMA_128, FA_BWD_SKEW_128>;
-using BwdCfg192x128 = BwdTraits<192, 128, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
-using BwdCfg192 = BwdTraits<192, 192, 64, 64, 4, 2, 2, 4, 2, 4, 1, 1, 0>;
-using BwdCfg256 = BwdTraits<256, 256, 64, 64, 4, 2, 2, 4, 2, 4, 1, FA_BWD_QP_BIG, FA_BWD_V4_BIG, FA_BWD_STG_BIG,
-                            FA_BWD_DQ_MID_BIG, FA_BWD_TMA_BIG, FA_BWD_SKEW_BIG>;
 
-// Small-shared-memory variants (kVariant 1), for devices whose opt-in limit per block the
-// configs above exceed: sm_86/sm_89/sm_120 allow 99 KB (101376 B). The host takes them
-// only when the config above does not fit with either stage count (gen1_bwd.cu); they
-// also serve the smaller head dims of the same 64-column shared width (d<=32 runs on
-// the d=64 one, d=96 on the d=128 one). Same kernel, same numerics, every option.
-//   d<=64:  64x128, 2 stages 97 KB (FA2's sm86 d=64 tile): S 2x4 (32x32), dK/dV 4x2, dQ 4x2.
-//   d<=128: 32x128, 1 stage 96.25 KB: S 2x4 (16x32), dK/dV 4x2 (32 keys x 64, as the d=128
-//           config), dQ 2x4 (16x32). Same MMA work per step as FA2's sm86 64x64 tile, half
-//           the Q/dO bytes and dQ atomics per FLOP.
-//   d<=192: 32x64, 1 stage 80.25 KB: S 2x4 (16x16), dK/dV 2x4 (32 keys x 48), dQ 2x4 (16x48).
-// (d=192 with dv<=128 needs none: its config above fits 99 KB with 1 stage. d>192 has no
-// variant: with Bc >= 64 and 8 warps of >= 16-row S tiles the K, V, Q, dO, P and dS tiles
-// alone need 104.25 KB.)
-using BwdCfg64Small = BwdTraits<64, 64, 64, 128, 2, 4, 4, 2, 4, 2, FA_BWD_SL_128, 1, FA_BWD_V4_128>;
-using BwdCfg128Small = BwdTraits<128, 128, 32, 128, 2, 4, 4, 2, 2, 4, 1, 1, FA_BWD_V4_128>;
-using BwdCfg192Small = BwdTraits<192, 192, 32, 64, 2, 4, 2, 4, 2, 4, 1, 1, 0>;
-
-// Traits of instantiation (D, DV, kVariant): variant 0 is the config of kBwdInstances,
-// variant 1 its small-shared-memory form.
+// Traits of instantiation (D, DV, kVariant) from the tuning table (kBwdTiles, tile_size.h):
+// variant 0 is the config of kBwdInstances, variant 1 its small-shared-memory form.
 template <int D, int DV, int kVariant = 0>
-struct BwdCfgFor;
-template <> struct BwdCfgFor<32, 32> { using type = BwdCfg32; };
-template <> struct BwdCfgFor<64, 64> { using type = BwdCfg64; };
-template <> struct BwdCfgFor<96, 96> { using type = BwdCfg96; };
-template <> struct BwdCfgFor<128, 128> { using type = BwdCfg128; };
-template <> struct BwdCfgFor<192, 128> { using type = BwdCfg192x128; };
-template <> struct BwdCfgFor<192, 192> { using type = BwdCfg192; };
-template <> struct BwdCfgFor<256, 256> { using type = BwdCfg256; };
-template <> struct BwdCfgFor<64, 64, 1> { using type = BwdCfg64Small; };
-template <> struct BwdCfgFor<128, 128, 1> { using type = BwdCfg128Small; };
-template <> struct BwdCfgFor<192, 192, 1> { using type = BwdCfg192Small; };
+struct BwdCfgFor {
+  static constexpr BwdTile kT = bwd_tile(D, DV, kVariant);
+  static_assert(kT.br > 0, "no row for this instantiation in kBwdTiles (tile_size.h)");
+  using type = BwdTraits<D, DV, kT.br, kT.bc, kT.ws_m, kT.ws_n, kT.wk_m, kT.wk_n, kT.wq_m, kT.wq_n, kT.slice,
+                         kT.dq_passes, kT.dq_v4, kT.dq_stage, kT.dq_mid, kT.tma_qdo, kT.skew>;
+};
 
 template <int kDtype>
 struct BwdElem;
@@ -410,13 +204,13 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
   const int li = lane >> 3, lr = lane & 7;
   uint32_t a_base[MT], b_base[NT / 2];
   uint32_t a_x = 0, b_x = 0;
-  // FA_BWD_GB2 (transposed operands whose warp tile extent E = 16 MT or 8 NT is a power of
-  // two <= 64, at an offset that is a multiple of E, as every caller's is): chunk
+  // sm_90 code, transposed operands whose warp tile extent E = 16 MT or 8 NT is a power of
+  // two <= 64 at an offset that is a multiple of E (as every caller's is): chunk
   // c = off / 8 + 2 i + lane bit with off / 8 a multiple of E / 8 > 2 i + 1, so all i share
   // the 64-column block and row, and chunk bits (c & 7) ^ lr = ((off / 8 & 7) | bit) ^ lr ^ 2 i:
   // tile i's tile-relative offset is tile 0's XOR (i << 5).
-  constexpr bool kXA = FA_BWD_SM90(FA_BWD_GB2) != 0 && kAT && (MT == 1 || MT == 2 || MT == 4);
-  constexpr bool kXB = FA_BWD_SM90(FA_BWD_GB2) != 0 && kBT && (NT == 2 || NT == 4 || NT == 8);
+  constexpr bool kXA = kBwdSm90Code && kAT && (MT == 1 || MT == 2 || MT == 4);
+  constexpr bool kXB = kBwdSm90Code && kBT && (NT == 2 || NT == 4 || NT == 8);
   if constexpr (kXA) {
     const uint32_t c0 = static_cast<uint32_t>(a_off) >> 3;
     const uint32_t rel = (c0 >> 3) * static_cast<uint32_t>(kRA * 128) +
@@ -501,7 +295,7 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
   constexpr int kChunksPerRow = kColsUsed / 8;
   constexpr int kChunks = kRows * kChunksPerRow;
   constexpr int kRowStep = kThreads / kChunksPerRow;
-  if constexpr (FA_BWD_SM90(FA_BWD_LD2) != 0 && kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0) {
+  if constexpr (kBwdSm90Code && kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0) {
     // Thread = (row r, chunk ch), rows r + i * kRowStep: the swizzle (row & 7) is the
     // same for all i, so the shared offsets differ by constants and the global ones by
     // multiples of the row stride.
@@ -510,40 +304,30 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
     const bool col_ok = ch * 8 < d_valid;
     const uint16_t* src = g + r * row_stride + ch * 8;
     const uint32_t dst = s + 2u * static_cast<uint32_t>(Tile::offset(r, ch * 8));
-    if constexpr (FA_BWD_LD3 != 0) {
-      // FA_BWD_LD3: row i's source is row i-1's plus kRowStep rows, by an add the compiler
-      // cannot turn back into a wide multiply; row bound as one compare against rows_left.
-      const int rows_left = n_valid - r;
-      const uint64_t step = static_cast<uint64_t>(row_stride) * (2 * kRowStep);
-      uint64_t cur = reinterpret_cast<uint64_t>(src);
-      if (FA_BWD_SM90(FA_BWD_LD4) != 0 && n_valid >= kRows && d_valid >= kColsUsed) {
-        // LD4: every row and column valid (uniform): no predicates, no fallback pointers.
-#pragma unroll
-        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
-          if (kRows % kRowStep == 0 || r + i * kRowStep < kRows)
-            cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), reinterpret_cast<const uint16_t*>(cur),
-                        true);
-          if (i + 1 < (kRows + kRowStep - 1) / kRowStep) asm("add.u64 %0, %0, %1;\n" : "+l"(cur) : "l"(step));
-        }
-        return;
-      }
+    // Row i's source is row i-1's plus kRowStep rows, by an add the compiler cannot turn
+    // back into a wide multiply; row bound as one compare against rows_left.
+    const int rows_left = n_valid - r;
+    const uint64_t step = static_cast<uint64_t>(row_stride) * (2 * kRowStep);
+    uint64_t cur = reinterpret_cast<uint64_t>(src);
+    if (kBwdSm90Code && n_valid >= kRows && d_valid >= kColsUsed) {
+      // LD4: every row and column valid (uniform): no predicates, no fallback pointers.
 #pragma unroll
       for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
-        if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
-          const bool ok = col_ok && i * kRowStep < rows_left;
-          cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64),
-                      ok ? reinterpret_cast<const uint16_t*>(cur) : g, ok);
-        }
+        if (kRows % kRowStep == 0 || r + i * kRowStep < kRows)
+          cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), reinterpret_cast<const uint16_t*>(cur),
+                      true);
         if (i + 1 < (kRows + kRowStep - 1) / kRowStep) asm("add.u64 %0, %0, %1;\n" : "+l"(cur) : "l"(step));
       }
-    } else {
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i) {
       if (kRows % kRowStep == 0 || r + i * kRowStep < kRows) {
-        const bool ok = col_ok && r + i * kRowStep < n_valid;
-        cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64), ok ? src + i * kRowStep * row_stride : g, ok);
+        const bool ok = col_ok && i * kRowStep < rows_left;
+        cp_async_16(dst + 2u * static_cast<uint32_t>(i * kRowStep * 64),
+                    ok ? reinterpret_cast<const uint16_t*>(cur) : g, ok);
       }
-    }
+      if (i + 1 < (kRows + kRowStep - 1) / kRowStep) asm("add.u64 %0, %0, %1;\n" : "+l"(cur) : "l"(step));
     }
   } else {
 #pragma unroll
@@ -665,7 +449,7 @@ struct QdoMaps {
 template <class Tr>
 using QdoMapParam = std::conditional_t<Tr::kTmaQdo, QdoMaps, NoDqMap>;
 
-// TMA helpers (sm_90 code only; the callers are behind FA_BWD_SM90).
+// TMA helpers (sm_90 code only; the callers are behind kBwdSm90Code).
 __device__ __forceinline__ void bwd_mbar_init(uint32_t bar, uint32_t count = 1) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -862,7 +646,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     ctx.b = b;
     ctx.hk = hk;
     ctx.n_blk = n_blk;
-    if constexpr (FA_BWD_SM90(FA_BWD_SCHED) != 0) {
+    if constexpr (kBwdSm90Code) {
       // The unmasked q-blocks: trim the masked ones off both ends of [m_lo, m_hi).
       int lo = ctx.m_lo, hi = ctx.m_hi;
       if (n_valid < Bc) lo = hi;  // every tile is partial
@@ -872,11 +656,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ctx.m_un_hi = hi;
       ctx.simple = !det && p.layout == nullptr;
     }
-    if constexpr (FA_BWD_SM90(FA_BWD_SCHED2) != 0) {
+    if constexpr (kBwdSm90Code) {
       ctx.win_base = 0;
       ctx.win_hi = -1;  // no window yet
     }
-    if constexpr (FA_BWD_SM90(Tr::kTmaQdo || Tr::kSkew)) {
+    if constexpr (kBwdSm90Code && (Tr::kTmaQdo || Tr::kSkew)) {
       for (int i = 0; i < 2; ++i) {
         bwd_mbar_init(smem_u32(&ctx.tma_bar[i]));
         ctx.tma_state[i] = 0;
@@ -888,7 +672,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
     }
-    if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
+    if constexpr (kBwdSm90Code) {
       const int64_t h0 = static_cast<int64_t>(hk) * group;
       ctx.q_row0 = static_cast<const T*>(p.q) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.q_stride.b) +
                    q_tok0 * p.q_stride.s + h0 * p.q_stride.h;
@@ -901,7 +685,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   __syncthreads();
   if (bwd_lds(ctx.n0) >= bwd_lds(ctx.len_k)) return;  // varlen: this sequence has fewer k-blocks (CTA-uniform)
 
-  constexpr bool kTma = FA_BWD_SM90(Tr::kTmaQdo);
+  constexpr bool kTma = kBwdSm90Code && Tr::kTmaQdo;
   // kTma: the layout starts at the first 1024-byte boundary (see BwdTraits::kTmaQdo).
   const uint32_t s_raw = smem_u32(smem);
   const uint32_t s_base = kTma ? (s_raw + 1023u) & ~1023u : s_raw;
@@ -909,32 +693,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
   // P | dS buffer 0 (kSkew2: step parity st picks buffer 0 or 1 inside the loop).
   const uint32_t sP0 = s_base + Tr::kOffP;
-  constexpr int kOffQ = FA_BWD_SM90(true) ? Tr::kOffQ90 : Tr::kOffQ80;
-  constexpr int kStage = FA_BWD_SM90(true) ? Tr::kStage90 : Tr::kStage80;
+  constexpr int kOffQ = kBwdSm90Code ? Tr::kOffQ90 : Tr::kOffQ80;
+  constexpr int kStage = kBwdSm90Code ? Tr::kStage90 : Tr::kStage80;
   auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
   auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
-  // S/dP warp grid. kWg (FA_BWD_WG, sm_90a code, the copy-engine layout): two warpgroups,
+  // S/dP warp grid. kWg (sm_90a code, the copy-engine layout): two warpgroups,
   // each one wgmma tile of 64 rows x kSN columns; warp w computes rows 16 (w % kWS_M) .. + 15
   // and columns kSN (w / kWS_M) ..: Br = 64 splits the Bc columns between the warpgroups,
   // Br = 128 the rows. Else the traits' WS_M x WS_N grid of mma.sync warp tiles.
-  constexpr bool kWg = FA_WGMMA != 0 && FA_BWD_WG != 0 && kTma && (Br == 64 || Br == 128) &&
+  constexpr bool kWg = FA_WGMMA != 0 && kTma && (Br == 64 || Br == 128) &&
                        Bc * Br / 128 >= 32 && Bc * Br / 128 <= 128;
   constexpr int kWS_M = kWg ? 4 * (Br / 64) : Tr::WS_M;
   constexpr int kSM = kWg ? 16 : Tr::kSM, kSN = kWg ? Bc * Br / 128 : Tr::kSN;
   constexpr int kMTs = kSM / 16, kNTs = kSN / 8, kSL = kWg ? 1 : Tr::kSL;
-  // dK/dV warp grid. kWgK (FA_BWD_WG_KV): two warpgroups, each 64 keys x kKN (dK) / kVN (dV)
+  // dK/dV warp grid. kWgK: two warpgroups, each 64 keys x kKN (dK) / kVN (dV)
   // columns of wgmma accumulators; warp w owns keys 16 (w % kWK_M) .. + 15 and column part
   // w / kWK_M (Bc = 128: the warpgroups split the keys, Bc = 64: the columns). Else the
   // traits' WK_M x WK_N grid.
-  constexpr bool kWgK = kWg && FA_BWD_WG_KV != 0 && (Bc == 64 || Bc == 128);
+  constexpr bool kWgK = kWg && (Bc == 64 || Bc == 128);
   constexpr int kWK_M = kWgK ? 4 * (Bc / 64) : Tr::WK_M, kWK_N = 8 / kWK_M;
   constexpr int kKM = Bc / kWK_M, kKN = D / kWK_N, kVN = DV / kWK_N;
   constexpr int kMTk = kKM / 16, kNTk = kKN / 8, kNTv = kVN / 8;
   static_assert(!kWgK || ((kKN == 64 || kKN == 128) && (kVN == 64 || kVN == 128)), "wgmma dK/dV widths");
-  // dQ warp grid. kWgQ (FA_BWD_WG_Q): two warpgroups, each 64 rows x kQN columns (Br = 64: the
+  // dQ warp grid. kWgQ: two warpgroups, each 64 rows x kQN columns (Br = 64: the
   // warpgroups split the columns, Br = 128: the rows), computed in kQPx passes of 64 columns;
   // warp w owns rows 16 (w % kWQ_M) .. + 15, column part w / kWQ_M. Else the traits' grid.
-  constexpr bool kWgQ = kWg && FA_BWD_WG_Q != 0;
+  constexpr bool kWgQ = kWg;
   constexpr int kWQ_M = kWgQ ? 4 * (Br / 64) : Tr::WQ_M, kWQ_N = 8 / kWQ_M;
   constexpr int kQM = Br / kWQ_M, kQN = D / kWQ_N;
   constexpr int kQPx = kWgQ ? kQN / 64 : Tr::kQP;
@@ -980,7 +764,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // deterministic mode every q-block of the sequence is visited and the skipped ones
   // still pass this k-block's turn on to the next k-block.
   auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
-    if constexpr (FA_BWD_SM90(FA_BWD_SCHED) != 0) {
+    if constexpr (kBwdSm90Code) {
       if (bwd_lds(ctx.simple)) {  // CTA-uniform; selects, no branches
         const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
         const int m2 = m < mb ? mb : m;
@@ -991,7 +775,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         return hi < group && mb < me;
       }
     }
-    if constexpr (FA_BWD_SM90(FA_BWD_SCHED2) != 0) {
+    if constexpr (kBwdSm90Code) {
       if (!det && p.layout != nullptr) {  // uniform
         const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
         const uint64_t r = bwd_next_sparse<Br, Bc, kWinTiles, Tr::kThreads>(lv, ctx, group, hi, m);
@@ -1028,7 +812,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // Q and dO tiles (`tiles` true) and the LSE and Delta rows (`rows` true) of (head
   // h = hk * group + hi, q-block m) into stage st by cp.async.
   auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m, bool tiles = true, bool rows = true) {
-    if constexpr (FA_BWD_SM90(FA_BWD_LD4) != 0) {
+    if constexpr (kBwdSm90Code) {
       const int r0 = m * Br;
       const int len_q = bwd_lds(ctx.len_q);
       const int nv = len_q - r0 < Br ? len_q - r0 : Br;
@@ -1112,7 +896,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // bit 4 = the parity of the step (of the free barrier's phase this step arrives on);
   // bit s + 5 = stage s's tile came by cp.async with an arrival on cpa_bar[s], bit s + 7 =
   // the parity of that barrier's phase to wait for.
-  constexpr bool kSkew = FA_BWD_SM90(Tr::kSkew), kSkew1 = kSkew && !Tr::kSkew2;
+  constexpr bool kSkew = kBwdSm90Code && Tr::kSkew, kSkew1 = kSkew && !Tr::kSkew2;
   const bool skew = kSkew && args.stages == 2;
   [[maybe_unused]] uint32_t tma_bits = 0;
   int st = 0;
@@ -1289,7 +1073,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
       // store before it would pin the exponentials there: ptxas keeps shared stores and the
       // GEMM's ldmatrix in order).
-      constexpr bool kPF = !kGen && FA_BWD_SM90(FA_BWD_PFIRST) != 0 && FA_BWD_SM90(FA_BWD_EW2) != 0 &&
+      constexpr bool kPF = !kGen && kBwdSm90Code &&
                            (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128);
       if constexpr (kPF) {
         const float scale_log2 = p.scale * kLog2e;
@@ -1372,7 +1156,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // one instantiation for unmasked and one for masked tiles (a run-time test per
         // element was if-converted: ~5 mask instructions per element on every tile).
         const float scale_log2 = p.scale * kLog2e;
-        if constexpr (FA_BWD_SM90(FA_BWD_EW2) != 0 && (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128)) {
+        if constexpr (kBwdSm90Code && (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128)) {
           // P/dS store addresses: with ws_n0 a multiple of kSN (a power of two <= 64) the
           // n8 tiles of a row stay in one 64-column block and their 16-byte chunk index is
           // (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt, so tile nt's byte offset is tile
@@ -1564,7 +1348,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma nv_diag_default 549
     if (!general) {
       using SliceT = std::integral_constant<int, kSL>;
-      if (FA_BWD_SM90(FA_BWD_EW2) == 0 || masked) s_phase(SliceT{}, std::false_type{}, std::true_type{});
+      if (!kBwdSm90Code || masked) s_phase(SliceT{}, std::false_type{}, std::true_type{});
       else s_phase(SliceT{}, std::false_type{}, std::false_type{});
     } else {
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
@@ -1696,37 +1480,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             continue;  // next block (or column pass)
           }
         }
-        // FA_BWD_RED2: this lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base
-        // pointer plus 4-row steps, and the row bound as one compare per reduction (the
-        // 64-bit address was rebuilt from the row index per reduction).
+        // This lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base pointer plus
+        // 4-row steps, and the row bound as one compare per reduction.
         const int row_l = lane >> 3;
         float* const lane_dq = dq_base + static_cast<int64_t>(wq_m0 + row_l) * dq_rs + wq_n0 + (lane & 7) * 4;
         const int64_t step4 = 4 * dq_rs;
         const int rows_left = len_q - r0 - wq_m0 - row_l;  // row 4 i + 16 mt exists iff < rows_left
         const bool col_ok = wq_n0 + (lane & 7) * 4 < dqk;
-        constexpr bool kRed3 = FA_BWD_RED3 != 0;
-        // FA_BWD_RED3: the global address of reduction k (row 4 k of this lane, k = 4 mt + i)
-        // is the previous one plus 4 rows, by an add the compiler cannot re-associate into a
-        // wide multiply; the reduction is predicated (no branch to sink address math into).
-        uint64_t red_ptr = 0, red_step = 0;
-        if constexpr (kRed3) {
-          asm("cvta.to.global.u64 %0, %1;\n" : "=l"(red_ptr) : "l"(lane_dq));
-          red_step = static_cast<uint64_t>(step4) * sizeof(float);
-        }
+        // The global address of reduction k (row 4 k of this lane, k = 4 mt + i) is the
+        // previous one plus 4 rows, by an add the compiler cannot re-associate into a wide
+        // multiply; the reduction is predicated (no branch to sink address math into).
+        uint64_t red_ptr = 0;
+        asm("cvta.to.global.u64 %0, %1;\n" : "=l"(red_ptr) : "l"(lane_dq));
+        const uint64_t red_step = static_cast<uint64_t>(step4) * sizeof(float);
         // Staging store of (row g + 8 hf, cols nt * 8 + 2 t): chunk 2 nt + (t >> 1) XOR 2 (g & 3),
-        // i.e. tile 0's offset XOR (nt << 5), + 1024 for hf (RED3 form).
+        // i.e. tile 0's offset XOR (nt << 5), + 1024 for hf.
         const uint32_t stg_o0 = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ (2 * (g & 3))) << 4) | ((t & 1) << 3)));
 #pragma unroll
         for (int mt = 0; mt < kMTq; ++mt) {
 #pragma unroll
           for (int nt = 0; nt < kNTqp; ++nt) {
-            const int c = nt * 8 + 2 * t;
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-              const int row = g + 8 * hf;
-              const uint32_t off =
-                  kRed3 ? (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024)
-                        : static_cast<uint32_t>(row * 128 + ((((c >> 2) ^ (2 * (row & 3))) << 4) | ((c & 3) << 2)));
+              const uint32_t off = (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024);
               asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(stg + off), "f"(acc_dq[mt][nt][2 * hf]),
                            "f"(acc_dq[mt][nt][2 * hf + 1])
                            : "memory");
@@ -1742,21 +1518,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                          : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                          : "r"(stg + off)
                          : "memory");
-            if constexpr (kRed3) {
-              const int ok = col_ok && mt * 16 + 4 * i < rows_left;
-              asm volatile(
-                  "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-                  " @p red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(red_ptr),
-                  "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(ok)
-                  : "memory");
-              asm("add.u64 %0, %0, %1;\n" : "+l"(red_ptr) : "l"(red_step));
-            } else if constexpr (FA_BWD_RED2 != 0) {
-              if (col_ok && mt * 16 + 4 * i < rows_left)
-                atomicAdd(reinterpret_cast<float4*>(lane_dq + (mt * 4 + i) * step4), v);
-            } else {
-              const int rq = wq_m0 + mt * 16 + row, cq = wq_n0 + ch * 4;
-              if (cq < dqk && r0 + rq < len_q) atomicAdd(reinterpret_cast<float4*>(dq_base + rq * dq_rs + cq), v);
-            }
+            const int ok = col_ok && mt * 16 + 4 * i < rows_left;
+            asm volatile(
+                "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+                " @p red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(red_ptr),
+                "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(ok)
+                : "memory");
+            asm("add.u64 %0, %0, %1;\n" : "+l"(red_ptr) : "l"(red_step));
           }
           __syncwarp();
         }
@@ -1829,7 +1597,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #endif
     {
     dv_phase();
-    constexpr bool kMid = FA_BWD_SM90(Tr::kDqMid);
+    constexpr bool kMid = kBwdSm90Code && Tr::kDqMid;
     if constexpr (kMid) dq_phase();
     dk_phase();
     if constexpr (!kMid) dq_phase();
@@ -1876,7 +1644,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
     const float scale = p.scale;
     bool staged = false;
-    if constexpr (FA_BWD_SM90(FA_BWD_EPI) != 0) {
+    if constexpr (kBwdSm90Code) {
       // EPI: through shared memory (the K and V tiles, free now), then whole 16-byte row
       // chunks to global memory, when the row starts allow 16-byte stores (uniform).
       staged = ((reinterpret_cast<uintptr_t>(gdk) | reinterpret_cast<uintptr_t>(gdv)) & 15u) == 0 &&

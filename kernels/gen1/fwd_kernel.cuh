@@ -20,9 +20,6 @@
 // at the first 1024-byte boundary of the dynamic shared memory (the host adds kFwdWgAlign bytes on
 // compute capability 9.x devices).
 #pragma once
-#ifndef FA_FWD_WG
-#define FA_FWD_WG 1
-#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -126,7 +123,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   using OTile = typename Cfg::OTile;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  constexpr bool kWgF = FA_WGMMA != 0 && FA_FWD_WG != 0 && kThreads == 128 && Cfg::kD % 64 == 0 &&
+  constexpr bool kWgF = FA_WGMMA != 0 && kThreads == 128 && Cfg::kD % 64 == 0 &&
                         Cfg::kDV % 64 == 0 && (kBlockN == 64 || kBlockN == 128);
   unsigned char* const smem_al =
       kWgF ? smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u)

@@ -3,10 +3,11 @@
 // fp32 -> dtype.
 //
 // Sequence on the caller's stream (no allocation, no synchronization):
-//   1. memset of the fp32 dQ accumulator, the deterministic turn counters and the
-//      broadcast-dBias accumulator (one contiguous workspace range);
+//   1. memset of the deterministic turn counters and the broadcast-dBias accumulator
+//      (one contiguous workspace range);
 //   2. dBias zero-fill (direct mode, only when masks or varlen leave elements unwritten);
-//   3. Delta;  4. main kernel (+ zero dK/dV of varlen tokens outside every sequence);
+//   3. Delta, which also zeroes the fp32 dQ accumulator;
+//   4. main kernel (+ zero dK/dV of varlen tokens outside every sequence);
 //   5. dQ convert (applies the softmax scale);
 //   6. dBias convert (broadcast mode) or, deterministic, the fixed-order slab reduction.
 #include <cuda_runtime.h>
@@ -354,12 +355,6 @@ __global__ void __launch_bounds__(256) bwd_zero_uncovered_kv_kernel(const AttnPa
   }
 }
 
-// The Delta kernel zeroes the dQ accumulator (0: a memset of it). Same-run A/B (H100): see
-// kernels/gen1/bwd_NOTES.md, session 7.
-#ifndef FA_BWD_FUSED_ZERO
-#define FA_BWD_FUSED_ZERO 1
-#endif
-
 unsigned grid_for(int64_t work_items, int64_t per_block) {
   int64_t g = (work_items + per_block - 1) / per_block;
   if (g < 1) g = 1;
@@ -378,8 +373,8 @@ template <typename T>
 flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
   // 1. zero the other accumulators (turn counters, broadcast dBias): one contiguous range
-  // (the Delta kernel zeroes the dQ accumulator; FA_BWD_FUSED_ZERO=0: the memset does).
-  const size_t z0 = FA_BWD_FUSED_ZERO ? wl.sema : wl.dq;
+  // (the Delta kernel zeroes the dQ accumulator, +0..1% over a memset of it on an H100).
+  const size_t z0 = wl.sema;
   if (wl.total > z0) {
     const cudaError_t err = cudaMemsetAsync(ws + z0, 0, wl.total - z0, stream);
     if (err != cudaSuccess) {
@@ -402,8 +397,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     int lanes = 1;
     while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
     const int64_t threads = (rows * p.heads_q) * lanes;
-    float* const dq_zero = FA_BWD_FUSED_ZERO ? a.dq_accum : nullptr;
-    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, dq_zero, lanes);
+    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, a.dq_accum, lanes);
     if (const flashattn_status_t s = launch_error("the Delta preprocess kernel")) return s;
   }
   // 4. main kernel.
