@@ -6,7 +6,8 @@
 
 BEFORE and AFTER are git revisions; AFTER defaults to the work tree. Each CUDA translation
 unit (kernels/**/*.cu, src/cuda/*.cu) is compiled to a cubin per architecture with the
-device flags of the CMake build, its SASS is dumped with cuobjdump and split per kernel.
+device flags of the CMake build (a unit of an architecture policy, *_<policy>.cu, only for
+that policy's machine-code targets in kernels/instances.json), its SASS is dumped with cuobjdump and split per kernel.
 Kernel names and mangled symbols inside the code are normalised away, so a kernel that
 was renamed or moved to another file still matches: the report lists, per architecture,
 the kernels whose normalised SASS exists on both sides (identical) and those that differ,
@@ -54,6 +55,25 @@ def export_tree(rev, dest):
         return
     archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+
+
+def policy_targets(tree):
+    """{policy file suffix: set of sm_XX machine-code targets} from kernels/instances.json."""
+    path = os.path.join(tree, "kernels", "instances.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        spec = json.load(f)
+    return {p["name"].lower(): {"sm_" + t.split("-")[0] for t in p["targets"].split(";") if t.endswith("-real")}
+            for p in spec.get("policies", [])}
+
+
+def targets_of(src, archs, policies):
+    """The requested architectures that the build compiles src for (a policy's unit: its own)."""
+    m = re.search(r"_([a-z0-9]+)\.cu$", src)
+    if m and m.group(1) in policies:
+        return [a for a in archs if a in policies[m.group(1)]]
+    return archs
 
 
 def cuda_sources(tree):
@@ -118,7 +138,8 @@ def build(rev, archs, jobs, keep, cache):
     export_tree(rev, tree)
     nvcc, cuobjdump = tool("nvcc"), tool("cuobjdump")
     tool("nvdisasm")
-    todo = [(tree, s, a, work, nvcc, cuobjdump) for s in cuda_sources(tree) for a in archs]
+    pol = policy_targets(tree)
+    todo = [(tree, s, a, work, nvcc, cuobjdump) for s in cuda_sources(tree) for a in targets_of(s, archs, pol)]
     result = {a: {} for a in archs}  # arch -> mangled name -> (file, sass)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for rel, arch, kernels, err in pool.map(compile_one, todo):

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
-#include "gen1/instances.h"
+#include "fa2/instances.h"
 #include "gpu_mem.hpp"
 #include "harness.hpp"
 
@@ -222,8 +222,8 @@ TEST_CASE("gpu smem: each head-dim config runs at exactly its least shared memor
   const int optin = device_optin();
   // Each backward config of the instantiation list; the fp16/bf16 alternate.
   uint64_t seed = 7200;
-  for (int i = 0; i < flashattn::gen1::kNumBwdConfigs; ++i) {
-    const flashattn::gen1::BwdInstance& d = flashattn::gen1::kBwdInstances[i];
+  for (int i = 0; i < flashattn::fa2::kNumBwdConfigs; ++i) {
+    const flashattn::fa2::BwdInstance& d = flashattn::fa2::kBwdInstances[i];
     ++seed;
     Config c = sbase("smem threshold", 130, 150, d.d, d.dv, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
                      seed);

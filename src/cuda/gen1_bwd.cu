@@ -1,4 +1,4 @@
-// Host launcher of the generation-1 backward pass (kernels/gen1/bwd*), plus its small
+// Host launcher of the generation-1 backward pass (kernels/fa2/bwd*), plus its small
 // memory-bound kernels: Delta = rowsum(dO * O), dQ fp32 -> dtype, dBias zero-fill and
 // fp32 -> dtype.
 //
@@ -18,23 +18,24 @@
 #include <array>
 #include <utility>
 
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "error.hpp"
-#include "gen1/bwd_kernel.cuh"
-#include "gen1/launchers.h"
+#include "fa2/bwd_kernel.cuh"
+#include "fa2/launchers.h"
 
 namespace flashattn {
-namespace gen1 {
+namespace fa2 {
 namespace {
 
 // Every instantiated main kernel (kBwdInstances, same indices): its traits' tiles and
 // shared memory.
 struct BwdKernel {
   int d, dv, variant, br, bc;
-  bool dq_bulk;         // sm_90 code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
-  bool tma_qdo;         // sm_90 code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
-  int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
+  bool dq_bulk;         // the Sm90a code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
+  bool tma_qdo;         // the Sm90a code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
+  int smem[2][3];       // dynamic shared memory by [Sm90a code][stage count (index 1, 2)]
 };
 template <int I>
 constexpr BwdKernel kernel_entry() {
@@ -53,16 +54,17 @@ constexpr std::array<BwdKernel, kNumBwdInstances> kKernels =
 static_assert(sizeof(BwdCtx) <= kBwdStaticSmemSlack, "the main kernel's static shared memory outgrew the budget");
 
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
-// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise. `sm90`:
-// the device runs the sm_90 code (compute capability major >= 9; see BwdTraits::off_q).
-bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
+// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise, in the
+// code of policy `arch` (its shared-memory layout: BwdTraits::smem_bytes).
+bool choose_kernel(int cfg, int limit, ArchId arch, BwdChoice* out) {
+  const bool sm90 = arch == kArchSm90a;
   const int cand[2] = {cfg, kBwdInstances[cfg].small};
   for (int k : cand) {
     if (k < 0) continue;
     for (int stages = 2; stages >= 1; --stages) {
       const BwdKernel& e = kKernels[k];
       if (e.smem[sm90][stages] + kBwdStaticSmemSlack > limit) continue;
-      *out = BwdChoice{k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
+      *out = BwdChoice{arch, k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
       return true;
     }
   }
@@ -403,7 +405,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    const cudaError_t err = kBwdLaunch[kc.kernel][p.dtype](a, kc.smem_bytes, stream);
+    const cudaError_t err = kBwdLaunch[kc.arch][kc.kernel][p.dtype](a, kc.smem_bytes, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
@@ -446,19 +448,19 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 
 }  // namespace
 
-}  // namespace gen1
+}  // namespace fa2
 
 // The caller's workspace may have any alignment: the layout starts at the first 256-byte
 // boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
 constexpr size_t kWsAlignSlack = 255;
 
 size_t gen1_bwd_workspace_size(const AttnParams& p) {
-  const int cfg = gen1::select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  return gen1::ws_layout(p, cfg).total + kWsAlignSlack;
+  const int cfg = fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v);
+  return fa2::ws_layout(p, cfg).total + kWsAlignSlack;
 }
 
 flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  using namespace gen1;
+  using namespace fa2;
   // ---- every check before anything is written ----
   if (p.dtype != kFp16 && p.dtype != kBf16) {
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
@@ -480,10 +482,11 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   }
-  int dev = 0, optin = 0, major = 0;
+  int dev = 0, optin = 0;
+  ArchId arch = kArchSm80;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = fa2_device_arch(dev, &arch);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
@@ -492,11 +495,12 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   const int cap = smem_cap_from_env();
   const int limit = cap > 0 && cap < optin ? cap : optin;
   BwdChoice kc{};
-  if (!choose_kernel(cfg, limit, major >= 9, &kc)) {
+  const bool sm90 = arch == kArchSm90a;
+  if (!choose_kernel(cfg, limit, arch, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs at least %d bytes of shared memory "
                 "per block for these head dims; device %d allows %d%s",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, major >= 9), dev,
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, sm90), dev,
                 limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
   }
   const int64_t n_kblocks = (p.seqlen_k + kc.bc - 1) / kc.bc;
@@ -544,7 +548,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   TensorMap128 dq_map;
   a.dq_map_ok = 0;
   a.dq_map = &dq_map;
-  if (kKernels[kc.kernel].dq_bulk && major >= 9 && !p.deterministic &&
+  if (kKernels[kc.kernel].dq_bulk && sm90 && !p.deterministic &&
       encode_dq_accum_map(&dq_map, a.dq_accum, p.head_dim_qk, p.heads_q, p.varlen ? p.total_q : p.batch * p.seqlen_q,
                           32, 16))
     a.dq_map_ok = 1;
@@ -553,7 +557,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   TensorMap128 qdo_maps[2];
   a.qdo_map_ok = 0;
   a.qdo_maps = qdo_maps;
-  if (kKernels[kc.kernel].tma_qdo && major >= 9 && kc.stages == 2) {
+  if (kKernels[kc.kernel].tma_qdo && sm90 && kc.stages == 2) {
     const int64_t rows = p.varlen ? p.total_q : p.seqlen_q, nb = p.varlen ? 1 : p.batch;
     // The stride of a dimension of extent 1 is never applied: any valid value (the row
     // stride) stands in for it, so that e.g. a 0 there does not cost the copy-engine path.

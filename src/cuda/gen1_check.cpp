@@ -4,7 +4,7 @@
 
 #include "cuda/launch.hpp"
 #include "error.hpp"
-#include "gen1/fwd.h"
+#include "fa2/fwd.h"
 
 namespace flashattn {
 
@@ -55,7 +55,7 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
       return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                   "%s=%lld: the gen1 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
                   static_cast<long long>(dims[i]));
-  if (gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
+  if (fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no gen1 kernel configuration",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   if (p.seqlen_q >= kMaxSeqlen || p.seqlen_k >= kMaxSeqlen)
@@ -77,8 +77,8 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return st;
   if (p.direction == kForward) {
     if ((st = check_ptr(p.o, "o")) || (st = check_strides(p.o_stride, varlen, "o"))) return st;
-    const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
-    const int smem = gen1::fwd_tile(gen1::kFwdInstances[cfg].d, gen1::kFwdInstances[cfg].dv).smem_bytes();
+    const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+    const int smem = fa2::fwd_tile(fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv).smem_bytes();
     if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "head_dim_qk=%lld, head_dim_v=%lld: the gen1 forward kernel needs %d bytes of shared memory per "

@@ -1,8 +1,9 @@
 // Host side of the generation-1 forward pass: picks the (head_dim_qk, head_dim_v)
-// configuration and dtype and calls its launcher (kernels/gen1/launchers.h).
+// configuration and dtype and calls its launcher (kernels/fa2/launchers.h).
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
-#include "gen1/launchers.h"
+#include "fa2/launchers.h"
 
 namespace flashattn {
 
@@ -10,19 +11,19 @@ size_t gen1_fwd_workspace_size(const AttnParams&) { return 0; }
 
 namespace {
 // The status and message of a failed launch of configuration (D, DV).
-flashattn_status_t report(const gen1::FwdLaunchResult& r, int D, int DV, cudaStream_t stream) {
+flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStream_t stream) {
   switch (r.step) {
-    case gen1::kFwdQueryDevice:
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+    case fa2::kFwdQueryDevice:
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the current device failed: %s",
                   cudaGetErrorString(r.err));
-    case gen1::kFwdQueryOptin:
+    case fa2::kFwdQueryOptin:
       return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
                   cudaGetErrorString(r.err));
-    case gen1::kFwdSetSmem:
+    case fa2::kFwdSetSmem:
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                   "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                   D, DV, r.smem, cudaGetErrorString(r.err));
-    case gen1::kFwdLaunch:
+    case fa2::kFwdLaunch:
       break;
   }
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
@@ -40,16 +41,23 @@ flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*w
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%d: the gen1 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
                 static_cast<int>(p.dtype));
-  const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+  const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: no gen1 forward kernel (head dims must be multiples of 8, <= 256)",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
-  const gen1::FwdLaunchResult r = gen1::kFwdRun[cfg][p.dtype](p, stream);
+  int device = 0;
+  fa2::ArchId arch = fa2::kArchSm80;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = fa2_device_arch(device, &arch);
+  if (err != cudaSuccess)
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+                cudaGetErrorString(err));
+  const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
   return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS
-                              : report(r, gen1::kFwdInstances[cfg].d, gen1::kFwdInstances[cfg].dv, stream);
+                              : report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);
 }
 
 }  // namespace flashattn
