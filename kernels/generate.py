@@ -69,7 +69,7 @@ def instance_units(spec, fwd, bwd, small):
                 for dt in spec["dtypes"]:
                     suffix = "_small" if variant else ""
                     files[f"{fam}/instances/bwd_{cfg_name(d, dv)}{suffix}_{dt}_{pol.lower()}.cu"] = (
-                        f"{gen}#include \"{fam}/bwd_kernel.cuh\"\n\nnamespace flashattn {{\nnamespace {fam} {{\n"
+                        f"{gen}#include \"{fam}/bwd_launch.cuh\"\n\nnamespace flashattn {{\nnamespace {fam} {{\n"
                         f"template cudaError_t launch_bwd_main<{pol}, {d}, {dv}, {DTYPE_ENUM[dt]}, {variant}>("
                         f"const BwdArgs&, int, cudaStream_t);\n}}  // namespace {fam}\n}}  // namespace flashattn\n")
     return files

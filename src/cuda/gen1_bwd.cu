@@ -22,7 +22,8 @@
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "error.hpp"
-#include "fa2/bwd_kernel.cuh"
+#include "fa2/bwd_ctx.cuh"
+#include "fa2/bwd_traits.h"
 #include "fa2/launchers.h"
 
 namespace flashattn {
