@@ -10,6 +10,10 @@
 namespace flashattn {
 namespace fa2 {
 
+// The policies this build compiled: CMakeLists.txt defines FLASHATTN_FA2_<POLICY> to 1
+// for each policy that takes an entry of FLASHATTN_CUDA_ARCHITECTURES. The launchers of a
+// policy that was not built are null.
+#if FLASHATTN_FA2_SM80
 extern template FwdLaunchResult run_fwd<Sm80, 32, 32, kFp16>(const AttnParams&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<Sm80, 32, 32, kBf16>(const AttnParams&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<Sm80, 64, 64, kFp16>(const AttnParams&, cudaStream_t);
@@ -44,6 +48,11 @@ extern template cudaError_t launch_bwd_main<Sm80, 128, 128, kFp16, 1>(const BwdA
 extern template cudaError_t launch_bwd_main<Sm80, 128, 128, kBf16, 1>(const BwdArgs&, int, cudaStream_t);
 extern template cudaError_t launch_bwd_main<Sm80, 192, 192, kFp16, 1>(const BwdArgs&, int, cudaStream_t);
 extern template cudaError_t launch_bwd_main<Sm80, 192, 192, kBf16, 1>(const BwdArgs&, int, cudaStream_t);
+#define FLASHATTN_FA2_SM80_FN(...) &__VA_ARGS__
+#else
+#define FLASHATTN_FA2_SM80_FN(...) nullptr
+#endif
+#if FLASHATTN_FA2_SM90A
 extern template FwdLaunchResult run_fwd<Sm90a, 32, 32, kFp16>(const AttnParams&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<Sm90a, 32, 32, kBf16>(const AttnParams&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<Sm90a, 64, 64, kFp16>(const AttnParams&, cudaStream_t);
@@ -78,50 +87,92 @@ extern template cudaError_t launch_bwd_main<Sm90a, 128, 128, kFp16, 1>(const Bwd
 extern template cudaError_t launch_bwd_main<Sm90a, 128, 128, kBf16, 1>(const BwdArgs&, int, cudaStream_t);
 extern template cudaError_t launch_bwd_main<Sm90a, 192, 192, kFp16, 1>(const BwdArgs&, int, cudaStream_t);
 extern template cudaError_t launch_bwd_main<Sm90a, 192, 192, kBf16, 1>(const BwdArgs&, int, cudaStream_t);
+#define FLASHATTN_FA2_SM90A_FN(...) &__VA_ARGS__
+#else
+#define FLASHATTN_FA2_SM90A_FN(...) nullptr
+#endif
+inline constexpr bool kArchBuilt[kNumArchs] = {FLASHATTN_FA2_SM80 != 0, FLASHATTN_FA2_SM90A != 0};
 
 using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumArchs][kNumFwdInstances][kNumDtypes] = {
     // Sm80
-    {{&run_fwd<Sm80, 32, 32, kFp16>, &run_fwd<Sm80, 32, 32, kBf16>},
-    {&run_fwd<Sm80, 64, 64, kFp16>, &run_fwd<Sm80, 64, 64, kBf16>},
-    {&run_fwd<Sm80, 96, 96, kFp16>, &run_fwd<Sm80, 96, 96, kBf16>},
-    {&run_fwd<Sm80, 128, 128, kFp16>, &run_fwd<Sm80, 128, 128, kBf16>},
-    {&run_fwd<Sm80, 192, 128, kFp16>, &run_fwd<Sm80, 192, 128, kBf16>},
-    {&run_fwd<Sm80, 192, 192, kFp16>, &run_fwd<Sm80, 192, 192, kBf16>},
-    {&run_fwd<Sm80, 256, 256, kFp16>, &run_fwd<Sm80, 256, 256, kBf16>}},
+    {{FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 32, 32, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 32, 32, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 64, 64, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 64, 64, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 96, 96, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 96, 96, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 128, 128, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 128, 128, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 192, 128, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 192, 128, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 192, 192, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 192, 192, kBf16>)},
+    {FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 256, 256, kFp16>),
+     FLASHATTN_FA2_SM80_FN(run_fwd<Sm80, 256, 256, kBf16>)}},
     // Sm90a
-    {{&run_fwd<Sm90a, 32, 32, kFp16>, &run_fwd<Sm90a, 32, 32, kBf16>},
-    {&run_fwd<Sm90a, 64, 64, kFp16>, &run_fwd<Sm90a, 64, 64, kBf16>},
-    {&run_fwd<Sm90a, 96, 96, kFp16>, &run_fwd<Sm90a, 96, 96, kBf16>},
-    {&run_fwd<Sm90a, 128, 128, kFp16>, &run_fwd<Sm90a, 128, 128, kBf16>},
-    {&run_fwd<Sm90a, 192, 128, kFp16>, &run_fwd<Sm90a, 192, 128, kBf16>},
-    {&run_fwd<Sm90a, 192, 192, kFp16>, &run_fwd<Sm90a, 192, 192, kBf16>},
-    {&run_fwd<Sm90a, 256, 256, kFp16>, &run_fwd<Sm90a, 256, 256, kBf16>}}};
+    {{FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 32, 32, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 32, 32, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 64, 64, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 64, 64, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 96, 96, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 96, 96, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 128, 128, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 128, 128, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 192, 128, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 192, 128, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 192, 192, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 192, 192, kBf16>)},
+    {FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 256, 256, kFp16>),
+     FLASHATTN_FA2_SM90A_FN(run_fwd<Sm90a, 256, 256, kBf16>)}}};
 
 using BwdLaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
 inline constexpr BwdLaunchFn kBwdLaunch[kNumArchs][kNumBwdInstances][kNumDtypes] = {
     // Sm80
-    {{&launch_bwd_main<Sm80, 32, 32, kFp16, 0>, &launch_bwd_main<Sm80, 32, 32, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 64, 64, kFp16, 0>, &launch_bwd_main<Sm80, 64, 64, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 96, 96, kFp16, 0>, &launch_bwd_main<Sm80, 96, 96, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 128, 128, kFp16, 0>, &launch_bwd_main<Sm80, 128, 128, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 192, 128, kFp16, 0>, &launch_bwd_main<Sm80, 192, 128, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 192, 192, kFp16, 0>, &launch_bwd_main<Sm80, 192, 192, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 256, 256, kFp16, 0>, &launch_bwd_main<Sm80, 256, 256, kBf16, 0>},
-    {&launch_bwd_main<Sm80, 64, 64, kFp16, 1>, &launch_bwd_main<Sm80, 64, 64, kBf16, 1>},
-    {&launch_bwd_main<Sm80, 128, 128, kFp16, 1>, &launch_bwd_main<Sm80, 128, 128, kBf16, 1>},
-    {&launch_bwd_main<Sm80, 192, 192, kFp16, 1>, &launch_bwd_main<Sm80, 192, 192, kBf16, 1>}},
+    {{FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 32, 32, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 32, 32, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 64, 64, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 64, 64, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 96, 96, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 96, 96, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 128, 128, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 128, 128, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 128, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 128, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 192, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 192, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 256, 256, kFp16, 0>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 256, 256, kBf16, 0>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 64, 64, kFp16, 1>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 64, 64, kBf16, 1>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 128, 128, kFp16, 1>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 128, 128, kBf16, 1>)},
+    {FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 192, kFp16, 1>),
+     FLASHATTN_FA2_SM80_FN(launch_bwd_main<Sm80, 192, 192, kBf16, 1>)}},
     // Sm90a
-    {{&launch_bwd_main<Sm90a, 32, 32, kFp16, 0>, &launch_bwd_main<Sm90a, 32, 32, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 64, 64, kFp16, 0>, &launch_bwd_main<Sm90a, 64, 64, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 96, 96, kFp16, 0>, &launch_bwd_main<Sm90a, 96, 96, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 128, 128, kFp16, 0>, &launch_bwd_main<Sm90a, 128, 128, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 192, 128, kFp16, 0>, &launch_bwd_main<Sm90a, 192, 128, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 192, 192, kFp16, 0>, &launch_bwd_main<Sm90a, 192, 192, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 256, 256, kFp16, 0>, &launch_bwd_main<Sm90a, 256, 256, kBf16, 0>},
-    {&launch_bwd_main<Sm90a, 64, 64, kFp16, 1>, &launch_bwd_main<Sm90a, 64, 64, kBf16, 1>},
-    {&launch_bwd_main<Sm90a, 128, 128, kFp16, 1>, &launch_bwd_main<Sm90a, 128, 128, kBf16, 1>},
-    {&launch_bwd_main<Sm90a, 192, 192, kFp16, 1>, &launch_bwd_main<Sm90a, 192, 192, kBf16, 1>}}};
+    {{FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 32, 32, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 32, 32, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 64, 64, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 64, 64, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 96, 96, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 96, 96, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 128, 128, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 128, 128, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 128, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 128, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 192, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 192, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 256, 256, kFp16, 0>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 256, 256, kBf16, 0>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 64, 64, kFp16, 1>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 64, 64, kBf16, 1>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 128, 128, kFp16, 1>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 128, 128, kBf16, 1>)},
+    {FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 192, kFp16, 1>),
+     FLASHATTN_FA2_SM90A_FN(launch_bwd_main<Sm90a, 192, 192, kBf16, 1>)}}};
+
+#undef FLASHATTN_FA2_SM80_FN
+#undef FLASHATTN_FA2_SM90A_FN
 
 }  // namespace fa2
 }  // namespace flashattn

@@ -57,7 +57,7 @@ static_assert(sizeof(BwdCtx) <= kBwdStaticSmemSlack, "the main kernel's static s
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
 // block: variant 0 with 2 stages, then 1 stage, then the small variant likewise, in the
 // code of policy `arch` (its shared-memory layout: BwdTraits::smem_bytes).
-bool choose_kernel(int cfg, int limit, ArchId arch, BwdChoice* out) {
+bool choose_kernel(int cfg, int limit, int arch, BwdChoice* out) {
   const bool sm90 = arch == kArchSm90a;
   const int cand[2] = {cfg, kBwdInstances[cfg].small};
   for (int k : cand) {
@@ -65,7 +65,7 @@ bool choose_kernel(int cfg, int limit, ArchId arch, BwdChoice* out) {
     for (int stages = 2; stages >= 1; --stages) {
       const BwdKernel& e = kKernels[k];
       if (e.smem[sm90][stages] + kBwdStaticSmemSlack > limit) continue;
-      *out = BwdChoice{arch, k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
+      *out = BwdChoice{static_cast<ArchId>(arch), k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
       return true;
     }
   }
@@ -484,7 +484,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   }
   int dev = 0, optin = 0;
-  ArchId arch = kArchSm80;
+  int arch = -1;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err == cudaSuccess) err = fa2_device_arch(dev, &arch);
@@ -496,6 +496,12 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   const int cap = smem_cap_from_env();
   const int limit = cap > 0 && cap < optin ? cap : optin;
   BwdChoice kc{};
+  if (arch < 0) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "gen1 backward: device %d: this build has no kernels for its compute capability "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                dev);
+  }
   const bool sm90 = arch == kArchSm90a;
   if (!choose_kernel(cfg, limit, arch, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,

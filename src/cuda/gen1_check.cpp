@@ -2,6 +2,7 @@
 // valid plan may still ask for that gen1 cannot run is refused here, before any launch.
 #include <stdint.h>
 
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
 #include "fa2/fwd.h"
@@ -43,6 +44,11 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "device %s has compute capability %d.%d; the gen1 CUDA kernels need 8.0 (Ampere) or later", prop.name,
                 prop.major, prop.minor);
+  if (fa2_arch_for(prop.major, prop.minor) < 0)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "device %s has compute capability %d.%d; this build has no gen1 kernels for it "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                prop.name, prop.major, prop.minor);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%s: the gen1 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "

@@ -49,12 +49,17 @@ flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*w
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   int device = 0;
-  fa2::ArchId arch = fa2::kArchSm80;
+  int arch = -1;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = fa2_device_arch(device, &arch);
   if (err != cudaSuccess)
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
                 cudaGetErrorString(err));
+  if (arch < 0)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "gen1 forward: device %d: this build has no kernels for its compute capability "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                device);
   const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
   return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS
                               : report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);
