@@ -95,10 +95,10 @@ def split_sass(text):
     kernels, name, body = {}, None, []
     for line in text.splitlines():
         m = FUNC.match(line)
-        if m:
+        if m or line.startswith("Fatbin "):  # a kernel, or the next fatbin entry's header
             if name:
                 kernels[name] = "\n".join(body)
-            name, body = m.group(1), []
+            name, body = (m.group(1) if m else None), []
         elif name:
             if line.strip().startswith(("code for", ".target", "....")):
                 continue  # headers between the per-architecture listings
@@ -167,7 +167,8 @@ def demangle(names):
 
 
 def digest(sass):
-    return hashlib.sha256(sass.encode()).hexdigest()[:16]
+    # (Trailing blank lines depend on what follows the kernel in the listing.)
+    return hashlib.sha256(sass.rstrip().encode()).hexdigest()[:16]
 
 
 def main():
