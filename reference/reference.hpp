@@ -1,6 +1,6 @@
 // The project's naive attention references, written from the semantics in
 // include/flashattn.h and docs/, independent of the library's code (only
-// src/common/philox.h is shared, for the dropout keep decision that the header defines
+// kernels/common/philox.h is shared, for the dropout keep decision that the header defines
 // through Philox; tests/test_reference.cpp checks it against published Philox vectors).
 // There is one C++ fp64 reference: the Catch2 tests (tests/harness.*), the fuzz target
 // (tests/reliability) and the `flashattn check` tool (cli/) all use this one. It is the

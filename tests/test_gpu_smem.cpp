@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "fa2/instances.h"
 #include "gpu_mem.hpp"
 #include "harness.hpp"
 
@@ -219,12 +220,12 @@ TEST_CASE("gpu smem: backward with every option under the A100 and sm_86/sm_89 l
 TEST_CASE("gpu smem: each head-dim config runs at exactly its least shared memory", "[gpu][bwd][smem]") {
   REQUIRE_GPU();
   const int optin = device_optin();
-  // (dqk, dv) of each config; the fp16/bf16 alternate.
-  const int64_t dims[][2] = {{32, 32}, {64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+  // Each backward config of the instantiation list; the fp16/bf16 alternate.
   uint64_t seed = 7200;
-  for (const auto& d : dims) {
+  for (int i = 0; i < flashattn::fa2::kNumBwdConfigs; ++i) {
+    const flashattn::fa2::BwdInstance& d = flashattn::fa2::kBwdInstances[i];
     ++seed;
-    Config c = sbase("smem threshold", 130, 150, d[0], d[1], seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
+    Config c = sbase("smem threshold", 130, 150, d.d, d.dv, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
                      seed);
     c.band = true;
     c.wr = 0;
@@ -239,7 +240,7 @@ TEST_CASE("gpu smem: each head-dim config runs at exactly its least shared memor
     REQUIRE(need > 0);
     // Every config fits an A100, and every config up to d=192 an sm_86/sm_89 GPU.
     CHECK(need <= kA100);
-    if (std::max(d[0], d[1]) <= 192) CHECK(need <= kSm86);
+    if (std::max(d.d, d.dv) <= 192) CHECK(need <= kSm86);
     if (need > optin) continue;  // this GPU cannot run it either
     {
       const SmemCap cap(static_cast<int>(need - 1));

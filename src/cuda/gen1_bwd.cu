@@ -1,12 +1,13 @@
-// Host launcher of the generation-1 backward pass (kernels/gen1/bwd*), plus its small
+// Host launcher of the generation-1 backward pass (kernels/fa2/bwd*), plus its small
 // memory-bound kernels: Delta = rowsum(dO * O), dQ fp32 -> dtype, dBias zero-fill and
 // fp32 -> dtype.
 //
 // Sequence on the caller's stream (no allocation, no synchronization):
-//   1. memset of the fp32 dQ accumulator, the deterministic turn counters and the
-//      broadcast-dBias accumulator (one contiguous workspace range);
+//   1. memset of the deterministic turn counters and the broadcast-dBias accumulator
+//      (one contiguous workspace range);
 //   2. dBias zero-fill (direct mode, only when masks or varlen leave elements unwritten);
-//   3. Delta;  4. main kernel (+ zero dK/dV of varlen tokens outside every sequence);
+//   3. Delta, which also zeroes the fp32 dQ accumulator;
+//   4. main kernel (+ zero dK/dV of varlen tokens outside every sequence);
 //   5. dQ convert (applies the softmax scale);
 //   6. dBias convert (broadcast mode) or, deterministic, the fixed-order slab reduction.
 #include <cuda_runtime.h>
@@ -14,72 +15,57 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <array>
+#include <utility>
+
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
 #include "error.hpp"
-#include "gen1/bwd.h"
-#include "gen1/bwd_kernel.cuh"
+#include "fa2/bwd_ctx.cuh"
+#include "fa2/bwd_traits.h"
+#include "fa2/launchers.h"
 
 namespace flashattn {
-namespace gen1 {
+namespace fa2 {
 namespace {
 
-using LaunchFn = cudaError_t (*)(const BwdArgs&, int, cudaStream_t);
-
-// Every instantiated main kernel (the generated bwd_*.cu translation units): its traits'
-// dims, tiles and shared memory, and its launchers.
+// Every instantiated main kernel (kBwdInstances, same indices): its traits' tiles and
+// shared memory.
 struct BwdKernel {
   int d, dv, variant, br, bc;
-  bool dq_bulk;         // sm_90 code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
-  bool tma_qdo;         // sm_90 code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
-  int smem[2][3];       // dynamic shared memory by [sm_90 code][stage count (index 1, 2)]
-  LaunchFn launch[2];   // fp16, bf16
+  bool dq_bulk;         // the Sm90a code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
+  bool tma_qdo;         // the Sm90a code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
+  int smem[2][3];       // dynamic shared memory by [Sm90a code][stage count (index 1, 2)]
 };
-template <int D, int DV, int V>
+template <int I>
 constexpr BwdKernel kernel_entry() {
-  using Tr = typename BwdCfgFor<D, DV, V>::type;
-  static_assert(Tr::D == D && Tr::DV == DV, "BwdCfgFor dims");
-  return {D, DV, V, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
-          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}},
-          {&launch_bwd_main<D, DV, kFp16, V>, &launch_bwd_main<D, DV, kBf16, V>}};
+  constexpr BwdInstance in = kBwdInstances[I];
+  using Tr = typename BwdCfgFor<in.d, in.dv, in.variant>::type;
+  static_assert(Tr::D == in.d && Tr::DV == in.dv, "BwdCfgFor dims");
+  return {in.d, in.dv, in.variant, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
+          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}}};
 }
-// Entries 0..kNumBwdConfigs-1 are the configs of kBwdConfigs in order (variant 0); the
-// small-shared-memory variants follow.
-constexpr BwdKernel kKernels[] = {
-    kernel_entry<32, 32, 0>(),    kernel_entry<64, 64, 0>(),    kernel_entry<96, 96, 0>(),
-    kernel_entry<128, 128, 0>(),  kernel_entry<192, 128, 0>(),  kernel_entry<192, 192, 0>(),
-    kernel_entry<256, 256, 0>(),  kernel_entry<64, 64, 1>(),    kernel_entry<128, 128, 1>(),
-    kernel_entry<192, 192, 1>()};
-constexpr int kNumKernels = static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
-// Per config: the kernel of its small-shared-memory fallback, -1 for none. d<=32 shares the
-// d=64 one and d=96 the d=128 one (same 64-column shared widths, so the same bytes); the
-// (192, 128) config fits 99 KB with 1 stage itself; d=256 has none (see bwd_kernel.cuh).
-constexpr int kSmallFor[kNumBwdConfigs] = {7, 7, 8, 8, -1, 9, -1};
-
-constexpr bool kernel_tables_agree() {
-  for (int i = 0; i < kNumBwdConfigs; ++i) {
-    if (kKernels[i].d != kBwdConfigs[i].d || kKernels[i].dv != kBwdConfigs[i].dv || kKernels[i].variant != 0)
-      return false;
-    const int s = kSmallFor[i];
-    if (s >= 0 && (s >= kNumKernels || kKernels[s].variant != 1 || kKernels[s].d < kBwdConfigs[i].d ||
-                   kKernels[s].dv < kBwdConfigs[i].dv))
-      return false;
-  }
-  return true;
+template <int... I>
+constexpr std::array<BwdKernel, sizeof...(I)> kernel_table(std::integer_sequence<int, I...>) {
+  return {{kernel_entry<I>()...}};
 }
-static_assert(kernel_tables_agree(), "kKernels / kSmallFor disagree with kBwdConfigs");
+constexpr std::array<BwdKernel, kNumBwdInstances> kKernels =
+    kernel_table(std::make_integer_sequence<int, kNumBwdInstances>());
 static_assert(sizeof(BwdCtx) <= kBwdStaticSmemSlack, "the main kernel's static shared memory outgrew the budget");
 
 // The kernel of config `cfg` under an opt-in shared memory limit of `limit` bytes per
-// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise. `sm90`:
-// the device runs the sm_90 code (compute capability major >= 9; see BwdTraits::off_q).
-bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
-  const int cand[2] = {cfg, kSmallFor[cfg]};
+// block: variant 0 with 2 stages, then 1 stage, then the small variant likewise, in the
+// code of policy `arch` (its shared-memory layout: BwdTraits::smem_bytes).
+bool choose_kernel(int cfg, int limit, int arch, BwdChoice* out) {
+  const bool sm90 = arch == kArchSm90a;
+  const int cand[2] = {cfg, kBwdInstances[cfg].small};
   for (int k : cand) {
     if (k < 0) continue;
     for (int stages = 2; stages >= 1; --stages) {
       const BwdKernel& e = kKernels[k];
       if (e.smem[sm90][stages] + kBwdStaticSmemSlack > limit) continue;
-      *out = BwdChoice{k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
+      *out = BwdChoice{static_cast<ArchId>(arch), k, e.d, e.dv, e.variant, stages, e.smem[sm90][stages], e.br, e.bc};
       return true;
     }
   }
@@ -88,16 +74,18 @@ bool choose_kernel(int cfg, int limit, bool sm90, BwdChoice* out) {
 
 // Least shared memory config `cfg` can run with (for the refusal message).
 int min_smem(int cfg, bool sm90) {
+  const int s = kBwdInstances[cfg].small;
   int m = kKernels[cfg].smem[sm90][1];
-  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].smem[sm90][1] < m) m = kKernels[kSmallFor[cfg]].smem[sm90][1];
+  if (s >= 0 && kKernels[s].smem[sm90][1] < m) m = kKernels[s].smem[sm90][1];
   return m + kBwdStaticSmemSlack;
 }
 
 // Smallest query tile among the kernels config `cfg` may run on: the workspace (sized
 // before the device is known to the query) covers whichever one a run takes.
 int min_br(int cfg) {
+  const int s = kBwdInstances[cfg].small;
   int br = kKernels[cfg].br;
-  if (kSmallFor[cfg] >= 0 && kKernels[kSmallFor[cfg]].br < br) br = kKernels[kSmallFor[cfg]].br;
+  if (s >= 0 && kKernels[s].br < br) br = kKernels[s].br;
   return br;
 }
 
@@ -373,12 +361,6 @@ __global__ void __launch_bounds__(256) bwd_zero_uncovered_kv_kernel(const AttnPa
   }
 }
 
-// The Delta kernel zeroes the dQ accumulator (0: a memset of it). Same-run A/B (H100): see
-// kernels/gen1/bwd_NOTES.md, session 7.
-#ifndef FA_BWD_FUSED_ZERO
-#define FA_BWD_FUSED_ZERO 1
-#endif
-
 unsigned grid_for(int64_t work_items, int64_t per_block) {
   int64_t g = (work_items + per_block - 1) / per_block;
   if (g < 1) g = 1;
@@ -397,8 +379,8 @@ template <typename T>
 flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
   // 1. zero the other accumulators (turn counters, broadcast dBias): one contiguous range
-  // (the Delta kernel zeroes the dQ accumulator; FA_BWD_FUSED_ZERO=0: the memset does).
-  const size_t z0 = FA_BWD_FUSED_ZERO ? wl.sema : wl.dq;
+  // (the Delta kernel zeroes the dQ accumulator, +0..1% over a memset of it on an H100).
+  const size_t z0 = wl.sema;
   const size_t total = static_cast<size_t>(wl.total.value());
   if (total > z0) {
     const cudaError_t err = cudaMemsetAsync(ws + z0, 0, total - z0, stream);
@@ -422,14 +404,13 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     int lanes = 1;
     while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
     const int64_t threads = (rows * p.heads_q) * lanes;
-    float* const dq_zero = FA_BWD_FUSED_ZERO ? a.dq_accum : nullptr;
-    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, dq_zero, lanes);
+    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, a.dq_accum, lanes);
     if (const flashattn_status_t s = launch_error("the Delta preprocess kernel")) return s;
   }
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    const cudaError_t err = kKernels[kc.kernel].launch[p.dtype == kBf16 ? 1 : 0](a, kc.smem_bytes, stream);
+    const cudaError_t err = kBwdLaunch[kc.arch][kc.kernel][p.dtype](a, kc.smem_bytes, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
@@ -472,19 +453,19 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 
 }  // namespace
 
-}  // namespace gen1
+}  // namespace fa2
 
 // The caller's workspace may have any alignment: the layout starts at the first 256-byte
 // boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
 constexpr size_t kWsAlignSlack = 255;
 
 CheckedSize gen1_bwd_workspace_size(const AttnParams& p) {
-  const int cfg = gen1::select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  return gen1::ws_layout(p, cfg).total + CheckedSize(kWsAlignSlack);
+  const int cfg = fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v);
+  return fa2::ws_layout(p, cfg).total + CheckedSize(kWsAlignSlack);
 }
 
 flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  using namespace gen1;
+  using namespace fa2;
   // ---- every check before anything is written ----
   if (p.dtype != kFp16 && p.dtype != kBf16) {
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
@@ -506,10 +487,11 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                 "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   }
-  int dev = 0, optin = 0, major = 0;
+  int dev = 0, optin = 0;
+  int arch = -1;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = fa2_device_arch(dev, &arch);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
@@ -518,11 +500,18 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   const int cap = smem_cap_from_env();
   const int limit = cap > 0 && cap < optin ? cap : optin;
   BwdChoice kc{};
-  if (!choose_kernel(cfg, limit, major >= 9, &kc)) {
+  if (arch < 0) {
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "gen1 backward: device %d: this build has no kernels for its compute capability "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                dev);
+  }
+  const bool sm90 = arch == kArchSm90a;
+  if (!choose_kernel(cfg, limit, arch, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs at least %d bytes of shared memory "
                 "per block for these head dims; device %d allows %d%s",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, major >= 9), dev,
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, sm90), dev,
                 limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
   }
   const int64_t n_kblocks = (p.seqlen_k + kc.bc - 1) / kc.bc;
@@ -571,7 +560,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   TensorMap128 dq_map;
   a.dq_map_ok = 0;
   a.dq_map = &dq_map;
-  if (kKernels[kc.kernel].dq_bulk && major >= 9 && !p.deterministic &&
+  if (kKernels[kc.kernel].dq_bulk && sm90 && !p.deterministic &&
       encode_dq_accum_map(&dq_map, a.dq_accum, p.head_dim_qk, p.heads_q, p.varlen ? p.total_q : p.batch * p.seqlen_q,
                           32, 16))
     a.dq_map_ok = 1;
@@ -580,7 +569,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   TensorMap128 qdo_maps[2];
   a.qdo_map_ok = 0;
   a.qdo_maps = qdo_maps;
-  if (kKernels[kc.kernel].tma_qdo && major >= 9 && kc.stages == 2) {
+  if (kKernels[kc.kernel].tma_qdo && sm90 && kc.stages == 2) {
     const int64_t rows = p.varlen ? p.total_q : p.seqlen_q, nb = p.varlen ? 1 : p.batch;
     // The stride of a dimension of extent 1 is never applied: any valid value (the row
     // stride) stands in for it, so that e.g. a 0 there does not cost the copy-engine path.

@@ -2,9 +2,10 @@
 // valid plan may still ask for that gen1 cannot run is refused here, before any launch.
 #include <stdint.h>
 
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
-#include "gen1/fwd.h"
+#include "fa2/fwd.h"
 
 namespace flashattn {
 
@@ -43,6 +44,11 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "device %s has compute capability %d.%d; the gen1 CUDA kernels need 8.0 (Ampere) or later", prop.name,
                 prop.major, prop.minor);
+  if (fa2_arch_for(prop.major, prop.minor) < 0)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "device %s has compute capability %d.%d; this build has no gen1 kernels for it "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                prop.name, prop.major, prop.minor);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%s: the gen1 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
@@ -55,7 +61,7 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
       return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                   "%s=%lld: the gen1 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
                   static_cast<long long>(dims[i]));
-  if (gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
+  if (fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no gen1 kernel configuration",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   if (p.seqlen_q >= kMaxSeqlen || p.seqlen_k >= kMaxSeqlen)
@@ -77,8 +83,8 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return st;
   if (p.direction == kForward) {
     if ((st = check_ptr(p.o, "o")) || (st = check_strides(p.o_stride, varlen, "o"))) return st;
-    const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
-    const int smem = gen1::kFwdConfigs[cfg].smem_bytes();
+    const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+    const int smem = fa2::fwd_tile(fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv).smem_bytes();
     if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "head_dim_qk=%lld, head_dim_v=%lld: the gen1 forward kernel needs %d bytes of shared memory per "

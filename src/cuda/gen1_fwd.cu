@@ -1,19 +1,38 @@
 // Host side of the generation-1 forward pass: picks the (head_dim_qk, head_dim_v)
-// configuration and dtype and calls its launcher (kernels/gen1/fwd_<cfg>_<dtype>.cu).
+// configuration and dtype and calls its launcher (kernels/fa2/launchers.h).
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
-#include "gen1/fwd.h"
+#include "fa2/launchers.h"
 
 namespace flashattn {
 
 CheckedSize gen1_fwd_workspace_size(const AttnParams&) { return 0; }
 
 namespace {
-template <int D, int DV>
-flashattn_status_t run_dtype(const AttnParams& p, cudaStream_t stream) {
-  if (p.dtype == kBf16) return gen1::run_fwd<D, DV, kBf16>(p, stream);
-  return gen1::run_fwd<D, DV, kFp16>(p, stream);
+// The status and message of a failed launch of configuration (D, DV).
+flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStream_t stream) {
+  switch (r.step) {
+    case fa2::kFwdQueryDevice:
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the current device failed: %s",
+                  cudaGetErrorString(r.err));
+    case fa2::kFwdQueryOptin:
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
+                  cudaGetErrorString(r.err));
+    case fa2::kFwdSetSmem:
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                  "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                  D, DV, r.smem, cudaGetErrorString(r.err));
+    case fa2::kFwdLaunch:
+      break;
+  }
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+              "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
+              "failed: %s (%s)",
+              D, DV, r.grid.x, r.grid.y, r.grid.z, static_cast<long long>(r.h0), static_cast<long long>(r.b0),
+              static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
+
 }  // namespace
 
 flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
@@ -22,24 +41,28 @@ flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*w
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%d: the gen1 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
                 static_cast<int>(p.dtype));
-  const int cfg = gen1::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+  const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: no gen1 forward kernel (head dims must be multiples of 8, <= 256)",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
-  switch (cfg) {
-    case 0: return run_dtype<32, 32>(p, stream);
-    case 1: return run_dtype<64, 64>(p, stream);
-    case 2: return run_dtype<96, 96>(p, stream);
-    case 3: return run_dtype<128, 128>(p, stream);
-    case 4: return run_dtype<192, 128>(p, stream);
-    case 5: return run_dtype<192, 192>(p, stream);
-    case 6: return run_dtype<256, 256>(p, stream);
-    default: break;
-  }
-  return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "gen1 forward: configuration index %d has no launcher", cfg);
+  int device = 0;
+  int arch = -1;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = fa2_device_arch(device, &arch);
+  if (err != cudaSuccess)
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+                cudaGetErrorString(err));
+  if (arch < 0)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "gen1 forward: device %d: this build has no kernels for its compute capability "
+                "(FLASHATTN_CUDA_ARCHITECTURES)",
+                device);
+  const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
+  return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS
+                              : report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);
 }
 
 }  // namespace flashattn

@@ -11,7 +11,7 @@
 
 namespace flashattn {
 
-// ---- generation 1 (kernels/gen1, sm_80+): mma.sync FlashAttention ----
+// ---- generation 1 (kernels/fa2, sm_80+): the FA2-design kernels ----
 // Whether gen1 can run p (head dims, dtype, option combination); nothing launched.
 flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop);
 CheckedSize gen1_fwd_workspace_size(const AttnParams& p);

@@ -5,12 +5,9 @@
 #pragma once
 #include <stdint.h>
 
-namespace flashattn {
+#include "common/tensor_map.h"
 
-// The opaque 128-byte descriptor (CUtensorMap), 64-byte aligned as the hardware requires.
-struct alignas(64) TensorMap128 {
-  unsigned char bytes[128];
-};
+namespace flashattn {
 
 // Map of the backward's fp32 dQ accumulator [rows][heads][cols] (row-major, dense) as a
 // 3-D tensor (cols, heads, rows) with boxes of box_cols x 1 x box_rows, shared-memory side

@@ -1,0 +1,168 @@
+// Warpgroup MMA (wgmma, sm_90a only) for the generation-1 backward's S = Q K^T and
+// dP = dO V^T GEMMs: both operands straight from the 128-byte-swizzled shared tiles
+// (SwizzledTile, 64-column blocks at 1024-byte boundaries: exactly the hardware's 128B
+// swizzle), fp32 accumulators in registers in the layout of mma.sync's C fragments
+// (warp w of the warpgroup owns rows 16 (w % 4) .. + 15; per n8 tile j the thread holds
+// {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} = d[0][j][0..3], g = lane / 4,
+// t = lane % 4), so the elementwise code after the GEMM is the mma.sync code's.
+// Only the Sm90a policy's code calls these (arch.h), and only its instantiations are
+// compiled for sm_90a, the one target that has the instructions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace flashattn {
+namespace fa2 {
+
+// Shared-memory matrix descriptor of an operand in a SwizzledTile (rows of 128 bytes = 64
+// elements per 64-column block, 128-byte swizzle = layout type 1, 8-row groups 1024 bytes
+// apart = the stride byte offset).
+// K-major (rows = M or N, columns = K): `addr` = the operand's first row at the k16 step's
+//   first column: the row's 1024-byte group base + 128 * (row % 8) + 32 * (k16 step within the
+//   64-column block); `lbo` is unused.
+// MN-major (rows = K, columns = M or N; the wgmma's transpose flag set): `addr` = the k16
+//   step's first row (a multiple of 8) at the operand's first 64-column block; `lbo` = the
+//   distance of the next 64-column block (the tile's rows x 128 bytes).
+// The hardware applies the swizzle to the absolute address bits, so the base of every 8-row
+// group must be 1024-byte aligned (the tiles are).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo = 16) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+// Before the first wgmma of a batch: orders the warpgroup's earlier register and shared
+// accesses before the asynchronous GEMMs.
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed batches are still in flight.
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins an accumulator register after wg_wait: without it the compiler could move a use of
+// the register above the wait (it sees the value as produced by the wgmma statement).
+template <int NT>
+__device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
+}
+
+// d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B in
+// shared memory (descriptors da, db); kTr = the transpose flags: 0 both K-major, 1 B MN-major,
+// 3 both MN-major.
+template <typename T, int N, bool kAcc, int kTr = 0>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, uint64_t db);
+
+// The specializations: N / 2 accumulator registers per thread (operand lists FA_WG_OPS_<N>,
+// register lists FA_WG_REGS_<N>, descriptor operands %<N/2> and %<N/2 + 1>); C is the
+// accumulator constraint ("=f" for the first k16 step, which does not read d: scale-d false),
+// TR the two transpose flags (kTr).
+#define FA_WG_REGS_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define FA_WG_DA_32 "%16"
+#define FA_WG_DB_32 "%17"
+#define FA_WG_OPS_32(C) \
+  C(d[0][0][0]), C(d[0][0][1]), C(d[0][0][2]), C(d[0][0][3]), C(d[0][1][0]), C(d[0][1][1]), C(d[0][1][2]), C(d[0][1][3]), \
+  C(d[0][2][0]), C(d[0][2][1]), C(d[0][2][2]), C(d[0][2][3]), C(d[0][3][0]), C(d[0][3][1]), C(d[0][3][2]), C(d[0][3][3])
+#define FA_WG_REGS_64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define FA_WG_DA_64 "%32"
+#define FA_WG_DB_64 "%33"
+#define FA_WG_OPS_64(C) \
+  FA_WG_OPS_32(C), \
+  C(d[0][4][0]), C(d[0][4][1]), C(d[0][4][2]), C(d[0][4][3]), C(d[0][5][0]), C(d[0][5][1]), C(d[0][5][2]), C(d[0][5][3]), \
+  C(d[0][6][0]), C(d[0][6][1]), C(d[0][6][2]), C(d[0][6][3]), C(d[0][7][0]), C(d[0][7][1]), C(d[0][7][2]), C(d[0][7][3])
+#define FA_WG_REGS_128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define FA_WG_DA_128 "%64"
+#define FA_WG_DB_128 "%65"
+#define FA_WG_OPS_128(C) \
+  FA_WG_OPS_64(C), \
+  C(d[0][8][0]), C(d[0][8][1]), C(d[0][8][2]), C(d[0][8][3]), C(d[0][9][0]), C(d[0][9][1]), C(d[0][9][2]), C(d[0][9][3]), \
+  C(d[0][10][0]), C(d[0][10][1]), C(d[0][10][2]), C(d[0][10][3]), C(d[0][11][0]), C(d[0][11][1]), C(d[0][11][2]), C(d[0][11][3]), \
+  C(d[0][12][0]), C(d[0][12][1]), C(d[0][12][2]), C(d[0][12][3]), C(d[0][13][0]), C(d[0][13][1]), C(d[0][13][2]), C(d[0][13][3]), \
+  C(d[0][14][0]), C(d[0][14][1]), C(d[0][14][2]), C(d[0][14][3]), C(d[0][15][0]), C(d[0][15][1]), C(d[0][15][2]), C(d[0][15][3])
+#define FA_WG_REGS_256 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+#define FA_WG_DA_256 "%128"
+#define FA_WG_DB_256 "%129"
+#define FA_WG_OPS_256(C) \
+  FA_WG_OPS_128(C), \
+  C(d[0][16][0]), C(d[0][16][1]), C(d[0][16][2]), C(d[0][16][3]), C(d[0][17][0]), C(d[0][17][1]), C(d[0][17][2]), C(d[0][17][3]), \
+  C(d[0][18][0]), C(d[0][18][1]), C(d[0][18][2]), C(d[0][18][3]), C(d[0][19][0]), C(d[0][19][1]), C(d[0][19][2]), C(d[0][19][3]), \
+  C(d[0][20][0]), C(d[0][20][1]), C(d[0][20][2]), C(d[0][20][3]), C(d[0][21][0]), C(d[0][21][1]), C(d[0][21][2]), C(d[0][21][3]), \
+  C(d[0][22][0]), C(d[0][22][1]), C(d[0][22][2]), C(d[0][22][3]), C(d[0][23][0]), C(d[0][23][1]), C(d[0][23][2]), C(d[0][23][3]), \
+  C(d[0][24][0]), C(d[0][24][1]), C(d[0][24][2]), C(d[0][24][3]), C(d[0][25][0]), C(d[0][25][1]), C(d[0][25][2]), C(d[0][25][3]), \
+  C(d[0][26][0]), C(d[0][26][1]), C(d[0][26][2]), C(d[0][26][3]), C(d[0][27][0]), C(d[0][27][1]), C(d[0][27][2]), C(d[0][27][3]), \
+  C(d[0][28][0]), C(d[0][28][1]), C(d[0][28][2]), C(d[0][28][3]), C(d[0][29][0]), C(d[0][29][1]), C(d[0][29][2]), C(d[0][29][3]), \
+  C(d[0][30][0]), C(d[0][30][1]), C(d[0][30][2]), C(d[0][30][3]), C(d[0][31][0]), C(d[0][31][1]), C(d[0][31][2]), C(d[0][31][3])
+#define FA_WG_MMA(CTY, TY, N, ACC, C, SCALE, KTR, TR)                                                 \
+  template <>                                                                                         \
+  __device__ __forceinline__ void wg_mma_ss<CTY, N, ACC, KTR>(float (&d)[1][N / 8][4], uint64_t da, uint64_t db) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FA_WG_REGS_##N ", "  \
+                 FA_WG_DA_##N ", " FA_WG_DB_##N ", p, 1, 1, " TR ";\n}\n"                             \
+                 : FA_WG_OPS_##N(C)                                                                   \
+                 : "l"(da), "l"(db));                                                                 \
+  }
+#define FA_WG_MMA_N(N, KTR, TR)                                       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, false, "=f", "0", KTR, TR)       \
+  FA_WG_MMA(__nv_bfloat16, "bf16", N, true, "+f", "1", KTR, TR)        \
+  FA_WG_MMA(__half, "f16", N, false, "=f", "0", KTR, TR)               \
+  FA_WG_MMA(__half, "f16", N, true, "+f", "1", KTR, TR)
+FA_WG_MMA_N(32, 0, "0, 0")
+FA_WG_MMA_N(64, 0, "0, 0")
+FA_WG_MMA_N(128, 0, "0, 0")
+FA_WG_MMA_N(64, 1, "0, 1")
+FA_WG_MMA_N(64, 3, "1, 1")
+FA_WG_MMA_N(128, 3, "1, 1")
+#undef FA_WG_MMA_N
+#undef FA_WG_MMA
+
+// d (64 x N per warpgroup, fp32) += A (64 x 16, registers: this warp's 16 rows in the A
+// fragment layout of mma.sync m16n8k16) * B (16 x N, MN-major in shared memory, descriptor db).
+// Operands: d = %0 .. %(N/2 - 1), a = the next four, db the last.
+template <typename T, int N>
+__device__ __forceinline__ void wg_mma_rs(float (&d)[1][N / 8][4], const uint32_t (&a)[4], uint64_t db);
+#define FA_WG_RS(CTY, TY, N, A0, A1, A2, A3, DB)                                                        \
+  template <>                                                                                          \
+  __device__ __forceinline__ void wg_mma_rs<CTY, N>(float (&d)[1][N / 8][4], const uint32_t (&a)[4], uint64_t db) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FA_WG_REGS_##N ", {"    \
+                 A0 ", " A1 ", " A2 ", " A3 "}, " DB ", p, 1, 1, 1;\n}\n"                               \
+                 : FA_WG_OPS_##N("+f")                                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                               \
+  }
+FA_WG_RS(__nv_bfloat16, "bf16", 64, "%32", "%33", "%34", "%35", "%36")
+FA_WG_RS(__half, "f16", 64, "%32", "%33", "%34", "%35", "%36")
+FA_WG_RS(__nv_bfloat16, "bf16", 128, "%64", "%65", "%66", "%67", "%68")
+FA_WG_RS(__half, "f16", 128, "%64", "%65", "%66", "%67", "%68")
+FA_WG_RS(__nv_bfloat16, "bf16", 256, "%128", "%129", "%130", "%131", "%132")
+FA_WG_RS(__half, "f16", 256, "%128", "%129", "%130", "%131", "%132")
+#undef FA_WG_RS
+
+
+// One warpgroup GEMM over K (a multiple of 16) on SwizzledTile operands, issued, not waited
+// for (wg_commit / wg_wait by the caller): acc (64 x 8 NT per warpgroup) (+)= A * B.
+//   A: kTr & 2 clear: K-major, a0 = the warpgroup's first row of a kRA-row tile, k across its
+//      64-column blocks; set: MN-major, a0 = the tile's first row at the warpgroup's 64-column
+//      block, k along kRA's rows.
+//   B: kTr & 1 likewise with b0 and kRB (MN-major: n across 64-column blocks kRB * 128 B apart).
+// A K-major operand's k16 steps advance its descriptor's start address by 32 bytes within a
+// 64-column block and by the block's size across blocks; an MN-major operand's by 16 rows
+// (2048 bytes). Descriptor units are 16 bytes; no carry leaves the 14-bit field (shared
+// addresses < 256 KB). kOverwrite: the first k16 step ignores acc's value.
+template <typename T, int NT, int K, int kTr, int kRA, int kRB, bool kOverwrite>
+__device__ __forceinline__ void wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
+  constexpr bool kAMN = (kTr & 2) != 0, kBMN = (kTr & 1) != 0;
+  const uint64_t da = kAMN ? wg_desc(a0, kRA * 128) : wg_desc(a0), db = kBMN ? wg_desc(b0, kRB * 128) : wg_desc(b0);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint64_t a = da + static_cast<uint64_t>(kAMN ? kk * 128 : (kk >> 2) * (kRA * 128 / 16) + (kk & 3) * 2);
+    const uint64_t b = db + static_cast<uint64_t>(kBMN ? kk * 128 : (kk >> 2) * (kRB * 128 / 16) + (kk & 3) * 2);
+    if (kOverwrite && kk == 0) wg_mma_ss<T, NT * 8, false, kTr>(acc, a, b);
+    else wg_mma_ss<T, NT * 8, true, kTr>(acc, a, b);
+  }
+}
+
+
+}  // namespace fa2
+}  // namespace flashattn
