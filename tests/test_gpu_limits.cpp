@@ -1,4 +1,4 @@
-// Limits and faults of the CUDA backend (gen1 kernels and the STANDARD algorithm on
+// Limits and faults of the CUDA backend (fa2 kernels and the STANDARD algorithm on
 // cuBLAS): tensors of more than 2^31 elements (64-bit offsets end to end), 131072-token
 // sequences, batch and heads beyond the grid's y/z limit of 65535, pointers at the minimum
 // alignment with non-contiguous strides, a CUDA error left pending by the caller, host pointers and short or
@@ -918,7 +918,7 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
     const char* must_name;  // a value the message must contain
   };
   const Limit limits[] = {
-      // Sequence indices are int32 in the gen1 kernels.
+      // Sequence indices are int32 in the fa2 kernels.
       {"flash forward, batch 2^31", FLASHATTN_ALGORITHM_FLASH, false, int64_t{1} << 31, 1, 1, 1, 1, 8,
        "batch=2147483648"},
       // Backward grid: 2^20 sequences x 4096 kv heads x 2+ key blocks > 2^31 - 1 thread blocks.

@@ -1,5 +1,5 @@
 // The numerics statements of docs/numerics.md on the CUDA backend: the scenarios of
-// numerics_checks.hpp (the ones test_numerics.cpp runs on the CPU backend) on the gen1 flash
+// numerics_checks.hpp (the ones test_numerics.cpp runs on the CPU backend) on the fa2 flash
 // kernels and on the STANDARD path, in fp16 and bf16, forward and backward: scores of
 // magnitude 1e4, softcap over scores of 1e6, NaN and Inf in Q, K and V (documented effects,
 // every other sequence and head bitwise unaffected), problems in which every row is masked,
@@ -41,7 +41,7 @@ Config proto(flashattn_dtype_t t, flashattn_algorithm_t alg) {
 constexpr NumericsBounds kGpuBounds{8, 2, 16, 4, 16, 3, 3};
 
 // The suite's GPU bound (harness.hpp: the same-precision standard attention's max and mean
-// error, 1x) holds for every scenario on the gen1 kernels but one, and for most on the
+// error, 1x) holds for every scenario on the fa2 kernels but one, and for most on the
 // STANDARD path. Measured on an H200 (first run of this file): the STANDARD path's bf16 O
 // of the clean problem in "poisoned Q, bottom-right causal" had a max error 1.29x the
 // yardstick's (mean 0.69x), and fp16 dV at dropout p = 0.999 on random data, whose kept
@@ -53,7 +53,7 @@ Tolerance tol_for(const Config& c) {
   return c.algorithm == FLASHATTN_ALGORITHM_STANDARD ? kGpuLooseTolerance : kGpuTolerance;
 }
 
-// Runs f(proto, n) for the gen1 kernels and the STANDARD path, fp16 and bf16 (n = 1, 2 per
+// Runs f(proto, n) for the fa2 kernels and the STANDARD path, fp16 and bf16 (n = 1, 2 per
 // algorithm: an offset for data seeds).
 template <class F>
 void each_variant(F f) {

@@ -61,13 +61,13 @@ struct BwdArgs {
 
 // Static shared memory of the main kernel (BwdCtx) on top of the dynamic part, as the
 // host budgets it: a kernel fits when dynamic bytes + this <= the opt-in limit per block
-// (gen1_bwd.cu checks sizeof(BwdCtx) against it).
+// (fa2_bwd.cu checks sizeof(BwdCtx) against it).
 inline constexpr int kBwdStaticSmemSlack = 512;
 
 // The kernel one backward runs on: config kBwdInstances[config] itself (variant 0) or its
 // small-shared-memory form (variant 1), with 1 or 2 Q/dO stages. The host takes the first
 // that fits the device's opt-in shared memory per block, in the order: variant 0 with 2
-// stages, with 1 stage, then variant 1 with 2 stages, with 1 stage (gen1_bwd.cu).
+// stages, with 1 stage, then variant 1 with 2 stages, with 1 stage (fa2_bwd.cu).
 struct BwdChoice {
   ArchId arch;     // the code it runs (arch.h)
   int kernel;      // index into kBwdInstances

@@ -53,7 +53,7 @@ FwdLaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream) {
   // chunks, one launch each (a single launch unless one of them exceeds 65535); the
   // kernel adds the chunk's first head h0 and sequence b0.
   constexpr int64_t kMaxGridYZ = 65535;
-  const int64_t m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;  // < 2^30: gen1_check
+  const int64_t m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;  // < 2^30: fa2_check
   r.step = kFwdLaunch;
   for (r.b0 = 0; r.b0 < p.batch; r.b0 += kMaxGridYZ) {
     for (r.h0 = 0; r.h0 < p.heads_q; r.h0 += kMaxGridYZ) {

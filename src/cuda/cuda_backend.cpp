@@ -202,7 +202,7 @@ void cuda_free(int device, void* device_ptr) {
 
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  return p.direction == kBackward ? gen1_bwd_workspace_size(p) : gen1_fwd_workspace_size(p);
+  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : fa2_fwd_workspace_size(p);
 }
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {
@@ -217,7 +217,7 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  return gen1_check(p, *prop);
+  return fa2_check(p, *prop);
 }
 
 flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,
@@ -252,8 +252,8 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
   else
-    s = p.direction == kBackward ? gen1_bwd(p, workspace, workspace_bytes, st)
-                                 : gen1_fwd(p, workspace, workspace_bytes, st);
+    s = p.direction == kBackward ? fa2_bwd(p, workspace, workspace_bytes, st)
+                                 : fa2_fwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 

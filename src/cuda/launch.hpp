@@ -12,12 +12,12 @@
 namespace flashattn {
 
 // ---- generation 1 (kernels/fa2, sm_80+): the FA2-design kernels ----
-// Whether gen1 can run p (head dims, dtype, option combination); nothing launched.
-flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop);
-CheckedSize gen1_fwd_workspace_size(const AttnParams& p);
-CheckedSize gen1_bwd_workspace_size(const AttnParams& p);
-flashattn_status_t gen1_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
-flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// Whether fa2 can run p (head dims, dtype, option combination); nothing launched.
+flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop);
+CheckedSize fa2_fwd_workspace_size(const AttnParams& p);
+CheckedSize fa2_bwd_workspace_size(const AttnParams& p);
+flashattn_status_t fa2_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded

@@ -371,7 +371,7 @@ unsigned grid_for(int64_t work_items, int64_t per_block) {
 flashattn_status_t launch_error(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
-  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "gen1 backward: launching %s failed: %s (%s)", what,
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "fa2 backward: launching %s failed: %s (%s)", what,
               cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
@@ -386,7 +386,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     const cudaError_t err = cudaMemsetAsync(ws + z0, 0, total - z0, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: cudaMemsetAsync of %zu workspace bytes failed: %s (%s)",
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 backward: cudaMemsetAsync of %zu workspace bytes failed: %s (%s)",
                   total - z0, cudaGetErrorName(err), cudaGetErrorString(err));
     }
   }
@@ -414,7 +414,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                  "gen1 backward: launching the main kernel (head dims %d/%d config%s, %d stage(s), %d bytes shared "
+                  "fa2 backward: launching the main kernel (head dims %d/%d config%s, %d stage(s), %d bytes shared "
                   "memory) failed: %s (%s)",
                   kc.d, kc.dv, kc.variant ? " small variant" : "", kc.stages, kc.smem_bytes, cudaGetErrorName(err),
                   cudaGetErrorString(err));
@@ -459,22 +459,22 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 // boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
 constexpr size_t kWsAlignSlack = 255;
 
-CheckedSize gen1_bwd_workspace_size(const AttnParams& p) {
+CheckedSize fa2_bwd_workspace_size(const AttnParams& p) {
   const int cfg = fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v);
   return fa2::ws_layout(p, cfg).total + CheckedSize(kWsAlignSlack);
 }
 
-flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using namespace fa2;
   // ---- every check before anything is written ----
   if (p.dtype != kFp16 && p.dtype != kBf16) {
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%d: the CUDA gen1 backward supports fp16 and bf16 only", static_cast<int>(p.dtype));
+                "dtype=%d: the CUDA fa2 backward supports fp16 and bf16 only", static_cast<int>(p.dtype));
   }
   const int cfg = select_bwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0 || p.head_dim_qk % 8 != 0 || p.head_dim_v % 8 != 0) {
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs multiples of 8 up to 256",
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA fa2 backward needs multiples of 8 up to 256",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   }
   const DbiasLayout db = dbias_layout(p);
@@ -484,7 +484,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
                                                   : kDbiasAccum;
   if (p.seqlen_q >= (int64_t{1} << 30) || p.seqlen_k >= (int64_t{1} << 30)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "seqlen_q=%lld, seqlen_k=%lld: the CUDA gen1 backward supports sequence lengths below 2^30",
+                "seqlen_q=%lld, seqlen_k=%lld: the CUDA fa2 backward supports sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   }
   int dev = 0, optin = 0;
@@ -494,7 +494,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   if (err == cudaSuccess) err = fa2_device_arch(dev, &arch);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: querying the shared memory limit failed: %s (%s)",
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 backward: querying the shared memory limit failed: %s (%s)",
                 cudaGetErrorName(err), cudaGetErrorString(err));
   }
   const int cap = smem_cap_from_env();
@@ -502,14 +502,14 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   BwdChoice kc{};
   if (arch < 0) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "gen1 backward: device %d: this build has no kernels for its compute capability "
+                "fa2 backward: device %d: this build has no kernels for its compute capability "
                 "(FLASHATTN_CUDA_ARCHITECTURES)",
                 dev);
   }
   const bool sm90 = arch == kArchSm90a;
   if (!choose_kernel(cfg, limit, arch, &kc)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA gen1 backward needs at least %d bytes of shared memory "
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA fa2 backward needs at least %d bytes of shared memory "
                 "per block for these head dims; device %d allows %d%s",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, sm90), dev,
                 limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
@@ -528,7 +528,7 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   const size_t total = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
   if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA gen1 backward needs %zu bytes from the first "
+                "workspace=%p with workspace_bytes=%zu: the CUDA fa2 backward needs %zu bytes from the first "
                 "256-byte boundary (%zu bytes in)",
                 workspace, workspace_bytes, total, pad);
   }

@@ -1,5 +1,5 @@
 // Support checks of the generation-1 CUDA kernels (forward and backward): everything a
-// valid plan may still ask for that gen1 cannot run is refused here, before any launch.
+// valid plan may still ask for that fa2 cannot run is refused here, before any launch.
 #include <stdint.h>
 
 #include "cuda/fa2_arch.hpp"
@@ -14,14 +14,14 @@ namespace {
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // positions are int32 in the kernels
 // Sequence and head indices are int32 in the kernels. The grids have no other limit of
 // their own: the forward's (query blocks, heads_q, batch) grid is launched in chunks of at
-// most 65535 heads and sequences (the y/z limit), the backward's is 1-D (gen1_bwd checks
+// most 65535 heads and sequences (the y/z limit), the backward's is 1-D (fa2_bwd checks
 // its key blocks x heads_kv x batch <= 2^31 - 1), and offsets are 64-bit.
 constexpr int64_t kMaxIndex = 2147483647;
 
 flashattn_status_t check_ptr(const void* ptr, const char* name) {
   if (ptr != nullptr && (reinterpret_cast<uintptr_t>(ptr) & 15u) != 0)
     return fail(FLASHATTN_STATUS_MISALIGNED_POINTER,
-                "%s=%p is not 16-byte aligned (the gen1 CUDA kernels use 16-byte vector loads/stores)", name, ptr);
+                "%s=%p is not 16-byte aligned (the fa2 CUDA kernels use 16-byte vector loads/stores)", name, ptr);
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -31,7 +31,7 @@ flashattn_status_t check_strides(const Strides4& st, bool varlen, const char* na
   for (int i = varlen ? 1 : 0; i < 3; ++i)
     if (v[i] % 8 != 0)
       return fail(FLASHATTN_STATUS_MISALIGNED_POINTER,
-                  "%s %s stride=%lld is not a multiple of 8 elements (the gen1 CUDA kernels use 16-byte vector "
+                  "%s %s stride=%lld is not a multiple of 8 elements (the fa2 CUDA kernels use 16-byte vector "
                   "loads/stores)",
                   name, which[i], static_cast<long long>(v[i]));
   return FLASHATTN_STATUS_SUCCESS;
@@ -39,19 +39,19 @@ flashattn_status_t check_strides(const Strides4& st, bool varlen, const char* na
 
 }  // namespace
 
-flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
+flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
   if (prop.major < 8)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "device %s has compute capability %d.%d; the gen1 CUDA kernels need 8.0 (Ampere) or later", prop.name,
+                "device %s has compute capability %d.%d; the fa2 CUDA kernels need 8.0 (Ampere) or later", prop.name,
                 prop.major, prop.minor);
   if (fa2_arch_for(prop.major, prop.minor) < 0)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "device %s has compute capability %d.%d; this build has no gen1 kernels for it "
+                "device %s has compute capability %d.%d; this build has no fa2 kernels for it "
                 "(FLASHATTN_CUDA_ARCHITECTURES)",
                 prop.name, prop.major, prop.minor);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%s: the gen1 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
+                "dtype=%s: the fa2 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
                 "the tensors to fp16/bf16",
                 p.dtype == kFp32 ? "FP32" : "unknown");
   const int64_t dims[2] = {p.head_dim_qk, p.head_dim_v};
@@ -59,18 +59,18 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
   for (int i = 0; i < 2; ++i)
     if (dims[i] % 8 != 0 || dims[i] < 8 || dims[i] > 256)
       return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                  "%s=%lld: the gen1 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
+                  "%s=%lld: the fa2 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
                   static_cast<long long>(dims[i]));
   if (fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
-    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no gen1 kernel configuration",
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no fa2 kernel configuration",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   if (p.seqlen_q >= kMaxSeqlen || p.seqlen_k >= kMaxSeqlen)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "seqlen_q=%lld, seqlen_k=%lld: the gen1 CUDA kernels support sequence lengths below 2^30",
+                "seqlen_q=%lld, seqlen_k=%lld: the fa2 CUDA kernels support sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
   if (p.batch > kMaxIndex || p.heads_q > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "batch=%lld, heads_q=%lld: the gen1 CUDA kernels index sequences and heads with 32-bit integers "
+                "batch=%lld, heads_q=%lld: the fa2 CUDA kernels index sequences and heads with 32-bit integers "
                 "(at most %lld each)",
                 static_cast<long long>(p.batch), static_cast<long long>(p.heads_q), static_cast<long long>(kMaxIndex));
 
@@ -87,7 +87,7 @@ flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop) {
     const int smem = fa2::fwd_tile(fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv).smem_bytes();
     if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                  "head_dim_qk=%lld, head_dim_v=%lld: the gen1 forward kernel needs %d bytes of shared memory per "
+                  "head_dim_qk=%lld, head_dim_v=%lld: the fa2 forward kernel needs %d bytes of shared memory per "
                   "block, device %s allows %zu",
                   static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem, prop.name,
                   static_cast<size_t>(prop.sharedMemPerBlockOptin));

@@ -7,27 +7,27 @@
 
 namespace flashattn {
 
-CheckedSize gen1_fwd_workspace_size(const AttnParams&) { return 0; }
+CheckedSize fa2_fwd_workspace_size(const AttnParams&) { return 0; }
 
 namespace {
 // The status and message of a failed launch of configuration (D, DV).
 flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStream_t stream) {
   switch (r.step) {
     case fa2::kFwdQueryDevice:
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the current device failed: %s",
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 forward: querying the current device failed: %s",
                   cudaGetErrorString(r.err));
     case fa2::kFwdQueryOptin:
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's shared memory limit failed: %s",
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 forward: querying the device's shared memory limit failed: %s",
                   cudaGetErrorString(r.err));
     case fa2::kFwdSetSmem:
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                  "gen1 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                  "fa2 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                   D, DV, r.smem, cudaGetErrorString(r.err));
     case fa2::kFwdLaunch:
       break;
   }
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "gen1 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
+              "fa2 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
               "failed: %s (%s)",
               D, DV, r.grid.x, r.grid.y, r.grid.z, static_cast<long long>(r.h0), static_cast<long long>(r.b0),
               static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
@@ -35,16 +35,16 @@ flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStre
 
 }  // namespace
 
-flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
+flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
                             cudaStream_t stream) {
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%d: the gen1 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
+                "dtype=%d: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
                 static_cast<int>(p.dtype));
   const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: no gen1 forward kernel (head dims must be multiples of 8, <= 256)",
+                "head_dim_qk=%lld, head_dim_v=%lld: no fa2 forward kernel (head dims must be multiples of 8, <= 256)",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
@@ -53,11 +53,11 @@ flashattn_status_t gen1_fwd(const AttnParams& p, void* /*workspace*/, size_t /*w
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = fa2_device_arch(device, &arch);
   if (err != cudaSuccess)
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 forward: querying the device's compute capability failed: %s",
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 forward: querying the device's compute capability failed: %s",
                 cudaGetErrorString(err));
   if (arch < 0)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "gen1 forward: device %d: this build has no kernels for its compute capability "
+                "fa2 forward: device %d: this build has no kernels for its compute capability "
                 "(FLASHATTN_CUDA_ARCHITECTURES)",
                 device);
   const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
