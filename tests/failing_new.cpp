@@ -1,13 +1,15 @@
 #include "failing_new.hpp"
 
-#include <dlfcn.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <new>
 
-// The replacements below fail while armed and otherwise forward to the definitions they
-// replace (the C++ runtime's, or a sanitizer's), found with dlsym(RTLD_NEXT): every
-// allocation is still made and freed by one allocator, so operator delete stays theirs.
+// The replaced operators allocate with malloc and release with free, as a complete set
+// (plain, array, nothrow, sized deletes), so every allocation is made and freed by one
+// allocator (the C library's, or a sanitizer's interceptor of it) whatever the C++ runtime
+// is linked as. The aligned (std::align_val_t) forms are not replaced; the runtime pairs
+// them itself.
 namespace {
 std::atomic<bool> g_fail{false};
 std::atomic<size_t> g_refused{0};
@@ -18,13 +20,13 @@ bool refuse() {
   return true;
 }
 
-template <class Fn>
-Fn next(const char* mangled) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, mangled));
-}
+void* allocate(size_t n) noexcept { return refuse() ? nullptr : malloc(n != 0 ? n : 1); }
 
-using New = void* (*)(size_t);
-using NewNothrow = void* (*)(size_t, const std::nothrow_t&) noexcept;
+void* allocate_or_throw(size_t n) {
+  void* p = allocate(n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
 }  // namespace
 
 namespace fat {
@@ -36,21 +38,13 @@ AllocationsFail::~AllocationsFail() { g_fail = false; }
 size_t AllocationsFail::refused() const { return g_refused.load(); }
 }  // namespace fat
 
-void* operator new(size_t n) {
-  static const New real = next<New>("_Znwm");
-  if (refuse()) throw std::bad_alloc();
-  return real(n);
-}
-void* operator new[](size_t n) {
-  static const New real = next<New>("_Znam");
-  if (refuse()) throw std::bad_alloc();
-  return real(n);
-}
-void* operator new(size_t n, const std::nothrow_t& t) noexcept {
-  static const NewNothrow real = next<NewNothrow>("_ZnwmRKSt9nothrow_t");
-  return refuse() ? nullptr : real(n, t);
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept {
-  static const NewNothrow real = next<NewNothrow>("_ZnamRKSt9nothrow_t");
-  return refuse() ? nullptr : real(n, t);
-}
+void* operator new(size_t n) { return allocate_or_throw(n); }
+void* operator new[](size_t n) { return allocate_or_throw(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return allocate(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return allocate(n); }
+void operator delete(void* p) noexcept { free(p); }
+void operator delete[](void* p) noexcept { free(p); }
+void operator delete(void* p, size_t) noexcept { free(p); }
+void operator delete[](void* p, size_t) noexcept { free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { free(p); }

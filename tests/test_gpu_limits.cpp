@@ -670,6 +670,47 @@ TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major a
 // default stream, and match the reference. (A destroyed stream or a handle that was never
 // a stream is undefined behaviour in CUDA: it crashed the runtime in 2 of 4 tries here, so
 // it is documented, not tested.)
+TEST_CASE("gpu limits: forward and backward captured into a CUDA graph and replayed", "[gpu][limits][stream]") {
+  REQUIRE_GPU();
+  uint64_t seed = 6350;
+  for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
+    for (bool varlen : {false, true}) {
+      Config c = gcfg("graph capture", 96, 130, 64, FLASHATTN_DTYPE_BF16, ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.algorithm = alg;
+      if (varlen) {
+        c.seqlens_q = {40, 0, 96};
+        c.seqlens_k = {130, 7, 50};
+      }
+      INFO(describe(c));
+      Setup su(c);
+      cudaStream_t s = nullptr;
+      REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+      // Global mode: the strictest, where any unsafe runtime call invalidates the capture.
+      REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+      const flashattn_fwd_args_t fa = su.bufs->fwd();
+      const flashattn_status_t sf = flashattn_fwd(su.plan.p, &fa, su.ws->p, su.wf, s);
+      const flashattn_bwd_args_t ba = su.bufs->bwd();
+      const flashattn_status_t sb = flashattn_bwd(su.plan.p, &ba, su.ws->p, su.wb, s);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      INFO("forward: " << flashattn_status_string(sf) << ", backward: " << flashattn_status_string(sb) << ": "
+                       << flashattn_last_error() << "; end of capture: " << cudaGetErrorString(end));
+      REQUIRE(sf == FLASHATTN_STATUS_SUCCESS);
+      REQUIRE(sb == FLASHATTN_STATUS_SUCCESS);
+      REQUIRE(end == cudaSuccess);
+      cudaGraphExec_t exec = nullptr;
+      REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+      for (int replay = 0; replay < 2; ++replay) REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(s);
+      check_against_reference(su.p, su.bufs->result(), kGpuTolerance);
+    }
+}
+
 TEST_CASE("gpu limits: a CUDA error pending from before the call is not taken for the library's",
           "[gpu][limits][faults][stream]") {
   REQUIRE_GPU();

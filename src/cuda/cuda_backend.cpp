@@ -232,10 +232,21 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   // would be read back by this run's launch checks as the run's own: clear it first.
   (void)cudaGetLastError();
   // A stream of another device fails every launch on it: ask the runtime which device the
-  // stream belongs to (capture-safe, unlike cudaStreamQuery) and refuse it before anything
-  // is written. (A destroyed stream is undefined behaviour in CUDA, not detectable.) The
-  // special handles need no check.
+  // stream belongs to and refuse it before anything is written. (A destroyed stream is
+  // undefined behaviour in CUDA, not detectable.) The special handles need no check. While
+  // the stream is being captured into a CUDA graph the runtime refuses that query
+  // (cudaErrorStreamCaptureUnsupported, which would also invalidate the capture), so a
+  // capturing stream is not asked; a stream of another device then fails the capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread) {
+    const cudaError_t e = cudaStreamIsCapturing(st, &capture);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
+                  static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+  }
+  if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread && capture == cudaStreamCaptureStatusNone) {
     int stream_device = -1;
     const cudaError_t e = cudaStreamGetDevice(st, &stream_device);
     if (e != cudaSuccess) {
