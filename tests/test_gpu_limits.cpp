@@ -674,15 +674,13 @@ TEST_CASE("gpu limits: forward and backward captured into a CUDA graph and repla
   REQUIRE_GPU();
   uint64_t seed = 6350;
   for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
-    for (bool varlen : {false, true}) {
+    for (bool causal : {false, true}) {
       Config c = gcfg("graph capture", 96, 130, 64, FLASHATTN_DTYPE_BF16, ++seed);
       c.hq = 4;
       c.hkv = 2;
       c.algorithm = alg;
-      if (varlen) {
-        c.seqlens_q = {40, 0, 96};
-        c.seqlens_k = {130, 7, 50};
-      }
+      c.band = causal;
+      c.wr = 0;
       INFO(describe(c));
       Setup su(c);
       cudaStream_t s = nullptr;
@@ -957,14 +955,17 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
     bool backward;
     int64_t b, sq, sk, hq, hkv, d;
     const char* must_name;  // a value the message must contain
+    int64_t varlen_total = 0;  // > 0: varlen with these totals and all-zero offsets
   };
   const Limit limits[] = {
       // Sequence indices are int32 in the fa2 kernels.
       {"flash forward, batch 2^31", FLASHATTN_ALGORITHM_FLASH, false, int64_t{1} << 31, 1, 1, 1, 1, 8,
        "batch=2147483648"},
-      // Backward grid: 2^20 sequences x 4096 kv heads x 2+ key blocks > 2^31 - 1 thread blocks.
+      // Backward grid: 2^20 sequences x 4096 kv heads x 2 key blocks > 2^31 - 1 thread blocks.
+      // Varlen with one token in all (every sequence empty): dense tensors of that grid would
+      // span 2^44 bytes, which no real buffers can (the overlap check refuses small ones).
       {"flash backward, 2^33 thread blocks", FLASHATTN_ALGORITHM_FLASH, true, int64_t{1} << 20, 256, 256, 4096, 4096,
-       8, "heads_kv=4096"},
+       8, "heads_kv=4096", 1},
       // STANDARD softmax grid: one thread block per score row, 2^32 rows.
       {"STANDARD, 2^32 score rows", FLASHATTN_ALGORITHM_STANDARD, false, int64_t{1} << 20, 64, 8, 64, 64, 8,
        "score rows"},
@@ -973,6 +974,13 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
     INFO(L.what);
     Plan plan;
     REQUIRE(flashattn_plan_set_shape(plan.p, L.b, L.sq, L.sk, L.hq, L.hkv, L.d, L.d) == FLASHATTN_STATUS_SUCCESS);
+    std::unique_ptr<DevBuf> cu;
+    if (L.varlen_total > 0) {
+      REQUIRE(flashattn_plan_set_varlen(plan.p, 1, L.varlen_total, L.varlen_total) == FLASHATTN_STATUS_SUCCESS);
+      cu.reset(new DevBuf(static_cast<size_t>(L.b + 1) * 4));
+      REQUIRE(cudaMemset(cu->p, 0, cu->bytes) == cudaSuccess);
+    }
+    const int32_t* cu_seqlens = cu ? static_cast<const int32_t*>(cu->p) : nullptr;
     REQUIRE(flashattn_plan_set_dtype(plan.p, FLASHATTN_DTYPE_FP16) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(flashattn_plan_set_algorithm(plan.p, L.alg) == FLASHATTN_STATUS_SUCCESS);
     size_t wsize = 0;
@@ -981,10 +989,12 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
     flashattn_status_t st;
     // The workspace size is claimed, not allocated: the refusal must come before any use.
     if (!L.backward) {
-      const flashattn_fwd_args_t a = fwd_args(q.p, k.p, v.p, o.p, lse.p);
+      flashattn_fwd_args_t a = fwd_args(q.p, k.p, v.p, o.p, lse.p);
+      a.cu_seqlens_q = a.cu_seqlens_k = cu_seqlens;
       st = flashattn_fwd(plan.p, &a, wsize ? ws.p : nullptr, wsize, nullptr);
     } else {
-      const flashattn_bwd_args_t a = bwd_args(q.p, k.p, v.p, o.p, lse.p, dout.p, dq.p, dk.p, dv.p);
+      flashattn_bwd_args_t a = bwd_args(q.p, k.p, v.p, o.p, lse.p, dout.p, dq.p, dk.p, dv.p);
+      a.cu_seqlens_q = a.cu_seqlens_k = cu_seqlens;
       st = flashattn_bwd(plan.p, &a, ws.p, wsize, nullptr);
     }
     const std::string msg = flashattn_last_error();
