@@ -19,6 +19,12 @@ size_t cpu_workspace_size(const AttnParams& p);
 flashattn_status_t cpu_check(const AttnParams& p);
 // Run p.direction with p.algorithm. workspace has at least cpu_workspace_size(p) bytes.
 flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes);
+// KV-cache runs (p.kv_enabled): every host value the run reads (used lengths, cache rows,
+// block-table entries, rotary positions) in range, and no cache row or page appended to
+// by two sequences; nothing written.
+flashattn_status_t cpu_check_kvcache(const AttnParams& p);
+// Merges partial results (flashattn_combine); c is validated.
+flashattn_status_t cpu_combine(const CombineParams& c);
 
 // ---- CUDA backend (src/cuda/; stubs in src/cuda_disabled.cpp without CUDA) ----
 bool cuda_built();

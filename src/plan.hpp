@@ -38,6 +38,11 @@ struct flashattn_plan_s {
   std::vector<uint8_t> layout;
   int64_t layout_heads = 0, n_row_blocks = 0, n_col_blocks = 0, block_q = 0, block_k = 0;
   void* layout_device = nullptr;
+
+  // KV-cache mode (flashattn_plan_set_kvcache): the caller's geometry, contiguous strides
+  // already filled in. Only flashattn_fwd_kvcache runs a plan in this mode.
+  bool kvcache = false;
+  flashattn_kvcache_config_t kv = {};
 };
 
 namespace flashattn {
@@ -68,5 +73,25 @@ flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fw
                                 size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
 flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bwd_args_t* args, void* workspace,
                                 size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
+
+// ---- KV cache (validate_kvcache.cpp) ----
+
+// Checks a KV-cache geometry against the plan's shape; fills contiguous strides into out.
+flashattn_status_t check_kvcache_config(const flashattn_plan_s& plan, const flashattn_kvcache_config_t& config,
+                                        flashattn_kvcache_config_t* out);
+
+// INCOMPATIBLE_OPTIONS naming `function` when the plan is in KV-cache mode.
+flashattn_status_t refuse_kvcache_plan(const flashattn_plan_s& plan, const char* function);
+
+// Workspace bytes of flashattn_fwd_kvcache (PLAN_INCOMPLETE without a configuration).
+flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* bytes);
+
+// Full validation of a KV-cache run; fills params. Nothing is written anywhere on failure.
+flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* args,
+                                    void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
+                                    AttnParams* params);
+
+// Validation of a flashattn_combine call (shapes, strides, pointers, overlap).
+flashattn_status_t validate_combine(const flashattn_combine_args_t* args, CombineParams* params);
 
 }  // namespace flashattn

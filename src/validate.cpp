@@ -13,6 +13,7 @@
 #include "common/philox.h"
 #include "error.hpp"
 #include "plan.hpp"
+#include "validate_util.hpp"
 
 namespace flashattn {
 namespace {
@@ -26,6 +27,8 @@ bool is_output(flashattn_tensor_t t) {
   return t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DQ || t == FLASHATTN_TENSOR_DK ||
          t == FLASHATTN_TENSOR_DV;
 }
+
+}  // namespace
 
 // True when no two distinct in-range indices map to the same offset. Dimensions of
 // extent 1 are irrelevant; the others, sorted by stride, must each step past the whole
@@ -87,10 +90,24 @@ flashattn_status_t read_args(const Args* args, Args* out, const char* type_name)
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+flashattn_status_t check_workspace(size_t needed, const void* workspace, size_t workspace_bytes) {
+  if (needed > 0 && workspace == nullptr)
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but this pass needs %zu bytes", needed);
+  if (workspace_bytes < needed)
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
+                workspace_bytes, needed);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+template flashattn_status_t read_args(const flashattn_kvcache_args_t*, flashattn_kvcache_args_t*, const char*);
+template flashattn_status_t read_args(const flashattn_combine_args_t*, flashattn_combine_args_t*, const char*);
+
 flashattn_status_t require(const void* ptr, const char* name) {
   if (ptr == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "%s is NULL but required", name);
   return FLASHATTN_STATUS_SUCCESS;
 }
+
+namespace {
 
 
 // The prologue of both passes: the args struct, the plan's shape, and the q, k, v, o
@@ -176,13 +193,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   } else {
     FA_TRY(cuda_check(p, plan.device));
   }
-  const size_t needed = workspace_size(plan, static_cast<Direction>(p.direction), p);
-  if (needed > 0 && workspace == nullptr)
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but this pass needs %zu bytes", needed);
-  if (workspace_bytes < needed)
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
-                workspace_bytes, needed);
-  return FLASHATTN_STATUS_SUCCESS;
+  return check_workspace(workspace_size(plan, static_cast<Direction>(p.direction), p), workspace, workspace_bytes);
 }
 
 }  // namespace

@@ -1,0 +1,401 @@
+// Validation of the inference entry points (flashattn_plan_set_kvcache,
+// flashattn_fwd_kvcache, flashattn_combine) and construction of their parameters. Same
+// order as validate.cpp: the args struct, the plan, required pointers, option/pointer
+// consistency, alignment, strides, overlap, then the backend's checks of the values it
+// can read, then the workspace.
+#include <stdint.h>
+#include <string.h>
+
+#include "api_guard.hpp"
+#include "backends.hpp"
+#include "error.hpp"
+#include "plan.hpp"
+#include "validate_util.hpp"
+
+namespace flashattn {
+namespace {
+
+const int64_t kMaxIndex = INT64_C(2147483647);  // int32 tables index rows, pages and positions
+const int64_t kMaxSplits = 1024;
+
+// Strides (dims n) named `name` over extents e: all zero selects the contiguous layout;
+// otherwise the last stride is 1, the others >= 0, offsets fit, and (written) no aliasing.
+flashattn_status_t check_strides(const char* name, int n, const int64_t* e, int64_t* st, bool written) {
+  bool all_zero = true;
+  for (int i = 0; i < n; ++i) all_zero &= st[i] == 0;
+  if (all_zero) {
+    int64_t step = 1;
+    for (int i = n - 1; i >= 0; --i) {
+      st[i] = step;
+      step *= e[i];
+    }
+  }
+  if (st[n - 1] != 1)
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s: dim stride=%lld must be 1 (last dim contiguous)", name,
+                static_cast<long long>(st[n - 1]));
+  for (int i = 0; i < n - 1; ++i)
+    if (st[i] < 0)
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s[%d]=%lld must be >= 0", name, i,
+                  static_cast<long long>(st[i]));
+  if (!span_fits(n, e, st))
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s overflow 64-bit offsets", name);
+  if (written && !non_overlapping(n, e, st))
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s make distinct elements of this written tensor share an address",
+                name);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+// Byte range [lo, hi) a tensor of n dims may touch (strides >= 0).
+struct Span {
+  const char* name;
+  uintptr_t lo, hi;
+};
+
+Span span_of(const char* name, const void* ptr, int n, const int64_t* e, const int64_t* st, size_t elem) {
+  Span s{name, reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr)};
+  if (ptr == nullptr) return s;
+  for (int i = 0; i < n; ++i)
+    if (e[i] == 0) return s;
+  uint64_t last = 0;
+  for (int i = 0; i < n; ++i) last += static_cast<uint64_t>(st[i]) * static_cast<uint64_t>(e[i] - 1);
+  s.hi = s.lo + (last + 1) * elem;
+  return s;
+}
+
+flashattn_status_t check_disjoint(const Span& out, const Span* inputs, int n) {
+  for (int i = 0; i < n; ++i) {
+    const Span& in = inputs[i];
+    if (out.lo == out.hi || in.lo == in.hi || &in == &out) continue;
+    if (out.lo < in.hi && in.lo < out.hi)
+      return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "output %s=%p overlaps %s=%p", out.name,
+                  reinterpret_cast<void*>(out.lo), in.name, reinterpret_cast<void*>(in.lo));
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t check_range(const char* name, int64_t value, int64_t lo, int64_t hi, flashattn_status_t status) {
+  if (value < lo || value > hi)
+    return fail(status, "%s=%lld must be in [%lld, %lld]", name, static_cast<long long>(value),
+                static_cast<long long>(lo), static_cast<long long>(hi));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+int64_t choose_splits(const flashattn_plan_s& plan) {
+  // Enough (sequence, head, query block, split) tasks to occupy the largest CPU teams
+  // (64), each split at least 256 keys (4 tiles), so decode of few sequences still uses
+  // every core; a function of the shape only, so results never depend on the machine.
+  const int64_t tasks = plan.batch * plan.heads_q * ((plan.seqlen_q + 127) / 128);
+  const int64_t by_tasks = tasks >= 64 ? 1 : (64 + tasks - 1) / tasks;
+  const int64_t by_keys = plan.seqlen_k / 256 > 1 ? plan.seqlen_k / 256 : 1;
+  return by_tasks < by_keys ? by_tasks : by_keys;
+}
+
+AttnParams kvcache_params(const flashattn_plan_s& plan) {
+  AttnParams p = params_from_plan(plan, kForward);
+  const flashattn_kvcache_config_t& kv = plan.kv;
+  p.kv_enabled = 1;
+  p.k_stride = {kv.k_cache_strides[0], kv.k_cache_strides[1], kv.k_cache_strides[2], kv.k_cache_strides[3]};
+  p.v_stride = {kv.v_cache_strides[0], kv.v_cache_strides[1], kv.v_cache_strides[2], kv.v_cache_strides[3]};
+  p.k_new_stride = {kv.k_new_strides[0], kv.k_new_strides[1], kv.k_new_strides[2], kv.k_new_strides[3]};
+  p.v_new_stride = {kv.v_new_strides[0], kv.v_new_strides[1], kv.v_new_strides[2], kv.v_new_strides[3]};
+  p.kv_page_size = kv.page_size;
+  p.kv_max_pages = kv.max_pages_per_seq;
+  p.kv_num_rows = kv.num_rows;
+  p.kv_seqlen_new = kv.seqlen_new;
+  p.rotary = static_cast<int32_t>(kv.rotary);
+  p.rotary_dim = kv.rotary_dim;
+  p.rotary_rows = kv.rotary_rows;
+  p.kv_num_splits = kv.num_splits > 0 ? kv.num_splits : choose_splits(plan);
+  return p;
+}
+
+size_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p) {
+  // CUDA plans run no KV-cache kernel yet and need no workspace.
+  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : 0;
+}
+
+// Options a KV-cache run does not take (INCOMPATIBLE_OPTIONS naming the option).
+flashattn_status_t check_options(const flashattn_plan_s& plan) {
+  const char* bad = nullptr;
+  if (plan.varlen) bad = "varlen mode (flashattn_plan_set_varlen); use cache_seqlens";
+  else if (plan.dropout_p > 0.f) bad = "dropout";
+  else if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) bad = "a bias tensor";
+  else if (!plan.layout.empty()) bad = "a block-sparse layout";
+  else if (plan.algorithm == FLASHATTN_ALGORITHM_STANDARD) bad = "algorithm STANDARD";
+  if (bad != nullptr)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "the plan's %s cannot be combined with a KV cache", bad);
+  const bool band = plan.window_left >= 0 || plan.window_right >= 0;
+  const bool alibi = plan.bias_kind == FLASHATTN_BIAS_ALIBI || plan.bias_kind == FLASHATTN_BIAS_ALIBI_SYMMETRIC;
+  if ((band || alibi) && plan.align != FLASHATTN_ALIGN_BOTTOM_RIGHT)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                "align=%d: with a KV cache the band mask and ALiBi are aligned bottom-right against each "
+                "sequence's keys; set FLASHATTN_ALIGN_BOTTOM_RIGHT",
+                static_cast<int>(plan.align));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+// A pointer is required exactly when `needed`: NULL_POINTER or INCOMPATIBLE_OPTIONS naming it.
+flashattn_status_t require_iff(const void* ptr, bool needed, const char* name, const char* why) {
+  if (needed && ptr == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "%s is NULL but required (%s)", name, why);
+  if (!needed && ptr != nullptr)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "%s=%p is given but unused: only with %s", name, ptr, why);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+flashattn_status_t refuse_kvcache_plan(const flashattn_plan_s& plan, const char* function) {
+  if (plan.kvcache)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                "%s: the plan is in KV-cache mode; run it with flashattn_fwd_kvcache or leave the mode with "
+                "flashattn_plan_set_kvcache(plan, NULL)",
+                function);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t check_kvcache_config(const flashattn_plan_s& plan, const flashattn_kvcache_config_t& config,
+                                        flashattn_kvcache_config_t* out) {
+  if (config.struct_size < sizeof(flashattn_kvcache_config_t))
+    return fail(FLASHATTN_STATUS_INVALID_STRUCT_SIZE,
+                "config.struct_size=%zu is smaller than sizeof(flashattn_kvcache_config_t)=%zu of this library "
+                "version; initialize it with FLASHATTN_KVCACHE_CONFIG_INIT",
+                config.struct_size, sizeof(flashattn_kvcache_config_t));
+  flashattn_kvcache_config_t c = config;
+  c.struct_size = sizeof c;
+  FA_TRY(check_range("config.page_size", c.page_size, 0, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
+  FA_TRY(check_range("config.num_rows", c.num_rows, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
+  const bool paged = c.page_size > 0;
+  if (paged) {
+    const int64_t need = (plan.seqlen_k + c.page_size - 1) / c.page_size;
+    if (c.max_pages_per_seq < need || c.max_pages_per_seq > kMaxIndex)
+      return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                  "config.max_pages_per_seq=%lld must be in [ceil(seqlen_k=%lld / page_size=%lld)=%lld, 2^31-1]",
+                  static_cast<long long>(c.max_pages_per_seq), static_cast<long long>(plan.seqlen_k),
+                  static_cast<long long>(c.page_size), static_cast<long long>(need));
+  } else if (c.max_pages_per_seq != 0) {
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "config.max_pages_per_seq=%lld must be 0 for a contiguous cache (page_size=0)",
+                static_cast<long long>(c.max_pages_per_seq));
+  }
+  FA_TRY(check_range("config.seqlen_new", c.seqlen_new, 0, plan.seqlen_k, FLASHATTN_STATUS_INVALID_SHAPE));
+  const int rot = enum_value(c.rotary);
+  if (rot < FLASHATTN_ROTARY_NONE || rot > FLASHATTN_ROTARY_INTERLEAVED)
+    return fail(FLASHATTN_STATUS_INVALID_ENUM, "config.rotary=%d is not a flashattn_rotary_t value", rot);
+  if (rot == FLASHATTN_ROTARY_NONE) {
+    FA_TRY(check_range("config.rotary_dim (no rotary form)", c.rotary_dim, 0, 0, FLASHATTN_STATUS_INVALID_VALUE));
+    FA_TRY(check_range("config.rotary_rows (no rotary form)", c.rotary_rows, 0, 0, FLASHATTN_STATUS_INVALID_VALUE));
+  } else {
+    if (c.seqlen_new == 0)
+      return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                  "config.rotary=%d needs appended keys (config.seqlen_new >= 1): the cache holds rotated keys", rot);
+    FA_TRY(check_range("config.rotary_dim", c.rotary_dim, 2, plan.head_dim_qk, FLASHATTN_STATUS_INVALID_VALUE));
+    if (c.rotary_dim % 2 != 0)
+      return fail(FLASHATTN_STATUS_INVALID_VALUE, "config.rotary_dim=%lld must be even",
+                  static_cast<long long>(c.rotary_dim));
+    FA_TRY(check_range("config.rotary_rows", c.rotary_rows, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_VALUE));
+  }
+  FA_TRY(check_range("config.num_splits", c.num_splits, 0, kMaxSplits, FLASHATTN_STATUS_INVALID_VALUE));
+  const bool append = c.seqlen_new > 0;
+  const int64_t cache_tokens = paged ? c.page_size : plan.seqlen_k;
+  const int64_t ek[4] = {c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk};
+  const int64_t ev[4] = {c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v};
+  const int64_t enk[4] = {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_qk};
+  const int64_t env[4] = {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_v};
+  FA_TRY(check_strides("config.k_cache_strides", 4, ek, c.k_cache_strides, append));
+  FA_TRY(check_strides("config.v_cache_strides", 4, ev, c.v_cache_strides, append));
+  FA_TRY(check_strides("config.k_new_strides", 4, enk, c.k_new_strides, false));
+  FA_TRY(check_strides("config.v_new_strides", 4, env, c.v_new_strides, false));
+  *out = c;
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* bytes) {
+  if (!plan.kvcache)
+    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
+                "pass=FLASHATTN_PASS_FORWARD_KVCACHE: the plan has no KV-cache configuration "
+                "(flashattn_plan_set_kvcache)");
+  flashattn_plan_s checked = plan;
+  FA_TRY(check_kvcache_config(plan, plan.kv, &checked.kv));
+  *bytes = kvcache_workspace(checked, kvcache_params(checked));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* user_args,
+                                    void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
+                                    AttnParams* params) {
+  flashattn_kvcache_args_t a;
+  FA_TRY(read_args(user_args, &a, "flashattn_kvcache_args_t"));
+  if (!plan.has_shape)
+    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
+  if (!plan.kvcache)
+    return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
+                "plan has no KV-cache configuration: call flashattn_plan_set_kvcache first");
+  flashattn_plan_s checked = plan;  // the configuration again: the shape may have changed since
+  FA_TRY(check_kvcache_config(plan, plan.kv, &checked.kv));
+  const flashattn_kvcache_config_t& kv = checked.kv;
+  FA_TRY(require(a.q, "args.q"));
+  FA_TRY(require(a.k_cache, "args.k_cache"));
+  FA_TRY(require(a.v_cache, "args.v_cache"));
+  FA_TRY(require(a.o, "args.o"));
+  FA_TRY(require(a.cache_seqlens, "args.cache_seqlens"));
+  if (plan.backend == FLASHATTN_BACKEND_CPU && stream != nullptr)
+    return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p must be NULL for the CPU backend",
+                static_cast<void*>(stream));
+  FA_TRY(check_options(plan));
+  const bool paged = kv.page_size > 0, append = kv.seqlen_new > 0, rotary = kv.rotary != FLASHATTN_ROTARY_NONE;
+  const bool alibi = plan.bias_kind == FLASHATTN_BIAS_ALIBI || plan.bias_kind == FLASHATTN_BIAS_ALIBI_SYMMETRIC;
+  FA_TRY(require_iff(a.block_table, paged, "args.block_table", "a paged cache (config.page_size >= 1)"));
+  if (paged && a.cache_batch_idx != nullptr)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                "args.cache_batch_idx=%p is given but the cache is paged: the block table picks the pages",
+                static_cast<const void*>(a.cache_batch_idx));
+  FA_TRY(require_iff(a.k_new, append, "args.k_new", "appended tokens (config.seqlen_new >= 1)"));
+  FA_TRY(require_iff(a.v_new, append, "args.v_new", "appended tokens (config.seqlen_new >= 1)"));
+  FA_TRY(require_iff(a.rotary_cos, rotary, "args.rotary_cos", "a rotary form (config.rotary)"));
+  FA_TRY(require_iff(a.rotary_sin, rotary, "args.rotary_sin", "a rotary form (config.rotary)"));
+  FA_TRY(require_iff(a.alibi_slopes, alibi, "args.alibi_slopes", "an ALiBi bias kind"));
+
+  const size_t es = dtype_size(plan.dtype);
+  const struct {
+    const void* ptr;
+    size_t align;
+    const char* name;
+  } ptrs[] = {{a.q, es, "args.q"},
+              {a.k_cache, es, "args.k_cache"},
+              {a.v_cache, es, "args.v_cache"},
+              {a.o, es, "args.o"},
+              {a.lse, 4, "args.lse"},
+              {a.cache_seqlens, 4, "args.cache_seqlens"},
+              {a.cache_batch_idx, 4, "args.cache_batch_idx"},
+              {a.block_table, 4, "args.block_table"},
+              {a.k_new, es, "args.k_new"},
+              {a.v_new, es, "args.v_new"},
+              {a.rotary_cos, es, "args.rotary_cos"},
+              {a.rotary_sin, es, "args.rotary_sin"},
+              {a.alibi_slopes, 4, "args.alibi_slopes"}};
+  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name));
+  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_Q, plan.strides[FLASHATTN_TENSOR_Q]));
+  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_O, plan.strides[FLASHATTN_TENSOR_O]));
+
+  // Outputs (O, LSE, and the caches when appending) must not overlap what the run reads.
+  const Strides4& qs = plan.strides[FLASHATTN_TENSOR_Q];
+  const Strides4& os = plan.strides[FLASHATTN_TENSOR_O];
+  const int64_t q_st[4] = {qs.b, qs.s, qs.h, qs.d}, o_st[4] = {os.b, os.s, os.h, os.d};
+  const int64_t eq[4] = {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_qk};
+  const int64_t eo[4] = {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_v};
+  const int64_t cache_tokens = paged ? kv.page_size : plan.seqlen_k;
+  const int64_t ek[4] = {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk};
+  const int64_t ev[4] = {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v};
+  const int64_t enk[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk};
+  const int64_t env[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v};
+  const int64_t lse_n[1] = {plan.batch * plan.heads_q * plan.seqlen_q}, one[1] = {1};
+  const int64_t table_n[1] = {plan.batch * (paged ? kv.max_pages_per_seq : 1)};
+  const int64_t batch_n[1] = {plan.batch}, heads_n[1] = {plan.heads_q};
+  const int64_t rot_n[1] = {kv.rotary_rows * (kv.rotary_dim / 2)};
+  const Span inputs[] = {span_of("args.q", a.q, 4, eq, q_st, es),
+                         span_of("args.k_new", a.k_new, 4, enk, kv.k_new_strides, es),
+                         span_of("args.v_new", a.v_new, 4, env, kv.v_new_strides, es),
+                         span_of("args.cache_seqlens", a.cache_seqlens, 1, batch_n, one, 4),
+                         span_of("args.cache_batch_idx", a.cache_batch_idx, 1, batch_n, one, 4),
+                         span_of("args.block_table", a.block_table, 1, table_n, one, 4),
+                         span_of("args.rotary_cos", a.rotary_cos, 1, rot_n, one, es),
+                         span_of("args.rotary_sin", a.rotary_sin, 1, rot_n, one, es),
+                         span_of("args.alibi_slopes", a.alibi_slopes, 1, heads_n, one, 4),
+                         span_of("args.k_cache", a.k_cache, 4, ek, kv.k_cache_strides, es),
+                         span_of("args.v_cache", a.v_cache, 4, ev, kv.v_cache_strides, es),
+                         span_of("args.o", a.o, 4, eo, o_st, es)};
+  const int n_read = 9;  // inputs[0..9) are only read; then the caches, then O
+  const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
+  FA_TRY(check_disjoint(inputs[11], inputs, 11));
+  FA_TRY(check_disjoint(lse, inputs, 12));
+  if (append) {
+    FA_TRY(check_disjoint(inputs[9], inputs, n_read));
+    FA_TRY(check_disjoint(inputs[10], inputs, n_read));
+  }
+
+  AttnParams p = kvcache_params(checked);
+  p.q = a.q;
+  p.k = a.k_cache;
+  p.v = a.v_cache;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.alibi_slopes = a.alibi_slopes;
+  p.kv_seqused = a.cache_seqlens;
+  p.kv_batch_idx = a.cache_batch_idx;
+  p.kv_block_table = a.block_table;
+  p.k_new = a.k_new;
+  p.v_new = a.v_new;
+  p.rotary_cos = a.rotary_cos;
+  p.rotary_sin = a.rotary_sin;
+  if (plan.backend == FLASHATTN_BACKEND_CPU) {
+    FA_TRY(cpu_check(p));
+  } else {
+    FA_TRY(cuda_check_device(plan.device));
+  }
+  FA_TRY(check_workspace(kvcache_workspace(checked, p), workspace, workspace_bytes));
+  *params = p;
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t validate_combine(const flashattn_combine_args_t* user_args, CombineParams* params) {
+  flashattn_combine_args_t a;
+  FA_TRY(read_args(user_args, &a, "flashattn_combine_args_t"));
+  FA_TRY(check_range("args.num_splits", a.num_splits, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
+  FA_TRY(check_range("args.batch", a.batch, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
+  FA_TRY(check_range("args.seqlen_q", a.seqlen_q, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
+  FA_TRY(check_range("args.heads", a.heads, 1, INT64_C(1) << 24, FLASHATTN_STATUS_INVALID_SHAPE));
+  FA_TRY(check_range("args.head_dim", a.head_dim, 1, FLASHATTN_MAX_HEAD_DIM, FLASHATTN_STATUS_INVALID_SHAPE));
+  const double elems = static_cast<double>(a.num_splits) * static_cast<double>(a.batch) *
+                       static_cast<double>(a.seqlen_q) * static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
+  if (elems > 4.0e18)
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "args.num_splits=%lld x batch=%lld x seqlen_q=%lld x heads=%lld is too large for 64-bit offsets",
+                static_cast<long long>(a.num_splits), static_cast<long long>(a.batch),
+                static_cast<long long>(a.seqlen_q), static_cast<long long>(a.heads));
+  const int dt = enum_value(a.dtype);
+  if (dt < FLASHATTN_DTYPE_FP16 || dt > FLASHATTN_DTYPE_FP32)
+    return fail(FLASHATTN_STATUS_INVALID_ENUM, "args.dtype=%d is not a flashattn_dtype_t value", dt);
+  FA_TRY(require(a.o_partial, "args.o_partial"));
+  FA_TRY(require(a.lse_partial, "args.lse_partial"));
+  FA_TRY(require(a.o, "args.o"));
+  const size_t es = dtype_size(a.dtype);
+  FA_TRY(check_alignment(a.o_partial, 4, "args.o_partial"));
+  FA_TRY(check_alignment(a.lse_partial, 4, "args.lse_partial"));
+  FA_TRY(check_alignment(a.o, es, "args.o"));
+  FA_TRY(check_alignment(a.lse, 4, "args.lse"));
+  const int64_t eop[5] = {a.num_splits, a.batch, a.seqlen_q, a.heads, a.head_dim};
+  const int64_t elp[4] = {a.num_splits, a.batch, a.heads, a.seqlen_q};
+  const int64_t eo[4] = {a.batch, a.seqlen_q, a.heads, a.head_dim};
+  FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, false));
+  // The LSE parts have no contiguous dim: pass a unit dim so check_strides' dim rule holds.
+  int64_t lse_st[5] = {a.lse_partial_strides[0], a.lse_partial_strides[1], a.lse_partial_strides[2],
+                       a.lse_partial_strides[3], 1};
+  const int64_t elp5[5] = {elp[0], elp[1], elp[2], elp[3], 1};
+  if (lse_st[0] == 0 && lse_st[1] == 0 && lse_st[2] == 0 && lse_st[3] == 0) lse_st[4] = 0;
+  FA_TRY(check_strides("args.lse_partial_strides", 5, elp5, lse_st, false));
+  FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, true));
+  const int64_t lse_n[1] = {a.batch * a.heads * a.seqlen_q}, one[1] = {1};
+  const Span inputs[] = {span_of("args.o_partial", a.o_partial, 5, eop, a.o_partial_strides, 4),
+                         span_of("args.lse_partial", a.lse_partial, 4, elp, lse_st, 4),
+                         span_of("args.o", a.o, 4, eo, a.o_strides, es)};
+  const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
+  FA_TRY(check_disjoint(inputs[2], inputs, 2));
+  FA_TRY(check_disjoint(lse, inputs, 3));
+  CombineParams c;
+  c.num_splits = a.num_splits;
+  c.batch = a.batch;
+  c.seqlen_q = a.seqlen_q;
+  c.heads = a.heads;
+  c.head_dim = a.head_dim;
+  c.o_partial = a.o_partial;
+  memcpy(c.o_partial_stride, a.o_partial_strides, sizeof c.o_partial_stride);
+  c.lse_partial = a.lse_partial;
+  memcpy(c.lse_partial_stride, lse_st, sizeof c.lse_partial_stride);
+  c.dtype = dt;
+  c.o = a.o;
+  c.o_stride = {a.o_strides[0], a.o_strides[1], a.o_strides[2], a.o_strides[3]};
+  c.lse = a.lse;
+  *params = c;
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace flashattn
