@@ -117,13 +117,13 @@ size_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p) {
 // Options a KV-cache run does not take (INCOMPATIBLE_OPTIONS naming the option).
 flashattn_status_t check_options(const flashattn_plan_s& plan) {
   const char* bad = nullptr;
-  if (plan.varlen) bad = "varlen mode (flashattn_plan_set_varlen); use cache_seqlens";
+  if (plan.varlen) bad = "varlen mode (flashattn_plan_set_varlen; per-sequence lengths are args.cache_seqlens)";
   else if (plan.dropout_p > 0.f) bad = "dropout";
-  else if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) bad = "a bias tensor";
-  else if (!plan.layout.empty()) bad = "a block-sparse layout";
+  else if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) bad = "bias tensor";
+  else if (!plan.layout.empty()) bad = "block-sparse layout";
   else if (plan.algorithm == FLASHATTN_ALGORITHM_STANDARD) bad = "algorithm STANDARD";
   if (bad != nullptr)
-    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "the plan's %s cannot be combined with a KV cache", bad);
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "plan option %s cannot be combined with a KV cache", bad);
   const bool band = plan.window_left >= 0 || plan.window_right >= 0;
   const bool alibi = plan.bias_kind == FLASHATTN_BIAS_ALIBI || plan.bias_kind == FLASHATTN_BIAS_ALIBI_SYMMETRIC;
   if ((band || alibi) && plan.align != FLASHATTN_ALIGN_BOTTOM_RIGHT)
