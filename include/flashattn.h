@@ -556,10 +556,10 @@ typedef enum flashattn_rotary_t {
  * The plan's seqlen_q is the number of new query tokens per sequence and its seqlen_k the
  * capacity: the most keys one sequence may hold (used length plus appended tokens). K and
  * V are read from the cache, not from ::flashattn_plan_set_strides' K and V strides.
- * Cache strides are in elements in the order (row or page, token within it, head, dim);
- * the dim stride must be 1; all four 0 selects the contiguous layout. Heads-inner
- * ([.., token, head, dim], NHD) and heads-outer ([.., head, token, dim], HND) pages are
- * both just strides.
+ * Strides are host arrays of 4 values in elements (copied by ::flashattn_plan_set_kvcache),
+ * or NULL for the contiguous layout; for the caches the order is (row or page, token
+ * within it, head, dim) and the dim stride must be 1. Heads-inner ([.., token, head, dim],
+ * NHD) and heads-outer ([.., head, token, dim], HND) pages are both just strides.
  */
 typedef struct flashattn_kvcache_config_t {
   size_t struct_size;         /**< sizeof(flashattn_kvcache_config_t) as compiled by the caller. */
@@ -568,12 +568,12 @@ typedef struct flashattn_kvcache_config_t {
   int64_t num_rows;           /**< Cache rows (contiguous) or pages in the pool (paged), >= 1. */
   int64_t max_pages_per_seq;  /**< Paged: columns of the block table, >= ceil(seqlen_k / page_size).
                                    Contiguous: must be 0. */
-  int64_t k_cache_strides[4]; /**< K cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_qk]. */
-  int64_t v_cache_strides[4]; /**< V cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_v]. */
+  const int64_t* k_cache_strides; /**< K cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_qk]. */
+  const int64_t* v_cache_strides; /**< V cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_v]. */
   int64_t seqlen_new;         /**< Tokens appended to each sequence before attending, 0..seqlen_k
                                    (0, the default: no append). */
-  int64_t k_new_strides[4];   /**< New keys [batch, seqlen_new, heads_kv, head_dim_qk]; all 0 = contiguous. */
-  int64_t v_new_strides[4];   /**< New values [batch, seqlen_new, heads_kv, head_dim_v]; all 0 = contiguous. */
+  const int64_t* k_new_strides;   /**< New keys [batch, seqlen_new, heads_kv, head_dim_qk]. */
+  const int64_t* v_new_strides;   /**< New values [batch, seqlen_new, heads_kv, head_dim_v]. */
   flashattn_rotary_t rotary;  /**< Rotary form applied to q and the appended k (needs seqlen_new >= 1). */
   int64_t rotary_dim;         /**< Leading dims rotated: even, 2..head_dim_qk with a rotary form, else 0. */
   int64_t rotary_rows;        /**< Rows (positions) of the cos/sin tables, >= 1 with a rotary form, else 0. */
@@ -583,8 +583,7 @@ typedef struct flashattn_kvcache_config_t {
 
 /** Initializer for ::flashattn_kvcache_config_t: contiguous cache, no append, no rotary. */
 #define FLASHATTN_KVCACHE_CONFIG_INIT                                                                  \
-  {sizeof(flashattn_kvcache_config_t), 0, 0, 0, {0, 0, 0, 0}, {0, 0, 0, 0}, 0, {0, 0, 0, 0}, {0, 0, 0, 0}, \
-   FLASHATTN_ROTARY_NONE, 0, 0, 0}
+  {sizeof(flashattn_kvcache_config_t), 0, 0, 0, 0, 0, 0, 0, 0, FLASHATTN_ROTARY_NONE, 0, 0, 0}
 
 /**
  * @brief Put the plan in KV-cache mode with this geometry, or leave it (config = NULL).
@@ -666,7 +665,8 @@ FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, co
 /**
  * @brief Shapes and pointers of ::flashattn_combine. Initialize with FLASHATTN_COMBINE_ARGS_INIT.
  *
- * Strides are in elements; an all-zero stride array selects the contiguous layout.
+ * Strides are host arrays in elements (read during the call), or NULL for the contiguous
+ * layout.
  */
 typedef struct flashattn_combine_args_t {
   size_t struct_size;              /**< sizeof(flashattn_combine_args_t) as compiled by the caller. */
@@ -676,18 +676,18 @@ typedef struct flashattn_combine_args_t {
   int64_t heads;                   /**< >= 1. */
   int64_t head_dim;                /**< 1..FLASHATTN_MAX_HEAD_DIM. */
   const float* o_partial;          /**< fp32 partial outputs [num_splits, batch, seqlen_q, heads, head_dim]. Required. */
-  int64_t o_partial_strides[5];    /**< (split, batch, seq, head, dim); dim stride 1. */
+  const int64_t* o_partial_strides; /**< 5 strides (split, batch, seq, head, dim); dim stride 1. */
   const float* lse_partial;        /**< fp32 partial LSE [num_splits, batch, heads, seqlen_q]. Required. */
-  int64_t lse_partial_strides[4];  /**< (split, batch, head, seq). */
+  const int64_t* lse_partial_strides; /**< 4 strides (split, batch, head, seq). */
   flashattn_dtype_t dtype;         /**< Element type of o (default FP16). */
   void* o;                         /**< Merged output [batch, seqlen_q, heads, head_dim]. Required. */
-  int64_t o_strides[4];            /**< (batch, seq, head, dim); dim stride 1; no two elements may alias. */
+  const int64_t* o_strides;        /**< 4 strides (batch, seq, head, dim); dim stride 1; no two elements may alias. */
   float* lse;                      /**< Merged LSE fp32 [batch, heads, seqlen_q] contiguous. Optional (NULL). */
 } flashattn_combine_args_t;
 
 /** Initializer for ::flashattn_combine_args_t: sets struct_size, everything else 0 / NULL. */
 #define FLASHATTN_COMBINE_ARGS_INIT \
-  {sizeof(flashattn_combine_args_t), 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0}, 0, {0, 0, 0, 0}, FLASHATTN_DTYPE_FP16, 0, {0, 0, 0, 0}, 0}
+  {sizeof(flashattn_combine_args_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, FLASHATTN_DTYPE_FP16, 0, 0, 0}
 
 /**
  * @brief Merge partial attention results over a split of the keys.

@@ -17,18 +17,17 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_kvcache(flashattn_plan_t pla
     FA_CHECK_PLAN(plan);
     if (config == nullptr) {
       plan->kvcache = false;
-      plan->kv = flashattn_kvcache_config_t{};
+      plan->kv = KvGeometry{};
       return FLASHATTN_STATUS_SUCCESS;
     }
     if (!plan->has_shape)
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
                   "plan has no shape: call flashattn_plan_set_shape before flashattn_plan_set_kvcache");
-    flashattn_kvcache_config_t checked;
-    FA_TRY(flashattn::check_kvcache_config(*plan, *config, &checked));
-    // The caller's strides are kept (all-zero arrays included) and re-resolved at each run
-    // against the shape of that time; checked only proves they fit the current one.
-    plan->kv = *config;
-    plan->kv.struct_size = sizeof(flashattn_kvcache_config_t);
+    KvGeometry geometry, resolved;
+    FA_TRY(flashattn::read_kvcache_config(config, &geometry));
+    FA_TRY(flashattn::check_kvcache_geometry(*plan, geometry, &resolved));
+    // Kept unresolved: contiguous strides follow later shape changes, checked at each run.
+    plan->kv = geometry;
     plan->kvcache = true;
     return FLASHATTN_STATUS_SUCCESS;
   });

@@ -4,7 +4,6 @@
 // consistency, alignment, strides, overlap, then the backend's checks of the values it
 // can read, then the workspace.
 #include <stdint.h>
-#include <string.h>
 
 #include "api_guard.hpp"
 #include "backends.hpp"
@@ -18,22 +17,24 @@ namespace {
 const int64_t kMaxIndex = INT64_C(2147483647);  // int32 tables index rows, pages and positions
 const int64_t kMaxSplits = 1024;
 
-// Strides (dims n) named `name` over extents e: all zero selects the contiguous layout;
-// otherwise the last stride is 1, the others >= 0, offsets fit, and (written) no aliasing.
-flashattn_status_t check_strides(const char* name, int n, const int64_t* e, int64_t* st, bool written) {
-  bool all_zero = true;
-  for (int i = 0; i < n; ++i) all_zero &= st[i] == 0;
-  if (all_zero) {
+// Strides (dims n) named `name` over extents e: given NULL selects the contiguous layout
+// (written into st); otherwise the strides are >= 0, the last is 1 when unit_last, offsets
+// fit, and (written) no two elements alias.
+flashattn_status_t check_strides(const char* name, int n, const int64_t* e, const int64_t* given, int64_t* st,
+                                 bool unit_last, bool written) {
+  if (given == nullptr) {
     int64_t step = 1;
     for (int i = n - 1; i >= 0; --i) {
       st[i] = step;
       step *= e[i];
     }
+    return FLASHATTN_STATUS_SUCCESS;
   }
-  if (st[n - 1] != 1)
+  for (int i = 0; i < n; ++i) st[i] = given[i];
+  if (unit_last && st[n - 1] != 1)
     return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s: dim stride=%lld must be 1 (last dim contiguous)", name,
                 static_cast<long long>(st[n - 1]));
-  for (int i = 0; i < n - 1; ++i)
+  for (int i = 0; i < n; ++i)
     if (st[i] < 0)
       return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s[%d]=%lld must be >= 0", name, i,
                   static_cast<long long>(st[i]));
@@ -90,19 +91,21 @@ int64_t choose_splits(const flashattn_plan_s& plan) {
   return by_tasks < by_keys ? by_tasks : by_keys;
 }
 
-AttnParams kvcache_params(const flashattn_plan_s& plan) {
+Strides4 strides4(const int64_t* s) { return {s[0], s[1], s[2], s[3]}; }
+
+// The plan's shape and options with the KV-cache geometry kv (strides resolved).
+AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
   AttnParams p = params_from_plan(plan, kForward);
-  const flashattn_kvcache_config_t& kv = plan.kv;
   p.kv_enabled = 1;
-  p.k_stride = {kv.k_cache_strides[0], kv.k_cache_strides[1], kv.k_cache_strides[2], kv.k_cache_strides[3]};
-  p.v_stride = {kv.v_cache_strides[0], kv.v_cache_strides[1], kv.v_cache_strides[2], kv.v_cache_strides[3]};
-  p.k_new_stride = {kv.k_new_strides[0], kv.k_new_strides[1], kv.k_new_strides[2], kv.k_new_strides[3]};
-  p.v_new_stride = {kv.v_new_strides[0], kv.v_new_strides[1], kv.v_new_strides[2], kv.v_new_strides[3]};
+  p.k_stride = strides4(kv.strides[0]);
+  p.v_stride = strides4(kv.strides[1]);
+  p.k_new_stride = strides4(kv.strides[2]);
+  p.v_new_stride = strides4(kv.strides[3]);
   p.kv_page_size = kv.page_size;
-  p.kv_max_pages = kv.max_pages_per_seq;
+  p.kv_max_pages = kv.max_pages;
   p.kv_num_rows = kv.num_rows;
   p.kv_seqlen_new = kv.seqlen_new;
-  p.rotary = static_cast<int32_t>(kv.rotary);
+  p.rotary = kv.rotary;
   p.rotary_dim = kv.rotary_dim;
   p.rotary_rows = kv.rotary_rows;
   p.kv_num_splits = kv.num_splits > 0 ? kv.num_splits : choose_splits(plan);
@@ -153,40 +156,59 @@ flashattn_status_t refuse_kvcache_plan(const flashattn_plan_s& plan, const char*
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t check_kvcache_config(const flashattn_plan_s& plan, const flashattn_kvcache_config_t& config,
-                                        flashattn_kvcache_config_t* out) {
-  if (config.struct_size < sizeof(flashattn_kvcache_config_t))
+flashattn_status_t read_kvcache_config(const flashattn_kvcache_config_t* config, KvGeometry* out) {
+  if (config->struct_size < sizeof(flashattn_kvcache_config_t))
     return fail(FLASHATTN_STATUS_INVALID_STRUCT_SIZE,
                 "config.struct_size=%zu is smaller than sizeof(flashattn_kvcache_config_t)=%zu of this library "
                 "version; initialize it with FLASHATTN_KVCACHE_CONFIG_INIT",
-                config.struct_size, sizeof(flashattn_kvcache_config_t));
-  flashattn_kvcache_config_t c = config;
-  c.struct_size = sizeof c;
+                config->struct_size, sizeof(flashattn_kvcache_config_t));
+  KvGeometry g;
+  g.page_size = config->page_size;
+  g.num_rows = config->num_rows;
+  g.max_pages = config->max_pages_per_seq;
+  g.seqlen_new = config->seqlen_new;
+  g.rotary = enum_value(config->rotary);
+  g.rotary_dim = config->rotary_dim;
+  g.rotary_rows = config->rotary_rows;
+  g.num_splits = config->num_splits;
+  const int64_t* given[4] = {config->k_cache_strides, config->v_cache_strides, config->k_new_strides,
+                             config->v_new_strides};
+  for (int t = 0; t < 4; ++t) {
+    g.given[t] = given[t] != nullptr;
+    for (int i = 0; i < 4 && g.given[t]; ++i) g.strides[t][i] = given[t][i];
+  }
+  *out = g;
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t check_kvcache_geometry(const flashattn_plan_s& plan, const KvGeometry& in, KvGeometry* out) {
+  KvGeometry c = in;
   FA_TRY(check_range("config.page_size", c.page_size, 0, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
   FA_TRY(check_range("config.num_rows", c.num_rows, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
   const bool paged = c.page_size > 0;
   if (paged) {
     const int64_t need = (plan.seqlen_k + c.page_size - 1) / c.page_size;
-    if (c.max_pages_per_seq < need || c.max_pages_per_seq > kMaxIndex)
+    if (c.max_pages < need || c.max_pages > kMaxIndex)
       return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                   "config.max_pages_per_seq=%lld must be in [ceil(seqlen_k=%lld / page_size=%lld)=%lld, 2^31-1]",
-                  static_cast<long long>(c.max_pages_per_seq), static_cast<long long>(plan.seqlen_k),
+                  static_cast<long long>(c.max_pages), static_cast<long long>(plan.seqlen_k),
                   static_cast<long long>(c.page_size), static_cast<long long>(need));
-  } else if (c.max_pages_per_seq != 0) {
-    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "config.max_pages_per_seq=%lld must be 0 for a contiguous cache (page_size=0)",
-                static_cast<long long>(c.max_pages_per_seq));
+  } else if (c.max_pages != 0) {
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "config.max_pages_per_seq=%lld must be 0 for a contiguous cache (page_size=0)",
+                static_cast<long long>(c.max_pages));
   }
   FA_TRY(check_range("config.seqlen_new", c.seqlen_new, 0, plan.seqlen_k, FLASHATTN_STATUS_INVALID_SHAPE));
-  const int rot = enum_value(c.rotary);
-  if (rot < FLASHATTN_ROTARY_NONE || rot > FLASHATTN_ROTARY_INTERLEAVED)
-    return fail(FLASHATTN_STATUS_INVALID_ENUM, "config.rotary=%d is not a flashattn_rotary_t value", rot);
-  if (rot == FLASHATTN_ROTARY_NONE) {
+  if (c.rotary < FLASHATTN_ROTARY_NONE || c.rotary > FLASHATTN_ROTARY_INTERLEAVED)
+    return fail(FLASHATTN_STATUS_INVALID_ENUM, "config.rotary=%d is not a flashattn_rotary_t value", c.rotary);
+  if (c.rotary == FLASHATTN_ROTARY_NONE) {
     FA_TRY(check_range("config.rotary_dim (no rotary form)", c.rotary_dim, 0, 0, FLASHATTN_STATUS_INVALID_VALUE));
     FA_TRY(check_range("config.rotary_rows (no rotary form)", c.rotary_rows, 0, 0, FLASHATTN_STATUS_INVALID_VALUE));
   } else {
     if (c.seqlen_new == 0)
       return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
-                  "config.rotary=%d needs appended keys (config.seqlen_new >= 1): the cache holds rotated keys", rot);
+                  "config.rotary=%d needs appended keys (config.seqlen_new >= 1): the cache holds rotated keys",
+                  c.rotary);
     FA_TRY(check_range("config.rotary_dim", c.rotary_dim, 2, plan.head_dim_qk, FLASHATTN_STATUS_INVALID_VALUE));
     if (c.rotary_dim % 2 != 0)
       return fail(FLASHATTN_STATUS_INVALID_VALUE, "config.rotary_dim=%lld must be even",
@@ -196,14 +218,15 @@ flashattn_status_t check_kvcache_config(const flashattn_plan_s& plan, const flas
   FA_TRY(check_range("config.num_splits", c.num_splits, 0, kMaxSplits, FLASHATTN_STATUS_INVALID_VALUE));
   const bool append = c.seqlen_new > 0;
   const int64_t cache_tokens = paged ? c.page_size : plan.seqlen_k;
-  const int64_t ek[4] = {c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk};
-  const int64_t ev[4] = {c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v};
-  const int64_t enk[4] = {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_qk};
-  const int64_t env[4] = {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_v};
-  FA_TRY(check_strides("config.k_cache_strides", 4, ek, c.k_cache_strides, append));
-  FA_TRY(check_strides("config.v_cache_strides", 4, ev, c.v_cache_strides, append));
-  FA_TRY(check_strides("config.k_new_strides", 4, enk, c.k_new_strides, false));
-  FA_TRY(check_strides("config.v_new_strides", 4, env, c.v_new_strides, false));
+  const int64_t extents[4][4] = {{c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk},
+                                 {c.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v},
+                                 {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_qk},
+                                 {plan.batch, c.seqlen_new, plan.heads_kv, plan.head_dim_v}};
+  static const char* const names[4] = {"config.k_cache_strides", "config.v_cache_strides", "config.k_new_strides",
+                                       "config.v_new_strides"};
+  for (int t = 0; t < 4; ++t)
+    FA_TRY(check_strides(names[t], 4, extents[t], in.given[t] ? in.strides[t] : nullptr, c.strides[t], true,
+                         append && t < 2));
   *out = c;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -213,9 +236,9 @@ flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* 
     return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
                 "pass=FLASHATTN_PASS_FORWARD_KVCACHE: the plan has no KV-cache configuration "
                 "(flashattn_plan_set_kvcache)");
-  flashattn_plan_s checked = plan;
-  FA_TRY(check_kvcache_config(plan, plan.kv, &checked.kv));
-  *bytes = kvcache_workspace(checked, kvcache_params(checked));
+  KvGeometry kv;
+  FA_TRY(check_kvcache_geometry(plan, plan.kv, &kv));
+  *bytes = kvcache_workspace(plan, kvcache_params(plan, kv));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -229,9 +252,8 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   if (!plan.kvcache)
     return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
                 "plan has no KV-cache configuration: call flashattn_plan_set_kvcache first");
-  flashattn_plan_s checked = plan;  // the configuration again: the shape may have changed since
-  FA_TRY(check_kvcache_config(plan, plan.kv, &checked.kv));
-  const flashattn_kvcache_config_t& kv = checked.kv;
+  KvGeometry kv;  // checked again: the shape may have changed since flashattn_plan_set_kvcache
+  FA_TRY(check_kvcache_geometry(plan, plan.kv, &kv));
   FA_TRY(require(a.q, "args.q"));
   FA_TRY(require(a.k_cache, "args.k_cache"));
   FA_TRY(require(a.v_cache, "args.v_cache"));
@@ -288,20 +310,20 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   const int64_t enk[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk};
   const int64_t env[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v};
   const int64_t lse_n[1] = {plan.batch * plan.heads_q * plan.seqlen_q}, one[1] = {1};
-  const int64_t table_n[1] = {plan.batch * (paged ? kv.max_pages_per_seq : 1)};
+  const int64_t table_n[1] = {plan.batch * (paged ? kv.max_pages : 1)};
   const int64_t batch_n[1] = {plan.batch}, heads_n[1] = {plan.heads_q};
   const int64_t rot_n[1] = {kv.rotary_rows * (kv.rotary_dim / 2)};
   const Span inputs[] = {span_of("args.q", a.q, 4, eq, q_st, es),
-                         span_of("args.k_new", a.k_new, 4, enk, kv.k_new_strides, es),
-                         span_of("args.v_new", a.v_new, 4, env, kv.v_new_strides, es),
+                         span_of("args.k_new", a.k_new, 4, enk, kv.strides[2], es),
+                         span_of("args.v_new", a.v_new, 4, env, kv.strides[3], es),
                          span_of("args.cache_seqlens", a.cache_seqlens, 1, batch_n, one, 4),
                          span_of("args.cache_batch_idx", a.cache_batch_idx, 1, batch_n, one, 4),
                          span_of("args.block_table", a.block_table, 1, table_n, one, 4),
                          span_of("args.rotary_cos", a.rotary_cos, 1, rot_n, one, es),
                          span_of("args.rotary_sin", a.rotary_sin, 1, rot_n, one, es),
                          span_of("args.alibi_slopes", a.alibi_slopes, 1, heads_n, one, 4),
-                         span_of("args.k_cache", a.k_cache, 4, ek, kv.k_cache_strides, es),
-                         span_of("args.v_cache", a.v_cache, 4, ev, kv.v_cache_strides, es),
+                         span_of("args.k_cache", a.k_cache, 4, ek, kv.strides[0], es),
+                         span_of("args.v_cache", a.v_cache, 4, ev, kv.strides[1], es),
                          span_of("args.o", a.o, 4, eo, o_st, es)};
   const int n_read = 9;  // inputs[0..9) are only read; then the caches, then O
   const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
@@ -312,7 +334,7 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
     FA_TRY(check_disjoint(inputs[10], inputs, n_read));
   }
 
-  AttnParams p = kvcache_params(checked);
+  AttnParams p = kvcache_params(plan, kv);
   p.q = a.q;
   p.k = a.k_cache;
   p.v = a.v_cache;
@@ -331,7 +353,7 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   } else {
     FA_TRY(cuda_check_device(plan.device));
   }
-  FA_TRY(check_workspace(kvcache_workspace(checked, p), workspace, workspace_bytes));
+  FA_TRY(check_workspace(kvcache_workspace(plan, p), workspace, workspace_bytes));
   *params = p;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -365,34 +387,30 @@ flashattn_status_t validate_combine(const flashattn_combine_args_t* user_args, C
   const int64_t eop[5] = {a.num_splits, a.batch, a.seqlen_q, a.heads, a.head_dim};
   const int64_t elp[4] = {a.num_splits, a.batch, a.heads, a.seqlen_q};
   const int64_t eo[4] = {a.batch, a.seqlen_q, a.heads, a.head_dim};
-  FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, false));
-  // The LSE parts have no contiguous dim: pass a unit dim so check_strides' dim rule holds.
-  int64_t lse_st[5] = {a.lse_partial_strides[0], a.lse_partial_strides[1], a.lse_partial_strides[2],
-                       a.lse_partial_strides[3], 1};
-  const int64_t elp5[5] = {elp[0], elp[1], elp[2], elp[3], 1};
-  if (lse_st[0] == 0 && lse_st[1] == 0 && lse_st[2] == 0 && lse_st[3] == 0) lse_st[4] = 0;
-  FA_TRY(check_strides("args.lse_partial_strides", 5, elp5, lse_st, false));
-  FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, true));
+  CombineParams c;
+  Strides4& os = c.o_stride;
+  int64_t o_st[4];
+  FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, c.o_partial_stride, true, false));
+  FA_TRY(check_strides("args.lse_partial_strides", 4, elp, a.lse_partial_strides, c.lse_partial_stride, false,
+                       false));
+  FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, o_st, true, true));
+  os = strides4(o_st);
   const int64_t lse_n[1] = {a.batch * a.heads * a.seqlen_q}, one[1] = {1};
-  const Span inputs[] = {span_of("args.o_partial", a.o_partial, 5, eop, a.o_partial_strides, 4),
-                         span_of("args.lse_partial", a.lse_partial, 4, elp, lse_st, 4),
-                         span_of("args.o", a.o, 4, eo, a.o_strides, es)};
+  const Span inputs[] = {span_of("args.o_partial", a.o_partial, 5, eop, c.o_partial_stride, 4),
+                         span_of("args.lse_partial", a.lse_partial, 4, elp, c.lse_partial_stride, 4),
+                         span_of("args.o", a.o, 4, eo, o_st, es)};
   const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
   FA_TRY(check_disjoint(inputs[2], inputs, 2));
   FA_TRY(check_disjoint(lse, inputs, 3));
-  CombineParams c;
   c.num_splits = a.num_splits;
   c.batch = a.batch;
   c.seqlen_q = a.seqlen_q;
   c.heads = a.heads;
   c.head_dim = a.head_dim;
   c.o_partial = a.o_partial;
-  memcpy(c.o_partial_stride, a.o_partial_strides, sizeof c.o_partial_stride);
   c.lse_partial = a.lse_partial;
-  memcpy(c.lse_partial_stride, lse_st, sizeof c.lse_partial_stride);
   c.dtype = dt;
   c.o = a.o;
-  c.o_stride = {a.o_strides[0], a.o_strides[1], a.o_strides[2], a.o_strides[3]};
   c.lse = a.lse;
   *params = c;
   return FLASHATTN_STATUS_SUCCESS;

@@ -279,8 +279,8 @@ flashattn_kvcache_config_t kv_config(const KvRun& r) {
   kv.page_size = c.page_size;
   kv.num_rows = r.num_rows;
   kv.max_pages_per_seq = c.page_size > 0 ? r.max_pages : 0;
-  memcpy(kv.k_cache_strides, r.kc_stride, sizeof kv.k_cache_strides);
-  memcpy(kv.v_cache_strides, r.vc_stride, sizeof kv.v_cache_strides);
+  kv.k_cache_strides = r.kc_stride;
+  kv.v_cache_strides = c.heads_outer ? r.vc_stride : nullptr;  // NULL: contiguous NHD, the same strides
   kv.seqlen_new = c.seqlen_new;
   kv.rotary = c.rotary;
   kv.rotary_dim = c.rotary_dim;

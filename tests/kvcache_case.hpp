@@ -52,7 +52,7 @@ struct KvRun {
 
 KvRun make_kv_run(const KvCase& c);
 
-// The KV-cache configuration of r.
+// The KV-cache configuration of r (its stride pointers point into r).
 flashattn_kvcache_config_t kv_config(const KvRun& r);
 
 // Plan for c (shape, dtype, options, KV-cache configuration); CHECKs every setter.

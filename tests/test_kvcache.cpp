@@ -298,14 +298,14 @@ TEST_CASE("combine with strided parts and output, a NaN part propagates") {
   a.head_dim = D;
   a.o_partial = o_part.data();
   const int64_t ops[5] = {D + 1, 0, 0, S * (D + 1), 1};
-  memcpy(a.o_partial_strides, ops, sizeof ops);
+  a.o_partial_strides = ops;
   a.lse_partial = lse_part.data();
   const int64_t lps[4] = {1, 0, S, 0};
-  memcpy(a.lse_partial_strides, lps, sizeof lps);
+  a.lse_partial_strides = lps;
   a.dtype = FLASHATTN_DTYPE_FP32;
   std::vector<float> o(static_cast<size_t>(H * (D + 3)), 99.f);
   const int64_t os[4] = {0, 0, D + 3, 1};
-  memcpy(a.o_strides, os, sizeof os);
+  a.o_strides = os;
   a.o = o.data();
   REQUIRE(flashattn_combine(FLASHATTN_BACKEND_CPU, 0, &a, nullptr) == FLASHATTN_STATUS_SUCCESS);
   // Head 0: weights exp(lse_s - lse) over its 3 parts.

@@ -325,16 +325,28 @@ TEST_CASE("set_kvcache rejects bad geometry and leaves the plan unchanged") {
        FLASHATTN_STATUS_INVALID_VALUE, "config.num_splits=-1"},
       {"huge num_splits", [](flashattn_kvcache_config_t& k) { k.num_splits = 5000; },
        FLASHATTN_STATUS_INVALID_VALUE, "config.num_splits=5000"},
-      {"cache dim stride 2", [](flashattn_kvcache_config_t& k) { k.k_cache_strides[3] = 2; },
+      {"cache dim stride 2",
+       [](flashattn_kvcache_config_t& k) {
+         static const int64_t st[4] = {3 * 2 * 16 * 2, 2 * 16 * 2, 16 * 2, 2};
+         k.k_cache_strides = st;
+       },
        FLASHATTN_STATUS_INVALID_STRIDE, "config.k_cache_strides"},
-      {"negative cache stride", [](flashattn_kvcache_config_t& k) { k.v_cache_strides[1] = -4; },
+      {"negative cache stride",
+       [](flashattn_kvcache_config_t& k) {
+         static const int64_t st[4] = {96, -4, 16, 1};
+         k.v_cache_strides = st;
+       },
        FLASHATTN_STATUS_INVALID_STRIDE, "config.v_cache_strides"},
-      {"appended cache aliasing itself", [](flashattn_kvcache_config_t& k) { k.k_cache_strides[2] = 1; },
+      {"appended cache aliasing itself",
+       [](flashattn_kvcache_config_t& k) {
+         static const int64_t st[4] = {96, 32, 1, 1};
+         k.k_cache_strides = st;
+       },
        FLASHATTN_STATUS_INVALID_STRIDE, "config.k_cache_strides"},
       {"k_new dim stride 0",
        [](flashattn_kvcache_config_t& k) {
-         const int64_t st[4] = {1, 1, 1, 0};
-         memcpy(k.k_new_strides, st, sizeof st);
+         static const int64_t st[4] = {1, 1, 1, 0};
+         k.k_new_strides = st;
        },
        FLASHATTN_STATUS_INVALID_STRIDE, "config.k_new_strides"},
   };
@@ -437,18 +449,22 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
       {"misaligned o_partial",
        [](flashattn_combine_args_t& a) { a.o_partial = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.o_partial) + 2); },
        FLASHATTN_STATUS_MISALIGNED_POINTER, "args.o_partial"},
-      {"o_partial dim stride 3", [](flashattn_combine_args_t& a) { a.o_partial_strides[4] = 3; },
+      {"o_partial dim stride 3",
+       [](flashattn_combine_args_t& a) {
+         static const int64_t st[5] = {12, 12, 12, 4, 3};
+         a.o_partial_strides = st;
+       },
        FLASHATTN_STATUS_INVALID_STRIDE, "args.o_partial_strides"},
       {"negative lse stride",
        [](flashattn_combine_args_t& a) {
-         const int64_t st[4] = {-3, 3, 1, 1};
-         memcpy(a.lse_partial_strides, st, sizeof st);
+         static const int64_t st[4] = {-3, 3, 1, 1};
+         a.lse_partial_strides = st;
        },
        FLASHATTN_STATUS_INVALID_STRIDE, "args.lse_partial_strides"},
       {"output aliasing itself",
        [](flashattn_combine_args_t& a) {
-         const int64_t st[4] = {12, 4, 1, 1};
-         memcpy(a.o_strides, st, sizeof st);
+         static const int64_t st[4] = {12, 4, 1, 1};
+         a.o_strides = st;
        },
        FLASHATTN_STATUS_INVALID_STRIDE, "args.o_strides"},
       {"o over o_partial", [](flashattn_combine_args_t& a) { a.o = const_cast<float*>(a.o_partial) + 4; },
