@@ -497,3 +497,42 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
   CHECK(std::count(o.begin(), o.end(), 5.f) == static_cast<long>(o.size()));
   CHECK(std::count(lse.begin(), lse.end(), 5.f) == static_cast<long>(lse.size()));
 }
+
+TEST_CASE("CUDA plans: KV-cache runs and combine validate, then report NOT_SUPPORTED") {
+  if (flashattn_cuda_device_count() == 0) FA_SKIP_TEST("no CUDA device");
+  const KvRun r = make_kv_run(paged_fixture());
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CUDA, 0) == FLASHATTN_STATUS_SUCCESS);
+  const KvCase& c = r.c;
+  REQUIRE(flashattn_plan_set_shape(plan, c.batch, c.sq, c.cap, c.hq, c.hkv, c.dqk, c.dv) == FLASHATTN_STATUS_SUCCESS);
+  const flashattn_kvcache_config_t kv = kv_config(r);
+  REQUIRE(flashattn_plan_set_kvcache(plan, &kv) == FLASHATTN_STATUS_SUCCESS);
+  size_t bytes = 1;
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(bytes == 0);
+  // Host-side checks still run: a missing pointer is reported as such.
+  flashattn_kvcache_args_t a = FLASHATTN_KVCACHE_ARGS_INIT;
+  CHECK(flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr) == FLASHATTN_STATUS_NULL_POINTER);
+  // Valid-looking pointers (never dereferenced: nothing runs on the device yet).
+  std::vector<uint8_t> buf(64);
+  std::vector<int32_t> table(static_cast<size_t>(c.batch * r.max_pages));
+  a.q = a.k_cache = a.v_cache = a.o = buf.data();
+  a.cache_seqlens = table.data();
+  a.block_table = table.data() + 1;
+  a.k_new = a.v_new = a.rotary_cos = a.rotary_sin = buf.data() + 16;
+  const flashattn_status_t st = flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr);
+  INFO(flashattn_last_error());
+  CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
+  CHECK(mentions(flashattn_last_error(), "CUDA"));
+  flashattn_plan_destroy(plan);
+  std::vector<float> part(8, 0.f), o(4, 0.f);
+  flashattn_combine_args_t ca = FLASHATTN_COMBINE_ARGS_INIT;
+  ca.num_splits = 2;
+  ca.batch = ca.seqlen_q = ca.heads = 1;
+  ca.head_dim = 4;
+  ca.o_partial = part.data();
+  ca.lse_partial = part.data();
+  ca.dtype = FLASHATTN_DTYPE_FP32;
+  ca.o = o.data();
+  CHECK(flashattn_combine(FLASHATTN_BACKEND_CUDA, 0, &ca, nullptr) == FLASHATTN_STATUS_NOT_SUPPORTED);
+}
