@@ -16,8 +16,8 @@ struct NamedPointer {
 
 inline std::array<NamedPointer, 23> run_pointers(const AttnParams& p) {
   return {{{p.q, "args.q"},
-           {p.k, "args.k"},
-           {p.v, "args.v"},
+           {p.k, p.kv_enabled ? "args.k_cache" : "args.k"},
+           {p.v, p.kv_enabled ? "args.v_cache" : "args.v"},
            {p.o, "args.o"},
            {p.o_in, "args.o"},
            {p.lse, "args.lse"},

@@ -11,7 +11,7 @@ CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "SKIP: $CXX not found (install clang and libclang-rt-14-dev)"; exit 77; }
 mkdir -p "$out/corpus"
 bin="$out/fuzz_plan"
-srcs=("$root"/src/api.cpp "$root"/src/validate.cpp "$root"/src/error.cpp "$root"/src/cuda_disabled.cpp \
+srcs=("$root"/src/*.cpp \
       "$root"/src/cpu/*.cpp "$root"/src/reference/reference.cpp "$here"/fuzz_plan.cpp)
 newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/common/*.hpp "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl "$root"/src/reference/*.hpp | head -1)
 if [ ! -x "$bin" ] || [ "$newest" -nt "$bin" ]; then
