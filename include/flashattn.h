@@ -696,15 +696,16 @@ typedef struct flashattn_combine_args_t {
  * O = sum_i exp(lse_i - lse) O_i. Parts with lse_i = -inf are skipped (their O_i is never
  * read); a row whose parts are all -inf gets O = 0 and LSE = -inf. A NaN part gives NaN.
  * Serves split-KV, cascade attention and context parallelism. CPU: synchronous and
- * bitwise independent of the thread count. CUDA: not served yet (NOT_SUPPORTED).
+ * bitwise independent of the thread count. CUDA: asynchronous on stream, pointers in
+ * device memory of `device`, no allocation, no host synchronization.
  * @param backend CPU or CUDA (AUTO resolves as in ::flashattn_plan_create).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU.
  * @param args Host struct.
  * @param stream CUDA stream or NULL; must be NULL for CPU.
  * @return SUCCESS; NULL_POINTER; INVALID_STRUCT_SIZE; INVALID_ENUM; INVALID_VALUE (device);
  *         INVALID_SHAPE; INVALID_STRIDE; INVALID_ARGUMENT (an output overlapping an input, a
- *         stream on CPU); MISALIGNED_POINTER; BACKEND_UNAVAILABLE; NO_DEVICE; NOT_SUPPORTED
- *         (CUDA); WRONG_MEMORY_SPACE.
+ *         stream on CPU, or a stream of another device); MISALIGNED_POINTER;
+ *         BACKEND_UNAVAILABLE; NO_DEVICE; WRONG_MEMORY_SPACE; CUDA_ERROR; LAUNCH_FAILED.
  */
 FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, int device,
                                                    const flashattn_combine_args_t* args, struct CUstream_st* stream);

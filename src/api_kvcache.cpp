@@ -67,9 +67,7 @@ FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, 
                     static_cast<void*>(stream));
       return flashattn::cpu_combine(c);
     }
-    FA_TRY(flashattn::cuda_check_device(device));
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "flashattn_combine: the CUDA backend has no combine kernel yet; use backend FLASHATTN_BACKEND_CPU");
+    return flashattn::cuda_combine(c, device, stream);
   });
 }
 

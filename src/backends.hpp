@@ -40,5 +40,8 @@ flashattn_status_t cuda_check(const AttnParams& p, int device);
 // Enqueues the pass on stream; no allocation, no host synchronization.
 flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,
                             struct CUstream_st* stream);
+// Merges partial results (flashattn_combine) on stream: pointer memory spaces checked,
+// then one kernel launch; no allocation, no host synchronization.
+flashattn_status_t cuda_combine(const CombineParams& c, int device, struct CUstream_st* stream);
 
 }  // namespace flashattn

@@ -490,15 +490,15 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
   CHECK(flashattn_combine(FLASHATTN_BACKEND_CPU, 0, &a, reinterpret_cast<CUstream_st*>(&o[0])) ==
         FLASHATTN_STATUS_INVALID_ARGUMENT);
   CHECK(mentions(flashattn_last_error(), "stream"));
-  // CUDA: not built in here (BACKEND_UNAVAILABLE / NO_DEVICE), or no combine kernel yet.
+  // CUDA: not built in or no device here, or host memory refused by a CUDA build.
   const flashattn_status_t cuda = flashattn_combine(FLASHATTN_BACKEND_CUDA, 0, &a, nullptr);
   CHECK((cuda == FLASHATTN_STATUS_BACKEND_UNAVAILABLE || cuda == FLASHATTN_STATUS_NO_DEVICE ||
-         cuda == FLASHATTN_STATUS_NOT_SUPPORTED));
+         cuda == FLASHATTN_STATUS_WRONG_MEMORY_SPACE));
   CHECK(std::count(o.begin(), o.end(), 5.f) == static_cast<long>(o.size()));
   CHECK(std::count(lse.begin(), lse.end(), 5.f) == static_cast<long>(lse.size()));
 }
 
-TEST_CASE("CUDA plans: KV-cache runs and combine validate, then report NOT_SUPPORTED") {
+TEST_CASE("CUDA plans: KV-cache runs validate, then report NOT_SUPPORTED; combine refuses host memory") {
   if (flashattn_cuda_device_count() == 0) FA_SKIP_TEST("no CUDA device");
   const KvRun r = make_kv_run(paged_fixture());
   flashattn_plan_t plan = nullptr;
@@ -534,5 +534,6 @@ TEST_CASE("CUDA plans: KV-cache runs and combine validate, then report NOT_SUPPO
   ca.lse_partial = part.data();
   ca.dtype = FLASHATTN_DTYPE_FP32;
   ca.o = o.data();
-  CHECK(flashattn_combine(FLASHATTN_BACKEND_CUDA, 0, &ca, nullptr) == FLASHATTN_STATUS_NOT_SUPPORTED);
+  CHECK(flashattn_combine(FLASHATTN_BACKEND_CUDA, 0, &ca, nullptr) == FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
+  CHECK(mentions(flashattn_last_error(), "args.o_partial"));
 }

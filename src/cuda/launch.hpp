@@ -25,4 +25,7 @@ size_t standard_workspace_size(const AttnParams& p);
 flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
+flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
+
 }  // namespace flashattn
