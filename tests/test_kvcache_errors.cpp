@@ -498,7 +498,7 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
   CHECK(std::count(lse.begin(), lse.end(), 5.f) == static_cast<long>(lse.size()));
 }
 
-TEST_CASE("CUDA plans: KV-cache runs validate, then report NOT_SUPPORTED; combine refuses host memory") {
+TEST_CASE("CUDA plans: KV-cache runs validate then report NOT_SUPPORTED, and combine refuses host memory") {
   if (flashattn_cuda_device_count() == 0) FA_SKIP_TEST("no CUDA device");
   const KvRun r = make_kv_run(paged_fixture());
   flashattn_plan_t plan = nullptr;
