@@ -21,9 +21,9 @@ case "$DIR" in
   *) echo "DIR must be bwd or fwd" >&2; exit 2 ;;
 esac
 REP=$OUTD/ncu_$DIR
-# One launch of each: the library runs first, then SDPA flash (profile_kernels' order).
+# One launch of each: the library runs first, then SDPA flash (bench.py --profile's order).
 ncu --set full --import-source no --kernel-name "regex:$KERNELS" --launch-skip "$SKIP" --launch-count 2 -f -o "$REP" \
-  python3 "$ROOT/bench/profile_kernels.py" --bare --iters 1 --dir "$DIR" --hdims "$D" --seqlens "$S" \
+  python3 "$ROOT/bench/bench.py" --profile --bare --iters 1 --dir "$DIR" --hdims "$D" --seqlens "$S" \
   --impls lib-flash,flash --lib "$LIB" || exit 1
 ncu --import "$REP.ncu-rep" --page details > "${REP}_details.txt"
 ncu --import "$REP.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "${REP}_sass.csv.gz"

@@ -1,13 +1,13 @@
 # ctest script (cmake -P): build the Debian packages from the build tree with CPack,
 # check what is in them, and run lintian on them.
 #   -DCPACK=<cpack> -DCONFIG=<build>/CPackConfig.cmake -DWORK_DIR=... -DDPKG_DEB=<dpkg-deb>
-#   -DRUNTIME=libflashattn0 -DDEV=libflashattn-dev -DSOURCE_DIR=<source tree>
-#   [-DTOOLS=flashattn-tools] [-DLINTIAN=<lintian>]
+#   -DRUNTIME=libflashattn0 -DDEV=libflashattn-dev -DTOOLS=flashattn-tools -DSOURCE_DIR=<source tree>
+#   [-DLINTIAN=<lintian>]
 # lintian fails the test on any error or warning, except initial-upload-closes-no-bugs
 # (these packages are not uploaded to Debian, so there is no ITP bug to close).
 cmake_minimum_required(VERSION 3.25)
 include(${CMAKE_CURRENT_LIST_DIR}/RequireVars.cmake)
-fa_require_vars(CheckDeb.cmake CPACK CONFIG WORK_DIR DPKG_DEB RUNTIME DEV SOURCE_DIR)
+fa_require_vars(CheckDeb.cmake CPACK CONFIG WORK_DIR DPKG_DEB RUNTIME DEV TOOLS SOURCE_DIR)
 file(REMOVE_RECURSE ${WORK_DIR})
 execute_process(COMMAND ${CPACK} -G DEB --config ${CONFIG} -B ${WORK_DIR}
                 OUTPUT_VARIABLE out ERROR_VARIABLE out RESULT_VARIABLE rc)
@@ -42,10 +42,8 @@ endif()
 expect(${DEV} "the .so link" "usr/lib/[^\n]*/libflashattn\\.so -> ")
 expect(${DEV} "the pkg-config file" "usr/lib/[^\n]*/pkgconfig/flashattn\\.pc")
 expect(${DEV} "the CMake package" "usr/lib/[^\n]*/cmake/flashattn/flashattnConfig\\.cmake")
-if(TOOLS)
-  expect(${TOOLS} "the flashattn tool" "usr/bin/flashattn\n")
-  expect(${TOOLS} "the man page" "usr/share/man/man1/flashattn\\.1\\.gz")
-endif()
+expect(${TOOLS} "the flashattn tool" "usr/bin/flashattn\n")
+expect(${TOOLS} "the man page" "usr/share/man/man1/flashattn\\.1\\.gz")
 if("${contents_${DEV}}" MATCHES "\\./[^ \n]*/libflashattn\\.so\\.[0-9]")
   string(APPEND errors "${DEV} ships the runtime library too\n")
 endif()

@@ -1,6 +1,6 @@
 # Debian packages with CPack: libflashattn0 (the shared library, component `runtime`),
 # libflashattn-dev (header, .so link, CMake package, .pc; component `dev`) and
-# flashattn-tools (the `flashattn` command-line tool and its man page; component `tools`).
+# flashattn-tools (the `flashattn` command-line tool, cli/, and its man page; component `tools`).
 #   cmake --preset ci && cmake --build --preset ci && (cd build/ci && cpack -G DEB)
 # Configure with CMAKE_INSTALL_PREFIX=/usr (the `ci` preset does) so GNUInstallDirs
 # picks the multiarch libdir (lib/x86_64-linux-gnu).
@@ -26,10 +26,8 @@ find_program(FA_GZIP gzip)
 if(FA_GZIP)
   execute_process(COMMAND ${FA_GZIP} -9nc ${FA_DEB_GEN}/changelog.Debian
                   OUTPUT_FILE ${FA_DEB_GEN}/changelog.Debian.gz)
-  if(TARGET flashattn_cli)
-    execute_process(COMMAND ${FA_GZIP} -9nc ${FA_DEB_GEN}/flashattn.1 OUTPUT_FILE ${FA_DEB_GEN}/flashattn.1.gz)
-    install(FILES ${FA_DEB_GEN}/flashattn.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools)
-  endif()
+  execute_process(COMMAND ${FA_GZIP} -9nc ${FA_DEB_GEN}/flashattn.1 OUTPUT_FILE ${FA_DEB_GEN}/flashattn.1.gz)
+  install(FILES ${FA_DEB_GEN}/flashattn.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools)
   foreach(_comp_pkg runtime:${FA_DEB_RUNTIME} dev:${FA_DEB_DEV} tools:${FA_DEB_TOOLS})
     string(REPLACE ":" ";" _cp ${_comp_pkg})
     list(GET _cp 0 _comp)
@@ -53,10 +51,7 @@ if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   message(STATUS "Debian packages (cpack -G DEB) need CMAKE_INSTALL_PREFIX=/usr (presets ci, ci-cpu)")
 endif()
 set(CPACK_STRIP_FILES ON)
-set(CPACK_COMPONENTS_ALL runtime dev)
-if(TARGET flashattn_cli)
-  list(APPEND CPACK_COMPONENTS_ALL tools)
-endif()
+set(CPACK_COMPONENTS_ALL runtime dev tools)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)

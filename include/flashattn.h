@@ -14,7 +14,8 @@
  * - Every function that can fail returns a ::flashattn_status_t; on failure a
  *   thread-local message naming the argument and its value is available from
  *   ::flashattn_last_error, and no output (out-parameter, tensor, plan state) has been
- *   modified.
+ *   modified. Each function documents the statuses it returns under `@return`; any of
+ *   them may also return INTERNAL_ERROR, which only a library bug produces.
  * - The library never prints, aborts or exits, and no C++ exception crosses the API.
  * - Tensor strides are in elements, never bytes.
  * - "Host" pointers point to CPU memory; "device" pointers point to memory of the
@@ -23,6 +24,16 @@
  * Threading: a plan whose configuration is complete may be run (fwd/bwd, workspace
  * queries) by many threads and on many streams at once. Setters must not race with
  * each other or with runs of the same plan. Distinct plans are independent.
+ *
+ * Environment variables (read with secure_getenv, so a setuid process ignores them):
+ * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
+ *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
+ *   plan's workspace sizes and runs use that value, whatever the variable says later.
+ * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD
+ *   algorithm loads (read once per process, at its first use). A relative path is
+ *   refused with LIBRARY_UNAVAILABLE. Unset, cuBLAS is searched for as the documentation
+ *   (docs/concepts.md, "Environment variables") describes: the nvidia-cublas Python wheel
+ *   beside libflashattn, then the system loader, then the CUDA toolkit.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -66,9 +77,9 @@ extern "C" {
  */
 typedef enum flashattn_status_t {
   FLASHATTN_STATUS_SUCCESS = 0,                /**< The call succeeded. */
-  FLASHATTN_STATUS_INVALID_ARGUMENT = 100,     /**< An argument is invalid (generic). */
+  FLASHATTN_STATUS_INVALID_ARGUMENT = 100,     /**< An argument is invalid (generic), or memory a run writes overlaps another argument. */
   FLASHATTN_STATUS_NULL_POINTER = 101,         /**< A required pointer is NULL. */
-  FLASHATTN_STATUS_INVALID_SHAPE = 102,        /**< A dimension is zero, negative or too large. */
+  FLASHATTN_STATUS_INVALID_SHAPE = 102,        /**< A dimension is zero, negative or too large, or a size derived from the shape exceeds 2^63-1 bytes. */
   FLASHATTN_STATUS_INVALID_HEADS = 103,        /**< heads_q is not a multiple of heads_kv. */
   FLASHATTN_STATUS_INVALID_STRIDE = 104,       /**< A stride is negative, not last-dim contiguous, or makes an output alias itself. */
   FLASHATTN_STATUS_INVALID_ENUM = 105,         /**< An enum argument has an unknown value. */
@@ -79,13 +90,13 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
   FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
   FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
-  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA). */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA), or a CPU workspace to 16 bytes. */
   FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
   FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
   FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED = 203,  /**< The dtype has no kernel on this backend. */
   FLASHATTN_STATUS_LIBRARY_UNAVAILABLE = 204,  /**< A runtime-loaded library (cuBLAS) could not be loaded. */
-  FLASHATTN_STATUS_OUT_OF_MEMORY = 300,        /**< A host allocation (plan state, CPU scratch) failed. */
+  FLASHATTN_STATUS_OUT_OF_MEMORY = 300,        /**< A host allocation failed; the message names the buffer and its size in bytes. */
   FLASHATTN_STATUS_CUDA_ERROR = 400,           /**< A CUDA runtime call failed; the message holds the CUDA error. */
   FLASHATTN_STATUS_NO_DEVICE = 401,            /**< No CUDA device, driver, or the device index is out of range. */
   FLASHATTN_STATUS_LAUNCH_FAILED = 402,        /**< A kernel launch failed. */
@@ -114,8 +125,15 @@ FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status);
  * @brief Message describing the last failure on the calling thread.
  *
  * Names the argument and its value, e.g. "head_dim_qk=300 exceeds the supported
- * maximum 256". Valid until the next libflashattn call on the same thread.
- * @return A NUL-terminated string owned by the library; "" if the last call succeeded.
+ * maximum 256". The rule: every function that returns a ::flashattn_status_t clears the
+ * calling thread's message when it starts and sets it when it fails. The functions that
+ * cannot fail (::flashattn_get_version, ::flashattn_status_string, ::flashattn_last_error,
+ * ::flashattn_plan_destroy, ::flashattn_cuda_device_count, ::flashattn_has_cuda_backend)
+ * never touch it, so they may be called between a failed call and reading its message.
+ * The returned pointer stays valid for the life of the thread; its text is that of the
+ * last status-returning call on this thread until the next one.
+ * @return A NUL-terminated string owned by the library; "" if the last status-returning
+ *         call on this thread succeeded (or there was none).
  */
 FLASHATTN_API const char* flashattn_last_error(void);
 
@@ -176,6 +194,9 @@ typedef enum flashattn_algorithm_t {
  * @param[out] plan Receives the new plan (host pointer, not NULL). Untouched on failure.
  * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
+ *
+ * Reads `FLASHATTN_CPU_THREADS` (see the file's notes on environment variables): the
+ * thread count of a CPU plan is fixed here.
  * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
  *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
  *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
@@ -213,8 +234,10 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t pla
  * @param heads_kv Key/value heads, >= 1, dividing heads_q (MHA, GQA, MQA).
  * @param head_dim_qk Head dimension of Q and K, 1..FLASHATTN_MAX_HEAD_DIM.
  * @param head_dim_v Head dimension of V and O, 1..FLASHATTN_MAX_HEAD_DIM.
- * @return SUCCESS; NULL_POINTER; INVALID_SHAPE; INVALID_HEADS; INVALID_LAYOUT (a
- *         block-sparse layout already set does not fit the new shape).
+ * @return SUCCESS; NULL_POINTER; INVALID_SHAPE (also when Q, K, V, O or a bias tensor of
+ *         the shape would exceed 2^63-1 bytes in fp32); INVALID_HEADS; INVALID_LAYOUT (a
+ *         block-sparse layout already set does not fit the new shape); INVALID_STRIDE
+ *         (bias tensor strides already set overflow 64-bit offsets under the new shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
                                                           int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
@@ -234,11 +257,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan,
  * Default: contiguous BSHD. BHSD and others are just other strides. The dim stride must
  * be 1; the others must be >= 0, and for outputs (O, dQ, dK, dV) no two distinct
  * elements may share an address. In varlen mode the batch stride is ignored and the
- * seq stride steps through packed tokens. Checked against the shape at each run.
+ * seq stride steps through packed tokens. Checked against the shape at each run, in
+ * bytes of the plan's dtype: the tensor's extent must not exceed 2^63-1 bytes.
  * @param plan The plan (shape must be set).
  * @param tensor Which tensor.
  * @param strides Host array of 4 strides.
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_STRIDE;
+ *         INVALID_SHAPE (varlen: the packed tensor itself exceeds 2^63-1 bytes).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_strides(flashattn_plan_t plan, flashattn_tensor_t tensor,
                                                             const int64_t strides[4]);
@@ -267,7 +292,9 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t p
  * (batch stride ignored). Sequence b spans tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1]
  * (int32, batch+1 entries, passed in the run's args). LSE becomes [heads_q, total_q].
  * Positions i, j in masks, bias, ALiBi, block-sparse layouts and dropout are within the
- * sequence. Sequences may be empty. The plan's seqlen_q/k are the maximum lengths.
+ * sequence. Sequences may be empty. The plan's seqlen_q/k are the maximum lengths. The
+ * offsets may end before total_q/total_k: tokens past the last offset get O = 0,
+ * LSE = -inf and zero dQ, dK, dV.
  * @param plan The plan.
  * @param enabled Nonzero enables.
  * @param total_q Total query tokens (>= 0 when enabled).
@@ -434,9 +461,12 @@ typedef enum flashattn_pass_t {
  * @brief Workspace bytes a pass needs with the plan's current configuration (may be 0).
  * @param plan The plan (shape must be set).
  * @param pass FORWARD, BACKWARD or FORWARD_KVCACHE.
- * @param[out] bytes Receives the size in bytes.
+ * @param[out] bytes Receives the size in bytes (at most 2^63-1).
  * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE (also FORWARD_KVCACHE without a KV-cache
- *         configuration); INVALID_ENUM; INVALID_STRIDE; INVALID_LAYOUT.
+ *         configuration); INVALID_ENUM; INVALID_SHAPE (the size would exceed 2^63-1 bytes;
+ *         FORWARD_KVCACHE: the KV-cache configuration no longer fits the shape);
+ *         INVALID_STRIDE, INVALID_VALUE (FORWARD_KVCACHE: the configuration's strides or
+ *         rotary_dim no longer fit the shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
                                                                    size_t* bytes);
@@ -494,15 +524,32 @@ typedef struct flashattn_bwd_args_t {
  *
  * All checks run before anything is written. CUDA: asynchronous on stream, no
  * allocation, no host synchronization. CPU: synchronous, multithreaded; stream must be NULL.
+ *
+ * Memory the run writes (O, LSE, dQ, dK, dV, dBias, the workspace) must not share a byte
+ * with any other argument; inputs may alias each other. Tensors interleaved in one buffer
+ * (dQ, dK, dV in a packed [B, S, 3, H, D] buffer) are accepted when they have the same
+ * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
+ * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
+ *
+ * A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
+ * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
+ * all before it returns; it allocates on the heap the task closure the workers share
+ * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
+ * each thread's start state, while the system maps each thread's stack. When a thread or
+ * its handle cannot be had, the run goes on with fewer threads (bitwise the same
+ * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
- *        NULL if that size is 0.
+ *        NULL if that size is 0. CPU: 16-byte aligned (what malloc returns; 64 is fastest);
+ *        CUDA: any address (the queried size includes the slack to align inside it).
  * @param workspace_bytes Size of workspace.
  * @param stream CUDA stream (cudaStream_t) or NULL for the default stream; must be NULL for CPU.
  * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_STRIDE;
+ *         INVALID_SHAPE (a tensor, LSE or workspace size beyond 2^63-1 bytes);
  *         INVALID_SEQLENS; MISALIGNED_POINTER; WORKSPACE_TOO_SMALL; INCOMPATIBLE_OPTIONS;
- *         INVALID_ARGUMENT (a stream on CPU, or a stream of another device than the plan's);
+ *         INVALID_ARGUMENT (a stream on CPU, a stream of another device than the plan's,
+ *         or overlapping arguments);
  *         NOT_SUPPORTED; HEAD_DIM_NOT_SUPPORTED; DTYPE_NOT_SUPPORTED; LIBRARY_UNAVAILABLE;
  *         OUT_OF_MEMORY; CUDA_ERROR; LAUNCH_FAILED; WRONG_MEMORY_SPACE (host memory on CUDA;
  *         on CPU, device memory, detected once the process has loaded the CUDA driver).
@@ -518,7 +565,7 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
  * rows get zero gradients. Same checks, threading and stream rules as ::flashattn_fwd.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
- * @param workspace Scratch of at least the queried BACKWARD size.
+ * @param workspace Scratch of at least the queried BACKWARD size, aligned as for ::flashattn_fwd.
  * @param workspace_bytes Size of workspace.
  * @param stream CUDA stream or NULL.
  * @return As ::flashattn_fwd.
@@ -648,11 +695,14 @@ typedef struct flashattn_kvcache_args_t {
  * @param workspace Scratch of at least the queried FORWARD_KVCACHE size; may be NULL if 0.
  * @param workspace_bytes Size of workspace.
  * @param stream CUDA stream, or NULL; must be NULL for CPU.
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_STRIDE;
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_SHAPE (a
+ *         tensor or the workspace beyond 2^63-1 bytes, or a KV-cache configuration the shape
+ *         no longer fits); INVALID_STRIDE;
  *         INVALID_SEQLENS (a used length < 0, used + seqlen_new > seqlen_k, or a position past
  *         the rotary tables); INVALID_VALUE (a cache row or block-table entry out of range, a
- *         cache row or page written by two sequences); INVALID_ARGUMENT (an output overlapping
- *         an input; a stream on CPU); MISALIGNED_POINTER; WORKSPACE_TOO_SMALL;
+ *         cache row or page written by two sequences); INVALID_ARGUMENT (memory the run writes
+ *         overlapping any other argument; a stream on CPU); MISALIGNED_POINTER (also a CPU
+ *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
  *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
  *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
  *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE;
@@ -703,8 +753,8 @@ typedef struct flashattn_combine_args_t {
  * @param args Host struct.
  * @param stream CUDA stream or NULL; must be NULL for CPU.
  * @return SUCCESS; NULL_POINTER; INVALID_STRUCT_SIZE; INVALID_ENUM; INVALID_VALUE (device);
- *         INVALID_SHAPE; INVALID_STRIDE; INVALID_ARGUMENT (an output overlapping an input, a
- *         stream on CPU, or a stream of another device); MISALIGNED_POINTER;
+ *         INVALID_SHAPE; INVALID_STRIDE; INVALID_ARGUMENT (an output overlapping any other
+ *         argument, a stream on CPU, or a stream of another device); MISALIGNED_POINTER;
  *         BACKEND_UNAVAILABLE; NO_DEVICE; WRONG_MEMORY_SPACE; CUDA_ERROR; LAUNCH_FAILED.
  */
 FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, int device,

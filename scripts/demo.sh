@@ -27,7 +27,7 @@ fi
 cmake -S . -B build/demo -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_ENABLE_CUDA=$cuda \
   -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF "${configure_args[@]}"
 cmake --build build/demo --target flashattn_cli --parallel "$(nproc)"
-fa=build/demo/src/cli/flashattn
+fa=build/demo/cli/flashattn
 
 run "$fa" info
 # GQA, causal with bottom-right alignment, seqlen_q != seqlen_k, forward and backward.

@@ -25,7 +25,7 @@
 #                                 sanitizers (default: GQA/MQA, the STANDARD algorithm with
 #                                 options, and the deterministic backward over several tiles;
 #                                 skipped if none match)
-#   BENCH_ARGS                    extra arguments for bench/bench_peers.py
+#   BENCH_ARGS                    extra arguments for bench/bench.py
 #   CMAKE_ARGS                    extra arguments for the CMake configure step
 #   CTEST_ARGS                    extra arguments for ctest, split on spaces (e.g. -E long.sequences)
 #   STEPS                         comma-separated steps to run after the build (default all:
@@ -363,9 +363,10 @@ if ! want bench; then
 elif [[ $BUILT == 1 ]] && python3 -c 'import torch' 2>/dev/null; then
   QUICK=(--quick)
   [[ $MODE == full ]] && QUICK=()
+  mkdir -p "$BENCH_OUT"
   # shellcheck disable=SC2086
-  if logged bench python3 "$ROOT/bench/bench_peers.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
-      ${BENCH_ARGS:-}; then
+  if logged bench python3 "$ROOT/bench/bench.py" --lib "$LIB" --out "$BENCH_OUT" --verify "${QUICK[@]}" \
+      --record "$BENCH_OUT/sweep.csv" ${BENCH_ARGS:-}; then
     record bench OK "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //')"
   else
     record bench FAIL "$(grep -m1 '== verification' "$LOGS/bench.log" | sed 's/== //') (see bench.log)"
@@ -379,7 +380,7 @@ summary() {
   echo "================================ gpu_check summary ($MODE) ================================"
   if [[ -f "$LOGS/bench.log" ]]; then
     # The bench's own compact tables (verification failures, memory, sparse, TFLOP/s).
-    sed -n '/^==== bench_peers results/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
+    sed -n '/^==== bench results/,$p' "$LOGS/bench.log" | grep -v '^  PASS' | head -150
     echo
   fi
   printf '%-34s %-5s %s\n' STEP RESULT DETAIL

@@ -16,7 +16,9 @@ if [[ $what == asan || $what == all ]]; then
   cmake --preset asan
   # Every CPU test program of tests/CMakeLists.txt and tests/reliability (keep in sync).
   cmake --build --preset asan --parallel "$jobs" \
-    --target test_api test_reference test_host_memory test_attention test_dropout test_numerics test_concurrency
+    --target test_api test_sizes test_overlap test_contract test_cublas_search test_reference test_host_memory \
+    test_attention test_dropout test_numerics test_kvcache \
+    test_concurrency
   ctest --preset asan -LE "$exclude_labels"
 fi
 if [[ $what == tsan || $what == all ]]; then

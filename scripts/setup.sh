@@ -9,10 +9,12 @@ set -euo pipefail
 packages=(cmake ninja-build g++ gcc make pkg-config)
 if [[ "${1:-}" != "--minimal" ]]; then
   # catch2: tests; doxygen: docs; abigail-tools: ABI check; dpkg-dev, file, lintian:
-  # Debian packages (CPack's shlibdeps) and their check; python3-*: the Python binding.
-  packages+=(catch2 doxygen abigail-tools dpkg-dev file lintian python3 python3-numpy python3-pytest)
-  # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan.
-  packages+=(clang libclang-rt-14-dev)
+  # Debian packages (CPack's shlibdeps) and their check; python3-*: the Python binding
+  # (python3-venv: the wheel test installs the built wheel into a fresh venv).
+  packages+=(catch2 doxygen abigail-tools dpkg-dev file lintian python3 python3-numpy python3-pytest python3-venv)
+  # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan;
+  # clang-format-14: the format check (scripts/check_format.sh).
+  packages+=(clang libclang-rt-14-dev clang-format-14)
 fi
 
 missing=()

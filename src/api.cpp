@@ -1,6 +1,8 @@
 // The extern "C" boundary: every exported function but the inference ones
-// (api_kvcache.cpp). Each one clears the thread's error message, checks its own arguments
-// before touching any state, and catches every C++ exception (api_guard.hpp).
+// (api_kvcache.cpp). Each one that returns a status clears the thread's error message,
+// checks its own arguments before touching any state, and catches every C++ exception
+// (api_guard.hpp); the functions that cannot fail leave the message alone (the rule
+// documented at flashattn_last_error).
 #include <math.h>
 
 #include "api_guard.hpp"
@@ -82,7 +84,6 @@ FLASHATTN_API const char* flashattn_status_string(flashattn_status_t status) {
 FLASHATTN_API const char* flashattn_last_error(void) { return flashattn::last_error_message(); }
 
 FLASHATTN_API int flashattn_cuda_device_count(void) {
-  flashattn::clear_error();
   try {
     return flashattn::cuda_device_count();
   } catch (...) {
@@ -91,7 +92,6 @@ FLASHATTN_API int flashattn_cuda_device_count(void) {
 }
 
 FLASHATTN_API int flashattn_has_cuda_backend(void) {
-  flashattn::clear_error();
   return flashattn::cuda_built() ? 1 : 0;
 }
 
@@ -108,16 +108,17 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
       resolved = (flashattn::cuda_built() && device < flashattn::cuda_device_count()) ? FLASHATTN_BACKEND_CUDA
                                                                                       : FLASHATTN_BACKEND_CPU;
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
-    flashattn_plan_s* p = new flashattn_plan_s();
+    flashattn_plan_s* p = new (std::nothrow) flashattn_plan_s();
+    if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));
     p->backend = resolved;
     p->device = device;
+    p->cpu_threads = flashattn::cpu_thread_count();
     *plan = p;
     return FLASHATTN_STATUS_SUCCESS;
   });
 }
 
 FLASHATTN_API void flashattn_plan_destroy(flashattn_plan_t plan) {
-  flashattn::clear_error();
   if (plan == nullptr) return;
   if (plan->layout_device != nullptr) flashattn::cuda_free(plan->device, plan->layout_device);
   delete plan;
@@ -160,18 +161,36 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
     if (heads_q % heads_kv != 0)
       return fail(FLASHATTN_STATUS_INVALID_HEADS, "heads_q=%lld is not a multiple of heads_kv=%lld",
                   static_cast<long long>(heads_q), static_cast<long long>(heads_kv));
-    // Element counts of every tensor (and the bias) must fit comfortably in int64.
-    const double biggest = static_cast<double>(batch) * static_cast<double>(seqlen_q > seqlen_k ? seqlen_q : seqlen_k) *
-                           static_cast<double>(heads_q) *
-                           static_cast<double>(head_dim_qk > head_dim_v ? head_dim_qk : head_dim_v);
-    const double bias_elems = static_cast<double>(batch) * static_cast<double>(heads_q) *
-                              static_cast<double>(seqlen_q) * static_cast<double>(seqlen_k);
-    if (biggest > 4.0e18 || bias_elems > 4.0e18)
-      return fail(FLASHATTN_STATUS_INVALID_SHAPE,
-                  "shape batch=%lld seqlen_q=%lld seqlen_k=%lld heads_q=%lld is too large for 64-bit offsets",
-                  static_cast<long long>(batch), static_cast<long long>(seqlen_q), static_cast<long long>(seqlen_k),
-                  static_cast<long long>(heads_q));
+    // Byte sizes of every tensor and of a bias tensor must fit in int64 in the largest
+    // dtype (fp32), so that no later dtype, stride or workspace computation starts from a
+    // count that is already out of range.
+    const int64_t kMaxElemBytes = 4;
+    const struct {
+      flashattn::CheckedSize bytes;
+      const char* what;
+      int64_t a, b, c, d;
+    } sizes[] = {{flashattn::checked_product(batch, seqlen_q, heads_q, head_dim_qk, kMaxElemBytes),
+                  "q (batch x seqlen_q x heads_q x head_dim_qk)", batch, seqlen_q, heads_q, head_dim_qk},
+                 {flashattn::checked_product(batch, seqlen_q, heads_q, head_dim_v, kMaxElemBytes),
+                  "o (batch x seqlen_q x heads_q x head_dim_v)", batch, seqlen_q, heads_q, head_dim_v},
+                 {flashattn::checked_product(batch, seqlen_k, heads_kv, head_dim_qk, kMaxElemBytes),
+                  "k (batch x seqlen_k x heads_kv x head_dim_qk)", batch, seqlen_k, heads_kv, head_dim_qk},
+                 {flashattn::checked_product(batch, seqlen_k, heads_kv, head_dim_v, kMaxElemBytes),
+                  "v (batch x seqlen_k x heads_kv x head_dim_v)", batch, seqlen_k, heads_kv, head_dim_v},
+                 {flashattn::checked_product(batch, heads_q, seqlen_q, seqlen_k, kMaxElemBytes),
+                  "the bias (batch x heads_q x seqlen_q x seqlen_k)", batch, heads_q, seqlen_q, seqlen_k}};
+    for (const auto& z : sizes)
+      if (!z.bytes.ok())
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                    "%s = %lld x %lld x %lld x %lld fp32 elements exceed 2^63-1 bytes", z.what,
+                    static_cast<long long>(z.a), static_cast<long long>(z.b), static_cast<long long>(z.c),
+                    static_cast<long long>(z.d));
+    // The checks run on a copy of the plan that leaves the block-sparse layout's bytes
+    // behind (they need only its dimensions), so the call allocates nothing.
+    std::vector<uint8_t> layout;
+    layout.swap(plan->layout);
     flashattn_plan_s next = *plan;
+    plan->layout.swap(layout);
     next.has_shape = true;
     next.batch = batch;
     next.seqlen_q = seqlen_q;
@@ -180,12 +199,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
     next.heads_kv = heads_kv;
     next.head_dim_qk = head_dim_qk;
     next.head_dim_v = head_dim_v;
-    if (!next.layout.empty())
+    if (!plan->layout.empty())
       FA_TRY(flashattn::check_layout_dims(next, next.layout_heads, next.n_row_blocks, next.n_col_blocks,
                                           next.block_q, next.block_k));
     if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
       FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
     set_contiguous_strides(next);
+    next.layout.swap(plan->layout);
     *plan = std::move(next);  // layout_device (if any) is carried over unchanged
     return FLASHATTN_STATUS_SUCCESS;
   });
@@ -349,8 +369,14 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE,
                   "plan has no shape: call flashattn_plan_set_shape before flashattn_plan_set_block_sparse");
     FA_TRY(flashattn::check_layout_dims(*plan, layout_heads, num_row_blocks, num_col_blocks, block_q, block_k));
-    const size_t bytes = static_cast<size_t>(layout_heads * num_row_blocks * num_col_blocks);
-    std::vector<uint8_t> host(layout, layout + bytes);
+    const size_t bytes = static_cast<size_t>(  // checked by check_layout_dims
+        flashattn::checked_product(layout_heads, num_row_blocks, num_col_blocks).value());
+    std::vector<uint8_t> host;
+    try {
+      host.assign(layout, layout + bytes);
+    } catch (const std::bad_alloc&) {
+      return flashattn::fail_allocation("the plan's copy of the block-sparse layout", bytes);
+    }
     void* device_copy = nullptr;
     if (plan->backend == FLASHATTN_BACKEND_CUDA)
       FA_TRY(flashattn::cuda_upload(plan->device, host.data(), bytes, &device_copy));
@@ -377,13 +403,9 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
     if (!plan->has_shape)
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
     if (pass == FLASHATTN_PASS_FORWARD_KVCACHE) return flashattn::kvcache_workspace_size(*plan, bytes);
-    if (!plan->layout.empty())
-      FA_TRY(flashattn::check_layout_dims(*plan, plan->layout_heads, plan->n_row_blocks, plan->n_col_blocks,
-                                          plan->block_q, plan->block_k));
     const flashattn::Direction dir = pass == FLASHATTN_PASS_FORWARD ? flashattn::kForward : flashattn::kBackward;
     const flashattn::AttnParams p = flashattn::params_from_plan(*plan, dir);
-    *bytes = flashattn::workspace_size(*plan, dir, p);
-    return FLASHATTN_STATUS_SUCCESS;
+    return flashattn::workspace_size(*plan, dir, p, bytes);
   });
 }
 
@@ -395,7 +417,8 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
     FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_fwd"));
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_fwd(*plan, args, workspace, workspace_bytes, stream, &p));
-    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    if (plan->backend == FLASHATTN_BACKEND_CPU)
+      return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
     return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
   });
 }
@@ -408,7 +431,8 @@ FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flas
     FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_bwd"));
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_bwd(*plan, args, workspace, workspace_bytes, stream, &p));
-    if (plan->backend == FLASHATTN_BACKEND_CPU) return flashattn::cpu_run(p, workspace, workspace_bytes);
+    if (plan->backend == FLASHATTN_BACKEND_CPU)
+      return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
     return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
   });
 }

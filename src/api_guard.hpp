@@ -1,6 +1,7 @@
 // What every extern "C" entry point (api.cpp, api_kvcache.cpp) wraps its body in: the
 // thread's error message cleared, every C++ exception caught and mapped to a status
-// (bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL_ERROR), and enum parameters read
+// (an allocation failure -> OUT_OF_MEMORY naming the buffer, anything else ->
+// INTERNAL_ERROR), and enum parameters read
 // as the ints a C caller may pass.
 #pragma once
 #include <cstring>
@@ -18,8 +19,11 @@ flashattn_status_t guarded(F&& body) {
   clear_error();
   try {
     return body();
+  } catch (const AllocationFailure& a) {
+    return fail_allocation(a.buffer, a.bytes);
   } catch (const std::bad_alloc&) {
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "host memory allocation failed");
+    // Every allocation of the library names its buffer; reaching this is a library bug.
+    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory in an allocation that names no buffer (please report)");
   } catch (const std::exception& e) {
     return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected exception: %s", e.what());
   } catch (...) {

@@ -44,7 +44,7 @@ FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, co
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "flashattn_fwd_kvcache: the CUDA backend has no KV-cache kernels yet (append, paged gather, "
                   "split-KV); run KV-cache plans on FLASHATTN_BACKEND_CPU");
-    return flashattn::cpu_run(p, workspace, workspace_bytes);
+    return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
   });
 }
 

@@ -7,18 +7,29 @@
 #pragma once
 #include <stddef.h>
 
+#include "checked_size.hpp"
 #include "common/params.h"
 #include "flashattn.h"
 
 namespace flashattn {
 
 // ---- CPU backend (src/cpu/) ----
-// Scratch bytes for a pass; p holds shapes and options (pointers may be null).
-size_t cpu_workspace_size(const AttnParams& p);
+// Alignment the CPU backend requires of a workspace pointer: what malloc, operator new
+// and NumPy return. Its buffers hold floats; carving them at 64-byte offsets from a
+// 64-byte aligned workspace is fastest, but not required.
+constexpr size_t kCpuWorkspaceAlignment = 16;
+// Threads a CPU plan runs with: FLASHATTN_CPU_THREADS if set to a positive number, else
+// the hardware threads (at most 256). Read once per plan, when it is created, so the
+// workspace a caller queried and the run that uses it always agree.
+int cpu_thread_count();
+// Scratch bytes for a pass run by `threads` threads; p holds shapes and options
+// (pointers may be null). Not ok() when the size overflows.
+CheckedSize cpu_workspace_size(const AttnParams& p, int threads);
 // Backend-specific checks on host data (varlen offsets); nothing written.
 flashattn_status_t cpu_check(const AttnParams& p);
-// Run p.direction with p.algorithm. workspace has at least cpu_workspace_size(p) bytes.
-flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes);
+// Run p.direction with p.algorithm on at most `threads` threads. workspace has at least
+// cpu_workspace_size(p, threads) bytes.
+flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, size_t workspace_bytes);
 // KV-cache runs (p.kv_enabled): every host value the run reads (used lengths, cache rows,
 // block-table entries, rotary positions) in range, and no cache row or page appended to
 // by two sequences; nothing written.
@@ -34,7 +45,9 @@ flashattn_status_t cuda_check_device(int device);
 // Copies a host block-sparse layout to device memory owned by the caller (freed with cuda_free).
 flashattn_status_t cuda_upload(int device, const void* host, size_t bytes, void** device_copy);
 void cuda_free(int device, void* device_ptr);
-size_t cuda_workspace_size(const AttnParams& p, int device);
+// Scratch bytes for a pass (any workspace alignment: the layout starts at the first
+// 256-byte boundary inside it). Not ok() when the size overflows.
+CheckedSize cuda_workspace_size(const AttnParams& p, int device);
 // Support checks (head dims, dtypes, pointer memory spaces, alignment) before any launch.
 flashattn_status_t cuda_check(const AttnParams& p, int device);
 // Enqueues the pass on stream; no allocation, no host synchronization.

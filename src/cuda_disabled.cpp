@@ -15,7 +15,7 @@ static flashattn_status_t unavailable() {
 flashattn_status_t cuda_check_device(int) { return unavailable(); }
 flashattn_status_t cuda_upload(int, const void*, size_t, void**) { return unavailable(); }
 void cuda_free(int, void*) {}
-size_t cuda_workspace_size(const AttnParams&, int) { return 0; }
+CheckedSize cuda_workspace_size(const AttnParams&, int) { return 0; }
 flashattn_status_t cuda_check(const AttnParams&, int) { return unavailable(); }
 flashattn_status_t cuda_run(const AttnParams&, int, void*, size_t, struct CUstream_st*) { return unavailable(); }
 flashattn_status_t cuda_combine(const CombineParams&, int, struct CUstream_st*) { return unavailable(); }

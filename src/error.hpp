@@ -1,6 +1,8 @@
 // Thread-local error state behind flashattn_last_error(), and the helper every layer
 // uses to fail with a status and a message naming the argument and its value.
 #pragma once
+#include <stddef.h>
+
 #include "flashattn.h"
 
 namespace flashattn {
@@ -20,7 +22,18 @@ flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
     if (fa_status_ != FLASHATTN_STATUS_SUCCESS) return fa_status_; \
   } while (0)
 
-// Clears the message (called at the start of every API entry point).
+// A host allocation of `bytes` bytes for `buffer` (e.g. "the plan state") failed:
+// OUT_OF_MEMORY with a message naming both.
+flashattn_status_t fail_allocation(const char* buffer, size_t bytes);
+
+// Thrown where a host allocation fails in code that cannot return a status (inside a CPU
+// algorithm); the API boundary turns it into fail_allocation(buffer, bytes).
+struct AllocationFailure {
+  const char* buffer;
+  size_t bytes;
+};
+
+// Clears the message (called at the start of every API entry point that returns a status).
 void clear_error();
 
 // The current thread's message (flashattn_last_error).

@@ -21,6 +21,7 @@ struct KvGeometry {
 struct flashattn_plan_s {
   flashattn_backend_t backend = FLASHATTN_BACKEND_CPU;  // resolved, never AUTO
   int device = 0;
+  int cpu_threads = 1;  // CPU plans: cpu_thread_count() at creation (workspace size and runs)
 
   bool has_shape = false;
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim_qk = 0, head_dim_v = 0;
@@ -75,8 +76,9 @@ flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layou
 // AttnParams holding the plan's shape and options for `direction`, with no tensor pointers.
 AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction);
 
-// Workspace bytes of a pass (plan must have a shape).
-size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params);
+// Workspace bytes of a pass (plan must have a shape); INVALID_SHAPE when the size overflows.
+flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params,
+                                  size_t* bytes);
 
 // Full validation of a run; fills params. Nothing is written anywhere on failure.
 flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* args, void* workspace,
@@ -99,9 +101,8 @@ flashattn_status_t refuse_kvcache_plan(const flashattn_plan_s& plan, const char*
 flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* bytes);
 
 // Full validation of a KV-cache run; fills params. Nothing is written anywhere on failure.
-flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* args,
-                                    void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
-                                    AttnParams* params);
+flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* args, void* workspace,
+                                    size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
 
 // Validation of a flashattn_combine call (shapes, strides, pointers, overlap).
 flashattn_status_t validate_combine(const flashattn_combine_args_t* args, CombineParams* params);

@@ -13,6 +13,7 @@
 #include "common/philox.h"
 #include "error.hpp"
 #include "plan.hpp"
+#include "regions.hpp"
 #include "validate_util.hpp"
 
 namespace flashattn {
@@ -56,26 +57,62 @@ bool non_overlapping(int n, const int64_t* extents, const int64_t* strides) {
   return true;
 }
 
-// Largest element offset reachable, saturating (used to reject strides that overflow).
-bool span_fits(int n, const int64_t* extents, const int64_t* strides) {
-  const int64_t limit = INT64_C(1) << 62;
-  int64_t span = 0;
-  for (int i = 0; i < n; ++i) {
-    if (extents[i] <= 1) continue;
-    if (strides[i] > 0 && extents[i] - 1 > (limit - span) / strides[i]) return false;
-    span += strides[i] * (extents[i] - 1);
+int64_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
+
+namespace {
+
+const char* backend_name(const flashattn_plan_s& plan) {
+  return plan.backend == FLASHATTN_BACKEND_CPU ? "CPU" : "CUDA";
+}
+
+// The memory regions of a run (regions.hpp): every pointer of p with its extent and
+// alignment, in the order of the args structs, then the workspace (last, its extent 0
+// until the pass's size is known). Tensors are aligned to their element size, the
+// workspace to what the backend requires.
+constexpr int kRunRegions = 17;
+constexpr int kWorkspaceRegion = kRunRegions - 1;
+void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* workspace, Region* out) {
+  const int64_t es = dtype_size(plan.dtype);
+  const struct {
+    const char* name;
+    const void* ptr;
+    flashattn_tensor_t tensor;
+    bool written;
+  } tensors[] = {{"args.q", p.q, FLASHATTN_TENSOR_Q, false},       {"args.k", p.k, FLASHATTN_TENSOR_K, false},
+                 {"args.v", p.v, FLASHATTN_TENSOR_V, false},       {"args.o", p.o, FLASHATTN_TENSOR_O, true},
+                 {"args.o", p.o_in, FLASHATTN_TENSOR_O, false},    {"args.dout", p.dout, FLASHATTN_TENSOR_DO, false},
+                 {"args.dq", p.dq, FLASHATTN_TENSOR_DQ, true},     {"args.dk", p.dk, FLASHATTN_TENSOR_DK, true},
+                 {"args.dv", p.dv, FLASHATTN_TENSOR_DV, true}};
+  int n = 0;
+  for (const auto& t : tensors) {
+    Region& r = out[n++];
+    r = Region{t.name, t.ptr, 4, {}, {}, es, es, t.written};
+    tensor_extents(plan, t.tensor, r.extents);
+    const Strides4& st = plan.strides[t.tensor];
+    const int64_t strides[4] = {st.b, st.s, st.h, st.d};
+    for (int k = 0; k < 4; ++k) r.strides[k] = strides[k];
   }
-  return true;
+  // LSE [batch, heads_q, seqlen_q] or [heads_q, total_q]: heads_q x rows contiguous floats.
+  const int64_t rows = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;  // bounded by set_shape
+  out[n++] = Region{"args.lse", p.lse, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, true};
+  out[n++] = Region{"args.lse", p.lse_in, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, false};
+  const Region bias{"args.bias", p.bias, 4, {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k},
+                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]}, es, es, false};
+  out[n++] = bias;
+  out[n] = bias;
+  out[n].name = "args.dbias";
+  out[n].base = p.dbias;
+  out[n++].written = true;
+  out[n++] = Region{"args.alibi_slopes", p.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false};
+  out[n++] = Region{"args.cu_seqlens_q", p.cu_seqlens_q, 1, {plan.batch + 1}, {1}, 4, 4, false};
+  out[n++] = Region{"args.cu_seqlens_k", p.cu_seqlens_k, 1, {plan.batch + 1}, {1}, 4, 4, false};
+  const int64_t ws_align = plan.backend == FLASHATTN_BACKEND_CPU ? static_cast<int64_t>(kCpuWorkspaceAlignment) : 1;
+  out[n] = Region{"workspace", workspace, 1, {0}, {1}, 1, ws_align, true};
+  static_assert(sizeof tensors / sizeof tensors[0] + 8 == kRunRegions && kRunRegions <= kMaxRegions,
+                "the regions listed here");
 }
 
-size_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
-
-flashattn_status_t check_alignment(const void* ptr, size_t align, const char* name) {
-  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
-    return fail(FLASHATTN_STATUS_MISALIGNED_POINTER, "%s=%p is not aligned to %zu bytes (its element size)", name,
-                ptr, align);
-  return FLASHATTN_STATUS_SUCCESS;
-}
+}  // namespace
 
 template <class Args>
 flashattn_status_t read_args(const Args* args, Args* out, const char* type_name) {
@@ -163,29 +200,16 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
                 p.cu_seqlens_q != nullptr ? "q" : "k");
   }
 
-  // Alignment to the element size.
-  const size_t es = dtype_size(plan.dtype);
-  const struct {
-    const void* ptr;
-    size_t align;
-    const char* name;
-  } ptrs[] = {{p.q, es, "args.q"},           {p.k, es, "args.k"},
-              {p.v, es, "args.v"},           {p.o, es, "args.o"},
-              {p.o_in, es, "args.o"},        {p.dout, es, "args.dout"},
-              {p.dq, es, "args.dq"},         {p.dk, es, "args.dk"},
-              {p.dv, es, "args.dv"},         {p.bias, es, "args.bias"},
-              {p.dbias, es, "args.dbias"},   {p.lse, 4, "args.lse"},
-              {p.lse_in, 4, "args.lse"},     {p.alibi_slopes, 4, "args.alibi_slopes"},
-              {p.cu_seqlens_q, 4, "args.cu_seqlens_q"}, {p.cu_seqlens_k, 4, "args.cu_seqlens_k"}};
-  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name));
+  // Alignment: tensors to their element size, the workspace to the backend's requirement.
+  Region regions[kRunRegions];
+  run_regions(plan, p, workspace, regions);
+  for (const Region& r : regions) FA_TRY(check_alignment(r));
 
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
   for (int t = 0; t < n_tensors; ++t)
     FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) FA_TRY(check_bias_strides(plan, plan.bias_stride, "bias strides"));
-  if (!plan.layout.empty())
-    FA_TRY(check_layout_dims(plan, plan.layout_heads, plan.n_row_blocks, plan.n_col_blocks, plan.block_q,
-                             plan.block_k));
+  // A block-sparse layout always fits the shape: set_shape and set_block_sparse check it.
 
   // Backend support checks that need no pointers first, so the workspace size is meaningful.
   if (cpu) {
@@ -193,7 +217,15 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   } else {
     FA_TRY(cuda_check(p, plan.device));
   }
-  return check_workspace(workspace_size(plan, static_cast<Direction>(p.direction), p), workspace, workspace_bytes);
+  size_t needed = 0;
+  FA_TRY(workspace_size(plan, static_cast<Direction>(p.direction), p, &needed));
+  FA_TRY(check_workspace(needed, workspace, workspace_bytes));
+
+  // Nothing the run writes may share memory with anything else it reads or writes; the
+  // workspace's region is the part a run touches.
+  regions[kWorkspaceRegion].extents[0] = static_cast<int64_t>(needed);
+  FA_TRY(check_extents(regions, kRunRegions));
+  return check_no_overlap(regions, kRunRegions);
 }
 
 }  // namespace
@@ -223,17 +255,18 @@ flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_
                   dim_names[i], static_cast<long long>(st[i]));
   int64_t e[4];
   tensor_extents(plan, tensor, e);
-  if (!span_fits(4, e, st))
-    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s (%lld, %lld, %lld, %lld) overflow 64-bit offsets",
-                name, static_cast<long long>(st[0]), static_cast<long long>(st[1]), static_cast<long long>(st[2]),
-                static_cast<long long>(st[3]));
+  const int64_t es = dtype_size(plan.dtype);
+  if (!checked_product(e[0], e[1], e[2], e[3], es).ok())
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "tensor %s of extents %s and %lld-byte elements has more than 2^63-1 bytes",
+                name, dims_text(4, e).text, static_cast<long long>(es));
+  if (!extent_bytes(4, e, st, es).ok())
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s %s over extents %s span more than 2^63-1 bytes", name,
+                dims_text(4, st).text, dims_text(4, e).text);
   if (is_output(tensor) && !non_overlapping(4, e, st))
     return fail(FLASHATTN_STATUS_INVALID_STRIDE,
-                "strides of output %s (batch=%lld, seq=%lld, head=%lld, dim=%lld) make distinct elements of "
-                "extents (%lld, %lld, %lld, %lld) share an address",
-                name, static_cast<long long>(st[0]), static_cast<long long>(st[1]), static_cast<long long>(st[2]),
-                static_cast<long long>(st[3]), static_cast<long long>(e[0]), static_cast<long long>(e[1]),
-                static_cast<long long>(e[2]), static_cast<long long>(e[3]));
+                "strides of output %s (batch, seq, head, dim) = %s make distinct elements of extents %s share an "
+                "address",
+                name, dims_text(4, st).text, dims_text(4, e).text);
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -248,10 +281,9 @@ flashattn_status_t check_bias_strides(const flashattn_plan_s& plan, const int64_
                 static_cast<long long>(s[3]));
   if (plan.has_shape) {
     const int64_t e[4] = {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k};
-    if (!span_fits(4, e, s))
-      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s (%lld, %lld, %lld, %lld) overflow 64-bit offsets", what,
-                  static_cast<long long>(s[0]), static_cast<long long>(s[1]), static_cast<long long>(s[2]),
-                  static_cast<long long>(s[3]));
+    if (!extent_bytes(4, e, s, dtype_size(plan.dtype)).ok())
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s %s over the bias extents %s span more than 2^63-1 bytes", what,
+                  dims_text(4, s).text, dims_text(4, e).text);
     // dBias uses the same strides: the non-broadcast dims must not overlap.
     int64_t ne[4], ns[4];
     int n = 0;
@@ -290,6 +322,11 @@ flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layou
     return fail(FLASHATTN_STATUS_INVALID_LAYOUT, "num_col_blocks=%lld must be ceil(seqlen_k=%lld / block_k=%lld)=%lld",
                 static_cast<long long>(n_col_blocks), static_cast<long long>(plan.seqlen_k),
                 static_cast<long long>(block_k), static_cast<long long>(want_cols));
+  if (!checked_product(layout_heads, n_row_blocks, n_col_blocks).ok())
+    return fail(FLASHATTN_STATUS_INVALID_LAYOUT,
+                "layout of layout_heads=%lld x num_row_blocks=%lld x num_col_blocks=%lld bytes exceeds 2^63-1 bytes",
+                static_cast<long long>(layout_heads), static_cast<long long>(n_row_blocks),
+                static_cast<long long>(n_col_blocks));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -343,10 +380,24 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   return p;
 }
 
-size_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params) {
+flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direction, const AttnParams& params,
+                                  size_t* bytes) {
   AttnParams p = params;
   p.direction = direction;
-  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : cuda_workspace_size(p, plan.device);
+  const CheckedSize n =
+      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : cuda_workspace_size(p, plan.device);
+  if (!n.ok())
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "the %s workspace of the %s algorithm on the %s backend exceeds 2^63-1 bytes for batch=%lld "
+                "seqlen_q=%lld seqlen_k=%lld heads_q=%lld heads_kv=%lld head_dim_qk=%lld head_dim_v=%lld",
+                direction == kBackward ? "backward" : "forward",
+                plan.algorithm == FLASHATTN_ALGORITHM_STANDARD ? "STANDARD" : "FLASH", backend_name(plan),
+                static_cast<long long>(plan.batch), static_cast<long long>(plan.seqlen_q),
+                static_cast<long long>(plan.seqlen_k), static_cast<long long>(plan.heads_q),
+                static_cast<long long>(plan.heads_kv), static_cast<long long>(plan.head_dim_qk),
+                static_cast<long long>(plan.head_dim_v));
+  *bytes = static_cast<size_t>(n.value());
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
 flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* user_args,

@@ -9,6 +9,7 @@
 #include "backends.hpp"
 #include "error.hpp"
 #include "plan.hpp"
+#include "regions.hpp"
 #include "validate_util.hpp"
 
 namespace flashattn {
@@ -17,17 +18,21 @@ namespace {
 const int64_t kMaxIndex = INT64_C(2147483647);  // int32 tables index rows, pages and positions
 const int64_t kMaxSplits = 1024;
 
-// Strides (dims n) named `name` over extents e: given NULL selects the contiguous layout
-// (written into st); otherwise the strides are >= 0, the last is 1 when unit_last, offsets
-// fit, and (written) no two elements alias.
+// Strides (dims n, elements of es bytes) named `name` over extents e: given NULL selects
+// the contiguous layout (written into st); otherwise the strides are >= 0, the last is 1
+// when unit_last, and (written) no two elements alias. Either way the byte extent is at
+// most 2^63-1 (checked arithmetic).
 flashattn_status_t check_strides(const char* name, int n, const int64_t* e, const int64_t* given, int64_t* st,
-                                 bool unit_last, bool written) {
+                                 int64_t es, bool unit_last, bool written) {
   if (given == nullptr) {
-    int64_t step = 1;
+    CheckedSize step = 1;
     for (int i = n - 1; i >= 0; --i) {
-      st[i] = step;
-      step *= e[i];
+      st[i] = step.value();
+      step *= CheckedSize(e[i]);
     }
+    if (!(step * CheckedSize(es)).ok())
+      return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s: a contiguous tensor of extents %s and %lld-byte elements "
+                  "has more than 2^63-1 bytes", name, dims_text(n, e).text, static_cast<long long>(es));
     return FLASHATTN_STATUS_SUCCESS;
   }
   for (int i = 0; i < n; ++i) st[i] = given[i];
@@ -38,39 +43,12 @@ flashattn_status_t check_strides(const char* name, int n, const int64_t* e, cons
     if (st[i] < 0)
       return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s[%d]=%lld must be >= 0", name, i,
                   static_cast<long long>(st[i]));
-  if (!span_fits(n, e, st))
-    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s overflow 64-bit offsets", name);
+  if (!extent_bytes(n, e, st, es).ok())
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s %s over extents %s span more than 2^63-1 bytes", name,
+                dims_text(n, st).text, dims_text(n, e).text);
   if (written && !non_overlapping(n, e, st))
     return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s make distinct elements of this written tensor share an address",
                 name);
-  return FLASHATTN_STATUS_SUCCESS;
-}
-
-// Byte range [lo, hi) a tensor of n dims may touch (strides >= 0).
-struct Span {
-  const char* name;
-  uintptr_t lo, hi;
-};
-
-Span span_of(const char* name, const void* ptr, int n, const int64_t* e, const int64_t* st, size_t elem) {
-  Span s{name, reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr)};
-  if (ptr == nullptr) return s;
-  for (int i = 0; i < n; ++i)
-    if (e[i] == 0) return s;
-  uint64_t last = 0;
-  for (int i = 0; i < n; ++i) last += static_cast<uint64_t>(st[i]) * static_cast<uint64_t>(e[i] - 1);
-  s.hi = s.lo + (last + 1) * elem;
-  return s;
-}
-
-flashattn_status_t check_disjoint(const Span& out, const Span* inputs, int n) {
-  for (int i = 0; i < n; ++i) {
-    const Span& in = inputs[i];
-    if (out.lo == out.hi || in.lo == in.hi || &in == &out) continue;
-    if (out.lo < in.hi && in.lo < out.hi)
-      return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "output %s=%p overlaps %s=%p", out.name,
-                  reinterpret_cast<void*>(out.lo), in.name, reinterpret_cast<void*>(in.lo));
-  }
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -112,9 +90,18 @@ AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
   return p;
 }
 
-size_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p) {
+flashattn_status_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p, size_t* bytes) {
   // CUDA plans run no KV-cache kernel yet and need no workspace.
-  return plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p) : 0;
+  const CheckedSize n = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : CheckedSize(0);
+  if (!n.ok())
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "the KV-cache forward workspace exceeds 2^63-1 bytes for batch=%lld seqlen_q=%lld heads_q=%lld "
+                "head_dim_v=%lld and %lld KV splits",
+                static_cast<long long>(plan.batch), static_cast<long long>(plan.seqlen_q),
+                static_cast<long long>(plan.heads_q), static_cast<long long>(plan.head_dim_v),
+                static_cast<long long>(p.kv_num_splits));
+  *bytes = static_cast<size_t>(n.value());
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
 // Options a KV-cache run does not take (INCOMPATIBLE_OPTIONS naming the option).
@@ -225,8 +212,8 @@ flashattn_status_t check_kvcache_geometry(const flashattn_plan_s& plan, const Kv
   static const char* const names[4] = {"config.k_cache_strides", "config.v_cache_strides", "config.k_new_strides",
                                        "config.v_new_strides"};
   for (int t = 0; t < 4; ++t)
-    FA_TRY(check_strides(names[t], 4, extents[t], in.given[t] ? in.strides[t] : nullptr, c.strides[t], true,
-                         append && t < 2));
+    FA_TRY(check_strides(names[t], 4, extents[t], in.given[t] ? in.strides[t] : nullptr, c.strides[t],
+                         dtype_size(plan.dtype), true, append && t < 2));
   *out = c;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -238,8 +225,7 @@ flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* 
                 "(flashattn_plan_set_kvcache)");
   KvGeometry kv;
   FA_TRY(check_kvcache_geometry(plan, plan.kv, &kv));
-  *bytes = kvcache_workspace(plan, kvcache_params(plan, kv));
-  return FLASHATTN_STATUS_SUCCESS;
+  return kvcache_workspace(plan, kvcache_params(plan, kv), bytes);
 }
 
 flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* user_args,
@@ -276,63 +262,46 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   FA_TRY(require_iff(a.rotary_sin, rotary, "args.rotary_sin", "a rotary form (config.rotary)"));
   FA_TRY(require_iff(a.alibi_slopes, alibi, "args.alibi_slopes", "an ALiBi bias kind"));
 
-  const size_t es = dtype_size(plan.dtype);
-  const struct {
-    const void* ptr;
-    size_t align;
-    const char* name;
-  } ptrs[] = {{a.q, es, "args.q"},
-              {a.k_cache, es, "args.k_cache"},
-              {a.v_cache, es, "args.v_cache"},
-              {a.o, es, "args.o"},
-              {a.lse, 4, "args.lse"},
-              {a.cache_seqlens, 4, "args.cache_seqlens"},
-              {a.cache_batch_idx, 4, "args.cache_batch_idx"},
-              {a.block_table, 4, "args.block_table"},
-              {a.k_new, es, "args.k_new"},
-              {a.v_new, es, "args.v_new"},
-              {a.rotary_cos, es, "args.rotary_cos"},
-              {a.rotary_sin, es, "args.rotary_sin"},
-              {a.alibi_slopes, 4, "args.alibi_slopes"}};
-  for (const auto& e : ptrs) FA_TRY(check_alignment(e.ptr, e.align, e.name));
-  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_Q, plan.strides[FLASHATTN_TENSOR_Q]));
-  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_O, plan.strides[FLASHATTN_TENSOR_O]));
-
-  // Outputs (O, LSE, and the caches when appending) must not overlap what the run reads.
+  // The run's memory (regions.hpp) in the order of the args struct, then the workspace
+  // (its extent set once the size is known). The caches are written when appending.
+  const int64_t es = dtype_size(plan.dtype);
   const Strides4& qs = plan.strides[FLASHATTN_TENSOR_Q];
   const Strides4& os = plan.strides[FLASHATTN_TENSOR_O];
-  const int64_t q_st[4] = {qs.b, qs.s, qs.h, qs.d}, o_st[4] = {os.b, os.s, os.h, os.d};
-  const int64_t eq[4] = {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_qk};
-  const int64_t eo[4] = {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_v};
   const int64_t cache_tokens = paged ? kv.page_size : plan.seqlen_k;
-  const int64_t ek[4] = {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk};
-  const int64_t ev[4] = {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v};
-  const int64_t enk[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk};
-  const int64_t env[4] = {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v};
-  const int64_t lse_n[1] = {plan.batch * plan.heads_q * plan.seqlen_q}, one[1] = {1};
-  const int64_t table_n[1] = {plan.batch * (paged ? kv.max_pages : 1)};
-  const int64_t batch_n[1] = {plan.batch}, heads_n[1] = {plan.heads_q};
-  const int64_t rot_n[1] = {kv.rotary_rows * (kv.rotary_dim / 2)};
-  const Span inputs[] = {span_of("args.q", a.q, 4, eq, q_st, es),
-                         span_of("args.k_new", a.k_new, 4, enk, kv.strides[2], es),
-                         span_of("args.v_new", a.v_new, 4, env, kv.strides[3], es),
-                         span_of("args.cache_seqlens", a.cache_seqlens, 1, batch_n, one, 4),
-                         span_of("args.cache_batch_idx", a.cache_batch_idx, 1, batch_n, one, 4),
-                         span_of("args.block_table", a.block_table, 1, table_n, one, 4),
-                         span_of("args.rotary_cos", a.rotary_cos, 1, rot_n, one, es),
-                         span_of("args.rotary_sin", a.rotary_sin, 1, rot_n, one, es),
-                         span_of("args.alibi_slopes", a.alibi_slopes, 1, heads_n, one, 4),
-                         span_of("args.k_cache", a.k_cache, 4, ek, kv.strides[0], es),
-                         span_of("args.v_cache", a.v_cache, 4, ev, kv.strides[1], es),
-                         span_of("args.o", a.o, 4, eo, o_st, es)};
-  const int n_read = 9;  // inputs[0..9) are only read; then the caches, then O
-  const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
-  FA_TRY(check_disjoint(inputs[11], inputs, 11));
-  FA_TRY(check_disjoint(lse, inputs, 12));
-  if (append) {
-    FA_TRY(check_disjoint(inputs[9], inputs, n_read));
-    FA_TRY(check_disjoint(inputs[10], inputs, n_read));
-  }
+  const int64_t half = kv.rotary_dim / 2, pages = paged ? kv.max_pages : 1;
+  const int64_t* ks = kv.strides[0];
+  const int64_t* vs = kv.strides[1];
+  const int64_t* kns = kv.strides[2];
+  const int64_t* vns = kv.strides[3];
+  const int64_t ws_align = plan.backend == FLASHATTN_BACKEND_CPU ? static_cast<int64_t>(kCpuWorkspaceAlignment) : 1;
+  Region regions[] = {
+      {"args.q", a.q, 4, {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_qk}, {qs.b, qs.s, qs.h, qs.d}, es, es,
+       false},
+      {"args.k_cache", a.k_cache, 4, {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk},
+       {ks[0], ks[1], ks[2], ks[3]}, es, es, append},
+      {"args.v_cache", a.v_cache, 4, {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v},
+       {vs[0], vs[1], vs[2], vs[3]}, es, es, append},
+      {"args.o", a.o, 4, {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_v}, {os.b, os.s, os.h, os.d}, es, es,
+       true},
+      // [batch, heads_q, seqlen_q] floats; heads_q x seqlen_q is bounded by set_shape.
+      {"args.lse", a.lse, 3, {plan.batch, plan.heads_q, plan.seqlen_q}, {plan.heads_q * plan.seqlen_q, plan.seqlen_q, 1},
+       4, 4, true},
+      {"args.cache_seqlens", a.cache_seqlens, 1, {plan.batch}, {1}, 4, 4, false},
+      {"args.cache_batch_idx", a.cache_batch_idx, 1, {plan.batch}, {1}, 4, 4, false},
+      {"args.block_table", a.block_table, 2, {plan.batch, pages}, {pages, 1}, 4, 4, false},
+      {"args.k_new", a.k_new, 4, {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk},
+       {kns[0], kns[1], kns[2], kns[3]}, es, es, false},
+      {"args.v_new", a.v_new, 4, {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v},
+       {vns[0], vns[1], vns[2], vns[3]}, es, es, false},
+      {"args.rotary_cos", a.rotary_cos, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
+      {"args.rotary_sin", a.rotary_sin, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
+      {"args.alibi_slopes", a.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false},
+      {"workspace", workspace, 1, {0}, {1}, 1, ws_align, true}};
+  const int n_regions = static_cast<int>(sizeof regions / sizeof regions[0]);
+  for (const Region& r : regions) FA_TRY(check_alignment(r));
+  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_Q, plan.strides[FLASHATTN_TENSOR_Q]));
+  FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_O, plan.strides[FLASHATTN_TENSOR_O]));
+  FA_TRY(check_extents(regions, n_regions));
 
   AttnParams p = kvcache_params(plan, kv);
   p.q = a.q;
@@ -353,7 +322,12 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   } else {
     FA_TRY(cuda_check_device(plan.device));
   }
-  FA_TRY(check_workspace(kvcache_workspace(plan, p), workspace, workspace_bytes));
+  size_t needed = 0;
+  FA_TRY(kvcache_workspace(plan, p, &needed));
+  FA_TRY(check_workspace(needed, workspace, workspace_bytes));
+  // Nothing the run writes may share memory with anything else it reads or writes.
+  regions[n_regions - 1].extents[0] = static_cast<int64_t>(needed);
+  FA_TRY(check_no_overlap(regions, n_regions));
   *params = p;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -366,42 +340,47 @@ flashattn_status_t validate_combine(const flashattn_combine_args_t* user_args, C
   FA_TRY(check_range("args.seqlen_q", a.seqlen_q, 1, kMaxIndex, FLASHATTN_STATUS_INVALID_SHAPE));
   FA_TRY(check_range("args.heads", a.heads, 1, INT64_C(1) << 24, FLASHATTN_STATUS_INVALID_SHAPE));
   FA_TRY(check_range("args.head_dim", a.head_dim, 1, FLASHATTN_MAX_HEAD_DIM, FLASHATTN_STATUS_INVALID_SHAPE));
-  const double elems = static_cast<double>(a.num_splits) * static_cast<double>(a.batch) *
-                       static_cast<double>(a.seqlen_q) * static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
-  if (elems > 4.0e18)
+  // The largest extent: each of the five is at most 2^31-1, their product may not be.
+  if (!checked_product(a.num_splits, a.batch, a.seqlen_q, a.heads, a.head_dim, sizeof(float)).ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
-                "args.num_splits=%lld x batch=%lld x seqlen_q=%lld x heads=%lld is too large for 64-bit offsets",
+                "args.num_splits=%lld x batch=%lld x seqlen_q=%lld x heads=%lld x head_dim=%lld floats of "
+                "args.o_partial exceed 2^63-1 bytes",
                 static_cast<long long>(a.num_splits), static_cast<long long>(a.batch),
-                static_cast<long long>(a.seqlen_q), static_cast<long long>(a.heads));
+                static_cast<long long>(a.seqlen_q), static_cast<long long>(a.heads),
+                static_cast<long long>(a.head_dim));
   const int dt = enum_value(a.dtype);
   if (dt < FLASHATTN_DTYPE_FP16 || dt > FLASHATTN_DTYPE_FP32)
     return fail(FLASHATTN_STATUS_INVALID_ENUM, "args.dtype=%d is not a flashattn_dtype_t value", dt);
   FA_TRY(require(a.o_partial, "args.o_partial"));
   FA_TRY(require(a.lse_partial, "args.lse_partial"));
   FA_TRY(require(a.o, "args.o"));
-  const size_t es = dtype_size(a.dtype);
-  FA_TRY(check_alignment(a.o_partial, 4, "args.o_partial"));
-  FA_TRY(check_alignment(a.lse_partial, 4, "args.lse_partial"));
-  FA_TRY(check_alignment(a.o, es, "args.o"));
-  FA_TRY(check_alignment(a.lse, 4, "args.lse"));
+  const int64_t es = dtype_size(a.dtype);
   const int64_t eop[5] = {a.num_splits, a.batch, a.seqlen_q, a.heads, a.head_dim};
   const int64_t elp[4] = {a.num_splits, a.batch, a.heads, a.seqlen_q};
   const int64_t eo[4] = {a.batch, a.seqlen_q, a.heads, a.head_dim};
   CombineParams c;
-  Strides4& os = c.o_stride;
   int64_t o_st[4];
-  FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, c.o_partial_stride, true, false));
-  FA_TRY(check_strides("args.lse_partial_strides", 4, elp, a.lse_partial_strides, c.lse_partial_stride, false,
+  // Alignment first (before strides), as in every run; extents are filled in below.
+  Region regions[] = {{"args.o_partial", a.o_partial, 5, {}, {}, 4, 4, false},
+                      {"args.lse_partial", a.lse_partial, 4, {}, {}, 4, 4, false},
+                      {"args.o", a.o, 4, {}, {}, es, es, true},
+                      // [batch, heads, seqlen_q] floats, bounded by the check above.
+                      {"args.lse", a.lse, 3, {a.batch, a.heads, a.seqlen_q}, {a.heads * a.seqlen_q, a.seqlen_q, 1}, 4,
+                       4, true}};
+  for (const Region& r : regions) FA_TRY(check_alignment(r));
+  FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, c.o_partial_stride, 4, true, false));
+  FA_TRY(check_strides("args.lse_partial_strides", 4, elp, a.lse_partial_strides, c.lse_partial_stride, 4, false,
                        false));
-  FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, o_st, true, true));
-  os = strides4(o_st);
-  const int64_t lse_n[1] = {a.batch * a.heads * a.seqlen_q}, one[1] = {1};
-  const Span inputs[] = {span_of("args.o_partial", a.o_partial, 5, eop, c.o_partial_stride, 4),
-                         span_of("args.lse_partial", a.lse_partial, 4, elp, c.lse_partial_stride, 4),
-                         span_of("args.o", a.o, 4, eo, o_st, es)};
-  const Span lse = span_of("args.lse", a.lse, 1, lse_n, one, 4);
-  FA_TRY(check_disjoint(inputs[2], inputs, 2));
-  FA_TRY(check_disjoint(lse, inputs, 3));
+  FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, o_st, es, true, true));
+  c.o_stride = strides4(o_st);
+  const int64_t* extents[3] = {eop, elp, eo};
+  const int64_t* strides[3] = {c.o_partial_stride, c.lse_partial_stride, o_st};
+  for (int r = 0; r < 3; ++r)
+    for (int k = 0; k < regions[r].dims; ++k) {
+      regions[r].extents[k] = extents[r][k];
+      regions[r].strides[k] = strides[r][k];
+    }
+  FA_TRY(check_no_overlap(regions, 4));
   c.num_splits = a.num_splits;
   c.batch = a.batch;
   c.seqlen_q = a.seqlen_q;

@@ -10,11 +10,7 @@ namespace flashattn {
 
 // True when no two distinct in-range indices of n dims map to the same offset.
 bool non_overlapping(int n, const int64_t* extents, const int64_t* strides);
-// Whether the largest reachable offset stays below 2^62 (no 64-bit overflow).
-bool span_fits(int n, const int64_t* extents, const int64_t* strides);
-size_t dtype_size(flashattn_dtype_t d);
-// MISALIGNED_POINTER naming `name` unless ptr is a multiple of align.
-flashattn_status_t check_alignment(const void* ptr, size_t align, const char* name);
+int64_t dtype_size(flashattn_dtype_t d);
 // NULL_POINTER naming `name` when ptr is NULL.
 flashattn_status_t require(const void* ptr, const char* name);
 // WORKSPACE_TOO_SMALL unless workspace holds `needed` bytes (NULL is fine for 0).

@@ -1,6 +1,7 @@
 # Tests of the language bindings and the examples (owned by the bindings work).
 # Included from tests/CMakeLists.txt. Every test uses this build tree's library.
-#   bindings.python         pytest suite (CPU backend, numpy); skips (77) without numpy/pytest
+#   bindings.python         pytest suite (CPU backend, numpy; the Python fp64 reference against
+#                           the C++ one); skips (77) without numpy/pytest
 #   bindings.rust           cargo test --offline; skips (77) without cargo
 #   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
 #   bindings.julia_checker  the checker detects deliberately broken copies
@@ -23,8 +24,11 @@ if(FLASHATTN_SANITIZE)
 else()
   add_test(NAME bindings.python
            COMMAND sh ${_fa_bindings}/python/run_tests.sh $<TARGET_FILE:flashattn>)
+  # FLASHATTN_REFERENCE_DUMP: the C++ fp64 reference that test_reference_sync.py compares
+  # the Python one with.
   set_tests_properties(bindings.python PROPERTIES
-    LABELS "bindings;python" SKIP_RETURN_CODE 77 TIMEOUT 900)
+    LABELS "bindings;python" SKIP_RETURN_CODE 77 TIMEOUT 900
+    ENVIRONMENT "FLASHATTN_REFERENCE_DUMP=$<TARGET_FILE:fa_reference_dump>")
 
   add_test(NAME bindings.rust
            COMMAND sh ${_fa_bindings}/rust/run_tests.sh $<TARGET_FILE_DIR:flashattn>

@@ -333,7 +333,8 @@ flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p) {
     st = (call);                                      \
     if (st != FLASHATTN_STATUS_SUCCESS) return st;    \
   } while (0)
-  FA_TRY(flashattn_plan_set_shape(plan, c.batch, c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv));
+  const int64_t batch = p.varlen ? c.batch - c.unannounced_tail : c.batch;
+  FA_TRY(flashattn_plan_set_shape(plan, batch, c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv));
   FA_TRY(flashattn_plan_set_dtype(plan, c.dtype));
   if (p.varlen) FA_TRY(flashattn_plan_set_varlen(plan, 1, p.spec.total_q(), p.spec.total_k()));
   for (int t = 0; t < 8; ++t)

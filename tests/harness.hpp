@@ -81,6 +81,11 @@ struct Config {
   double density = 0.6;
   int64_t zero_row_block = -1;  // a layout row of zeros (fully masked query rows)
   std::vector<int> seqlens_q, seqlens_k;  // non-empty: varlen with these lengths
+  // varlen: the last n sequences are not announced to the library (its batch and offsets
+  // stop before them) but stay in the buffers and totals. Tokens past the last offset are
+  // defined as O = 0, LSE = -inf and zero gradients, which is the reference of a sequence
+  // pair (q tokens, 0 keys), (0 q tokens, keys): use such pairs here.
+  int64_t unannounced_tail = 0;
   bool deterministic = false;
   bool pad16 = false;       // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
   bool bogus_varlen_batch_stride = false;  // varlen: explicit batch strides of 2^40 (ignored)

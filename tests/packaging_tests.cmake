@@ -5,6 +5,8 @@
 #   packaging.abi             abidiff against abi/libflashattn.abi (when abidiff is found)
 #   packaging.docs            the Doxygen `docs` target, warnings as errors (when Doxygen is found)
 #   packaging.deb             CPack .debs: contents and lintian (when dpkg-deb is found)
+#   packaging.wheel           the libflashattn wheel (CPU kernels): built, manylinux-tagged,
+#                             installed into a fresh venv and run (needs PyPI and python3-venv)
 # A test whose tool is missing is registered anyway and reported as skipped, never as passed.
 
 set(FA_PKG_WORK ${CMAKE_CURRENT_BINARY_DIR}/packaging-work)
@@ -62,7 +64,7 @@ if(FA_DPKG_DEB AND NOT FLASHATTN_SANITIZE AND CMAKE_INSTALL_PREFIX STREQUAL "/us
   add_test(NAME packaging.deb
     COMMAND ${CMAKE_COMMAND} -DCPACK=${CMAKE_CPACK_COMMAND} -DCONFIG=${PROJECT_BINARY_DIR}/CPackConfig.cmake
             -DWORK_DIR=${FA_PKG_WORK}/deb -DDPKG_DEB=${FA_DPKG_DEB} -DRUNTIME=${FA_DEB_RUNTIME} -DDEV=${FA_DEB_DEV}
-            -DTOOLS=$<$<TARGET_EXISTS:flashattn_cli>:${FA_DEB_TOOLS}>
+            -DTOOLS=${FA_DEB_TOOLS}
             -DLINTIAN=${FA_LINTIAN} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/CheckDeb.cmake)
   set_tests_properties(packaging.deb PROPERTIES TIMEOUT 600)
 elseif(FLASHATTN_SANITIZE)
@@ -85,3 +87,9 @@ set_tests_properties(packaging.consumer.find_package packaging.consumer.pkg_conf
 if(TEST packaging.deb)
   set_property(TEST packaging.deb APPEND PROPERTY RESOURCE_LOCK flashattn_install)
 endif()
+
+# Builds the library once more (CPU kernels, about 2 minutes on 2 cores), so it runs alone.
+add_test(NAME packaging.wheel
+  COMMAND sh ${PROJECT_SOURCE_DIR}/packaging/wheel/check_wheel.sh ${FA_PKG_WORK}/wheel)
+set_tests_properties(packaging.wheel PROPERTIES
+  LABELS "packaging;python" SKIP_RETURN_CODE 77 TIMEOUT 1800 RUN_SERIAL TRUE)

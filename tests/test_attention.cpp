@@ -279,6 +279,30 @@ TEST_CASE("varlen with every key sequence empty and strides derived from the emp
   }
 }
 
+TEST_CASE("varlen tokens past the last offset: O = 0, LSE = -inf, zero gradients", "[fwd][bwd]") {
+  // The totals of flashattn_plan_set_varlen may exceed the last offsets (a buffer sized for
+  // the largest batch): the uncovered query tokens behave as a query sequence with no keys,
+  // the uncovered keys as keys no query sees.
+  uint64_t seed = 1270;
+  for (flashattn_dtype_t t : kDtypes)
+    for (bool options : {false, true}) {
+      Config c = base_config("varlen uncovered tail", 1, 1, 32, t, ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.seqlens_q = {7, 20, 9, 0};
+      c.seqlens_k = {12, 5, 0, 6};
+      c.unannounced_tail = 2;
+      if (options) {
+        c.band = true;
+        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        c.wr = 0;
+        c.p_drop = 0.2f;
+        c.seed = 5;
+      }
+      run_and_check_cpu(c);
+    }
+}
+
 TEST_CASE("arbitrary strides: BHSD and padded and mixed and batch-broadcast inputs", "[fwd][bwd]") {
   uint64_t seed = 1300;
   for (Layout L : {Layout::BHSD, Layout::Padded, Layout::Mixed, Layout::BcastBatch})

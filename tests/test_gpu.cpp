@@ -292,6 +292,27 @@ TEST_CASE("gpu: variable-length sequences including empty ones", "[gpu][fwd][bwd
     }
 }
 
+TEST_CASE("gpu: varlen tokens past the last offset are zero (O, gradients) and -inf (LSE)", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 3650;
+  for (int64_t d : {64, 128, 256})
+    for (flashattn_dtype_t t : kGpuDtypes) {
+      Config c = gbase("gpu varlen uncovered tail", 1, 1, d, t, ++seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.seqlens_q = {70, 200, 90, 0};
+      c.seqlens_k = {130, 33, 0, 150};
+      c.unannounced_tail = 2;
+      c.band = d == 128;
+      c.wr = 0;
+      gpu_check(c);
+      if (d == 64) {
+        c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+        gpu_check(c);
+      }
+    }
+}
+
 TEST_CASE("gpu: strided layouts", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
   uint64_t seed = 3700;

@@ -7,7 +7,7 @@
 #
 # usage: bench/cpu/run_cpu_bench.sh [--build-dir DIR] [--out DIR] [--quick] [--no-bwd]
 #                                   [--heads N] [--repeats N] [--threads N] [-- extra bench args]
-#   --build-dir DIR  use an existing build (its src/cli/flashattn); default: configure and
+#   --build-dir DIR  use an existing build (its cli/flashattn); default: configure and
 #                    build a CPU-only tree in <repo>/build-cpu-bench (-j2, CLI target only)
 #   --out DIR        where bench.csv, bench.json, table.txt and summary.md go
 #                    (default <repo>/build-cpu-bench/out or <build-dir>/cpu-bench)
@@ -56,7 +56,7 @@ if [[ -z "$build" ]]; then
   cmake --build "$build" -j2 --target flashattn_cli
   : "${out:=$build/out}"
 fi
-tool="$build/src/cli/flashattn"
+tool="$build/cli/flashattn"
 [[ -x "$tool" ]] || die "no flashattn tool at $tool (build the flashattn_cli target)"
 : "${out:=$build/cpu-bench}"
 mkdir -p "$out"

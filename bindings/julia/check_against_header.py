@@ -3,9 +3,9 @@
 
 No Julia runtime is needed: both files are parsed as text.
 
-From the header: every FLASHATTN_API function (return type, parameter C types), every
-enum constant and its value, the numeric #defines, and the fields of every
-`typedef struct ... { } name;`.
+From the header (parsed by bindings/header_api.py): every FLASHATTN_API function (return
+type, parameter C types), every enum constant and its value, the numeric #defines, and the
+fields of every `typedef struct ... { } name;`.
 From the Julia file: every `@ccall libflashattn.NAME(arg::Type, ...)::Ret` site, every
 `const NAME = value` (with `const alias = Type` type aliases), every `struct NAME ... end`.
 
@@ -25,6 +25,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from header_api import CType, eval_int, parse_header, split_top  # noqa: E402
 
 # C scalar type -> Julia type.
 C_SCALARS = {
@@ -37,128 +39,16 @@ JULIA_EQUIV = {"Cint": "Int32", "Cuint": "UInt32", "Cfloat": "Float32", "Cdouble
                "Clonglong": "Int64", "Culonglong": "UInt64", "Cchar": "Int8", "Cvoid": "Nothing"}
 
 
-# ---------------------------------------------------------------- header parsing
-
-
-def strip_c_comments(text):
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
-
-
-def parse_header(text):
-    """Returns dict with functions {name: (ret, [param types])}, enums {NAME: value},
-    enum_types set, structs {name: [(field, ctype)]}, defines {NAME: int}, opaque {typedef: c type}."""
-    raw = text
-    text = strip_c_comments(text)
-    out = {"functions": {}, "enums": {}, "enum_types": set(), "structs": {}, "defines": {}, "typedefs": {}}
-    # enums
-    for m in re.finditer(r"typedef\s+enum\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
-        body, name = m.group(1), m.group(2)
-        out["enum_types"].add(name)
-        nxt = 0
-        for item in body.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if "=" in item:
-                k, v = (s.strip() for s in item.split("=", 1))
-                nxt = int(eval_c_int(v, out["enums"]))
-            else:
-                k = item
-            out["enums"][k] = nxt
-            nxt += 1
-    # structs with bodies
-    for m in re.finditer(r"typedef\s+struct\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
-        body, name = m.group(1), m.group(2)
-        fields = []
-        for decl in body.split(";"):
-            decl = " ".join(decl.split())
-            if not decl:
-                continue
-            fm = re.match(r"(.*?)(\w+)\s*$", decl)
-            fields.append((fm.group(2), normalize_ctype(fm.group(1))))
-        out["structs"][name] = fields
-    # pointer typedefs (opaque handles)
-    for m in re.finditer(r"typedef\s+struct\s+(\w+)\s*\*\s*(\w+)\s*;", text):
-        out["typedefs"][m.group(2)] = "struct %s*" % m.group(1)
-    # numeric #defines (continuation lines joined; non-numeric macros are skipped)
-    joined = re.sub(r"\\\n", " ", raw)
-    for m in re.finditer(r"^#define\s+(FLASHATTN_\w+)\s+(.+?)\s*$", joined, flags=re.M):
-        name, val = m.group(1), m.group(2).strip()
-        try:
-            out["defines"][name] = int(eval_c_int(val, {**out["enums"], **out["defines"]}))
-        except ValueError:
-            pass
-    # functions
-    for m in re.finditer(r"FLASHATTN_API\s+([^;{}()]*?)\b(flashattn_\w+)\s*\(([^)]*)\)\s*;", text, flags=re.S):
-        ret, name, params = m.group(1), m.group(2), m.group(3)
-        plist = []
-        params = " ".join(params.split())
-        if params and params != "void":
-            for p in split_top(params):
-                plist.append(param_type(p))
-        out["functions"][name] = (normalize_ctype(ret), plist)
-    return out
-
-
-def eval_c_int(expr, names):
-    expr = expr.strip()
-    # Hex and decimal literals with optional integer suffixes (0x7FFFFFFF, 10u, 5LL).
-    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b", lambda m: str(int(m.group(1), 0)), expr)
-    expr = re.sub(r"\b(\w+)\b", lambda m: str(names[m.group(1)]) if m.group(1) in names else m.group(1), expr)
-    if not re.fullmatch(r"[\d\s()+\-*]+", expr):
-        raise ValueError(expr)
-    return eval(expr)  # only digits, spaces, parentheses and + - * remain
-
-
-def split_top(s):
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return [p.strip() for p in parts]
-
-
-def param_type(decl):
-    """C type of one parameter declaration ('const int64_t strides[4]' -> 'int64_t*')."""
-    decl = decl.strip()
-    arr = decl.endswith("]")
-    decl = re.sub(r"\[[^\]]*\]\s*$", "", decl).strip()
-    m = re.match(r"(.*?)(\w+)$", decl)
-    ctype = m.group(1) if m and m.group(1).strip() else decl
-    return normalize_ctype(ctype + ("*" if arr else ""))
-
-
-def normalize_ctype(t):
-    """'const  int64_t *' -> 'int64_t*' (const dropped: same ABI)."""
-    t = t.replace("FLASHATTN_API", "")
-    t = re.sub(r"\bconst\b", "", t)
-    t = " ".join(t.split())
-    t = re.sub(r"\s*\*", "*", t)
-    return t.strip()
-
-
 def c_to_julia(ctype, hdr):
-    """Canonical Julia type for a C type."""
-    stars = len(ctype) - len(ctype.rstrip("*"))
-    base = ctype.rstrip("*").strip()
-    if base in hdr["typedefs"]:  # flashattn_plan_t -> struct flashattn_plan_s*
-        return c_to_julia(hdr["typedefs"][base] + "*" * stars, hdr)
+    """Canonical Julia type for a C type (a header_api.CType)."""
+    base, stars = ctype.base, ctype.stars
+    if base in hdr["handles"]:  # flashattn_plan_t -> struct flashattn_plan_s*
+        return c_to_julia(CType("struct " + hdr["handles"][base], stars + 1, ctype.const), hdr)
     if base.startswith("struct "):
         # Opaque structs are only ever used through pointers: Ptr{Cvoid}.
         if stars == 0:
             raise ValueError("struct by value: %s" % ctype)
-        j, stars = "Cvoid", stars - 1
-        return wrap_ptr("Ptr{Cvoid}", stars)
+        return wrap_ptr("Ptr{Cvoid}", stars - 1)
     if base in hdr["enum_types"]:
         j = "Cint"
     elif base in hdr["structs"]:
@@ -166,7 +56,7 @@ def c_to_julia(ctype, hdr):
     elif base in C_SCALARS:
         j = C_SCALARS[base]
     else:
-        raise ValueError("unknown C type %r" % ctype)
+        raise ValueError("unknown C type %r" % str(ctype))
     if base == "char" and stars == 1:
         return "Cstring"  # const char* results/arguments
     return wrap_ptr(j, stars)
@@ -232,9 +122,9 @@ def parse_julia(text):
     for name, val in list(out["consts"].items()):
         if isinstance(val, str):
             try:
-                out["consts"][name] = int(eval_c_int(val, {k: v for k, v in out["consts"].items()
+                out["consts"][name] = int(eval_int(val, {k: v for k, v in out["consts"].items()
                                                             if isinstance(v, int)}))
-            except (ValueError, SyntaxError):
+            except ValueError:
                 pass
     for m in re.finditer(r"^\s*(?:mutable\s+)?struct\s+(\w+)\s*\n(.*?)^\s*end\b", text, flags=re.M | re.S):
         fields = []

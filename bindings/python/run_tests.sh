@@ -16,7 +16,7 @@ for py in "${FLASHATTN_PYTHON:-}" /usr/bin/python3 python3; do
   command -v "$py" >/dev/null 2>&1 || continue
   if "$py" -c "import numpy, pytest" >/dev/null 2>&1; then
     echo "python binding: $("$py" -c 'import sys, numpy, pytest; print(sys.executable, sys.version.split()[0], "numpy", numpy.__version__, "pytest", pytest.__version__)')"
-    FLASHATTN_LIBRARY=$lib PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider "$here/tests" "$@"
+    FLASHATTN_LIBRARY=$lib PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -rs -p no:cacheprovider "$here/tests" "$@"
   fi
 done
 echo "SKIPPED: no python3 that can import numpy and pytest (Debian: apt-get install python3-numpy python3-pytest)"

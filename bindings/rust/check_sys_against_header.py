@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Check the hand-written flashattn-sys declarations against include/flashattn.h.
 
-Parses both files as text (no compiler needed) and fails on: a header function missing
-from the `extern "C"` block (or an extra one), a different argument count, an argument or
-return type that is not the header's C type (pointer constness included: `const T*` is
-`*const T`, `T*` is `*mut T`), an enum constant or numeric #define that is missing or has
-another value, or an args struct whose fields differ in name, order or type.
+Parses both files as text (the header with bindings/header_api.py; no compiler needed)
+and fails on: a header function missing from the `extern "C"` block (or an extra one), a
+different argument count, an argument or return type that is not the header's C type
+(pointer constness included: `const T*` is `*const T`, `T*` is `*mut T`), an enum constant
+or numeric #define that is missing or has another value, or an args struct whose fields
+differ in name, order or type.
 
 Usage: check_sys_against_header.py [--header H] [--sys flashattn-sys/src/lib.rs] [--self-test]
 --self-test also proves the check catches deliberately broken copies.
@@ -17,6 +18,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import header_api  # noqa: E402
 DEFAULT_HEADER = os.path.join(REPO, "include", "flashattn.h")
 DEFAULT_SYS = os.path.join(HERE, "flashattn-sys", "src", "lib.rs")
 
@@ -27,104 +30,24 @@ RUST_EQUIV = {"c_int": "i32", "c_uint": "u32", "c_float": "f32", "c_double": "f6
               "c_longlong": "i64", "c_ulonglong": "u64"}
 
 
-def strip_c_comments(t):
-    t = re.sub(r"/\*.*?\*/", " ", t, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", t)
-
-
-def c_int(expr, names):
-    expr = re.sub(r"\b(0[xX][0-9a-fA-F_]+|\d[\d_]*)[uUlL]*\b", lambda m: str(int(m.group(1).replace("_", ""), 0)),
-                  expr.strip())
-    expr = re.sub(r"\b([A-Za-z_]\w*)\b", lambda m: str(names[m.group(1)]) if m.group(1) in names else m.group(1),
-                  expr)
-    if not re.fullmatch(r"[\d\s()+\-*]+", expr):
-        raise ValueError(expr)
-    return eval(expr)  # only digits, spaces, parentheses and + - * remain
-
-
-def split_top(s):
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        depth += ch in "([{<"
-        depth -= ch in ")]}>"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def c_decl_to_rust(decl, typedefs, enum_types, structs, has_name=True):
-    """Rust type for a C declaration like 'const int64_t strides[4]' or 'flashattn_plan_t* plan'."""
-    decl = " ".join(decl.split())
-    arr = decl.endswith("]")
-    decl = re.sub(r"\s*\[[^\]]*\]$", "", decl)
-    if has_name:
-        decl = re.sub(r"\b\w+$", "", decl).strip()
-    stars = decl.count("*")
-    const = bool(re.match(r"const\b", decl))
-    base = decl.replace("*", " ").replace("const", " ")
-    base = " ".join(base.split())
-    if base.startswith("struct "):
-        base = base[len("struct "):]
-    elif base in C_TO_RUST:
-        base = C_TO_RUST[base]
-    elif base not in typedefs and base not in enum_types and base not in structs:
-        raise ValueError("unknown C type in %r" % decl)
-    if arr:
-        stars += 1
+def rust_type(ct):
+    """Rust type of a header_api.CType (None for void): const qualifies the innermost pointee."""
+    if ct.spelled == "void":
+        return None
+    base = ct.base[len("struct "):] if ct.base.startswith("struct ") else C_TO_RUST.get(ct.base, ct.base)
     t = base
-    for level in range(stars):
-        # const qualifies the innermost pointee.
-        t = ("*const " if const and level == 0 else "*mut ") + t
+    for level in range(ct.stars):
+        t = ("*const " if ct.const and level == 0 else "*mut ") + t
     return t
 
 
 def parse_header(text):
-    raw = text
-    text = strip_c_comments(text)
-    out = {"functions": {}, "enums": {}, "structs": {}, "defines": {}}
-    enum_types = set()
-    for m in re.finditer(r"typedef\s+enum\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
-        enum_types.add(m.group(2))
-        nxt = 0
-        for item in m.group(1).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if "=" in item:
-                k, v = (x.strip() for x in item.split("=", 1))
-                nxt = c_int(v, out["enums"])
-            else:
-                k = item
-            out["enums"][k] = nxt
-            nxt += 1
-    typedefs = {m.group(2): m.group(1) for m in re.finditer(r"typedef\s+struct\s+(\w+)\s*\*\s*(\w+)\s*;", text)}
-    struct_names = set(re.findall(r"typedef\s+struct\s+\w*\s*\{.*?\}\s*(\w+)\s*;", text, flags=re.S))
-    for m in re.finditer(r"typedef\s+struct\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
-        fields = []
-        for decl in m.group(1).split(";"):
-            decl = " ".join(decl.split())
-            if decl:
-                fields.append((re.search(r"(\w+)$", decl).group(1),
-                               c_decl_to_rust(decl, typedefs, enum_types, struct_names)))
-        out["structs"][m.group(2)] = fields
-    joined = re.sub(r"\\\n", " ", raw)
-    for m in re.finditer(r"^#define\s+(FLASHATTN_\w+)\s+(.+?)\s*$", joined, flags=re.M):
-        try:
-            out["defines"][m.group(1)] = c_int(m.group(2), {**out["enums"], **out["defines"]})
-        except (ValueError, SyntaxError):
-            pass
-    for m in re.finditer(r"FLASHATTN_API\s+([^;{}()]*?)\b(flashattn_\w+)\s*\(([^)]*)\)\s*;", text, flags=re.S):
-        ret = m.group(1).replace("FLASHATTN_API", "").strip()
-        params = " ".join(m.group(3).split())
-        plist = [] if params in ("", "void") else [c_decl_to_rust(p, typedefs, enum_types, struct_names)
-                                                  for p in split_top(params)]
-        rret = None if ret == "void" else c_decl_to_rust(ret, typedefs, enum_types, struct_names, has_name=False)
-        out["functions"][m.group(2)] = (rret, plist)
-    return out
+    """The header's functions, enum constants, #defines and structs with Rust types."""
+    api = header_api.parse_header(text)
+    return {"functions": {name: (rust_type(ret), [rust_type(p) for p in params])
+                          for name, (ret, params) in api["functions"].items()},
+            "enums": api["enums"], "defines": api["defines"],
+            "structs": {name: [(f, rust_type(t)) for f, t in fields] for name, fields in api["structs"].items()}}
 
 
 def parse_rust(text):
@@ -137,12 +60,13 @@ def parse_rust(text):
         for k, v in raw_consts.items():
             if k not in out["consts"]:
                 try:
-                    out["consts"][k] = c_int(v, out["consts"])
-                except (ValueError, SyntaxError):
+                    out["consts"][k] = header_api.eval_int(v, out["consts"])
+                except ValueError:
                     pass
     for blk in re.finditer(r'extern\s+"C"\s*\{(.*?)\n\}', text, flags=re.S):
         for m in re.finditer(r"pub\s+fn\s+(\w+)\s*\((.*?)\)\s*(?:->\s*([^;]+?))?\s*;", blk.group(1), flags=re.S):
-            args = [a.split(":", 1)[1].strip() if ":" in a else None for a in split_top(" ".join(m.group(2).split()))]
+            args = [a.split(":", 1)[1].strip() if ":" in a else None
+                    for a in header_api.split_top(" ".join(m.group(2).split()))]
             out["functions"][m.group(1)] = (" ".join(m.group(3).split()) if m.group(3) else None, args)
     for m in re.finditer(r"pub\s+struct\s+(\w+)\s*\{(.*?)\}", text, flags=re.S):
         fields = [(f.group(1), " ".join(f.group(2).split()))

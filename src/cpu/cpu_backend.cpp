@@ -2,8 +2,6 @@
 // dispatch to the flash or standard implementation.
 #include <math.h>
 
-#include <new>
-
 #include "backends.hpp"
 #include "cpu/cpu_impl.hpp"
 #include "cpu/kvcache.hpp"
@@ -16,14 +14,14 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-size_t slot_bytes(const AttnParams& p) {
+CheckedSize slot_bytes(const AttnParams& p) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_slot_bytes(p);
   return p.direction == kBackward ? flash_bwd_slot_bytes(p) : flash_fwd_slot_bytes(p);
 }
 
-size_t shared_bytes(const AttnParams& p) {
-  if (p.kv_enabled) return p.kv_num_splits > 1 ? split_parts_bytes(p) : 0;
-  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : 0;
+CheckedSize shared_bytes(const AttnParams& p) {
+  if (p.kv_enabled) return p.kv_num_splits > 1 ? split_parts_bytes(p) : CheckedSize(0);
+  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
 }
 
 flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total,
@@ -76,8 +74,10 @@ void write_uncovered_tokens(const AttnParams& p) {
 
 }  // namespace cpu
 
-size_t cpu_workspace_size(const AttnParams& p) {
-  return cpu::shared_bytes(p) + static_cast<size_t>(cpu::default_thread_count()) * cpu::slot_bytes(p);
+int cpu_thread_count() { return cpu::default_thread_count(); }
+
+CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {
+  return cpu::shared_bytes(p) + CheckedSize(threads) * cpu::slot_bytes(p);
 }
 
 flashattn_status_t cpu_check(const AttnParams& p) {
@@ -93,17 +93,18 @@ flashattn_status_t cpu_check(const AttnParams& p) {
   return cpu::check_offsets(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.total_k, p.seqlen_k, "max_seqlen_k");
 }
 
-flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspace_bytes) {
-  const size_t shared = cpu::shared_bytes(p), slot = cpu::slot_bytes(p);
+flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, size_t workspace_bytes) {
+  // Both sizes are parts of the checked workspace size the API layer validated.
+  const size_t shared = static_cast<size_t>(cpu::shared_bytes(p).value());
+  const size_t slot = static_cast<size_t>(cpu::slot_bytes(p).value());
   if (workspace == nullptr || workspace_bytes < shared + slot) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is less than the %zu bytes one thread needs",
                 workspace_bytes, shared + slot);
   }
   FA_TRY(cpu::check_host_memory(workspace, "workspace"));
   // As many threads as the workspace has slots for (the queried size has one per
-  // default thread); results do not depend on the count.
-  size_t fit = (workspace_bytes - shared) / slot;
-  int threads = cpu::default_thread_count();
+  // thread of the plan); results do not depend on the count.
+  const size_t fit = (workspace_bytes - shared) / slot;
   if (fit < static_cast<size_t>(threads)) threads = static_cast<int>(fit);
   char* ws = static_cast<char*>(workspace);
   try {
@@ -116,10 +117,8 @@ flashattn_status_t cpu_run(const AttnParams& p, void* workspace, size_t workspac
     } else {
       standard ? cpu::standard_backward(p, ws, threads) : cpu::flash_backward(p, ws, threads);
     }
-  } catch (const std::bad_alloc&) {
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "CPU backend: out of memory starting worker threads");
-  } catch (...) {
-    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "CPU backend: unexpected exception");
+  } catch (const AllocationFailure& a) {
+    return fail_allocation(a.buffer, a.bytes);
   }
   return FLASHATTN_STATUS_SUCCESS;
 }

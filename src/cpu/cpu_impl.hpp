@@ -5,11 +5,12 @@
 // standard path has one: S/P and friends) followed by one private slot per thread. The
 // sizes are pure functions of the shapes and options, so the size the user queried and
 // the layout the run uses always agree; a run uses as many threads as the workspace
-// has slots (and no more than default_thread_count()).
+// has slots (and no more than the plan's thread count, cpu_thread_count()).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checked_size.hpp"
 #include "common/params.h"
 #include "flashattn.h"
 
@@ -22,28 +23,28 @@ constexpr int64_t kBr = 64;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
 // Alignment of every buffer carved from the workspace (cache line).
-constexpr size_t kAlign = 64;
+constexpr int64_t kAlign = 64;
 
-inline size_t align_bytes(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-inline size_t floats_bytes(int64_t n) { return align_bytes(static_cast<size_t>(n) * sizeof(float)); }
-
-// Bump allocator over a workspace region (the sizes were computed by the same code
-// path with a null base, so carving never overflows).
+// Bump allocator over a workspace region. The sizes are computed by the same code path
+// with a null base, in checked arithmetic (the API layer refuses a size that overflows),
+// so carving a real workspace never overflows.
 struct Carver {
   char* base;
-  size_t used = 0;
-  float* floats(int64_t n) {
-    float* ptr = base ? reinterpret_cast<float*>(base + used) : nullptr;
-    used += floats_bytes(n);
+  CheckedSize used = 0;
+  // A buffer of the product of `factors` floats.
+  template <class... Ts>
+  float* floats(Ts... factors) {
+    float* ptr = base ? reinterpret_cast<float*>(base + used.value()) : nullptr;
+    used += checked_product(factors..., sizeof(float)).round_up(kAlign);
     return ptr;
   }
 };
 
 // Per-thread slot bytes and shared bytes of each algorithm.
-size_t flash_fwd_slot_bytes(const AttnParams& p);
-size_t flash_bwd_slot_bytes(const AttnParams& p);
-size_t standard_shared_bytes(const AttnParams& p);
-size_t standard_slot_bytes(const AttnParams& p);
+CheckedSize flash_fwd_slot_bytes(const AttnParams& p);
+CheckedSize flash_bwd_slot_bytes(const AttnParams& p);
+CheckedSize standard_shared_bytes(const AttnParams& p);
+CheckedSize standard_slot_bytes(const AttnParams& p);
 
 // Runs with `threads` team members; workspace holds shared + threads * slot bytes.
 void flash_forward(const AttnParams& p, char* workspace, int threads);

@@ -65,23 +65,23 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
   BwdSlot s;
-  s.k = cv.floats(kBc * dqk);
-  s.v = cv.floats(kBc * dv);
-  s.qt = cv.floats(dqk * kBr);
-  s.dot = cv.floats(dv * kBr);
-  s.dk_acc = cv.floats(kBc * dqkp);
-  s.dv_acc = cv.floats(kBc * dvp);
-  s.kt = cv.floats(dqk * kBc);
-  s.vt = cv.floats(dv * kBc);
-  s.dq_acc = cv.floats(kBr * dqkp);
-  s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p) * dbias_ld(p)) : nullptr;
-  s.q = cv.floats(kBr * dqkp);
-  s.kr = cv.floats(kBc * dqkp);
-  s.dout = cv.floats(kBr * dvp);
-  s.s = cv.floats(kBr * kBc);
-  s.dp = cv.floats(kBr * kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr * kBc) : nullptr;
-  s.capg = p.softcap > 0.f ? cv.floats(kBr * kBc) : nullptr;
+  s.k = cv.floats(kBc, dqk);
+  s.v = cv.floats(kBc, dv);
+  s.qt = cv.floats(dqk, kBr);
+  s.dot = cv.floats(dv, kBr);
+  s.dk_acc = cv.floats(kBc, dqkp);
+  s.dv_acc = cv.floats(kBc, dvp);
+  s.kt = cv.floats(dqk, kBc);
+  s.vt = cv.floats(dv, kBc);
+  s.dq_acc = cv.floats(kBr, dqkp);
+  s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p), dbias_ld(p)) : nullptr;
+  s.q = cv.floats(kBr, dqkp);
+  s.kr = cv.floats(kBc, dqkp);
+  s.dout = cv.floats(kBr, dvp);
+  s.s = cv.floats(kBr, kBc);
+  s.dp = cv.floats(kBr, kBc);
+  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
+  s.capg = p.softcap > 0.f ? cv.floats(kBr, kBc) : nullptr;
   s.lse = cv.floats(kBr);
   s.delta = cv.floats(kBr);
   s.tmp = cv.floats(dqkp > dvp ? dqkp : dvp);
@@ -234,14 +234,14 @@ void store_dbias(const AttnParams& p, int64_t b, int64_t h, int64_t i0, const Bw
 
 }  // namespace
 
-size_t flash_bwd_slot_bytes(const AttnParams& p) {
+CheckedSize flash_bwd_slot_bytes(const AttnParams& p) {
   Carver cv{nullptr};
   carve_bwd(p, cv);
   return cv.used;
 }
 
 void flash_backward(const AttnParams& p, char* workspace, int threads) {
-  const size_t slot_bytes = flash_bwd_slot_bytes(p);
+  const size_t slot_bytes = static_cast<size_t>(flash_bwd_slot_bytes(p).value());
   const int64_t n_kt = ceil_div(p.seqlen_k, kBc);
   const int64_t n_tasks1 = p.batch * p.heads_kv * n_kt;
   const DqGrouping g = dq_grouping(p);

@@ -52,15 +52,15 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   FwdSlot s;
   for (RowState& r : s.sub) {
-    r.q = cv.floats(kBr * dqk);
-    r.acc = cv.floats(kBr * dvp);
+    r.q = cv.floats(kBr, dqk);
+    r.acc = cv.floats(kBr, dvp);
     r.m = cv.floats(kBr);
     r.l = cv.floats(kBr);
   }
-  s.kt = cv.floats(dqk * kBc);
-  s.v = cv.floats(kBc * dvp);
-  s.s = cv.floats(kBr * kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr * kBc) : nullptr;
+  s.kt = cv.floats(dqk, kBc);
+  s.v = cv.floats(kBc, dvp);
+  s.s = cv.floats(kBr, kBc);
+  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
   s.tmp = cv.floats(dvp);
   return s;
 }
@@ -161,7 +161,7 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
 
 }  // namespace
 
-size_t flash_fwd_slot_bytes(const AttnParams& p) {
+CheckedSize flash_fwd_slot_bytes(const AttnParams& p) {
   Carver cv{nullptr};
   carve_fwd(p, cv);
   return cv.used;
@@ -172,12 +172,13 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   // kv_num_splits key ranges of whole kBc tiles whose partial results are merged after;
   // the split count comes from the plan, never from the thread count.
   const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
-  const size_t shared = n_splits > 1 ? split_parts_bytes(p) : 0;
+  const size_t shared = n_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0;
   const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
   const int64_t rows_per_task = kSub * kBr;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
-  const size_t slot_bytes = flash_fwd_slot_bytes(p);
+  // Both sizes are parts of the checked workspace size the API layer validated.
+  const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
   const int team = threads > n_tasks ? static_cast<int>(n_tasks > 0 ? n_tasks : 1) : threads;
   TaskCounter tasks(n_tasks);
   run_team(team, [&](const TeamMember& me) {

@@ -60,18 +60,26 @@ void append_new_rows(const AttnParams& p, int threads) {
   });
 }
 
-size_t split_parts_bytes(const AttnParams& p) {
-  const int64_t rows = p.kv_num_splits * p.batch * p.heads_q * p.seqlen_q;
-  return floats_bytes(rows * p.head_dim_v) + floats_bytes(rows);
+namespace {
+
+SplitParts carve_split_parts(const AttnParams& p, Carver& cv) {
+  SplitParts parts;
+  parts.o = cv.floats(p.kv_num_splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  parts.lse = cv.floats(p.kv_num_splits, p.batch, p.heads_q, p.seqlen_q);
+  return parts;
+}
+
+}  // namespace
+
+CheckedSize split_parts_bytes(const AttnParams& p) {
+  Carver cv{nullptr};
+  carve_split_parts(p, cv);
+  return cv.used;
 }
 
 SplitParts split_parts(const AttnParams& p, char* shared) {
-  const int64_t rows = p.kv_num_splits * p.batch * p.heads_q * p.seqlen_q;
   Carver cv{shared};
-  SplitParts parts;
-  parts.o = cv.floats(rows * p.head_dim_v);
-  parts.lse = cv.floats(rows);
-  return parts;
+  return carve_split_parts(p, cv);
 }
 
 void combine_split_parts(const AttnParams& p, const SplitParts& parts, int threads) {

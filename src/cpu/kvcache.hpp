@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checked_size.hpp"
 #include "common/params.h"
 
 namespace flashattn {
@@ -31,7 +32,8 @@ struct SplitParts {
   float* o;
   float* lse;
 };
-size_t split_parts_bytes(const AttnParams& p);
+// Not ok() when the size overflows.
+CheckedSize split_parts_bytes(const AttnParams& p);
 SplitParts split_parts(const AttnParams& p, char* shared);
 // Index of row (split s, b, h, i) in SplitParts::lse (times head_dim_v for SplitParts::o).
 inline int64_t split_row(const AttnParams& p, int64_t s, int64_t b, int64_t h, int64_t i) {

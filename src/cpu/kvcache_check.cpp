@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,15 @@ flashattn_status_t cpu_check_kvcache(const AttnParams& p) {
   }
   const bool append = p.kv_seqlen_new > 0;
   std::vector<std::pair<int64_t, int64_t>> writes;  // (cache row or page, writer)
+  if (append) {
+    // At most one entry per block-table entry (or per sequence): the table's extent was checked.
+    const size_t n = static_cast<size_t>(p.batch * (p.kv_block_table != nullptr ? p.kv_max_pages : 1));
+    try {
+      writes.reserve(n);
+    } catch (const std::bad_alloc&) {
+      return fail_allocation("the list of cache rows and pages a KV-cache run appends to", n * sizeof writes[0]);
+    }
+  }
   if (p.kv_block_table == nullptr) {
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t row = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;

@@ -70,27 +70,27 @@ StdShared carve_shared(const AttnParams& p, Carver& cv) {
   const StdDims d = std_dims(p);
   const bool bwd = p.direction == kBackward;
   StdShared s{};
-  s.kt = cv.floats(d.dqk * d.lds);
+  s.kt = cv.floats(d.dqk, d.lds);
   if (!bwd) {
-    s.v = cv.floats(p.seqlen_k * d.dvp);
-    s.s = cv.floats(p.seqlen_q * d.lds);
+    s.v = cv.floats(p.seqlen_k, d.dvp);
+    s.s = cv.floats(p.seqlen_q, d.lds);
     return s;
   }
-  s.kr = cv.floats(p.seqlen_k * d.dqkp);
-  s.vt = cv.floats(d.dv * d.lds);
-  s.qf = cv.floats(p.seqlen_q * d.dqkp);
-  s.dof = cv.floats(p.seqlen_q * d.dvp);
-  s.s = cv.floats(p.seqlen_q * d.lds);
-  s.ds = cv.floats(p.seqlen_q * d.lds);
-  s.capg = p.softcap > 0.f ? cv.floats(p.seqlen_q * d.lds) : nullptr;
+  s.kr = cv.floats(p.seqlen_k, d.dqkp);
+  s.vt = cv.floats(d.dv, d.lds);
+  s.qf = cv.floats(p.seqlen_q, d.dqkp);
+  s.dof = cv.floats(p.seqlen_q, d.dvp);
+  s.s = cv.floats(p.seqlen_q, d.lds);
+  s.ds = cv.floats(p.seqlen_q, d.lds);
+  s.capg = p.softcap > 0.f ? cv.floats(p.seqlen_q, d.lds) : nullptr;
   s.lse = cv.floats(p.seqlen_q);
   s.delta = cv.floats(p.seqlen_q);
-  s.dk = cv.floats(p.seqlen_k * d.dqkp);
-  s.dvacc = cv.floats(p.seqlen_k * d.dvp);
+  s.dk = cv.floats(p.seqlen_k, d.dqkp);
+  s.dvacc = cv.floats(p.seqlen_k, d.dvp);
   if (p.bias_kind == kBiasTensor) {
     int64_t e[4];
     dbias_extent(p, e);
-    s.dbias = cv.floats(e[0] * e[1] * e[2] * e[3]);
+    s.dbias = cv.floats(e[0], e[1], e[2], e[3]);
   }
   return s;
 }
@@ -107,12 +107,12 @@ struct StdSlot {
 StdSlot carve_slot(const AttnParams& p, Carver& cv) {
   const StdDims d = std_dims(p);
   StdSlot s{};
-  s.q = cv.floats(kRows * d.dqkp);
-  s.o = cv.floats(kRows * d.dvp);
-  s.drop = p.p_drop > 0.f ? cv.floats(kRows * d.lds) : nullptr;
+  s.q = cv.floats(kRows, d.dqkp);
+  s.o = cv.floats(kRows, d.dvp);
+  s.drop = p.p_drop > 0.f ? cv.floats(kRows, d.lds) : nullptr;
   if (p.direction == kBackward) {
-    s.dsr = cv.floats(kRows * d.lds);
-    s.colt = cv.floats(kCols * d.ldq);
+    s.dsr = cv.floats(kRows, d.lds);
+    s.colt = cv.floats(kCols, d.ldq);
   }
   s.tmp = cv.floats(d.dqkp > d.dvp ? d.dqkp : d.dvp);
   return s;
@@ -282,20 +282,21 @@ int useful_threads(const AttnParams& p, int threads) {
 
 }  // namespace
 
-size_t standard_shared_bytes(const AttnParams& p) {
+CheckedSize standard_shared_bytes(const AttnParams& p) {
   Carver cv{nullptr};
   carve_shared(p, cv);
   return cv.used;
 }
 
-size_t standard_slot_bytes(const AttnParams& p) {
+CheckedSize standard_slot_bytes(const AttnParams& p) {
   Carver cv{nullptr};
   carve_slot(p, cv);
   return cv.used;
 }
 
 void standard_forward(const AttnParams& p, char* workspace, int threads) {
-  const size_t shared_bytes = standard_shared_bytes(p), slot_bytes = standard_slot_bytes(p);
+  const size_t shared_bytes = static_cast<size_t>(standard_shared_bytes(p).value());
+  const size_t slot_bytes = static_cast<size_t>(standard_slot_bytes(p).value());
   Carver scv{workspace};
   const StdShared sh = carve_shared(p, scv);
   {
@@ -323,7 +324,8 @@ namespace flashattn {
 namespace cpu {
 
 void standard_backward(const AttnParams& p, char* workspace, int threads) {
-  const size_t shared_bytes = standard_shared_bytes(p), slot_bytes = standard_slot_bytes(p);
+  const size_t shared_bytes = static_cast<size_t>(standard_shared_bytes(p).value());
+  const size_t slot_bytes = static_cast<size_t>(standard_slot_bytes(p).value());
   Carver scv{workspace};
   const StdShared sh = carve_shared(p, scv);
   const StdDims d = std_dims(p);

@@ -10,7 +10,7 @@ namespace cpu {
 
 int default_thread_count() {
   long n = 0;
-  if (const char* env = getenv("FLASHATTN_CPU_THREADS")) {
+  if (const char* env = secure_getenv("FLASHATTN_CPU_THREADS")) {
     char* end = nullptr;
     n = strtol(env, &end, 10);
     if (end == env || *end != '\0') n = 0;

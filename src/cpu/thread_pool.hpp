@@ -13,12 +13,16 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <new>
+
+#include "error.hpp"
 
 namespace flashattn {
 namespace cpu {
 
-// Threads a call may use: FLASHATTN_CPU_THREADS if set to a positive number, else
-// std::thread::hardware_concurrency(); capped at kMaxThreads.
+// Threads a plan may use: FLASHATTN_CPU_THREADS if set to a positive number, else
+// std::thread::hardware_concurrency(); capped at kMaxThreads. Read once per plan
+// (cpu_thread_count() in backends.hpp, called at plan creation).
 int default_thread_count();
 constexpr int kMaxThreads = 256;
 
@@ -44,10 +48,24 @@ struct TeamMember {
 };
 
 // Runs fn on up to `threads` members (the caller is member 0) and returns when all are
-// done. If the system refuses to start a thread, the team simply runs with fewer
-// members; fn must therefore only use member.size, never assume `threads`. fn must not
-// throw.
+// done. If the system refuses to start a thread (or to allocate the vector of thread
+// handles, or a thread's state), the team simply runs with fewer members; fn must
+// therefore only use member.size, never assume `threads`. fn must not throw.
 void run_team(int threads, const std::function<void(const TeamMember&)>& fn);
+
+// The same for any callable: the std::function holding it is allocated on the heap
+// (sizeof(F) bytes for the algorithms' closures); a failure to allocate it throws
+// AllocationFailure naming it (error.hpp), before any member starts.
+template <class F>
+void run_team(int threads, const F& fn) {
+  std::function<void(const TeamMember&)> task;
+  try {
+    task = fn;
+  } catch (const std::bad_alloc&) {
+    throw AllocationFailure{"the task closure of the CPU worker team", sizeof(F)};
+  }
+  run_team(threads, task);
+}
 
 // Hands out task indices 0..n-1 to the members of a team, each exactly once.
 class TaskCounter {

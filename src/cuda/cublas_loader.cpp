@@ -1,15 +1,16 @@
 #include "cuda/cublas_loader.hpp"
 
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <mutex>
 #include <new>
-#include <string>
 #include <vector>
 
+#include "cuda/cublas_search.hpp"
 #include "error.hpp"
 
 namespace flashattn {
@@ -19,38 +20,54 @@ namespace {
 struct Loaded {
   Api api{};
   bool ok = false;
-  std::string error;  // why loading failed
+  char error[4096] = "";  // why loading failed (fixed size: loading allocates nothing)
 };
 
-// Sonames tried in order. libcublas.so.13 is the CUDA 13 runtime ABI; the unversioned
-// name is a development symlink (e.g. a toolkit without the versioned link on the path);
-// the toolkit directory is tried last because it is often not on the loader path.
-// FLASHATTN_CUBLAS_PATH, when set, is tried first (a wheel's bundled copy, say).
-void* open_cublas(std::string* errors) {
-  std::vector<std::string> names;
-  if (const char* env = getenv("FLASHATTN_CUBLAS_PATH")) {
-    if (env[0] != '\0') names.push_back(env);
+// Appends printf-formatted text to a fixed buffer, truncating at its end.
+void append(char* buf, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+void append(char* buf, size_t size, const char* fmt, ...) {
+  const size_t used = strlen(buf);
+  if (used + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + used, size - used, fmt, ap);
+  va_end(ap);
+}
+
+// The file libflashattn was loaded from (for the nvidia-cublas wheel next to it).
+const char* self_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&load), &info) == 0) return nullptr;
+  return info.dli_fname;
+}
+
+// Tries the files of search_list (cublas_search.hpp) in order; NULL with the reasons in
+// r->error when none loads.
+void* open_cublas(Loaded* r) {
+  static SearchList list;  // 96 KiB: static, so the loader neither allocates nor needs the stack
+  const SearchInputs in{secure_getenv("FLASHATTN_CUBLAS_PATH"), self_path(), CUDART_VERSION / 1000};
+  if (search_list(in, &list) != FLASHATTN_STATUS_SUCCESS) {
+    append(r->error, sizeof r->error, "%s", last_error_message());
+    return nullptr;
   }
-  names.push_back("libcublas.so.13");
-  names.push_back("libcublas.so");
-  names.push_back("/usr/local/cuda/lib64/libcublas.so.13");
-  for (const std::string& name : names) {
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  append(r->error, sizeof r->error, "cannot load cuBLAS (needed by the standard algorithm); tried");
+  for (int i = 0; i < list.count; ++i) {
+    void* h = dlopen(list.path[i], RTLD_NOW | RTLD_LOCAL);
     if (h != nullptr) return h;
     const char* e = dlerror();
-    if (!errors->empty()) *errors += "; ";
-    *errors += e != nullptr ? e : (name + ": unknown dlopen error");
+    append(r->error, sizeof r->error, "%s %s", i == 0 ? ":" : ";", e != nullptr ? e : list.path[i]);
   }
   return nullptr;
 }
 
 template <typename F>
-bool sym(void* lib, const char* name, F* out, std::string* error) {
+bool sym(void* lib, const char* name, F* out, Loaded* r) {
   dlerror();
   void* p = dlsym(lib, name);
   if (p == nullptr) {
     const char* e = dlerror();
-    *error = std::string("dlsym(") + name + ") failed: " + (e != nullptr ? e : "symbol is NULL");
+    append(r->error, sizeof r->error, "cuBLAS was loaded but is unusable: dlsym(%s) failed: %s", name,
+           e != nullptr ? e : "symbol is NULL");
     return false;
   }
   *out = reinterpret_cast<F>(p);
@@ -58,41 +75,24 @@ bool sym(void* lib, const char* name, F* out, std::string* error) {
 }
 
 const Loaded& loaded() {
-  static Loaded* result = [] {
-    Loaded* r = new (std::nothrow) Loaded();
-    if (r == nullptr) return r;
-    try {
-      std::string errors;
-      void* lib = open_cublas(&errors);
-      if (lib == nullptr) {
-        r->error = "cannot load cuBLAS (needed by the standard algorithm): " + errors;
-        return r;
-      }
-      // The library stays loaded for the life of the process (handles may outlive any
-      // caller-visible object), so it is never dlclose'd.
-      Api& a = r->api;
-      if (!sym(lib, "cublasCreate_v2", &a.create, &r->error) ||
-          !sym(lib, "cublasDestroy_v2", &a.destroy, &r->error) ||
-          !sym(lib, "cublasSetStream_v2", &a.set_stream, &r->error) ||
-          !sym(lib, "cublasSetWorkspace_v2", &a.set_workspace, &r->error) ||
-          !sym(lib, "cublasGemmStridedBatchedEx", &a.gemm_strided_batched, &r->error)) {
-        r->error = "cuBLAS was loaded but is unusable: " + r->error;
-        return r;
-      }
-      std::string ignored;
-      if (!sym(lib, "cublasGetStatusString", &a.status_string, &ignored)) a.status_string = nullptr;
-      r->ok = true;
-    } catch (const std::bad_alloc&) {
-      r->error = "out of host memory while loading cuBLAS";
-    }
-    return r;
-  }();
-  static const Loaded oom = [] {
-    Loaded l;
-    l.error = "out of host memory while loading cuBLAS";
-    return l;
-  }();
-  return result != nullptr ? *result : oom;
+  static Loaded result;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = open_cublas(&result);
+    if (lib == nullptr) return;
+    // The library stays loaded for the life of the process (handles may outlive any
+    // caller-visible object), so it is never dlclose'd.
+    Api& a = result.api;
+    if (!sym(lib, "cublasCreate_v2", &a.create, &result) || !sym(lib, "cublasDestroy_v2", &a.destroy, &result) ||
+        !sym(lib, "cublasSetStream_v2", &a.set_stream, &result) ||
+        !sym(lib, "cublasSetWorkspace_v2", &a.set_workspace, &result) ||
+        !sym(lib, "cublasGemmStridedBatchedEx", &a.gemm_strided_batched, &result))
+      return;
+    a.status_string = reinterpret_cast<const char* (*)(Status)>(dlsym(lib, "cublasGetStatusString"));  // optional
+    result.ok = true;
+    result.error[0] = '\0';
+  });
+  return result;
 }
 
 // One handle per (thread, device): a cuBLAS handle must not be used by two threads at
@@ -124,7 +124,7 @@ thread_local ThreadHandles t_handles;
 
 flashattn_status_t load(const Api** api) {
   const Loaded& l = loaded();
-  if (!l.ok) return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE, "algorithm=STANDARD: %s", l.error.c_str());
+  if (!l.ok) return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE, "algorithm=STANDARD: %s", l.error);
   *api = &l.api;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -138,10 +138,11 @@ flashattn_status_t thread_handle(int device, Handle* handle) {
       return FLASHATTN_STATUS_SUCCESS;
     }
   }
+  const size_t capacity = t_handles.entries.size() + 1;
   try {
-    t_handles.entries.reserve(t_handles.entries.size() + 1);
+    t_handles.entries.reserve(capacity);
   } catch (const std::bad_alloc&) {
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory creating a cuBLAS handle");
+    return fail_allocation("the calling thread's table of cuBLAS handles", capacity * sizeof(ThreadHandles::Entry));
   }
   Handle h = nullptr;
   const Status st = api->create(&h);

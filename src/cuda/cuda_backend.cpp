@@ -9,7 +9,6 @@
 // device afterwards, so a caller working on device 1 can run a plan of device 0.
 #include <cuda_runtime.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -79,27 +78,31 @@ class DeviceGuard {
 
 // cudaDeviceProp per device, queried once (cudaGetDeviceProperties is not free and
 // runs on every cuda_check). Entries are never erased, so returned pointers stay valid.
+// `device` has passed cuda_check_device, so it is below the process's device count.
 flashattn_status_t device_prop(int device, const cudaDeviceProp** out) {
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<cudaDeviceProp>> cache;
+  static std::unique_ptr<std::unique_ptr<cudaDeviceProp>[]> cache;  // [probe_device_count()]
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it == cache.end()) {
+  if (!cache) {
+    const size_t count = static_cast<size_t>(probe_device_count());
+    cache.reset(new (std::nothrow) std::unique_ptr<cudaDeviceProp>[count]);
+    if (!cache)
+      return fail_allocation("the CUDA device property cache (one pointer per device)",
+                             count * sizeof(std::unique_ptr<cudaDeviceProp>));
+  }
+  std::unique_ptr<cudaDeviceProp>& entry = cache[static_cast<size_t>(device)];
+  if (!entry) {
     std::unique_ptr<cudaDeviceProp> prop(new (std::nothrow) cudaDeviceProp());
-    if (!prop) return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory caching device %d properties", device);
+    if (!prop) return fail_allocation("the cached properties of a CUDA device (cudaDeviceProp)", sizeof(cudaDeviceProp));
     const cudaError_t err = cudaGetDeviceProperties(prop.get(), device);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_CUDA_ERROR, "cudaGetDeviceProperties(device=%d) failed: %s (%s)", device,
                   cudaGetErrorName(err), cudaGetErrorString(err));
     }
-    try {
-      it = cache.emplace(device, std::move(prop)).first;
-    } catch (const std::bad_alloc&) {
-      return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory caching device %d properties", device);
-    }
+    entry = std::move(prop);
   }
-  *out = it->second.get();
+  *out = entry.get();
   return FLASHATTN_STATUS_SUCCESS;
 }
 
@@ -197,7 +200,7 @@ void cuda_free(int device, void* device_ptr) {
   if (cudaFree(device_ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
-size_t cuda_workspace_size(const AttnParams& p, int /*device*/) {
+CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
   return p.direction == kBackward ? gen1_bwd_workspace_size(p) : gen1_fwd_workspace_size(p);
 }
@@ -268,12 +271,14 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
   if (const flashattn_status_t s = prepare_stream(st, device)) return s;
-  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {
-    return p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
-                                    : standard_fwd(p, workspace, workspace_bytes, st);
-  }
-  return p.direction == kBackward ? gen1_bwd(p, workspace, workspace_bytes, st)
-                                  : gen1_fwd(p, workspace, workspace_bytes, st);
+  flashattn_status_t s;
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
+    s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
+                                 : standard_fwd(p, workspace, workspace_bytes, st);
+  else
+    s = p.direction == kBackward ? gen1_bwd(p, workspace, workspace_bytes, st)
+                                 : gen1_fwd(p, workspace, workspace_bytes, st);
+  return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 
 }  // namespace flashattn

@@ -153,32 +153,35 @@ int64_t slab_heads(const AttnParams& p) {
   return (p.bias_stride[1] == 0 && p.heads_q > 1) ? p.heads_kv : p.heads_q;
 }
 
+// Byte offsets of the workspace buffers, from the first 256-byte boundary. Sizes come from
+// caller input, so they are computed in checked arithmetic: the offsets are meaningful only
+// when total.ok() (the API layer refuses the run or query otherwise).
 struct WsLayout {
-  size_t delta = 0, dq = 0, sema = 0, dbias = 0, total = 0;
+  size_t delta = 0, dq = 0, sema = 0, dbias = 0;
+  CheckedSize total;
 };
-
-size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
 WsLayout ws_layout(const AttnParams& p, int cfg) {
   WsLayout w;
-  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  const CheckedSize rows = p.varlen ? CheckedSize(p.total_q) : checked_product(p.batch, p.seqlen_q);
   const int br = min_br(cfg < 0 ? 0 : cfg);
   const int64_t n_qblocks = (p.seqlen_q + br - 1) / br;
-  size_t off = 0;
-  w.delta = off;
-  off = align256(off + static_cast<size_t>(rows * p.heads_q) * sizeof(float));
-  w.dq = off;
-  off = align256(off + static_cast<size_t>(rows * p.heads_q * p.head_dim_qk) * sizeof(float));
-  w.sema = off;
-  if (p.deterministic) off = align256(off + static_cast<size_t>(p.batch * p.heads_q * n_qblocks) * sizeof(int32_t));
-  w.dbias = off;
+  CheckedSize off = 0;
+  w.delta = static_cast<size_t>(off.value());
+  off = (off + rows * checked_product(p.heads_q, sizeof(float))).round_up(256);
+  w.dq = static_cast<size_t>(off.value());
+  off = (off + rows * checked_product(p.heads_q, p.head_dim_qk, sizeof(float))).round_up(256);
+  w.sema = static_cast<size_t>(off.value());
+  if (p.deterministic) off = (off + checked_product(p.batch, p.heads_q, n_qblocks, sizeof(int32_t))).round_up(256);
+  w.dbias = static_cast<size_t>(off.value());
   const DbiasLayout db = dbias_layout(p);
   // dbias is not known at workspace-query time: reserve the accumulator whenever the
   // bias is broadcast (a run without dbias simply leaves it unused). Deterministic mode
   // needs the full-size slab (see kDbiasSlab), otherwise the compact atomic target.
   if (db.broadcast) {
-    const int64_t n = p.deterministic ? p.batch * slab_heads(p) * p.seqlen_q * p.seqlen_k : db.celems;
-    off = align256(off + static_cast<size_t>(n) * sizeof(float));
+    const CheckedSize n = p.deterministic ? checked_product(p.batch, slab_heads(p), p.seqlen_q, p.seqlen_k)
+                                          : CheckedSize(db.celems);
+    off = (off + n * CheckedSize(sizeof(float))).round_up(256);
   }
   w.total = off;
   return w;
@@ -396,12 +399,13 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
   // 1. zero the other accumulators (turn counters, broadcast dBias): one contiguous range
   // (the Delta kernel zeroes the dQ accumulator; FA_BWD_FUSED_ZERO=0: the memset does).
   const size_t z0 = FA_BWD_FUSED_ZERO ? wl.sema : wl.dq;
-  if (wl.total > z0) {
-    const cudaError_t err = cudaMemsetAsync(ws + z0, 0, wl.total - z0, stream);
+  const size_t total = static_cast<size_t>(wl.total.value());
+  if (total > z0) {
+    const cudaError_t err = cudaMemsetAsync(ws + z0, 0, total - z0, stream);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return fail(FLASHATTN_STATUS_CUDA_ERROR, "gen1 backward: cudaMemsetAsync of %zu workspace bytes failed: %s (%s)",
-                  wl.total - z0, cudaGetErrorName(err), cudaGetErrorString(err));
+                  total - z0, cudaGetErrorName(err), cudaGetErrorString(err));
     }
   }
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
@@ -474,9 +478,9 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 // boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
 constexpr size_t kWsAlignSlack = 255;
 
-size_t gen1_bwd_workspace_size(const AttnParams& p) {
+CheckedSize gen1_bwd_workspace_size(const AttnParams& p) {
   const int cfg = gen1::select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  return gen1::ws_layout(p, cfg).total + kWsAlignSlack;
+  return gen1::ws_layout(p, cfg).total + CheckedSize(kWsAlignSlack);
 }
 
 flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -532,11 +536,12 @@ flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspa
   }
   const WsLayout wl = ws_layout(p, cfg);
   const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
-  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < wl.total) {
+  const size_t total = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
+  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
                 "workspace=%p with workspace_bytes=%zu: the CUDA gen1 backward needs %zu bytes from the first "
                 "256-byte boundary (%zu bytes in)",
-                workspace, workspace_bytes, wl.total, pad);
+                workspace, workspace_bytes, total, pad);
   }
 
   char* ws = static_cast<char*>(workspace) + pad;

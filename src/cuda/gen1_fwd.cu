@@ -6,7 +6,7 @@
 
 namespace flashattn {
 
-size_t gen1_fwd_workspace_size(const AttnParams&) { return 0; }
+CheckedSize gen1_fwd_workspace_size(const AttnParams&) { return 0; }
 
 namespace {
 template <int D, int DV>

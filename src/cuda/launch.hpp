@@ -14,18 +14,22 @@ namespace flashattn {
 // ---- generation 1 (kernels/gen1, sm_80+): mma.sync FlashAttention ----
 // Whether gen1 can run p (head dims, dtype, option combination); nothing launched.
 flashattn_status_t gen1_check(const AttnParams& p, const cudaDeviceProp& prop);
-size_t gen1_fwd_workspace_size(const AttnParams& p);
-size_t gen1_bwd_workspace_size(const AttnParams& p);
+CheckedSize gen1_fwd_workspace_size(const AttnParams& p);
+CheckedSize gen1_bwd_workspace_size(const AttnParams& p);
 flashattn_status_t gen1_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t gen1_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded
-size_t standard_workspace_size(const AttnParams& p);
+CheckedSize standard_workspace_size(const AttnParams& p);
 flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
 flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
+// ---- shared by both algorithms (src/cuda/varlen_tail.cu) ----
+// Varlen: writes the rows of tokens past the last offset (O = 0, LSE = -inf forward; zero
+// dQ, dK, dV backward); a no-op launch-free return without varlen.
+flashattn_status_t write_varlen_tail(const AttnParams& p, cudaStream_t stream);
 
 }  // namespace flashattn

@@ -57,7 +57,6 @@ constexpr size_t kAlign = 256;  // cublasSetWorkspace requires 256-byte alignmen
 constexpr int kRowThreads = 256;
 constexpr int64_t kMaxGemmBatch = 32768;  // matrices per cublasGemmStridedBatchedEx call
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 int64_t elem_bytes(int32_t dtype) { return dtype == kFp32 ? 4 : 2; }
 
 cudaDataType cuda_type(int32_t dtype) {
@@ -92,7 +91,8 @@ struct Geometry {
   int64_t B = 0, Hq = 0, Hkv = 0, G = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
   int64_t ldS = 0;         // fp32 elements per row of S / dP
   size_t off_s = 0, off_dp = 0, off_q = 0, off_k = 0, off_v = 0, off_o = 0, off_dq = 0, off_dk = 0, off_dv = 0,
-         off_dt = 0, off_cublas = 0, total = 0;
+         off_dt = 0, off_cublas = 0;
+  CheckedSize total;
 };
 
 // cuBLAS can use a tensor in place if its seq stride is a valid leading dimension.
@@ -126,31 +126,33 @@ Geometry geometry(const AttnParams& p) {
   g.dt_buffer = bwd && p.bias_kind == kBiasTensor &&
                 (p.bias_stride[0] == 0 || p.bias_stride[1] == 0 || p.bias_stride[2] == 0 || p.bias_stride[3] == 0);
 
-  const size_t eb = static_cast<size_t>(elem_bytes(p.dtype));
-  const size_t rows = static_cast<size_t>(g.B * g.Hq * g.Sq);
-  const size_t n_s = rows * static_cast<size_t>(g.ldS) * 4;
-  size_t off = 0;
-  auto take = [&off](size_t bytes) {
-    const size_t at = off;
-    off += align_up(bytes);
+  // Sizes from caller input, in checked arithmetic: the offsets are meaningful only when
+  // total.ok() (the API layer refuses the run or query otherwise).
+  const int64_t eb = elem_bytes(p.dtype);
+  const CheckedSize rows = checked_product(g.B, g.Hq, g.Sq);
+  const CheckedSize n_s = rows * checked_product(g.ldS, 4);
+  CheckedSize off = 0;
+  auto take = [&off](CheckedSize bytes) {
+    const size_t at = static_cast<size_t>(off.value());
+    off += bytes.round_up(kAlign);
     return at;
   };
   g.off_s = take(n_s);
   if (bwd) g.off_dp = take(n_s);
   if (g.gathered) {
-    g.off_q = take(size_t(g.B * g.Hq * g.Sq * g.Dqk) * eb);
-    g.off_k = take(size_t(g.B * g.Hkv * g.Sk * g.Dqk) * eb);
-    g.off_v = take(size_t(g.B * g.Hkv * g.Sk * g.Dv) * eb);
-    g.off_o = take(size_t(g.B * g.Hq * g.Sq * g.Dv) * eb);  // O (forward) or dO (backward)
-    if (bwd) g.off_dq = take(size_t(g.B * g.Hq * g.Sq * g.Dqk) * eb);
+    g.off_q = take(checked_product(g.B, g.Hq, g.Sq, g.Dqk, eb));
+    g.off_k = take(checked_product(g.B, g.Hkv, g.Sk, g.Dqk, eb));
+    g.off_v = take(checked_product(g.B, g.Hkv, g.Sk, g.Dv, eb));
+    g.off_o = take(checked_product(g.B, g.Hq, g.Sq, g.Dv, eb));  // O (forward) or dO (backward)
+    if (bwd) g.off_dq = take(checked_product(g.B, g.Hq, g.Sq, g.Dqk, eb));
   }
   if (g.acc_dkv) {
-    g.off_dk = take(size_t(g.B * g.Hkv * g.Sk * g.Dqk) * 4);
-    g.off_dv = take(size_t(g.B * g.Hkv * g.Sk * g.Dv) * 4);
+    g.off_dk = take(checked_product(g.B, g.Hkv, g.Sk, g.Dqk, 4));
+    g.off_dv = take(checked_product(g.B, g.Hkv, g.Sk, g.Dv, 4));
   }
-  if (g.dt_buffer) g.off_dt = take(rows * static_cast<size_t>(g.Sk) * 4);
+  if (g.dt_buffer) g.off_dt = take(rows * checked_product(g.Sk, 4));
   g.off_cublas = take(kCublasWorkspace);
-  g.total = off + kAlign;  // slack to align an arbitrary caller pointer up to 256 bytes
+  g.total = off + CheckedSize(kAlign);  // slack to align an arbitrary caller pointer up to 256 bytes
   return g;
 }
 
@@ -705,10 +707,11 @@ struct Regions {
 
 flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream, Gemm* ctx, Regions* reg) {
-  if (workspace_bytes < g.total || workspace == nullptr) {
+  const size_t total = static_cast<size_t>(g.total.value());  // ok(): checked by the API layer
+  if (workspace_bytes < total || workspace == nullptr) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
                 "workspace_bytes=%zu is smaller than the %zu bytes the standard algorithm needs", workspace_bytes,
-                g.total);
+                total);
   }
   const cublas::Api* api = nullptr;
   if (const flashattn_status_t s = cublas::load(&api)) return s;
@@ -901,7 +904,7 @@ flashattn_status_t standard_check(const AttnParams& p) {
   return cublas::thread_handle(device, &h);
 }
 
-size_t standard_workspace_size(const AttnParams& p) { return geometry(p).total; }
+CheckedSize standard_workspace_size(const AttnParams& p) { return geometry(p).total; }
 
 flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   switch (p.dtype) {

@@ -1,8 +1,11 @@
-// libFuzzer target: random sequences of plan setters and forward/backward runs on the CPU
-// backend, on small shapes.
+// libFuzzer target: random sequences of plan setters, workspace queries and forward/backward
+// runs on the CPU backend. Shape fields are mostly small, sometimes drawn log-uniformly over
+// the whole int64 range: huge shapes are only queried (their workspace size must be an
+// error or at least an independently computed lower bound, never a wrapped number), small
+// ones are also run with real buffers.
 //
 // A shadow copy of the documented plan semantics follows every setter that succeeded, so
-// each run can be checked against the fp64 reference (src/reference/reference.hpp). Checked on
+// each run can be checked against the fp64 reference (reference/reference.hpp). Checked on
 // every call:
 //  - the status is a documented value, and the message is set exactly when it fails;
 //  - a failing run writes nothing: every output buffer (padding included) keeps its poison;
@@ -42,10 +45,19 @@ struct Reader {
     return v;
   }
   bool done() const { return pos >= size; }
-  // Mostly small valid values, sometimes edge cases.
+  // Log-uniform over the whole int64 range: a bit length of 0..63 (value 0 or in
+  // [2^(len-1), 2^len)), random lower bits, negative one time in four.
+  int64_t log_uniform() {
+    const int len = u8() % 64;
+    const uint64_t top = len == 0 ? 0 : uint64_t{1} << (len - 1);
+    const int64_t x = static_cast<int64_t>(top | (u64() & (top == 0 ? 0 : top - 1)));
+    return (u8() & 3) == 0 ? -x : x;
+  }
+  // Mostly small valid values, sometimes log-uniform ones, sometimes edge cases.
   int64_t dim(int64_t lo, int64_t hi) {
     const uint8_t c = u8();
-    if (c < 230) return lo + c % (hi - lo + 1);
+    if (c < 200) return lo + c % (hi - lo + 1);
+    if (c < 236) return log_uniform();
     static const int64_t edge[] = {0, -1, 257, 300, INT64_C(1) << 32, INT64_MIN, INT64_MAX, 4096, 17, 1};
     return edge[c % 10];
   }
@@ -94,25 +106,56 @@ struct Shadow {
       strides[t][0] = e[1] * e[2] * e[3];
     }
   }
-  // Elements a buffer needs for tensor t (max offset + 1).
+  // Elements a buffer needs for tensor t (max offset + 1), SIZE_MAX beyond 2^63 (strides
+  // kept from a smaller shape or from fixed-length mode may reach that far).
   size_t elems(int t) const {
     int64_t e[4];
     extents(t, e);
-    int64_t span = 0;
+    __int128 span = 0;
     for (int d = 0; d < 4; ++d) {
       if (e[d] == 0) return 0;
-      span += strides[t][d] * (e[d] - 1);
+      span += static_cast<__int128>(strides[t][d]) * (e[d] - 1);
     }
-    return static_cast<size_t>(span + 1);
+    return span < INT64_MAX ? static_cast<size_t>(span + 1) : SIZE_MAX;
   }
 };
 
 constexpr size_t kMaxElems = 1 << 16;  // runs on larger shapes only exercise validation
+constexpr size_t kUnwritten = 12345;   // out-parameter sentinel
 
 void check_status(flashattn_status_t st) {
   if (strcmp(flashattn_status_string(st), "FLASHATTN_STATUS_UNKNOWN") == 0) violation("undocumented status", st);
   const bool has_msg = flashattn_last_error()[0] != '\0';
   if ((st == FLASHATTN_STATUS_SUCCESS) == has_msg) violation("message set iff failure", st);
+}
+
+// A lower bound on the CPU workspace of a pass, independent of the library's layout:
+// STANDARD materializes the fp32 scores of one (sequence, head), and dP too in the
+// backward; the flash path needs no more than its tiles.
+__int128 workspace_lower_bound(const Shadow& s, bool backward) {
+  if (!s.has_shape || s.algorithm != FLASHATTN_ALGORITHM_STANDARD) return 0;
+  return static_cast<__int128>(4) * s.sq * s.sk * (backward ? 2 : 1);
+}
+
+// A workspace query (pass 0..2: 2 is invalid) and what its answer must satisfy: a size is
+// at least the lower bound and at most 2^63-1 (no object is larger), so a wrapped size is
+// caught; a bound beyond 2^63-1 must be refused; a failure leaves *bytes alone.
+flashattn_status_t query_workspace(flashattn_plan_t plan, const Shadow& s, int pass, size_t* bytes) {
+  *bytes = kUnwritten;
+  const flashattn_status_t st = flashattn_plan_get_workspace_size(plan, static_cast<flashattn_pass_t>(pass), bytes);
+  check_status(st);
+  if (st != FLASHATTN_STATUS_SUCCESS) {
+    if (*bytes != kUnwritten) violation("workspace query wrote on failure", st);
+    return st;
+  }
+  if (pass > 1) violation("workspace query accepted an invalid pass", st);
+  const __int128 bound = workspace_lower_bound(s, pass == 1);
+  if (static_cast<__int128>(*bytes) < bound || *bytes > static_cast<size_t>(INT64_MAX)) {
+    fprintf(stderr, "workspace %zu bytes, lower bound %.6g (sq=%lld sk=%lld algorithm=%d)\n", *bytes,
+            static_cast<double>(bound), (long long)s.sq, (long long)s.sk, (int)s.algorithm);
+    violation("workspace size below the lower bound or beyond 2^63-1 (wrapped)", st);
+  }
+  return st;
 }
 
 struct Buffer {
@@ -271,6 +314,8 @@ struct Run {
 
   void go(bool backward) {
     const bool sized = s.has_shape;
+    size_t ws_query = 0;
+    query_workspace(plan, s, backward ? 1 : 0, &ws_query);  // huge shapes stop here
     for (int t = 0; sized && t < 8; ++t)
       if (s.elems(t) > kMaxElems) return;
     if (sized && s.b * s.hq * s.sq * s.sk > static_cast<int64_t>(kMaxElems)) return;
@@ -351,12 +396,10 @@ struct Run {
     const uint8_t fault = r.u8();
     const size_t misalign = (fault == 1) ? 1 : 0;
     size_t ws_need = 0;
-    const flashattn_status_t wst = flashattn_plan_get_workspace_size(
-        plan, backward ? FLASHATTN_PASS_BACKWARD : FLASHATTN_PASS_FORWARD, &ws_need);
-    check_status(wst);
-    if (wst != FLASHATTN_STATUS_SUCCESS) ws_need = 0;
+    if (query_workspace(plan, s, backward ? 1 : 0, &ws_need) != FLASHATTN_STATUS_SUCCESS) ws_need = 0;
     if (ws_need > (size_t(1) << 28)) return;
-    std::vector<uint8_t> ws(ws_need + 16);
+    std::vector<uint8_t> ws(ws_need + 16);  // malloc'd: 16-byte aligned, as the CPU backend requires
+    uint8_t* const ws_ptr = ws.data() + (fault == 11 ? 8 : 0);
     size_t ws_bytes = ws_need;
     if (fault == 2 && ws_need > 0) ws_bytes = ws_need - 1;
     struct CUstream_st* stream = fault == 3 ? reinterpret_cast<struct CUstream_st*>(0x1000) : nullptr;
@@ -375,13 +418,13 @@ struct Run {
       a.q = fault == 7 ? nullptr : q.ptr(misalign);
       a.k = k.ptr();
       a.v = v.ptr();
-      a.o = o.ptr();
+      a.o = fault == 10 ? k.ptr() : o.ptr();  // 10: the output on an input's bytes
       a.lse = with_lse ? reinterpret_cast<float*>(lse.ptr()) : nullptr;
       a.bias = need_bias ? bias.ptr() : nullptr;
       a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
       a.cu_seqlens_q = cuq;
       a.cu_seqlens_k = cuk;
-      st = flashattn_fwd(plan, &a, ws.data(), ws_bytes, stream);
+      st = flashattn_fwd(plan, &a, ws_ptr, ws_bytes, stream);
     } else {
       flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
       if (fault == 6) a.struct_size = 8;
@@ -391,7 +434,7 @@ struct Run {
       a.o = o_in.ptr();
       a.lse = reinterpret_cast<const float*>(lse_in.ptr());
       a.dout = fault == 7 ? nullptr : dout.ptr();
-      a.dq = dq.ptr();
+      a.dq = fault == 10 ? q.ptr() : dq.ptr();
       a.dk = dk.ptr();
       a.dv = dv.ptr();
       a.bias = need_bias ? bias.ptr() : nullptr;
@@ -399,7 +442,7 @@ struct Run {
       a.alibi_slopes = need_alibi != (fault == 8) ? slopes.data() : nullptr;
       a.cu_seqlens_q = cuq;
       a.cu_seqlens_k = cuk;
-      st = flashattn_bwd(plan, &a, ws.data(), ws_bytes, stream);
+      st = flashattn_bwd(plan, &a, ws_ptr, ws_bytes, stream);
     }
     check_status(st);
     if (st != FLASHATTN_STATUS_SUCCESS) {
@@ -409,10 +452,14 @@ struct Run {
       return;
     }
     if (!sized) violation("run succeeded without a shape", st);
-    // Faults that must always be rejected (4, dbias without a bias tensor, only exists in the backward).
-    if (fault >= 1 && fault <= 9 && !(fault == 4 && (s.bias == FLASHATTN_BIAS_TENSOR || !backward)) &&
-        !(fault == 2 && ws_need == 0))
+    // Faults that must always be rejected (4, dbias without a bias tensor, only exists in the backward;
+    // 10 overlaps nothing when the tensors involved are empty).
+    const bool overlap_empty = backward ? (s.elems(FLASHATTN_TENSOR_Q) == 0 || s.elems(FLASHATTN_TENSOR_DQ) == 0)
+                                        : (s.elems(FLASHATTN_TENSOR_K) == 0 || s.elems(FLASHATTN_TENSOR_O) == 0);
+    if (fault >= 1 && fault <= 11 && !(fault == 4 && (s.bias == FLASHATTN_BIAS_TENSOR || !backward)) &&
+        !(fault == 2 && ws_need == 0) && !(fault == 10 && overlap_empty))
       violation("a run with an injected fault succeeded", st);
+    if (fault == 10) return;  // the run wrote into an input buffer: nothing to compare
     if (!have_ref) violation("a run with invalid cu_seqlens succeeded", st);
 
     const double tol = tolerance(s.dtype) * (s.p > 0.f ? 1.0 / (1.0 - s.p) : 1.0) * (magnitude > 1.0 ? 4.0 : 1.0);
@@ -543,12 +590,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         int64_t e[4] = {1, 1, 1, 1};
         if (t < 8) s.extents(t, e);
         int64_t st4[4];
+        // Unsigned (wrapping) arithmetic: on huge shapes these strides may wrap, and the
+        // library must refuse whatever they become.
+        uint64_t u[4];
+        for (int d = 0; d < 4; ++d) u[d] = static_cast<uint64_t>(e[d]);
         switch (r.u8() % 4) {
           case 0:  // BHSD
-            st4[3] = 1, st4[1] = e[3], st4[2] = e[1] * e[3], st4[0] = e[1] * e[2] * e[3];
+            st4[3] = 1, st4[1] = e[3], st4[2] = static_cast<int64_t>(u[1] * u[3]);
+            st4[0] = static_cast<int64_t>(u[1] * u[2] * u[3]);
             break;
           case 1:  // padded BSHD
-            st4[3] = 1, st4[2] = e[3] + 3, st4[1] = e[2] * (e[3] + 3) + 5, st4[0] = e[1] * st4[1] + 7;
+            st4[3] = 1, st4[2] = e[3] + 3, st4[1] = static_cast<int64_t>(u[2] * (u[3] + 3) + 5);
+            st4[0] = static_cast<int64_t>(u[1] * static_cast<uint64_t>(st4[1]) + 7);
             break;
           default:  // raw, usually invalid or aliasing
             for (auto& x : st4) x = static_cast<int64_t>(r.u8() % 70) - 3;
@@ -614,10 +667,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if ((r.u8() & 15) == 0) nrb += 1;
         if ((r.u8() & 15) == 0) lh += 1;
         const bool clear = (r.u8() & 7) == 0;
-        // Every layout the plan's shape allows fits (heads_q <= 4096 from the edge values); a
-        // layout the library must reject gets a one-byte buffer, so accepting it would be caught.
+        // A layout the library must reject gets a one-byte buffer, so accepting it would be
+        // caught. A valid layout too large to allocate here (a huge shape) is not tried.
         const bool fits = lh > 0 && nrb > 0 && ncb > 0 && lh <= 4096 && nrb <= 4096 && ncb <= 4096 &&
                           lh * nrb * ncb <= (1 << 24);
+        const bool valid = s.has_shape && bq >= 1 && bk >= 1 && (lh == 1 || lh == s.hq) &&
+                           nrb == s.sq / bq + (s.sq % bq != 0) && ncb == s.sk / bk + (s.sk % bk != 0);
+        if (valid && !fits && !clear) continue;
         const size_t n = fits ? static_cast<size_t>(lh * nrb * ncb) : 0;
         std::vector<uint8_t> layout(n + 1);
         for (auto& x : layout) x = (r.u8() & 3) != 0;
@@ -636,7 +692,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 9: {
         const bool en = r.u8() & 1;
-        const int64_t tq = s.b * s.sq + (r.u8() % 4), tk = s.b * s.sk + (r.u8() % 4);
+        const bool huge = (r.u8() & 7) == 7;  // totals over the whole int64 range
+        const int64_t tq = huge ? r.log_uniform() : s.b * s.sq + (r.u8() % 4);
+        const int64_t tk = huge ? r.log_uniform() : s.b * s.sk + (r.u8() % 4);
         st = flashattn_plan_set_varlen(plan, en, tq, tk);
         if (st == FLASHATTN_STATUS_SUCCESS) s.varlen = en, s.tq = en ? tq : 0, s.tk = en ? tk : 0;
         break;
@@ -658,9 +716,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         continue;
       }
       default: {
-        size_t bytes = 12345;
-        st = flashattn_plan_get_workspace_size(plan, static_cast<flashattn_pass_t>(r.u8() % 3), &bytes);
-        if (st != FLASHATTN_STATUS_SUCCESS && bytes != 12345) violation("workspace query wrote on failure", st);
+        size_t bytes = 0;
+        st = query_workspace(plan, s, r.u8() % 3, &bytes);
         break;
       }
     }

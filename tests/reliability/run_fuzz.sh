@@ -11,13 +11,14 @@ CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "SKIP: $CXX not found (install clang and libclang-rt-14-dev)"; exit 77; }
 mkdir -p "$out/corpus"
 bin="$out/fuzz_plan"
-srcs=("$root"/src/*.cpp \
-      "$root"/src/cpu/*.cpp "$root"/src/reference/reference.cpp "$here"/fuzz_plan.cpp)
-newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/common/*.hpp "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl "$root"/src/reference/*.hpp | head -1)
+# Every library source of the CPU build (src/*.cpp holds the API, validation and the
+# no-CUDA stubs; the CUDA backend lives in src/cuda/), the reference and the target.
+srcs=("$root"/src/*.cpp "$root"/src/cpu/*.cpp "$root"/reference/reference.cpp "$here"/fuzz_plan.cpp)
+newest=$(ls -t "${srcs[@]}" "$root"/src/*.hpp "$root"/src/common/*.h "$root"/src/common/*.hpp "$root"/src/cpu/*.hpp "$root"/src/cpu/*.inl "$root"/reference/*.hpp | head -1)
 if [ ! -x "$bin" ] || [ "$newest" -nt "$bin" ]; then
   echo "building $bin"
   "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/src" -I"$root/src/reference" -I"$root/tests" "${srcs[@]}" -o "$bin" -lpthread
+    -I"$root/include" -I"$root/src" -I"$root/reference" -I"$root/tests" "${srcs[@]}" -o "$bin" -lpthread
 fi
 # Seeds are copied so the committed corpus is never modified by a run.
 cp -n "$here"/corpus/* "$out/corpus/" 2>/dev/null || true

@@ -9,6 +9,8 @@ directory), then beside this package, then the system loader. See README.md.
 """
 from __future__ import annotations
 
+import sys
+
 from ._lib import (ABI_MAJOR, ABI_MINOR, MAX_HEAD_DIM, SONAME, WINDOW_UNBOUNDED, Algorithm, Align, Backend, Bias,
                    DType, DeviceError, FlashAttnError, InternalError, InvalidArgumentError, LibraryNotFoundError,
                    NotSupportedError, Pass, ResourceError, Status, Tensor, error_class, last_error, library_path,
@@ -36,16 +38,24 @@ def has_cuda_backend():
 
 
 def attention(q, k, v, **kwargs):
-    """Differentiable attention for torch tensors (an autograd.Function over forward and
-    backward); for other arrays it is :func:`forward`. Options as for :func:`forward`."""
-    try:
-        import torch
-    except ImportError:
-        torch = None
+    """Attention for torch tensors: differentiable, torch.compile-able, with SDPA-style
+    masks and autocast (see :func:`flashattn._torch.attention`); for other arrays it is
+    :func:`forward`. Options as for :func:`forward`."""
+    torch = sys.modules.get("torch")  # a torch tensor implies torch is imported
     if torch is not None and isinstance(q, torch.Tensor):
-        from ._torch import attention as _attention
-        return _attention(q, k, v, **kwargs)
+        fn = _torch_attention or _load_torch_attention()
+        return fn(q, k, v, **kwargs)
     return forward(q, k, v, **kwargs)
+
+
+_torch_attention = None
+
+
+def _load_torch_attention():
+    global _torch_attention
+    from ._torch import attention as fn
+    _torch_attention = fn
+    return fn
 
 
 __all__ = [

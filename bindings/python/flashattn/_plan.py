@@ -850,7 +850,6 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
     try:
         if varlen:
             plan.set_varlen(total_q, total_k)
-        qshape = (batch, sq, qh, qd)
         for t, shp, st in ((Tensor.Q, (qb, qs, qh, qd), qst), (Tensor.K, (kb, ks, kh, kd), kst),
                            (Tensor.V, (vb, vs, vh, vd), vst)):
             st = _norm_strides(shp, st)

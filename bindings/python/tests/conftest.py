@@ -13,6 +13,7 @@ PKG_ROOT = os.path.dirname(HERE)
 REPO = os.path.dirname(os.path.dirname(PKG_ROOT))
 sys.path.insert(0, PKG_ROOT)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "reference"))  # reference.py, the Python fp64 reference
 
 if not os.environ.get("FLASHATTN_LIBRARY"):
     found = sorted(glob.glob(os.path.join(REPO, "build*", "libflashattn.so.0")), key=os.path.getmtime)

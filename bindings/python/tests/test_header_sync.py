@@ -1,5 +1,5 @@
 """The ctypes prototypes, argument structs and enums of the binding match include/flashattn.h
-(parsed as text with the header parser of bindings/julia/check_against_header.py)."""
+(parsed as text by bindings/header_api.py, the header parser of every binding check)."""
 import ctypes
 import os
 import sys
@@ -9,8 +9,8 @@ import pytest
 from flashattn import _lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.join(REPO, "bindings", "julia"))
-import check_against_header as chk  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "bindings"))
+import header_api  # noqa: E402
 
 HEADER = os.path.join(REPO, "include", "flashattn.h")
 
@@ -26,24 +26,27 @@ STRUCTS = {"flashattn_fwd_args_t": _lib.FwdArgs, "flashattn_bwd_args_t": _lib.Bw
 @pytest.fixture(scope="module")
 def hdr():
     with open(HEADER) as f:
-        return chk.parse_header(f.read())
+        return header_api.parse_header(f.read())
 
 
 def matches(ctype, pytype, hdr):
-    """Does ctypes type `pytype` pass C type `ctype` (const already dropped) correctly?"""
+    """Does ctypes type `pytype` pass C type `ctype` (a header_api.CType, or its spelling
+    without const such as 'int64_t*') correctly?"""
+    if isinstance(ctype, header_api.CType):
+        ctype = ctype.spelled
     if ctype == "void":
         return pytype is None
     if ctype == "char*":
         return pytype is ctypes.c_char_p
     stars = len(ctype) - len(ctype.rstrip("*"))
     base = ctype.rstrip("*")
-    if base in hdr["typedefs"]:  # opaque handle typedef: one more pointer level
+    if base in hdr["handles"]:  # opaque handle typedef: one more pointer level
         stars += 1
     if stars:
         if pytype is ctypes.c_void_p:
             return True
         if hasattr(pytype, "_type_") and isinstance(pytype._type_, type) and issubclass(pytype, ctypes._Pointer):
-            inner = base + "*" * (stars - 1) if base not in hdr["typedefs"] else base + "*" * (stars - 2)
+            inner = base + "*" * (stars - 1) if base not in hdr["handles"] else base + "*" * (stars - 2)
             if stars - 1 == 0 and base in hdr["structs"]:
                 return pytype._type_ is STRUCTS.get(base)
             return matches(inner if inner else "void*", pytype._type_, hdr)

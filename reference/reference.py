@@ -1,10 +1,12 @@
 """fp64 numpy reference of the attention semantics in flashattn.h (forward and backward).
 
-An independent cross-check, kept on purpose: the project's fp64 reference is C++
-(src/reference/, used by the Catch2 tests and `flashattn check`), and Python could only
-reach it through a new exported ABI. This one is written from the header's
-documentation, independently of both the library and that C++ reference (its own
-Philox4x32-10 included), so an agreement of the binding's results with it is evidence.
+The project's one Python fp64 reference, used by the Python binding's tests and by the
+benchmark's --verify (bench/bench.py). It is the Python twin of the C++ reference beside it
+(reference.cpp, used by the Catch2 tests and `flashattn check`): Python could reach that
+one only through a new exported ABI, so this one is written in numpy (its own
+Philox4x32-10 included) and bindings/python/tests/test_reference_sync.py holds it to the
+C++ one on a set of configurations covering every option, so the two cannot drift.
+docs/internals/references.md says why there are two.
 
 Covers what the binding's tests use: dense [b, s, h, d] and varlen (cu_seqlens; empty
 query or key sequences) inputs, GQA/MQA, head_dim_v != head_dim, band masks (causal,

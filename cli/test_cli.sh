@@ -61,6 +61,16 @@ if [[ $group == all || $group == usage ]]; then
   # Errors the library reports: exit 3 with the status name and the library's message.
   expect 3 "FLASHATTN_STATUS_INVALID_HEADS: .*heads_q=6" check --backend cpu --heads-q 6 --heads-kv 4
   expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*head_dim_qk=300" check --backend cpu --head-dim 300
+  # The library judges the configuration before the tool allocates anything it sizes: with
+  # the address space limited to 1 GiB, a batch one past the library's maximum is the
+  # library's error, not an attempt at gigabytes of per-sequence offsets and tensors.
+  printf '#!/usr/bin/env bash\nulimit -v 1048576\nexec "%s" "$@"\n' "$tool" >"$tmp/limited"
+  chmod +x "$tmp/limited"
+  unlimited_tool="$tool"
+  tool="$tmp/limited"
+  expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*batch=2147483649" check --backend cpu --batch 2147483649 --seqlen-q 1 --heads-q 1 --head-dim 8
+  expect 3 "FLASHATTN_STATUS_INVALID_SHAPE: .*seqlen_q=4294967296" check --backend cpu --batch 1 --seqlen-q 4294967296 --seqlen-k 4294967296 --heads-q 1 --head-dim 8 --block-sparse 0.5
+  tool="$unlimited_tool"
   expect 0 "^libflashattn [0-9.]+ \(runtime" info --no-probe
 fi
 
@@ -146,6 +156,29 @@ if [[ $group == cuda ]]; then
     --varlen 77,0:40,190 --bias-tensor full --causal=bottom-right --dropout 0.1 --seed 9
   expect 0 "TFLOP/s" bench --backend cuda --seqlens 512,1024 --tokens 2048 --head-dim 64 --algorithm both --bwd \
     --repeats 3 --warmup 1
+  # Loading cuBLAS (docs/concepts.md, "Environment variables"): a relative
+  # FLASHATTN_CUBLAS_PATH is refused, an absolute one is used, and without it the
+  # nvidia-cublas wheel layout beside a copy of the library is found first (LD_DEBUG=files
+  # names the file dlopen loaded).
+  std=(check --backend cuda --algorithm standard --batch 1 --heads-q 2 --seqlen-q 64 --head-dim 64 --dtype fp16)
+  FLASHATTN_CUBLAS_PATH=libcublas.so expect 3 \
+    "FLASHATTN_STATUS_LIBRARY_UNAVAILABLE: .*FLASHATTN_CUBLAS_PATH=libcublas.so is not an absolute path" "${std[@]}"
+  cublas_dir=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    compgen -G "$d/libcublas.so.[0-9]*" >/dev/null && { cublas_dir="$d"; break; }
+  done
+  if [[ -z $cublas_dir ]]; then
+    fail "no libcublas.so.N under /usr/local/cuda to test FLASHATTN_CUBLAS_PATH with"
+  else
+    real=$(compgen -G "$cublas_dir/libcublas.so.[0-9]*" | head -1)
+    FLASHATTN_CUBLAS_PATH="$real" expect 0 "^PASS$" "${std[@]}"
+    mkdir -p "$tmp/site/nvidia/cublas/lib" "$tmp/site/flashattn"
+    ln -s "$cublas_dir"/libcublas.so.* "$cublas_dir"/libcublasLt.so.* "$tmp/site/nvidia/cublas/lib/"
+    lib=$(ldd "$tool" | awk '/libflashattn\.so/ {print $3}')
+    cp "$lib" "$tmp/site/flashattn/"
+    LD_LIBRARY_PATH="$tmp/site/flashattn" LD_DEBUG=files expect 0 \
+      "file=$tmp/site/flashattn/\.\./nvidia/cublas/lib/libcublas\.so\.[0-9]+ .*dynamically loaded" "${std[@]}"
+  fi
 fi
 
 [[ $failures -eq 0 ]] && echo "all CLI tests passed" || echo "$failures CLI test(s) failed"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "cli.hpp"
 
@@ -212,6 +213,9 @@ void Problem::bias_layout(int64_t dims[4], int64_t strides[4]) const {
     next *= dims[d];
   }
 }
+
+int64_t Problem::total_q() const { return std::accumulate(seqlens_q.begin(), seqlens_q.end(), int64_t{0}); }
+int64_t Problem::total_k() const { return std::accumulate(seqlens_k.begin(), seqlens_k.end(), int64_t{0}); }
 
 void Problem::make_derived() {
   alibi_slopes.clear();

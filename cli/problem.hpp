@@ -48,8 +48,9 @@ struct Problem {
   std::vector<int64_t> cu_q, cu_k;     // [batch + 1] token offsets (also without varlen)
 
   void make_derived();
-  int64_t total_q() const { return cu_q.back(); }  // after make_derived
-  int64_t total_k() const { return cu_k.back(); }
+  // Tokens of a --varlen batch (the sums of its lengths); known before make_derived.
+  int64_t total_q() const;
+  int64_t total_k() const;
   // The stored bias tensor: its dims (1 along broadcast dims) and element strides
   // (batch, head, q, k), contiguous over the stored dims and 0 along broadcast ones.
   void bias_layout(int64_t dims[4], int64_t strides[4]) const;

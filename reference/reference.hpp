@@ -2,10 +2,12 @@
 // include/flashattn.h and docs/, independent of the library's code (only
 // src/common/philox.h is shared, for the dropout keep decision that the header defines
 // through Philox; tests/test_reference.cpp checks it against published Philox vectors).
-// There is one fp64 reference: the Catch2 tests (tests/harness.*), the fuzz target
-// (tests/reliability) and the `flashattn check` tool (src/cli) all use this one. It is the
-// internal static library fa_reference (src/reference/CMakeLists.txt): never installed,
-// never part of libflashattn.so.
+// There is one C++ fp64 reference: the Catch2 tests (tests/harness.*), the fuzz target
+// (tests/reliability) and the `flashattn check` tool (cli/) all use this one. It is the
+// internal static library fa_reference (reference/CMakeLists.txt): never installed,
+// never part of libflashattn.so. Its Python twin (reference.py, for the binding's tests
+// and the benchmark) is held to it by bindings/python/tests/test_reference_sync.py
+// (docs/internals/references.md).
 //
 //  * reference_fp64 (reference.cpp): materialized S and P in double; forward O, LSE and
 //    backward dQ, dK, dV, dBias with every option. This is the "truth" the library is

@@ -165,7 +165,7 @@ RunResult run_once(const Problem& p, flashattn_backend_t backend, flashattn_algo
   return r;
 }
 
-// The fp64 reference's description of the run (src/reference/reference.hpp): packed
+// The fp64 reference's description of the run (reference/reference.hpp): packed
 // tokens, the expanded bias, the same ALiBi slopes, dropout key and sparse layout.
 fat::RefSpec ref_spec(const Problem& p, const Inputs& in) {
   fat::RefSpec s;
@@ -320,7 +320,7 @@ const char* kHelp =
     "\n"
     "Runs one attention configuration on a backend and compares O and LSE (with --bwd\n"
     "also dQ, dK, dV, and dBias of a --bias-tensor) with a reference:\n"
-    "  * always: the project's fp64 reference (src/reference, linked into this tool)\n"
+    "  * always: the project's fp64 reference (reference/, linked into this tool)\n"
     "    computed from the same (rounded) inputs;\n"
     "  * the other algorithm (flash <-> standard) on the same backend;\n"
     "  * on CUDA also the CPU backend's result for the same inputs.\n"
@@ -404,17 +404,25 @@ int cmd_check(int argc, char** argv) {
   p.algorithm = a.get_choice("--algorithm", "flash", {"flash", "standard"}) == "flash" ? FLASHATTN_ALGORITHM_FLASH
                                                                                        : FLASHATTN_ALGORITHM_STANDARD;
   p.bwd = a.has("--bwd");
-  // heads_q % heads_kv and the shape limits are the library's to judge (exit 3 with its
-  // message); the reference only needs the group size to be exact, which it then is.
-  p.make_derived();
-
-  // Validate the configuration with the library before allocating anything large.
+  // Validate the configuration with the library before allocating anything it sizes:
+  // the shape limits and heads_q % heads_kv are the library's to judge (exit 3 with its
+  // message), and the per-sequence offsets, ALiBi slopes and block-sparse layout
+  // (make_derived) and the tensors are built only once it has accepted the shape, the
+  // options and the workspace size of every pass. The block-sparse layout itself, whose
+  // dimensions follow from the shape, is checked when the runs set it.
   flashattn_backend_t resolved = FLASHATTN_BACKEND_AUTO;
   {
     Plan plan(p.backend, p.device);
     resolved = plan.backend();
     configure_plan(plan.get(), p, p.algorithm);
+    size_t bytes = 0;
+    lib_check(flashattn_plan_get_workspace_size(plan.get(), FLASHATTN_PASS_FORWARD, &bytes),
+              "flashattn_plan_get_workspace_size");
+    if (p.bwd)
+      lib_check(flashattn_plan_get_workspace_size(plan.get(), FLASHATTN_PASS_BACKWARD, &bytes),
+                "flashattn_plan_get_workspace_size");
   }
+  p.make_derived();
   std::printf("flashattn check: backend=%s%s algorithm=%s passes=%s\n", backend_name(resolved),
               p.backend == FLASHATTN_BACKEND_AUTO ? " (auto)" : "", algorithm_name(p.algorithm),
               p.bwd ? "forward+backward" : "forward");

@@ -1,0 +1,122 @@
+"""Per-call cost of flashattn.attention beside torch SDPA, in one process.
+
+    python3 bindings/python/benchmarks/overhead.py --device cuda     # the issue's target
+    python3 bindings/python/benchmarks/overhead.py --device cpu      # binding overhead only
+
+At a tiny shape the kernels take microseconds, so the time per call is the host path:
+Python, the dispatcher, allocation and the launch. Each row is the mean over --iters
+calls issued back to back (one device synchronization at the end of each timed run),
+the best of --repeats runs. Rows:
+
+  c_call       flashattn_fwd/flashattn_bwd through ctypes with preallocated outputs
+               (the floor the binding adds to)
+  flashattn    flashattn.attention (custom op, plan cache, outputs from torch)
+  sdpa         torch.nn.functional.scaled_dot_product_attention, (batch, heads, seq, dim)
+
+"fwd" runs without autograd; "fwd+bwd" runs forward and backward on inputs that
+require grad. The ratio column is flashattn / sdpa (the target is <= 1.2).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import flashattn  # noqa: E402
+from flashattn import _torch_plans  # noqa: E402
+
+
+def _timed(fn, iters, repeats, sync):
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e6
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, help="float16, bfloat16 or float32 (default: bf16 on CUDA, fp32 on CPU)")
+    ap.add_argument("--shape", default="1,16,2,64", help="batch,seqlen,heads,head_dim (default 1,16,2,64)")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args(argv)
+    dev = torch.device(a.device)
+    dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    b, s, h, d = (int(x) for x in a.shape.split(","))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=dtype) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (batch, heads, seq, dim) view, same memory
+    gq, gk, gv = (x.clone().requires_grad_(True) for x in (q, k, v))
+    gqt, gkt, gvt = (x.detach().transpose(1, 2).clone().requires_grad_(True) for x in (q, k, v))
+    do = torch.randn_like(q)
+    dot = do.transpose(1, 2)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    # The C floor: the cached plan of these tensors, outputs allocated once.
+    opts = (0, 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
+    e = _torch_plans.entry(q, k, v, None, None, None, None, None, opts)
+    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, None, opts, True)
+    fargs = _torch_plans._FWD_ARGS.pack(_torch_plans._FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0)
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+    bargs = _torch_plans._BWD_ARGS.pack(_torch_plans._BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        out.data_ptr(), lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                        dv.data_ptr(), 0, 0, 0, 0, 0)
+    wsf = torch.empty(max(e.ws_fwd, 1), dtype=torch.uint8, device=dev)
+    wsb = torch.empty(max(e.ws_bwd, 1), dtype=torch.uint8, device=dev)
+    cf, cb = _torch_plans._cfunc("flashattn_fwd"), _torch_plans._cfunc("flashattn_bwd")
+    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
+
+    def c_fwd():
+        cf(e.handle, fargs, wsf.data_ptr(), e.ws_fwd, stream)
+
+    def c_fwdbwd():
+        cf(e.handle, fargs, wsf.data_ptr(), e.ws_fwd, stream)
+        cb(e.handle, bargs, wsb.data_ptr(), e.ws_bwd, stream)
+
+    def fa_fwd():
+        with torch.no_grad():
+            flashattn.attention(q, k, v, causal=a.causal)
+
+    def sdpa_fwd():
+        with torch.no_grad():
+            sdpa(qt, kt, vt, is_causal=a.causal)
+
+    def fa_fwdbwd():
+        flashattn.attention(gq, gk, gv, causal=a.causal).backward(do)
+
+    def sdpa_fwdbwd():
+        sdpa(gqt, gkt, gvt, is_causal=a.causal).backward(dot)
+
+    rows = []
+    for name, fn in (("c_call fwd", c_fwd), ("flashattn fwd", fa_fwd), ("sdpa fwd", sdpa_fwd),
+                     ("c_call fwd+bwd", c_fwdbwd), ("flashattn fwd+bwd", fa_fwdbwd), ("sdpa fwd+bwd", sdpa_fwdbwd)):
+        for _ in range(20):
+            fn()  # warm-up: plan cache, allocator, kernels
+        rows.append((name, _timed(fn, a.iters, a.repeats, sync)))
+    t = dict(rows)
+    dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print("device %s, dtype %s, shape (b, s, h, d) = %s, causal=%s, torch %s, %s" % (
+        dev_name, str(dtype).replace("torch.", ""), (b, s, h, d), a.causal, torch.__version__, flashattn.library_path()))
+    print("%-20s %10s %8s" % ("", "us/call", "vs sdpa"))
+    for name, us in rows:
+        peer = "sdpa " + name.split(" ", 1)[1]
+        print("%-20s %10.1f %8s" % (name, us, "%.2fx" % (us / t[peer]) if name.startswith("flashattn") else ""))
+    print("binding overhead over the C call: fwd %.1f us, fwd+bwd %.1f us" % (
+        t["flashattn fwd"] - t["c_call fwd"], t["flashattn fwd+bwd"] - t["c_call fwd+bwd"]))
+
+
+if __name__ == "__main__":
+    main()

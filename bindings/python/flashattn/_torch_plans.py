@@ -1,0 +1,210 @@
+"""The thin call path for torch tensors: a cache of C plans keyed by everything a plan
+depends on (shapes, strides, dtypes, devices, options), and one C call per pass.
+
+A cache miss builds the plan through :func:`flashattn._plan.make_plan` and checks every
+argument once (shapes, dtypes, devices, strides); a hit only allocates the outputs
+through torch (the caching allocator on CUDA), packs the argument struct and calls
+``flashattn_fwd``/``flashattn_bwd`` on the current torch stream. Nothing here
+synchronizes with the device, so runs can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+import torch
+
+from . import _lib as L
+from ._lib import Pass, Status, Tensor, make_error
+from ._plan import _dense_like, make_plan
+
+#: Plans kept at most; the oldest is dropped first (its C plan is destroyed once no run uses it).
+CACHE_SIZE = 1024
+
+# The argument structs, packed from integers: field for field flashattn_fwd_args_t and
+# flashattn_bwd_args_t (struct_size, then pointers).
+_FWD_ARGS = struct.Struct("@N9P")
+_BWD_ARGS = struct.Struct("@N14P")
+assert _FWD_ARGS.size == ctypes.sizeof(L.FwdArgs) and _BWD_ARGS.size == ctypes.sizeof(L.BwdArgs)
+_FWD_SIZE, _BWD_SIZE = _FWD_ARGS.size, _BWD_ARGS.size
+
+_cache = {}
+_cfuncs = {}
+_host = threading.local()
+_raw_stream = torch._C._cuda_getCurrentRawStream  # cudaStream_t of torch's current stream on a device
+
+
+def _cfunc(name):
+    """A private function object for `name` that takes the argument struct as packed bytes."""
+    f = _cfuncs.get(name)
+    if f is None:
+        f = L.lib()[name]
+        f.restype = ctypes.c_int
+        f.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+        _cfuncs[name] = f
+    return f
+
+
+def layouts(q_shape, q_stride, k_shape, k_stride, v_shape, v_stride):
+    """(shape, strides) of out, dq, dk, dv and the shape of lse for q, k, v of these shapes
+    and strides: 4-D (batch, seq, heads, dim), or 3-D (tokens, heads, dim) when packed.
+    Outputs are dense in the dimension order of their input. Used by the runs and by the
+    fake (meta) implementations alike."""
+    packed = len(q_shape) == 3
+    pre = (0,) if packed else ()
+    q4, k4, v4 = pre + tuple(q_shape), pre + tuple(k_shape), pre + tuple(v_shape)
+    qs4, ks4, vs4 = pre + tuple(q_stride), pre + tuple(k_stride), pre + tuple(v_stride)
+    o4 = q4[:3] + (v4[3],)
+    res = []
+    for shp, st in ((o4, qs4), (q4, qs4), (k4, ks4), (v4, vs4)):
+        strides = _dense_like(shp, st)
+        res.append((shp[len(pre):], strides[len(pre):]))
+    lse = (q4[2], q4[1]) if packed else (q4[0], q4[2], q4[1])
+    return res[0], res[1], res[2], res[3], lse
+
+
+def _desc(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+class _Entry:
+    """One cached plan with the output layouts and workspace sizes of its passes."""
+
+    __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock")
+
+    def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
+        (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
+         deterministic, algorithm) = opts
+        block_sparse = None
+        if block_layout is not None:
+            block_sparse = (block_layout.detach().cpu().numpy(), block_q, block_k)
+        plan, info = make_plan(
+            q, k, v, window=(left if left >= 0 else None, right if right >= 0 else None),
+            align="bottom_right" if bottom_right else "top_left", scale=scale or None, softcap=softcap or None,
+            bias=bias, alibi_slopes=alibi_slopes, alibi_symmetric=alibi_symmetric, dropout_p=dropout_p, seed=0,
+            block_sparse=block_sparse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+            max_seqlen_q=max_q if cu_q is not None else None, max_seqlen_k=max_k if cu_k is not None else None,
+            deterministic=deterministic, algorithm=algorithm)
+        try:
+            backend = plan.backend
+            plan._common_inputs(backend, bias, alibi_slopes, cu_q, cu_k, None)
+            self.out, dq, dk, dv, self.lse = layouts(q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+            self.grads = (dq, dk, dv)
+            packed = info["varlen"]
+            for t, (shp, st) in ((Tensor.O, self.out), (Tensor.DO, self.out), (Tensor.DQ, dq), (Tensor.DK, dk),
+                                 (Tensor.DV, dv)):
+                plan.set_strides(t, ((0,) + st) if packed else st)
+            self.dbias = None
+            if bias is not None:
+                self.dbias = (tuple(bias.shape), plan._bias_strides)
+            self.ws_fwd = plan.workspace_size(Pass.FORWARD)
+            self.ws_bwd = plan.workspace_size(Pass.BACKWARD)
+        except BaseException:
+            plan.close()
+            raise
+        self.plan = plan
+        self.handle = plan.handle.value
+        self.cuda = backend == "cuda"
+        self.dropout_p = dropout_p
+        self.lock = threading.Lock()
+
+
+def entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
+    """The cached plan for these tensors and options (built and checked on a miss)."""
+    key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+           v.shape, v.stride(), v.dtype, v.device, opts)
+    if bias is not None or alibi_slopes is not None or cu_q is not None or cu_k is not None:
+        key += (_desc(bias), _desc(alibi_slopes), _desc(cu_q), _desc(cu_k))
+    if block_layout is not None:
+        key += (bytes(block_layout.detach().cpu().to(torch.uint8).contiguous().numpy()), tuple(block_layout.shape))
+    e = _cache.get(key)
+    if e is None:
+        e = _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
+        while len(_cache) >= CACHE_SIZE:
+            _cache.pop(next(iter(_cache)), None)
+        _cache[key] = e
+    return e
+
+
+def clear_cache():
+    """Drop every cached plan."""
+    _cache.clear()
+
+
+def cache_size():
+    """How many plans are cached."""
+    return len(_cache)
+
+
+def _ptr(t):
+    return 0 if t is None else t.data_ptr()
+
+
+def _with_strides(t, shape, strides):
+    """t itself if it has these strides (size-1 dims aside), else a copy that has them."""
+    if all(n <= 1 or a == b for n, a, b in zip(shape, t.stride(), strides)):
+        return t
+    return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _workspace(e, nbytes, device):
+    """Scratch for one run: from torch's caching allocator on CUDA; on the CPU a buffer of
+    the calling thread, reused by its next run (a CPU run is synchronous)."""
+    if e.cuda:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    buf = getattr(_host, "workspace", None)
+    if buf is None or buf.numel() < nbytes:
+        buf = _host.workspace = torch.empty(nbytes, dtype=torch.uint8)
+    return buf
+
+
+def _run(e, fn, name, args, ws_bytes, device, rng):
+    ws = _workspace(e, ws_bytes, device) if ws_bytes else None
+    stream = _raw_stream(device.index) if e.cuda else None
+    if e.dropout_p:
+        seed, offset = (int(x) for x in rng.tolist())
+        with e.lock:
+            e.plan.set_dropout(e.dropout_p, seed, offset)
+            st = fn(e.handle, args, _ptr(ws), ws_bytes, stream)
+    else:
+        st = fn(e.handle, args, _ptr(ws), ws_bytes, stream)
+    if st:
+        L.check(st, name)
+
+
+def forward(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, want_lse):
+    """(out, lse) of one forward run; lse is None unless want_lse."""
+    e = entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
+    dev = q.device
+    out = torch.empty_strided(e.out[0], e.out[1], dtype=q.dtype, device=dev)
+    lse = torch.empty(e.lse, dtype=torch.float32, device=dev) if want_lse else None
+    args = _FWD_ARGS.pack(_FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse),
+                          _ptr(bias), _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
+    _run(e, _cfunc("flashattn_fwd"), "flashattn_fwd", args, e.ws_fwd, dev, rng)
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, want_dbias):
+    """(dq, dk, dv, dbias) of one backward run; dbias is None unless want_dbias."""
+    e = entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
+    dev, dt = q.device, q.dtype
+    o_shape, o_strides = e.out
+    if out.stride() != o_strides:
+        out = _with_strides(out, o_shape, o_strides)
+    if dout.stride() != o_strides:
+        dout = _with_strides(dout, o_shape, o_strides)
+    (qs, qst), (ks, kst), (vs, vst) = e.grads
+    dq = torch.empty_strided(qs, qst, dtype=dt, device=dev)
+    dk = torch.empty_strided(ks, kst, dtype=dt, device=dev)
+    dv = torch.empty_strided(vs, vst, dtype=dt, device=dev)
+    dbias = None
+    if want_dbias:
+        if e.dbias is None:
+            raise make_error(Status.INVALID_ARGUMENT, "want_dbias=True needs a bias tensor")
+        dbias = torch.empty_strided(e.dbias[0], e.dbias[1], dtype=dt, device=dev)
+    args = _BWD_ARGS.pack(_BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                          lse.contiguous().data_ptr(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                          _ptr(bias), _ptr(dbias), _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
+    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, dev, rng)
+    return dq, dk, dv, dbias

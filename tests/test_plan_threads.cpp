@@ -1,0 +1,83 @@
+// FLASHATTN_CPU_THREADS is read once per plan, when it is created: a workspace queried
+// from a plan always serves that plan's runs, whatever the variable says later.
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "flashattn.h"
+#include "harness.hpp"
+
+namespace {
+
+flashattn_plan_t make_plan(const char* threads) {
+  REQUIRE(setenv("FLASHATTN_CPU_THREADS", threads, 1) == 0);
+  flashattn_plan_t p = nullptr;
+  REQUIRE(flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  // 8 query blocks of 64 rows per head: enough tasks for every thread of the tests.
+  REQUIRE(flashattn_plan_set_shape(p, 2, 512, 96, 2, 1, 32, 32) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_dtype(p, FLASHATTN_DTYPE_FP32) == FLASHATTN_STATUS_SUCCESS);
+  return p;
+}
+
+size_t workspace(flashattn_plan_t p, flashattn_pass_t pass) {
+  size_t bytes = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(p, pass, &bytes) == FLASHATTN_STATUS_SUCCESS);
+  return bytes;
+}
+
+struct Tensors {
+  std::vector<float> q = std::vector<float>(2 * 512 * 2 * 32, 0.3f), k = std::vector<float>(2 * 96 * 32, -0.2f),
+                     v = std::vector<float>(2 * 96 * 32, 0.7f), o = std::vector<float>(2 * 512 * 2 * 32),
+                     lse = std::vector<float>(2 * 2 * 512), dout = std::vector<float>(2 * 512 * 2 * 32, 0.1f),
+                     dq = std::vector<float>(2 * 512 * 2 * 32), dk = std::vector<float>(2 * 96 * 32),
+                     dv = std::vector<float>(2 * 96 * 32);
+  flashattn_status_t fwd(flashattn_plan_t p, std::vector<char>& ws) {
+    const flashattn_fwd_args_t a = fat::fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data());
+    return flashattn_fwd(p, &a, ws.data(), ws.size(), nullptr);
+  }
+  flashattn_status_t bwd(flashattn_plan_t p, std::vector<char>& ws) {
+    const flashattn_bwd_args_t a =
+        fat::bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    return flashattn_bwd(p, &a, ws.data(), ws.size(), nullptr);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("FLASHATTN_CPU_THREADS changed between the workspace query and the run", "[threads]") {
+  for (auto alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
+    INFO("algorithm " << alg);
+    flashattn_plan_t p = make_plan("1");
+    REQUIRE(flashattn_plan_set_algorithm(p, alg) == FLASHATTN_STATUS_SUCCESS);
+    std::vector<char> ws_fwd(workspace(p, FLASHATTN_PASS_FORWARD)), ws_bwd(workspace(p, FLASHATTN_PASS_BACKWARD));
+    REQUIRE(setenv("FLASHATTN_CPU_THREADS", "4", 1) == 0);
+    // The plan keeps its one thread: same sizes, and the queried workspace is enough.
+    CHECK(workspace(p, FLASHATTN_PASS_FORWARD) == ws_fwd.size());
+    CHECK(workspace(p, FLASHATTN_PASS_BACKWARD) == ws_bwd.size());
+    Tensors t;
+    const flashattn_status_t fwd = t.fwd(p, ws_fwd);
+    INFO(flashattn_last_error());
+    CHECK(fwd == FLASHATTN_STATUS_SUCCESS);
+    const flashattn_status_t bwd = t.bwd(p, ws_bwd);
+    INFO(flashattn_last_error());
+    CHECK(bwd == FLASHATTN_STATUS_SUCCESS);
+    // A plan created now has four threads, so its workspace is larger (one slot each).
+    flashattn_plan_t four = make_plan("4");
+    REQUIRE(flashattn_plan_set_algorithm(four, alg) == FLASHATTN_STATUS_SUCCESS);
+    CHECK(workspace(four, FLASHATTN_PASS_FORWARD) > ws_fwd.size());
+    CHECK(workspace(four, FLASHATTN_PASS_BACKWARD) > ws_bwd.size());
+    // ... and it keeps them when the variable drops back to one.
+    REQUIRE(setenv("FLASHATTN_CPU_THREADS", "1", 1) == 0);
+    std::vector<char> ws4(workspace(four, FLASHATTN_PASS_FORWARD));
+    CHECK(ws4.size() > ws_fwd.size());
+    Tensors t4;
+    CHECK(t4.fwd(four, ws4) == FLASHATTN_STATUS_SUCCESS);
+    CHECK(t4.o == t.o);  // results do not depend on the thread count
+    CHECK(t4.lse == t.lse);
+    flashattn_plan_destroy(four);
+    flashattn_plan_destroy(p);
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+}
