@@ -1,8 +1,9 @@
 // Validation of the inference entry points (flashattn_plan_set_kvcache,
 // flashattn_fwd_kvcache, flashattn_combine) and construction of their parameters. Same
 // order as validate.cpp: the args struct, the plan, required pointers, option/pointer
-// consistency, alignment, strides, overlap, then the backend's checks of the values it
-// can read, then the workspace.
+// consistency, alignment, strides and extents, then the backend's checks of the values it
+// can read, then the workspace and the overlap of written memory with every other
+// argument (regions.hpp).
 #include <stdint.h>
 
 #include "api_guard.hpp"

@@ -185,7 +185,10 @@ TEST_CASE("fwd_kvcache rejects outputs overlapping inputs, streams, and small wo
                     FLASHATTN_STATUS_INVALID_ARGUMENT, "args.lse"},
                    {"appended cache over k_new",
                     [](flashattn_kvcache_args_t& a, const KvRun&) { a.k_cache = const_cast<void*>(a.k_new); },
-                    FLASHATTN_STATUS_INVALID_ARGUMENT, "args.k_cache"}});
+                    FLASHATTN_STATUS_INVALID_ARGUMENT, "args.k_cache"},
+                   {"appended V cache the same memory as the K cache",
+                    [](flashattn_kvcache_args_t& a, const KvRun&) { a.v_cache = a.k_cache; },
+                    FLASHATTN_STATUS_INVALID_ARGUMENT, "args.v_cache"}});
   const KvRun r = make_kv_run(paged_fixture());
   flashattn_plan_t plan = make_kv_plan(r);
   std::vector<uint8_t> o(static_cast<size_t>(r.c.batch * r.c.sq * r.c.hq * r.c.dv) * 2, kPoison);
