@@ -453,16 +453,20 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_block_sparse(flashattn_plan_
 typedef enum flashattn_pass_t {
   FLASHATTN_PASS_FORWARD = 0, /**< ::flashattn_fwd. */
   FLASHATTN_PASS_BACKWARD = 1, /**< ::flashattn_bwd. */
+  FLASHATTN_PASS_FORWARD_KVCACHE = 2, /**< ::flashattn_fwd_kvcache (needs ::flashattn_plan_set_kvcache). */
   FLASHATTN_PASS_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_pass_t;
 
 /**
  * @brief Workspace bytes a pass needs with the plan's current configuration (may be 0).
  * @param plan The plan (shape must be set).
- * @param pass FORWARD or BACKWARD.
+ * @param pass FORWARD, BACKWARD or FORWARD_KVCACHE.
  * @param[out] bytes Receives the size in bytes (at most 2^63-1).
- * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_ENUM; INVALID_SHAPE (the size
- *         would exceed 2^63-1 bytes).
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE (also FORWARD_KVCACHE without a KV-cache
+ *         configuration); INVALID_ENUM; INVALID_SHAPE (the size would exceed 2^63-1 bytes;
+ *         FORWARD_KVCACHE: the KV-cache configuration no longer fits the shape);
+ *         INVALID_STRIDE, INVALID_VALUE (FORWARD_KVCACHE: the configuration's strides or
+ *         rotary_dim no longer fit the shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_plan_t plan, flashattn_pass_t pass,
                                                                    size_t* bytes);
@@ -569,6 +573,192 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
 FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flashattn_bwd_args_t* args,
                                                void* workspace, size_t workspace_bytes,
                                                struct CUstream_st* stream);
+
+/** @} */
+
+/**
+ * @defgroup inference Inference: KV cache, paged KV, combine
+ * @brief Attention of new query tokens against a (paged) KV cache, with optional in-place
+ * append and rotary embedding, and the merge of partial results. Semantics follow
+ * FlashAttention's flash_attn_with_kvcache; docs/inference.md is the user guide.
+ *
+ * Shapes live in the plan (::flashattn_plan_set_shape and ::flashattn_plan_set_kvcache),
+ * pointers and per-sequence lengths in each run's ::flashattn_kvcache_args_t, so one plan
+ * serves every decode step of a batch shape and a run allocates nothing.
+ * @{
+ */
+
+/** Rotary embedding form (int32_t-compatible enum; default NONE). */
+typedef enum flashattn_rotary_t {
+  FLASHATTN_ROTARY_NONE = 0,        /**< No rotary embedding (default). */
+  FLASHATTN_ROTARY_HALF = 1,        /**< GPT-NeoX form: dims k and k + rotary_dim/2 form a pair
+                                         (FlashAttention's rotary_interleaved=False). */
+  FLASHATTN_ROTARY_INTERLEAVED = 2, /**< GPT-J form: dims 2k and 2k+1 form a pair. */
+  FLASHATTN_ROTARY_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
+} flashattn_rotary_t;
+
+/**
+ * @brief KV-cache geometry of a plan. Initialize with FLASHATTN_KVCACHE_CONFIG_INIT.
+ *
+ * The plan's seqlen_q is the number of new query tokens per sequence and its seqlen_k the
+ * capacity: the most keys one sequence may hold (used length plus appended tokens). K and
+ * V are read from the cache, not from ::flashattn_plan_set_strides' K and V strides.
+ * Strides are host arrays of 4 values in elements (copied by ::flashattn_plan_set_kvcache),
+ * or NULL for the contiguous layout; for the caches the order is (row or page, token
+ * within it, head, dim) and the dim stride must be 1. Heads-inner ([.., token, head, dim],
+ * NHD) and heads-outer ([.., head, token, dim], HND) pages are both just strides.
+ */
+typedef struct flashattn_kvcache_config_t {
+  size_t struct_size;         /**< sizeof(flashattn_kvcache_config_t) as compiled by the caller. */
+  int64_t page_size;          /**< 0 (default): contiguous cache, one row of seqlen_k tokens per cache row.
+                                   >= 1: paged pool of pages of page_size tokens (any size). */
+  int64_t num_rows;           /**< Cache rows (contiguous) or pages in the pool (paged), >= 1. */
+  int64_t max_pages_per_seq;  /**< Paged: columns of the block table, >= ceil(seqlen_k / page_size).
+                                   Contiguous: must be 0. */
+  const int64_t* k_cache_strides; /**< K cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_qk]. */
+  const int64_t* v_cache_strides; /**< V cache [num_rows, seqlen_k or page_size, heads_kv, head_dim_v]. */
+  int64_t seqlen_new;         /**< Tokens appended to each sequence before attending, 0..seqlen_k
+                                   (0, the default: no append). */
+  const int64_t* k_new_strides;   /**< New keys [batch, seqlen_new, heads_kv, head_dim_qk]. */
+  const int64_t* v_new_strides;   /**< New values [batch, seqlen_new, heads_kv, head_dim_v]. */
+  flashattn_rotary_t rotary;  /**< Rotary form applied to q and the appended k (needs seqlen_new >= 1). */
+  int64_t rotary_dim;         /**< Leading dims rotated: even, 2..head_dim_qk with a rotary form, else 0. */
+  int64_t rotary_rows;        /**< Rows (positions) of the cos/sin tables, >= 1 with a rotary form, else 0. */
+  int64_t num_splits;         /**< Key splits per (sequence, head) on the CPU backend: 0 (default) lets the
+                                   library choose from the shape; >= 1 forces. Never depends on thread count. */
+} flashattn_kvcache_config_t;
+
+/** Initializer for ::flashattn_kvcache_config_t: contiguous cache, no append, no rotary. */
+#define FLASHATTN_KVCACHE_CONFIG_INIT                                                                  \
+  {sizeof(flashattn_kvcache_config_t), 0, 0, 0, 0, 0, 0, 0, 0, FLASHATTN_ROTARY_NONE, 0, 0, 0}
+
+/**
+ * @brief Put the plan in KV-cache mode with this geometry, or leave it (config = NULL).
+ *
+ * Checked against the plan's current shape now and again at every run. KV-cache runs go
+ * through ::flashattn_fwd_kvcache only (::flashattn_fwd and ::flashattn_bwd refuse a plan in
+ * this mode); they take the plan's dtype, Q and O strides, softmax scale, softcap, band
+ * mask, ALiBi and GQA. Masks and ALiBi are aligned bottom-right against each sequence's
+ * key count (used length + seqlen_new), so the band mask must use BOTTOM_RIGHT.
+ * @param plan The plan (shape must be set).
+ * @param config Host struct, copied; NULL leaves KV-cache mode.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_SHAPE
+ *         (page_size, num_rows, max_pages_per_seq, seqlen_new); INVALID_STRIDE; INVALID_ENUM
+ *         (rotary); INVALID_VALUE (rotary_dim, rotary_rows, num_splits); INCOMPATIBLE_OPTIONS
+ *         (rotary without appended tokens).
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_kvcache(flashattn_plan_t plan,
+                                                            const flashattn_kvcache_config_t* config);
+
+/**
+ * @brief Pointers and lengths of one KV-cache run. Initialize with FLASHATTN_KVCACHE_ARGS_INIT.
+ *
+ * Memory is device memory for CUDA plans, host memory for CPU plans; tensors are in the
+ * plan's dtype unless stated. Sequence b attends to its first n_b = cache_seqlens[b] +
+ * seqlen_new keys, after the new keys are written at positions cache_seqlens[b] ..
+ * n_b - 1 of its cache row (or of its pages).
+ */
+typedef struct flashattn_kvcache_args_t {
+  size_t struct_size;             /**< sizeof(flashattn_kvcache_args_t) as compiled by the caller. */
+  const void* q;                  /**< Query [batch, seqlen_q, heads_q, head_dim_qk] (plan's Q strides). Required. */
+  void* k_cache;                  /**< K cache (config strides); written only where new keys are appended. Required. */
+  void* v_cache;                  /**< V cache (config strides); written only where new values are appended. Required. */
+  void* o;                        /**< Output [batch, seqlen_q, heads_q, head_dim_v] (plan's O strides). Required. */
+  float* lse;                     /**< fp32 [batch, heads_q, seqlen_q] contiguous. Optional (NULL). */
+  const int32_t* cache_seqlens;   /**< int32 [batch]: keys already in each sequence's cache. Required. */
+  const int32_t* cache_batch_idx; /**< int32 [batch]: cache row of each batch entry (contiguous cache only).
+                                       Optional: NULL means row b. */
+  const int32_t* block_table;     /**< int32 [batch, max_pages_per_seq] row-major: physical page of each
+                                       sequence's logical page. Required iff paged; only the entries of pages
+                                       holding the n_b keys are read. */
+  const void* k_new;              /**< New keys (config strides). Required iff seqlen_new >= 1. */
+  const void* v_new;              /**< New values (config strides). Required iff seqlen_new >= 1. */
+  const void* rotary_cos;         /**< cos table [rotary_rows, rotary_dim/2] contiguous. Required iff rotary. */
+  const void* rotary_sin;         /**< sin table, like rotary_cos. Required iff rotary. */
+  const float* alibi_slopes;      /**< fp32 [heads_q]. Required iff the bias kind is ALiBi. */
+} flashattn_kvcache_args_t;
+
+/** Initializer for ::flashattn_kvcache_args_t: sets struct_size, everything else NULL. */
+#define FLASHATTN_KVCACHE_ARGS_INIT {sizeof(flashattn_kvcache_args_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/**
+ * @brief Forward pass of new query tokens against a KV cache (decode, chunked prefill).
+ *
+ * In order: rotate the new keys (rotary form) and write them and the new values into the
+ * cache at each sequence's used length; rotate q (at positions cache_seqlens[b] + i with
+ * a band mask, else at cache_seqlens[b] for every row, as FlashAttention does; rotated
+ * values are rounded to the plan's dtype); attend. Every value a CPU run reads from host
+ * memory (lengths, cache rows, block-table entries) is checked before anything is
+ * written. CUDA plans: not served yet (NOT_SUPPORTED after the host-side checks).
+ * @param plan The plan (shape and KV-cache configuration set).
+ * @param args Pointers of this run (host struct).
+ * @param workspace Scratch of at least the queried FORWARD_KVCACHE size; may be NULL if 0.
+ * @param workspace_bytes Size of workspace.
+ * @param stream CUDA stream, or NULL; must be NULL for CPU.
+ * @return SUCCESS; NULL_POINTER; PLAN_INCOMPLETE; INVALID_STRUCT_SIZE; INVALID_SHAPE (a
+ *         tensor or the workspace beyond 2^63-1 bytes, or a KV-cache configuration the shape
+ *         no longer fits); INVALID_STRIDE;
+ *         INVALID_SEQLENS (a used length < 0, used + seqlen_new > seqlen_k, or a position past
+ *         the rotary tables); INVALID_VALUE (a cache row or block-table entry out of range, a
+ *         cache row or page written by two sequences); INVALID_ARGUMENT (memory the run writes
+ *         overlapping any other argument; a stream on CPU); MISALIGNED_POINTER (also a CPU
+ *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
+ *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
+ *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
+ *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE;
+ *         OUT_OF_MEMORY.
+ */
+FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,
+                                                       void* workspace, size_t workspace_bytes,
+                                                       struct CUstream_st* stream);
+
+/**
+ * @brief Shapes and pointers of ::flashattn_combine. Initialize with FLASHATTN_COMBINE_ARGS_INIT.
+ *
+ * Strides are host arrays in elements (read during the call), or NULL for the contiguous
+ * layout.
+ */
+typedef struct flashattn_combine_args_t {
+  size_t struct_size;              /**< sizeof(flashattn_combine_args_t) as compiled by the caller. */
+  int64_t num_splits;              /**< Parts merged per output row, >= 1. */
+  int64_t batch;                   /**< >= 1. */
+  int64_t seqlen_q;                /**< Rows per sequence, >= 1. */
+  int64_t heads;                   /**< >= 1. */
+  int64_t head_dim;                /**< 1..FLASHATTN_MAX_HEAD_DIM. */
+  const float* o_partial;          /**< fp32 partial outputs [num_splits, batch, seqlen_q, heads, head_dim]. Required. */
+  const int64_t* o_partial_strides; /**< 5 strides (split, batch, seq, head, dim); dim stride 1. */
+  const float* lse_partial;        /**< fp32 partial LSE [num_splits, batch, heads, seqlen_q]. Required. */
+  const int64_t* lse_partial_strides; /**< 4 strides (split, batch, head, seq). */
+  flashattn_dtype_t dtype;         /**< Element type of o (default FP16). */
+  void* o;                         /**< Merged output [batch, seqlen_q, heads, head_dim]. Required. */
+  const int64_t* o_strides;        /**< 4 strides (batch, seq, head, dim); dim stride 1; no two elements may alias. */
+  float* lse;                      /**< Merged LSE fp32 [batch, heads, seqlen_q] contiguous. Optional (NULL). */
+} flashattn_combine_args_t;
+
+/** Initializer for ::flashattn_combine_args_t: sets struct_size, everything else 0 / NULL. */
+#define FLASHATTN_COMBINE_ARGS_INIT \
+  {sizeof(flashattn_combine_args_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, FLASHATTN_DTYPE_FP16, 0, 0, 0}
+
+/**
+ * @brief Merge partial attention results over a split of the keys.
+ *
+ * For each row, with parts i whose lse_i is not -inf: lse = log sum_i exp(lse_i) and
+ * O = sum_i exp(lse_i - lse) O_i. Parts with lse_i = -inf are skipped (their O_i is never
+ * read); a row whose parts are all -inf gets O = 0 and LSE = -inf. A NaN part gives NaN.
+ * Serves split-KV, cascade attention and context parallelism. CPU: synchronous and
+ * bitwise independent of the thread count. CUDA: asynchronous on stream, pointers in
+ * device memory of `device`, no allocation, no host synchronization.
+ * @param backend CPU or CUDA (AUTO resolves as in ::flashattn_plan_create).
+ * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU.
+ * @param args Host struct.
+ * @param stream CUDA stream or NULL; must be NULL for CPU.
+ * @return SUCCESS; NULL_POINTER; INVALID_STRUCT_SIZE; INVALID_ENUM; INVALID_VALUE (device);
+ *         INVALID_SHAPE; INVALID_STRIDE; INVALID_ARGUMENT (an output overlapping any other
+ *         argument, a stream on CPU, or a stream of another device); MISALIGNED_POINTER;
+ *         BACKEND_UNAVAILABLE; NO_DEVICE; WRONG_MEMORY_SPACE; CUDA_ERROR; LAUNCH_FAILED.
+ */
+FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, int device,
+                                                   const flashattn_combine_args_t* args, struct CUstream_st* stream);
 
 /** @} */
 

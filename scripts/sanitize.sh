@@ -17,7 +17,7 @@ if [[ $what == asan || $what == all ]]; then
   # Every CPU test program of tests/CMakeLists.txt and tests/reliability (keep in sync).
   cmake --build --preset asan --parallel "$jobs" \
     --target test_api test_sizes test_overlap test_contract test_cublas_search test_reference test_host_memory \
-    test_attention test_dropout test_numerics \
+    test_attention test_dropout test_numerics test_kvcache \
     test_concurrency
   ctest --preset asan -LE "$exclude_labels"
 fi

@@ -1,52 +1,20 @@
-// The extern "C" boundary: every exported function. Each one that returns a status
-// clears the thread's error message, checks its own arguments before touching any state,
-// and catches every C++ exception (an allocation failure -> OUT_OF_MEMORY naming the
-// buffer, anything else -> INTERNAL_ERROR); the functions that cannot fail leave the
-// message alone (the rule documented at flashattn_last_error).
+// The extern "C" boundary: every exported function but the inference ones
+// (api_kvcache.cpp). Each one that returns a status clears the thread's error message,
+// checks its own arguments before touching any state, and catches every C++ exception
+// (api_guard.hpp); the functions that cannot fail leave the message alone (the rule
+// documented at flashattn_last_error).
 #include <math.h>
 
-#include <cstring>
-#include <new>
-
+#include "api_guard.hpp"
 #include "backends.hpp"
 #include "error.hpp"
 #include "plan.hpp"
 
+using flashattn::enum_value;
 using flashattn::fail;
+using flashattn::guarded;
 
 namespace {
-
-// Runs body() with the boundary's guarantees.
-template <class F>
-flashattn_status_t guarded(F&& body) {
-  flashattn::clear_error();
-  try {
-    return body();
-  } catch (const flashattn::AllocationFailure& a) {
-    return flashattn::fail_allocation(a.buffer, a.bytes);
-  } catch (const std::bad_alloc&) {
-    // Every allocation of the library names its buffer; reaching this is a library bug.
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory in an allocation that names no buffer (please report)");
-  } catch (const std::exception& e) {
-    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected exception: %s", e.what());
-  } catch (...) {
-    return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected unknown exception");
-  }
-}
-
-// The int value of an enum parameter. C callers may pass any int; reading the bytes
-// instead of the enum lvalue keeps out-of-range values well-defined in C++.
-template <class E>
-int enum_value(const E& e) {
-  static_assert(sizeof(E) == sizeof(int), "enums of the C ABI are int-sized");
-  int v;
-  std::memcpy(&v, &e, sizeof v);
-  return v;
-}
-
-#define FA_CHECK_PLAN(plan) \
-  if ((plan) == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan is NULL")
-
 
 void set_contiguous_strides(flashattn_plan_s& plan) {
   // Extents of the fixed-length shape, whatever the varlen mode: the strides must stay
@@ -429,11 +397,12 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
     const int ps = enum_value(pass);
-    if (ps < FLASHATTN_PASS_FORWARD || ps > FLASHATTN_PASS_BACKWARD)
+    if (ps < FLASHATTN_PASS_FORWARD || ps > FLASHATTN_PASS_FORWARD_KVCACHE)
       return fail(FLASHATTN_STATUS_INVALID_ENUM, "pass=%d is not a flashattn_pass_t value", ps);
     if (bytes == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "bytes (out-parameter) is NULL");
     if (!plan->has_shape)
       return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
+    if (pass == FLASHATTN_PASS_FORWARD_KVCACHE) return flashattn::kvcache_workspace_size(*plan, bytes);
     const flashattn::Direction dir = pass == FLASHATTN_PASS_FORWARD ? flashattn::kForward : flashattn::kBackward;
     const flashattn::AttnParams p = flashattn::params_from_plan(*plan, dir);
     return flashattn::workspace_size(*plan, dir, p, bytes);
@@ -445,6 +414,7 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
                                                struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
+    FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_fwd"));
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_fwd(*plan, args, workspace, workspace_bytes, stream, &p));
     if (plan->backend == FLASHATTN_BACKEND_CPU)
@@ -458,6 +428,7 @@ FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flas
                                                struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
+    FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_bwd"));
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_bwd(*plan, args, workspace, workspace_bytes, stream, &p));
     if (plan->backend == FLASHATTN_BACKEND_CPU)

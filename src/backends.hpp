@@ -30,6 +30,12 @@ flashattn_status_t cpu_check(const AttnParams& p);
 // Run p.direction with p.algorithm on at most `threads` threads. workspace has at least
 // cpu_workspace_size(p, threads) bytes.
 flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, size_t workspace_bytes);
+// KV-cache runs (p.kv_enabled): every host value the run reads (used lengths, cache rows,
+// block-table entries, rotary positions) in range, and no cache row or page appended to
+// by two sequences; nothing written.
+flashattn_status_t cpu_check_kvcache(const AttnParams& p);
+// Merges partial results (flashattn_combine); c is validated.
+flashattn_status_t cpu_combine(const CombineParams& c);
 
 // ---- CUDA backend (src/cuda/; stubs in src/cuda_disabled.cpp without CUDA) ----
 bool cuda_built();
@@ -47,5 +53,8 @@ flashattn_status_t cuda_check(const AttnParams& p, int device);
 // Enqueues the pass on stream; no allocation, no host synchronization.
 flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,
                             struct CUstream_st* stream);
+// Merges partial results (flashattn_combine) on stream: pointer memory spaces checked,
+// then one kernel launch; no allocation, no host synchronization.
+flashattn_status_t cuda_combine(const CombineParams& c, int device, struct CUstream_st* stream);
 
 }  // namespace flashattn

@@ -18,5 +18,6 @@ void cuda_free(int, void*) {}
 CheckedSize cuda_workspace_size(const AttnParams&, int) { return 0; }
 flashattn_status_t cuda_check(const AttnParams&, int) { return unavailable(); }
 flashattn_status_t cuda_run(const AttnParams&, int, void*, size_t, struct CUstream_st*) { return unavailable(); }
+flashattn_status_t cuda_combine(const CombineParams&, int, struct CUstream_st*) { return unavailable(); }
 
 }  // namespace flashattn

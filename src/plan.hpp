@@ -8,6 +8,16 @@
 #include "common/params.h"
 #include "flashattn.h"
 
+// A KV-cache configuration as a plan keeps it: the caller's values, stride arrays copied
+// (given[t] false: contiguous, resolved against the shape whenever it is checked).
+struct KvGeometry {
+  int64_t page_size = 0, num_rows = 0, max_pages = 0, seqlen_new = 0;
+  int32_t rotary = 0;  // flashattn_rotary_t value
+  int64_t rotary_dim = 0, rotary_rows = 0, num_splits = 0;
+  int64_t strides[4][4] = {};  // k_cache, v_cache, k_new, v_new
+  bool given[4] = {false, false, false, false};
+};
+
 struct flashattn_plan_s {
   flashattn_backend_t backend = FLASHATTN_BACKEND_CPU;  // resolved, never AUTO
   int device = 0;
@@ -39,6 +49,11 @@ struct flashattn_plan_s {
   std::vector<uint8_t> layout;
   int64_t layout_heads = 0, n_row_blocks = 0, n_col_blocks = 0, block_q = 0, block_k = 0;
   void* layout_device = nullptr;
+
+  // KV-cache mode (flashattn_plan_set_kvcache). Only flashattn_fwd_kvcache runs a plan in
+  // this mode.
+  bool kvcache = false;
+  KvGeometry kv;
 };
 
 namespace flashattn {
@@ -70,5 +85,26 @@ flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fw
                                 size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
 flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bwd_args_t* args, void* workspace,
                                 size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
+
+// ---- KV cache (validate_kvcache.cpp) ----
+
+// Reads a caller's configuration (struct_size, rotary enum, stride arrays copied).
+flashattn_status_t read_kvcache_config(const flashattn_kvcache_config_t* config, KvGeometry* out);
+
+// Checks a KV-cache geometry against the plan's shape; out gets it with every stride resolved.
+flashattn_status_t check_kvcache_geometry(const flashattn_plan_s& plan, const KvGeometry& geometry, KvGeometry* out);
+
+// INCOMPATIBLE_OPTIONS naming `function` when the plan is in KV-cache mode.
+flashattn_status_t refuse_kvcache_plan(const flashattn_plan_s& plan, const char* function);
+
+// Workspace bytes of flashattn_fwd_kvcache (PLAN_INCOMPLETE without a configuration).
+flashattn_status_t kvcache_workspace_size(const flashattn_plan_s& plan, size_t* bytes);
+
+// Full validation of a KV-cache run; fills params. Nothing is written anywhere on failure.
+flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashattn_kvcache_args_t* args, void* workspace,
+                                    size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params);
+
+// Validation of a flashattn_combine call (shapes, strides, pointers, overlap).
+flashattn_status_t validate_combine(const flashattn_combine_args_t* args, CombineParams* params);
 
 }  // namespace flashattn

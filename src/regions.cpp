@@ -20,7 +20,7 @@ Wide ceil_div(Wide a, Wide b) { return a / b + ((a % b != 0 && a > 0) ? 1 : 0); 
 // rest_lo[k] and rest_hi[k] bound the sum over dimensions k.. so that each level tries
 // only the few j_k that the remaining dimensions can complete.
 struct DifferenceSet {
-  static constexpr int kMaxDims = 4;
+  static constexpr int kMaxDims = kMaxRegionDims;
   int n = 0;  // <= kMaxDims
   Wide stride[kMaxDims] = {}, lo[kMaxDims] = {}, hi[kMaxDims] = {};
   Wide rest_lo[kMaxDims + 1] = {}, rest_hi[kMaxDims + 1] = {};
@@ -45,7 +45,7 @@ struct DifferenceSet {
 bool share_element(const Region& a, const Region& b, Wide delta_elems) {
   DifferenceSet set;
   const int dims = std::min(a.dims, DifferenceSet::kMaxDims);
-  int order[DifferenceSet::kMaxDims] = {0, 1, 2, 3};
+  int order[DifferenceSet::kMaxDims] = {0, 1, 2, 3, 4};
   for (int i = 1; i < dims; ++i)  // insertion sort by decreasing stride
     for (int j = i; j > 0 && a.strides[order[j]] > a.strides[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
   for (int i = 0; i < dims; ++i) {

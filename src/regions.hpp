@@ -11,14 +11,15 @@
 
 namespace flashattn {
 
-// A strided array of up to 4 dimensions at `base` (a contiguous buffer is one dimension
-// of stride 1). Strides are in elements and >= 0.
+// A strided array of up to kMaxRegionDims dimensions at `base` (a contiguous buffer is one
+// dimension of stride 1). Strides are in elements and >= 0.
+constexpr int kMaxRegionDims = 5;  // the split partials of flashattn_combine have 5
 struct Region {
   const char* name;  // as the caller knows it: "args.dq", "workspace"
   const void* base;  // NULL: not part of this run
   int dims;
-  int64_t extents[4];
-  int64_t strides[4];
+  int64_t extents[kMaxRegionDims];
+  int64_t strides[kMaxRegionDims];
   int64_t elem_bytes;
   int64_t align;  // required alignment of base, in bytes
   bool written;   // an output of the run, or the workspace

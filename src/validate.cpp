@@ -14,6 +14,7 @@
 #include "error.hpp"
 #include "plan.hpp"
 #include "regions.hpp"
+#include "validate_util.hpp"
 
 namespace flashattn {
 namespace {
@@ -27,6 +28,8 @@ bool is_output(flashattn_tensor_t t) {
   return t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DQ || t == FLASHATTN_TENSOR_DK ||
          t == FLASHATTN_TENSOR_DV;
 }
+
+}  // namespace
 
 // True when no two distinct in-range indices map to the same offset. Dimensions of
 // extent 1 are irrelevant; the others, sorted by stride, must each step past the whole
@@ -55,6 +58,8 @@ bool non_overlapping(int n, const int64_t* extents, const int64_t* strides) {
 }
 
 int64_t dtype_size(flashattn_dtype_t d) { return d == FLASHATTN_DTYPE_FP32 ? 4 : 2; }
+
+namespace {
 
 const char* backend_name(const flashattn_plan_s& plan) {
   return plan.backend == FLASHATTN_BACKEND_CPU ? "CPU" : "CUDA";
@@ -107,6 +112,8 @@ void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* 
                 "the regions listed here");
 }
 
+}  // namespace
+
 template <class Args>
 flashattn_status_t read_args(const Args* args, Args* out, const char* type_name) {
   if (args == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "args is NULL");
@@ -120,10 +127,24 @@ flashattn_status_t read_args(const Args* args, Args* out, const char* type_name)
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+flashattn_status_t check_workspace(size_t needed, const void* workspace, size_t workspace_bytes) {
+  if (needed > 0 && workspace == nullptr)
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but this pass needs %zu bytes", needed);
+  if (workspace_bytes < needed)
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
+                workspace_bytes, needed);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+template flashattn_status_t read_args(const flashattn_kvcache_args_t*, flashattn_kvcache_args_t*, const char*);
+template flashattn_status_t read_args(const flashattn_combine_args_t*, flashattn_combine_args_t*, const char*);
+
 flashattn_status_t require(const void* ptr, const char* name) {
   if (ptr == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "%s is NULL but required", name);
   return FLASHATTN_STATUS_SUCCESS;
 }
+
+namespace {
 
 
 // The prologue of both passes: the args struct, the plan's shape, and the q, k, v, o
@@ -198,11 +219,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   }
   size_t needed = 0;
   FA_TRY(workspace_size(plan, static_cast<Direction>(p.direction), p, &needed));
-  if (needed > 0 && workspace == nullptr)
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but this pass needs %zu bytes", needed);
-  if (workspace_bytes < needed)
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu is smaller than the required %zu",
-                workspace_bytes, needed);
+  FA_TRY(check_workspace(needed, workspace, workspace_bytes));
 
   // Nothing the run writes may share memory with anything else it reads or writes; the
   // workspace's region is the part a run touches.

@@ -77,7 +77,7 @@ struct Fixture {
                      o = buffer(B * SQ * HQ * DV), lse = buffer(B * HQ * SQ), dout = buffer(B * SQ * HQ * DV),
                      dq = buffer(B * SQ * HQ * DQK), dk = buffer(B * SK * HKV * DQK), dv = buffer(B * SK * HKV * DV),
                      bias = buffer(B * HQ * SQ * SK), slopes = buffer(HQ);
-  std::vector<int32_t> cu_q = {0, 4, 9}, cu_k = {0, 5, 11};
+  std::vector<int32_t> cu_q = {0, 4, 9}, cu_k = {0, 5, 11}, seqlens = {5, 10};
   std::vector<double> workspace = std::vector<double>(1 << 16);  // 512 KiB, 8-byte aligned
   flashattn_plan_t plan = nullptr;
 
@@ -93,6 +93,18 @@ struct Fixture {
   flashattn_fwd_args_t fwd() { return fat::fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data()); }
   flashattn_bwd_args_t bwd() {
     return fat::bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
+  }
+  // A contiguous KV cache of one row per sequence: k and v hold [B, SK, HKV, D].
+  flashattn_kvcache_config_t kv_config() const {
+    flashattn_kvcache_config_t c = FLASHATTN_KVCACHE_CONFIG_INIT;
+    c.num_rows = B;
+    return c;
+  }
+  flashattn_kvcache_args_t kv_args() {
+    flashattn_kvcache_args_t a = FLASHATTN_KVCACHE_ARGS_INIT;
+    a.q = q.data(), a.k_cache = k.data(), a.v_cache = v.data(), a.o = o.data(), a.lse = lse.data();
+    a.cache_seqlens = seqlens.data();
+    return a;
   }
   void* ws() { return workspace.data(); }
   size_t ws_bytes() const { return workspace.size() * sizeof(double); }
@@ -268,7 +280,7 @@ void drive_plan_get_workspace_size() {
   CALL(flashattn_plan_get_workspace_size, "plan NULL", nullptr, FLASHATTN_PASS_FORWARD, &bytes);
   CALL(flashattn_plan_get_workspace_size, "no shape", no_shape, FLASHATTN_PASS_FORWARD, &bytes);
   flashattn_plan_destroy(no_shape);
-  for (int p : {-1, 2}) CALL(flashattn_plan_get_workspace_size, "pass " + std::to_string(p), f.plan, bad_enum<flashattn_pass_t>(p), &bytes);
+  for (int p : {-1, 3}) CALL(flashattn_plan_get_workspace_size, "pass " + std::to_string(p), f.plan, bad_enum<flashattn_pass_t>(p), &bytes);
   CALL(flashattn_plan_get_workspace_size, "bytes NULL", f.plan, FLASHATTN_PASS_FORWARD, nullptr);
   for (auto alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
     REQUIRE(flashattn_plan_set_algorithm(f.plan, alg) == FLASHATTN_STATUS_SUCCESS);
@@ -282,6 +294,146 @@ void drive_plan_get_workspace_size() {
                                        Fixture::DQK, Fixture::DV) == FLASHATTN_STATUS_SUCCESS);
     }
   }
+  // FORWARD_KVCACHE: without a configuration, with one, and with one the shape no longer
+  // fits (set_shape after set_kvcache; the configuration is checked again).
+  REQUIRE(flashattn_plan_set_algorithm(f.plan, FLASHATTN_ALGORITHM_FLASH) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_get_workspace_size, "FORWARD_KVCACHE without configuration", f.plan,
+       FLASHATTN_PASS_FORWARD_KVCACHE, &bytes);
+  flashattn_kvcache_config_t c = f.kv_config();
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &c) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_get_workspace_size, "FORWARD_KVCACHE", f.plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes);
+  c.seqlen_new = 1, c.rotary = FLASHATTN_ROTARY_HALF, c.rotary_dim = Fixture::DQK, c.rotary_rows = Fixture::SK;
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &c) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(f.plan, Fixture::B, Fixture::SQ, Fixture::SK, Fixture::HQ, Fixture::HKV, 8,
+                                   Fixture::DV) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_get_workspace_size, "rotary_dim beyond a smaller head_dim_qk", f.plan,
+       FLASHATTN_PASS_FORWARD_KVCACHE, &bytes);
+  const int64_t k_strides[4] = {8 * Fixture::HKV * Fixture::SK, 8 * Fixture::HKV, 8, 1};  // packed for head_dim_qk 8
+  c = f.kv_config();
+  c.seqlen_new = 1, c.k_cache_strides = k_strides;
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &c) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(f.plan, Fixture::B, Fixture::SQ, Fixture::SK, Fixture::HQ, Fixture::HKV,
+                                   Fixture::DQK, Fixture::DV) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_get_workspace_size, "written cache strides aliasing a larger head_dim_qk", f.plan,
+       FLASHATTN_PASS_FORWARD_KVCACHE, &bytes);
+}
+
+void drive_plan_set_kvcache() {
+  Fixture f;
+  flashattn_plan_t no_shape = nullptr;
+  REQUIRE(flashattn_plan_create(&no_shape, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  const flashattn_kvcache_config_t good = f.kv_config();
+  CALL(flashattn_plan_set_kvcache, "plan NULL", nullptr, &good);
+  CALL(flashattn_plan_set_kvcache, "no shape", no_shape, &good);
+  flashattn_plan_destroy(no_shape);
+  auto with = [&](const std::string& what, const std::function<void(flashattn_kvcache_config_t&)>& edit) {
+    flashattn_kvcache_config_t c = good;
+    edit(c);
+    CALL(flashattn_plan_set_kvcache, what, f.plan, &c);
+  };
+  const int64_t bad_strides[4] = {Fixture::SK * Fixture::HKV * Fixture::DQK, Fixture::HKV * Fixture::DQK,
+                                  Fixture::DQK, 2};
+  with("struct_size 0", [](flashattn_kvcache_config_t& c) { c.struct_size = 0; });
+  with("page_size -1", [](flashattn_kvcache_config_t& c) { c.page_size = -1; });
+  with("k cache dim stride 2", [&](flashattn_kvcache_config_t& c) { c.k_cache_strides = bad_strides; });
+  with("rotary 7", [](flashattn_kvcache_config_t& c) { c.rotary = bad_enum<flashattn_rotary_t>(7); });
+  with("num_splits -1", [](flashattn_kvcache_config_t& c) { c.num_splits = -1; });
+  with("rotary without appended keys", [](flashattn_kvcache_config_t& c) {
+    c.rotary = FLASHATTN_ROTARY_HALF, c.rotary_dim = 2, c.rotary_rows = 1;
+  });
+  with("good", [](flashattn_kvcache_config_t&) {});
+  CALL(flashattn_plan_set_kvcache, "leave KV-cache mode", f.plan, nullptr);
+}
+
+void drive_fwd_kvcache() {
+  Fixture f;
+  const flashattn_kvcache_args_t good = f.kv_args();
+  CALL(flashattn_fwd_kvcache, "no configuration", f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
+  const flashattn_kvcache_config_t c = f.kv_config();
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &c) == FLASHATTN_STATUS_SUCCESS);
+  auto call = [&](const std::string& what, flashattn_plan_t plan, const flashattn_kvcache_args_t* a, void* ws,
+                  size_t bytes, struct CUstream_st* stream) {
+    return CALL(flashattn_fwd_kvcache, what, plan, a, ws, bytes, stream);
+  };
+  auto with = [&](const std::string& what, const std::function<void(flashattn_kvcache_args_t&)>& edit) {
+    flashattn_kvcache_args_t a = good;
+    edit(a);
+    return call(what, f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
+  };
+  std::vector<int32_t> negative = {-1, 3}, bad_row = {0, 5};
+  call("plan NULL", nullptr, &good, f.ws(), f.ws_bytes(), nullptr);
+  call("args NULL", f.plan, nullptr, f.ws(), f.ws_bytes(), nullptr);
+  with("struct_size 0", [](flashattn_kvcache_args_t& a) { a.struct_size = 0; });
+  with("q NULL", [](flashattn_kvcache_args_t& a) { a.q = nullptr; });
+  with("q misaligned", [](flashattn_kvcache_args_t& a) { a.q = static_cast<const char*>(a.q) + 1; });
+  with("k_new without appended keys", [&](flashattn_kvcache_args_t& a) { a.k_new = f.q.data(); });
+  with("cache_seqlens negative", [&](flashattn_kvcache_args_t& a) { a.cache_seqlens = negative.data(); });
+  with("cache_batch_idx out of range", [&](flashattn_kvcache_args_t& a) { a.cache_batch_idx = bad_row.data(); });
+  with("o overlaps q", [&](flashattn_kvcache_args_t& a) { a.o = const_cast<void*>(a.q); });
+  call("stream on CPU", f.plan, &good, f.ws(), f.ws_bytes(), reinterpret_cast<struct CUstream_st*>(&f));
+  call("workspace NULL", f.plan, &good, nullptr, f.ws_bytes(), nullptr);
+  call("workspace 1 byte", f.plan, &good, f.ws(), 1, nullptr);
+  call("workspace misaligned", f.plan, &good, static_cast<char*>(f.ws()) + 1, f.ws_bytes() - 1, nullptr);
+  call("good", f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
+  record("flashattn_fwd_kvcache", "allocations fail", with_failing_allocations([&] {
+           return flashattn_fwd_kvcache(f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
+         }));
+  // Appending: the list of written rows is allocated.
+  flashattn_kvcache_config_t append = c;
+  append.seqlen_new = 1;
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &append) == FLASHATTN_STATUS_SUCCESS);
+  flashattn_kvcache_args_t a = good;
+  a.k_new = f.dq.data(), a.v_new = f.dout.data();
+  call("appending", f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
+  record("flashattn_fwd_kvcache", "allocations fail while appending", with_failing_allocations([&] {
+           return flashattn_fwd_kvcache(f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
+         }));
+  // A configuration the shape no longer fits: seqlen_new beyond a smaller seqlen_k.
+  append.seqlen_new = Fixture::SK;
+  REQUIRE(flashattn_plan_set_kvcache(f.plan, &append) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(f.plan, Fixture::B, Fixture::SQ, 4, Fixture::HQ, Fixture::HKV, Fixture::DQK,
+                                   Fixture::DV) == FLASHATTN_STATUS_SUCCESS);
+  call("seqlen_new beyond a smaller seqlen_k", f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
+  // O strides valid only in varlen mode (batch stride 0), then varlen off.
+  Fixture g;
+  REQUIRE(flashattn_plan_set_varlen(g.plan, 1, 9, 11) == FLASHATTN_STATUS_SUCCESS);
+  const int64_t packed_o[4] = {0, 4 * 8, 8, 1};
+  REQUIRE(flashattn_plan_set_strides(g.plan, FLASHATTN_TENSOR_O, packed_o) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_varlen(g.plan, 0, 0, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_kvcache(g.plan, &c) == FLASHATTN_STATUS_SUCCESS);
+  const flashattn_kvcache_args_t ga = g.kv_args();
+  call("strides of varlen mode with varlen off", g.plan, &ga, g.ws(), g.ws_bytes(), nullptr);
+}
+
+void drive_combine() {
+  Fixture f;
+  // Two parts of [B, SQ, HQ, DV] (o_partial) and [B, HQ, SQ] (lse_partial), merged into f.o.
+  flashattn_combine_args_t good = FLASHATTN_COMBINE_ARGS_INIT;
+  good.num_splits = 2, good.batch = Fixture::B, good.seqlen_q = Fixture::SQ, good.heads = Fixture::HQ;
+  good.head_dim = Fixture::DV, good.dtype = FLASHATTN_DTYPE_FP32;
+  good.o_partial = f.dq.data();  // 2 x B*SQ*HQ*DV fits in B*SQ*HQ*DQK
+  good.lse_partial = f.bias.data();
+  good.o = f.o.data(), good.lse = f.lse.data();
+  const flashattn_backend_t cpu = FLASHATTN_BACKEND_CPU;
+  auto with = [&](const std::string& what, const std::function<void(flashattn_combine_args_t&)>& edit) {
+    flashattn_combine_args_t a = good;
+    edit(a);
+    return CALL(flashattn_combine, what, cpu, 0, &a, nullptr);
+  };
+  const int64_t bad_o_strides[4] = {Fixture::SQ * Fixture::HQ * Fixture::DV, Fixture::HQ * Fixture::DV,
+                                    Fixture::DV, 2};
+  CALL(flashattn_combine, "backend 7", bad_enum<flashattn_backend_t>(7), 0, &good, nullptr);
+  CALL(flashattn_combine, "device -1", cpu, -1, &good, nullptr);
+  CALL(flashattn_combine, "args NULL", cpu, 0, nullptr, nullptr);
+  CALL(flashattn_combine, "stream on CPU", cpu, 0, &good, reinterpret_cast<struct CUstream_st*>(&f));
+  with("struct_size 0", [](flashattn_combine_args_t& a) { a.struct_size = 0; });
+  with("num_splits 0", [](flashattn_combine_args_t& a) { a.num_splits = 0; });
+  with("o_strides dim stride 2", [&](flashattn_combine_args_t& a) { a.o_strides = bad_o_strides; });
+  with("o misaligned", [](flashattn_combine_args_t& a) { a.o = static_cast<char*>(a.o) + 1; });
+  with("o overlaps o_partial", [](flashattn_combine_args_t& a) { a.o = const_cast<float*>(a.o_partial); });
+  with("good", [](flashattn_combine_args_t&) {});
+  // The CUDA backend: absent from this build, or host pointers / a missing device.
+  for (int d : {0, 999}) CALL(flashattn_combine, "CUDA device " + std::to_string(d), FLASHATTN_BACKEND_CUDA, d, &good, nullptr);
 }
 
 // The bad inputs shared by both passes; run(args-editor, workspace, bytes, stream) calls one pass.
@@ -422,6 +574,22 @@ std::set<int> cannot_provoke(const std::string& fn) {
     // Device memory passed to a CPU run: needs a loaded CUDA driver (tests/test_host_memory.cpp).
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
   }
+  if (fn == "flashattn_fwd_kvcache") {
+    s.insert(FLASHATTN_STATUS_NOT_SUPPORTED);       // CUDA plans only (tests/test_gpu_inference.cpp)
+    s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);  // as for flashattn_fwd
+  }
+  if (fn == "flashattn_combine") {
+    // Launch failures need a device (tests/test_gpu_inference.cpp).
+    s.insert(FLASHATTN_STATUS_CUDA_ERROR);
+    s.insert(FLASHATTN_STATUS_LAUNCH_FAILED);
+    if (flashattn_has_cuda_backend()) {
+      s.insert(FLASHATTN_STATUS_BACKEND_UNAVAILABLE);  // the CUDA backend is built in
+      if (!gpu) s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);  // needs a device to tell host from device memory
+    } else {
+      s.insert(FLASHATTN_STATUS_NO_DEVICE);           // a CPU-only build answers BACKEND_UNAVAILABLE
+      s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);  // likewise
+    }
+  }
   return s;
 }
 
@@ -435,7 +603,8 @@ TEST_CASE("the header documents a return list for every function that returns a 
       "flashattn_plan_set_algorithm",  "flashattn_plan_set_varlen",      "flashattn_plan_set_deterministic",
       "flashattn_plan_set_band_mask",  "flashattn_plan_set_softcap",     "flashattn_plan_set_bias",
       "flashattn_plan_set_dropout",    "flashattn_plan_set_block_sparse", "flashattn_plan_get_workspace_size",
-      "flashattn_fwd",                 "flashattn_bwd"};
+      "flashattn_fwd",                 "flashattn_bwd",                  "flashattn_plan_set_kvcache",
+      "flashattn_fwd_kvcache",         "flashattn_combine"};
   std::set<std::string> parsed;
   for (const auto& d : h.documented) parsed.insert(d.first);
   // A new status-returning function needs a driver in this file (and this list).
@@ -487,6 +656,9 @@ TEST_CASE("every status a function returns is documented, and every documented o
   drive_plan_get_workspace_size();
   drive_fwd();
   drive_bwd();
+  drive_plan_set_kvcache();
+  drive_fwd_kvcache();
+  drive_combine();
   for (const auto& d : header().documented) {
     const std::set<int>& seen = observed()[d.first];
     std::set<int> excused = cannot_provoke(d.first);

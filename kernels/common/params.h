@@ -74,6 +74,43 @@ struct AttnParams {
   // ---- block-sparse (layout != null): [layout_heads, n_row_blocks, n_col_blocks] ----
   const uint8_t* layout;      // host copy for CPU, device copy for CUDA
   int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
+
+  // ---- KV cache (kv_enabled != 0; flashattn_fwd_kvcache): K/V rows come from the cache ----
+  // Sequence b attends to its first kv_seqused[b] + kv_seqlen_new keys. Contiguous cache
+  // (kv_page_size 0): row kv_batch_idx[b] (or b) at batch stride of k/v_stride. Paged: key
+  // j lives in page kv_block_table[b * kv_max_pages + j / kv_page_size] at slot
+  // j % kv_page_size (the page index steps k/v_stride.b, the slot k/v_stride.s).
+  int32_t kv_enabled;
+  const int32_t* kv_seqused;        // [batch]: keys in the cache before the append
+  const int32_t* kv_batch_idx;      // [batch] or null
+  const int32_t* kv_block_table;    // [batch, kv_max_pages] or null (contiguous)
+  int64_t kv_page_size, kv_max_pages, kv_num_rows;
+  int64_t kv_seqlen_new;            // rows appended per sequence (0 = none)
+  const void* k_new;
+  const void* v_new;
+  Strides4 k_new_stride, v_new_stride;
+  int32_t rotary;                   // flashattn_rotary_t value (0 = none)
+  int64_t rotary_dim, rotary_rows;
+  const void* rotary_cos;           // [rotary_rows, rotary_dim / 2], plan dtype
+  const void* rotary_sin;
+  int64_t kv_num_splits;            // key splits per (sequence, query head, query block), >= 1
+};
+
+}  // namespace flashattn
+
+namespace flashattn {
+
+// A validated flashattn_combine call (strides in elements, contiguous ones filled in).
+struct CombineParams {
+  int64_t num_splits, batch, seqlen_q, heads, head_dim;
+  const float* o_partial;
+  int64_t o_partial_stride[5];  // (split, batch, seq, head, dim)
+  const float* lse_partial;
+  int64_t lse_partial_stride[4];  // (split, batch, head, seq)
+  int32_t dtype;  // DtypeId of o
+  void* o;
+  Strides4 o_stride;
+  float* lse;  // [batch, heads, seqlen_q] or null
 };
 
 }  // namespace flashattn

@@ -4,6 +4,7 @@
 
 #include "backends.hpp"
 #include "cpu/cpu_impl.hpp"
+#include "cpu/kvcache.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/thread_pool.hpp"
 #include "error.hpp"
@@ -19,6 +20,7 @@ CheckedSize slot_bytes(const AttnParams& p) {
 }
 
 CheckedSize shared_bytes(const AttnParams& p) {
+  if (p.kv_enabled) return p.kv_num_splits > 1 ? split_parts_bytes(p) : CheckedSize(0);
   return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
 }
 
@@ -80,6 +82,7 @@ CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {
 
 flashattn_status_t cpu_check(const AttnParams& p) {
   FA_TRY(cpu::check_host_memory(p));
+  if (p.kv_enabled) return cpu_check_kvcache(p);
   if (!p.varlen) return FLASHATTN_STATUS_SUCCESS;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr) {
     return fail(FLASHATTN_STATUS_NULL_POINTER, "cu_seqlens_%s is NULL in varlen mode", p.cu_seqlens_q ? "k" : "q");
@@ -106,7 +109,10 @@ flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, si
   char* ws = static_cast<char*>(workspace);
   try {
     const bool standard = p.algorithm == FLASHATTN_ALGORITHM_STANDARD;
-    if (p.direction == kForward) {
+    if (p.kv_enabled) {
+      cpu::append_new_rows(p, threads);
+      cpu::flash_forward(p, ws, threads);
+    } else if (p.direction == kForward) {
       standard ? cpu::standard_forward(p, ws, threads) : cpu::flash_forward(p, ws, threads);
     } else {
       standard ? cpu::standard_backward(p, ws, threads) : cpu::flash_backward(p, ws, threads);

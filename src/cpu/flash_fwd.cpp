@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cpu/cpu_impl.hpp"
+#include "cpu/kvcache.hpp"
 #include "cpu/scores.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/thread_pool.hpp"
@@ -97,8 +98,11 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
   gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
 }
 
-// Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence).
-void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdSlot& w) {
+// Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence) against keys
+// [j_begin, j_end) (j_begin a multiple of kBc). Writes O and LSE, or with parts (split
+// s of a split-KV run) the normalized partial O and LSE of those keys.
+void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end,
+                   const FwdSlot& w, const SplitParts* parts, int64_t s) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   int64_t rows[kSub];
   for (int sb = 0; sb < kSub; ++sb) {
@@ -107,6 +111,8 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
     if (rows[sb] == 0) continue;
     const RowState& st = w.sub[sb];
     load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, start, rows[sb], dqk, st.q, dqk);
+    if (p.rotary != 0)
+      for (int64_t r = 0; r < rows[sb]; ++r) rotate_row(p, st.q + r * dqk, query_rotary_position(p, c.b, start + r));
     for (int64_t r = 0; r < rows[sb]; ++r) {
       st.m[r] = -INFINITY;
       st.l[r] = 0.f;
@@ -114,8 +120,8 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
     memset(st.acc, 0, sizeof(float) * static_cast<size_t>(rows[sb] * dvp));
   }
 
-  for (int64_t j0 = 0; j0 < c.len_k; j0 += kBc) {
-    const int64_t nj = c.len_k - j0 < kBc ? c.len_k - j0 : kBc;
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
+    const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
     TileKind kind[kSub];
     bool any = false;
     for (int sb = 0; sb < kSub; ++sb) {
@@ -123,8 +129,8 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_rows_t(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kt, kBc);
-    load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.v, dvp);
+    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, kBc, true);
+    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
     for (int sb = 0; sb < kSub; ++sb) {
       if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], w.sub[sb], w);
     }
@@ -139,8 +145,16 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, const FwdS
       // makes O and LSE NaN.
       const bool empty = st.l[r] == 0.f;
       const float inv = empty ? 0.f : 1.f / st.l[r];
+      const float lse = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
+      if (parts != nullptr) {
+        const int64_t row = split_row(p, s, c.b, c.h, i);
+        parts->lse[row] = lse;
+        float* o = parts->o + row * dv;
+        for (int64_t d = 0; d < dv; ++d) o[d] = st.acc[r * dvp + d] * inv;
+        continue;
+      }
       store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
-      if (p.lse) p.lse[lse_index(p, c, i)] = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
+      if (p.lse) p.lse[lse_index(p, c, i)] = lse;
     }
   }
 }
@@ -154,26 +168,42 @@ CheckedSize flash_fwd_slot_bytes(const AttnParams& p) {
 }
 
 void flash_forward(const AttnParams& p, char* workspace, int threads) {
+  // Split-KV (KV-cache runs only): each (sequence, head, query block) task is split into
+  // kv_num_splits key ranges of whole kBc tiles whose partial results are merged after;
+  // the split count comes from the plan, never from the thread count.
+  const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
+  const size_t shared = n_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0;
+  const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
   const int64_t rows_per_task = kSub * kBr;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
-  const int64_t n_tasks = p.batch * p.heads_q * n_qt;
+  const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
+  // Both sizes are parts of the checked workspace size the API layer validated.
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
-  if (threads > n_tasks) threads = static_cast<int>(n_tasks > 0 ? n_tasks : 1);
+  const int team = threads > n_tasks ? static_cast<int>(n_tasks > 0 ? n_tasks : 1) : threads;
   TaskCounter tasks(n_tasks);
-  run_team(threads, [&](const TeamMember& me) {
-    char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
+  run_team(team, [&](const TeamMember& me) {
+    char* slot = workspace + shared + static_cast<size_t>(me.id) * slot_bytes;
     memset(slot, 0, slot_bytes);  // padding columns of V/acc are read by the GEMMs: keep them finite
     Carver cv{slot};
     const FwdSlot w = carve_fwd(p, cv);
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       // Last query block first: under a causal mask (top-left) it is the longest, and
       // handing out long tasks first shortens the tail of the dynamic schedule.
-      const int64_t qt = n_qt - 1 - t % n_qt, bh = t / n_qt;
+      const int64_t s = t % n_splits, u = t / n_splits;
+      const int64_t qt = n_qt - 1 - u % n_qt, bh = u / n_qt;
       const HeadCtx c = make_head_ctx(p, bh / p.heads_q, bh % p.heads_q);
       if (qt * rows_per_task >= c.len_q) continue;  // varlen: past this sequence's end
-      forward_block(p, c, qt * rows_per_task, w);
+      if (n_splits == 1) {
+        forward_block(p, c, qt * rows_per_task, 0, c.len_k, w, nullptr, 0);
+        continue;
+      }
+      const int64_t chunk = round_up(ceil_div(c.len_k, n_splits), kBc);
+      const int64_t j_begin = s * chunk < c.len_k ? s * chunk : c.len_k;
+      const int64_t j_end = j_begin + chunk < c.len_k ? j_begin + chunk : c.len_k;
+      forward_block(p, c, qt * rows_per_task, j_begin, j_end, w, &parts, s);
     }
   });
+  if (n_splits > 1) combine_split_parts(p, parts, threads);
   write_uncovered_tokens(p);
 }
 

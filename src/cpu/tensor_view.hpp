@@ -31,6 +31,7 @@ inline int64_t seq_len_q(const AttnParams& p, int64_t b) {
   return p.varlen ? int64_t{p.cu_seqlens_q[b + 1]} - p.cu_seqlens_q[b] : p.seqlen_q;
 }
 inline int64_t seq_len_k(const AttnParams& p, int64_t b) {
+  if (p.kv_enabled) return int64_t{p.kv_seqused[b]} + p.kv_seqlen_new;
   return p.varlen ? int64_t{p.cu_seqlens_k[b + 1]} - p.cu_seqlens_k[b] : p.seqlen_k;
 }
 
@@ -52,6 +53,21 @@ inline HeadCtx make_head_ctx(const AttnParams& p, int64_t b, int64_t h) {
 // Element offset of row `token` (absolute token index within the batch entry) of head h.
 inline int64_t row_offset(const AttnParams& p, const Strides4& s, int64_t b, int64_t token, int64_t h) {
   return (p.varlen ? 0 : b * s.b) + token * s.s + h * s.h;
+}
+
+// Element offset of key j of sequence b, kv head hk, in a KV cache (p.kv_enabled).
+inline int64_t cache_row_offset(const AttnParams& p, const Strides4& s, int64_t b, int64_t hk, int64_t j) {
+  if (p.kv_block_table != nullptr) {
+    const int64_t page = p.kv_block_table[b * p.kv_max_pages + j / p.kv_page_size];
+    return page * s.b + (j % p.kv_page_size) * s.s + hk * s.h;
+  }
+  const int64_t row = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;
+  return row * s.b + j * s.s + hk * s.h;
+}
+
+// Element offset of key j of context c in K or V (strides s), cached or not.
+inline int64_t key_row_offset(const AttnParams& p, const Strides4& s, const HeadCtx& c, int64_t j) {
+  return p.kv_enabled ? cache_row_offset(p, s, c.b, c.hk, j) : row_offset(p, s, c.b, c.k0 + j, c.hk);
 }
 
 // Index of LSE for query row i of context c.
@@ -80,6 +96,19 @@ inline void load_rows_t(const AttnParams& p, const void* base, const Strides4& s
   for (int64_t r = 0; r < n; ++r) {
     row_to_float_strided(elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), p.dtype, dst + r, ld,
                          dim);
+  }
+}
+
+// Keys [j0, j0+n) of context c from K or V -> dst[r*ld + c] (transposed: dst[c*ld + r]).
+inline void load_key_rows(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
+                          int64_t n, int64_t dim, float* dst, int64_t ld, bool transposed) {
+  for (int64_t r = 0; r < n; ++r) {
+    const char* src = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r));
+    if (transposed) {
+      row_to_float_strided(src, p.dtype, dst + r, ld, dim);
+    } else {
+      row_to_float(src, p.dtype, dst + r * ld, dim);
+    }
   }
 }
 

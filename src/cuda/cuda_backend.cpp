@@ -220,6 +220,53 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   return fa2_check(p, *prop);
 }
 
+namespace {
+
+// Before a launch on `st` (the device already current): clears a non-sticky error the
+// caller left pending (e.g. a failed cudaMalloc nobody checked), which this call's launch
+// checks would read back as their own, and refuses a stream of another device, which
+// fails every launch on it, before anything is written. (A destroyed stream is undefined
+// behaviour in CUDA, not detectable.) The special handles need no check. While the stream
+// is being captured into a CUDA graph the runtime refuses the device query
+// (cudaErrorStreamCaptureUnsupported, which would also invalidate the capture), so a
+// capturing stream is not asked; a stream of another device then fails the capture.
+flashattn_status_t prepare_stream(cudaStream_t st, int device) {
+  (void)cudaGetLastError();
+  if (st == nullptr || st == cudaStreamLegacy || st == cudaStreamPerThread) return FLASHATTN_STATUS_SUCCESS;
+  const auto unusable = [st](cudaError_t e) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
+                static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
+  };
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (const cudaError_t e = cudaStreamIsCapturing(st, &capture)) return unusable(e);
+  if (capture == cudaStreamCaptureStatusNone) {
+    int stream_device = -1;
+    if (const cudaError_t e = cudaStreamGetDevice(st, &stream_device)) return unusable(e);
+    if (stream_device != device)
+      return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p belongs to CUDA device %d; the plan runs on device %d",
+                  static_cast<void*>(st), stream_device, device);
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+flashattn_status_t cuda_combine(const CombineParams& c, int device, struct CUstream_st* stream) {
+  if (const flashattn_status_t s = cuda_check_device(device)) return s;
+  const struct {
+    const void* ptr;
+    const char* name;
+  } ptrs[] = {{c.o_partial, "args.o_partial"}, {c.lse_partial, "args.lse_partial"}, {c.o, "args.o"},
+              {c.lse, "args.lse"}};
+  for (const auto& n : ptrs)
+    if (const flashattn_status_t s = check_pointer(n.ptr, n.name, device)) return s;
+  DeviceGuard guard(device);
+  if (const flashattn_status_t s = guard.status()) return s;
+  if (const flashattn_status_t s = prepare_stream(stream, device)) return s;
+  return combine_launch(c, stream);
+}
+
 flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,
                             struct CUstream_st* stream) {
   if (workspace != nullptr) {
@@ -228,36 +275,7 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   DeviceGuard guard(device);
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
-  // A non-sticky error the caller left pending (e.g. a failed cudaMalloc nobody checked)
-  // would be read back by this run's launch checks as the run's own: clear it first.
-  (void)cudaGetLastError();
-  // A stream of another device fails every launch on it: ask the runtime which device the
-  // stream belongs to and refuse it before anything is written. (A destroyed stream is
-  // undefined behaviour in CUDA, not detectable.) The special handles need no check. While
-  // the stream is being captured into a CUDA graph the runtime refuses that query
-  // (cudaErrorStreamCaptureUnsupported, which would also invalidate the capture), so a
-  // capturing stream is not asked; a stream of another device then fails the capture.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread) {
-    const cudaError_t e = cudaStreamIsCapturing(st, &capture);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
-                  static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-  }
-  if (st != nullptr && st != cudaStreamLegacy && st != cudaStreamPerThread && capture == cudaStreamCaptureStatusNone) {
-    int stream_device = -1;
-    const cudaError_t e = cudaStreamGetDevice(st, &stream_device);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
-                  static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    if (stream_device != device)
-      return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p belongs to CUDA device %d; the plan runs on device %d",
-                  static_cast<void*>(st), stream_device, device);
-  }
+  if (const flashattn_status_t s = prepare_stream(st, device)) return s;
   flashattn_status_t s;
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)

@@ -25,6 +25,8 @@ CheckedSize standard_workspace_size(const AttnParams& p);
 flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
+flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
 // ---- shared by both algorithms (src/cuda/varlen_tail.cu) ----
 // Varlen: writes the rows of tokens past the last offset (O = 0, LSE = -inf forward; zero
 // dQ, dK, dV backward); a no-op launch-free return without varlen.

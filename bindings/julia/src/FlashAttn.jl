@@ -50,6 +50,7 @@ const flashattn_algorithm_t = Cint
 const flashattn_mask_align_t = Cint
 const flashattn_bias_t = Cint
 const flashattn_pass_t = Cint
+const flashattn_rotary_t = Cint
 "Opaque plan handle (`struct flashattn_plan_s*`)."
 const flashattn_plan_t = Ptr{Cvoid}
 "`struct CUstream_st*`, i.e. cudaStream_t; C_NULL for the CPU backend or the default stream."
@@ -127,7 +128,14 @@ const FLASHATTN_BIAS_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enu
 # flashattn_pass_t
 const FLASHATTN_PASS_FORWARD = Cint(0)
 const FLASHATTN_PASS_BACKWARD = Cint(1)
+const FLASHATTN_PASS_FORWARD_KVCACHE = Cint(2)
 const FLASHATTN_PASS_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
+
+# flashattn_rotary_t
+const FLASHATTN_ROTARY_NONE = Cint(0)
+const FLASHATTN_ROTARY_HALF = Cint(1)
+const FLASHATTN_ROTARY_INTERLEAVED = Cint(2)
+const FLASHATTN_ROTARY_MAX_ENUM = Cint(0x7FFFFFFF)  # not a value: keeps the C enum 32-bit
 
 # ---------------------------------------------------------------- argument structs
 
@@ -186,6 +194,59 @@ bwd_args(; q=C_NULL, k=C_NULL, v=C_NULL, o=C_NULL, lse=C_NULL, dout=C_NULL, dq=C
                          Ptr{Cvoid}(o), Ptr{Cfloat}(lse), Ptr{Cvoid}(dout), Ptr{Cvoid}(dq), Ptr{Cvoid}(dk),
                          Ptr{Cvoid}(dv), Ptr{Cvoid}(bias), Ptr{Cvoid}(dbias), Ptr{Cfloat}(alibi_slopes),
                          Ptr{Int32}(cu_seqlens_q), Ptr{Int32}(cu_seqlens_k))
+
+"`flashattn_kvcache_config_t`: KV-cache geometry of a plan (same field order and types as the header)."
+struct flashattn_kvcache_config_t
+    struct_size::Csize_t
+    page_size::Int64
+    num_rows::Int64
+    max_pages_per_seq::Int64
+    k_cache_strides::Ptr{Int64}
+    v_cache_strides::Ptr{Int64}
+    seqlen_new::Int64
+    k_new_strides::Ptr{Int64}
+    v_new_strides::Ptr{Int64}
+    rotary::flashattn_rotary_t
+    rotary_dim::Int64
+    rotary_rows::Int64
+    num_splits::Int64
+end
+
+"`flashattn_kvcache_args_t`: pointers and lengths of one KV-cache run (same field order and types as the header)."
+struct flashattn_kvcache_args_t
+    struct_size::Csize_t
+    q::Ptr{Cvoid}
+    k_cache::Ptr{Cvoid}
+    v_cache::Ptr{Cvoid}
+    o::Ptr{Cvoid}
+    lse::Ptr{Cfloat}
+    cache_seqlens::Ptr{Int32}
+    cache_batch_idx::Ptr{Int32}
+    block_table::Ptr{Int32}
+    k_new::Ptr{Cvoid}
+    v_new::Ptr{Cvoid}
+    rotary_cos::Ptr{Cvoid}
+    rotary_sin::Ptr{Cvoid}
+    alibi_slopes::Ptr{Cfloat}
+end
+
+"`flashattn_combine_args_t`: shapes and pointers of a combine (same field order and types as the header)."
+struct flashattn_combine_args_t
+    struct_size::Csize_t
+    num_splits::Int64
+    batch::Int64
+    seqlen_q::Int64
+    heads::Int64
+    head_dim::Int64
+    o_partial::Ptr{Cfloat}
+    o_partial_strides::Ptr{Int64}
+    lse_partial::Ptr{Cfloat}
+    lse_partial_strides::Ptr{Int64}
+    dtype::flashattn_dtype_t
+    o::Ptr{Cvoid}
+    o_strides::Ptr{Int64}
+    lse::Ptr{Cfloat}
+end
 
 # ---------------------------------------------------------------- raw C functions
 
@@ -265,6 +326,19 @@ flashattn_fwd(plan, args, workspace, workspace_bytes, stream) =
 flashattn_bwd(plan, args, workspace, workspace_bytes, stream) =
     @ccall libflashattn.flashattn_bwd(plan::flashattn_plan_t, args::Ptr{flashattn_bwd_args_t}, workspace::Ptr{Cvoid},
                                       workspace_bytes::Csize_t, stream::CUstream)::flashattn_status_t
+
+flashattn_plan_set_kvcache(plan, config) =
+    @ccall libflashattn.flashattn_plan_set_kvcache(plan::flashattn_plan_t,
+                                                   config::Ptr{flashattn_kvcache_config_t})::flashattn_status_t
+
+flashattn_fwd_kvcache(plan, args, workspace, workspace_bytes, stream) =
+    @ccall libflashattn.flashattn_fwd_kvcache(plan::flashattn_plan_t, args::Ptr{flashattn_kvcache_args_t},
+                                              workspace::Ptr{Cvoid}, workspace_bytes::Csize_t,
+                                              stream::CUstream)::flashattn_status_t
+
+flashattn_combine(backend, device, args, stream) =
+    @ccall libflashattn.flashattn_combine(backend::flashattn_backend_t, device::Cint,
+                                          args::Ptr{flashattn_combine_args_t}, stream::CUstream)::flashattn_status_t
 
 flashattn_cuda_device_count() = @ccall libflashattn.flashattn_cuda_device_count()::Cint
 

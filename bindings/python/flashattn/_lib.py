@@ -115,6 +115,15 @@ class Pass(enum.IntEnum):
 
     FORWARD = 0
     BACKWARD = 1
+    FORWARD_KVCACHE = 2
+
+
+class Rotary(enum.IntEnum):
+    """flashattn_rotary_t."""
+
+    NONE = 0
+    HALF = 1
+    INTERLEAVED = 2
 
 
 #: FLASHATTN_MAX_HEAD_DIM
@@ -249,6 +258,77 @@ class BwdArgs(ctypes.Structure):
         super().__init__(struct_size=ctypes.sizeof(BwdArgs), **kw)
 
 
+class KvcacheConfig(ctypes.Structure):
+    """flashattn_kvcache_config_t (field order and types exactly as in flashattn.h)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("page_size", ctypes.c_int64),
+        ("num_rows", ctypes.c_int64),
+        ("max_pages_per_seq", ctypes.c_int64),
+        ("k_cache_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("v_cache_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("seqlen_new", ctypes.c_int64),
+        ("k_new_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("v_new_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("rotary", ctypes.c_int),
+        ("rotary_dim", ctypes.c_int64),
+        ("rotary_rows", ctypes.c_int64),
+        ("num_splits", ctypes.c_int64),
+    ]
+
+    def __init__(self, **kw):
+        super().__init__(struct_size=ctypes.sizeof(KvcacheConfig), **kw)
+
+
+class KvcacheArgs(ctypes.Structure):
+    """flashattn_kvcache_args_t (field order and types exactly as in flashattn.h)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("cache_seqlens", ctypes.c_void_p),
+        ("cache_batch_idx", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("k_new", ctypes.c_void_p),
+        ("v_new", ctypes.c_void_p),
+        ("rotary_cos", ctypes.c_void_p),
+        ("rotary_sin", ctypes.c_void_p),
+        ("alibi_slopes", ctypes.c_void_p),
+    ]
+
+    def __init__(self, **kw):
+        super().__init__(struct_size=ctypes.sizeof(KvcacheArgs), **kw)
+
+
+class CombineArgs(ctypes.Structure):
+    """flashattn_combine_args_t (field order and types exactly as in flashattn.h)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_splits", ctypes.c_int64),
+        ("batch", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("o_partial", ctypes.c_void_p),
+        ("o_partial_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("lse_partial", ctypes.c_void_p),
+        ("lse_partial_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("dtype", ctypes.c_int),
+        ("o", ctypes.c_void_p),
+        ("o_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("lse", ctypes.c_void_p),
+    ]
+
+    def __init__(self, **kw):
+        super().__init__(struct_size=ctypes.sizeof(CombineArgs), **kw)
+
+
 _c_int = ctypes.c_int
 _c_i64 = ctypes.c_int64
 _c_u64 = ctypes.c_uint64
@@ -281,6 +361,9 @@ PROTOTYPES = {
     "flashattn_plan_get_workspace_size": (_c_int, [_vp, _c_int, _c_size_p]),
     "flashattn_fwd": (_c_int, [_vp, ctypes.POINTER(FwdArgs), _vp, ctypes.c_size_t, _vp]),
     "flashattn_bwd": (_c_int, [_vp, ctypes.POINTER(BwdArgs), _vp, ctypes.c_size_t, _vp]),
+    "flashattn_plan_set_kvcache": (_c_int, [_vp, ctypes.POINTER(KvcacheConfig)]),
+    "flashattn_fwd_kvcache": (_c_int, [_vp, ctypes.POINTER(KvcacheArgs), _vp, ctypes.c_size_t, _vp]),
+    "flashattn_combine": (_c_int, [_c_int, _c_int, ctypes.POINTER(CombineArgs), _vp]),
     "flashattn_cuda_device_count": (_c_int, []),
     "flashattn_has_cuda_backend": (_c_int, []),
 }

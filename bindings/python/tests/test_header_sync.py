@@ -18,6 +18,11 @@ SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_
            "size_t": ctypes.c_size_t, "int32_t": ctypes.c_int32, "uint8_t": ctypes.c_uint8}
 
 
+STRUCTS = {"flashattn_fwd_args_t": _lib.FwdArgs, "flashattn_bwd_args_t": _lib.BwdArgs,
+           "flashattn_kvcache_config_t": _lib.KvcacheConfig, "flashattn_kvcache_args_t": _lib.KvcacheArgs,
+           "flashattn_combine_args_t": _lib.CombineArgs}
+
+
 @pytest.fixture(scope="module")
 def hdr():
     with open(HEADER) as f:
@@ -43,8 +48,7 @@ def matches(ctype, pytype, hdr):
         if hasattr(pytype, "_type_") and isinstance(pytype._type_, type) and issubclass(pytype, ctypes._Pointer):
             inner = base + "*" * (stars - 1) if base not in hdr["handles"] else base + "*" * (stars - 2)
             if stars - 1 == 0 and base in hdr["structs"]:
-                return pytype._type_.__name__ in ("FwdArgs", "BwdArgs") and \
-                    pytype._type_ is {"flashattn_fwd_args_t": _lib.FwdArgs, "flashattn_bwd_args_t": _lib.BwdArgs}[base]
+                return pytype._type_ is STRUCTS.get(base)
             return matches(inner if inner else "void*", pytype._type_, hdr)
         return False
     if base in hdr["enum_types"]:
@@ -63,7 +67,7 @@ def test_every_function_has_a_matching_prototype(hdr):
             assert matches(c, p, hdr), (name, i, c, p)
 
 
-@pytest.mark.parametrize("struct,cls", [("flashattn_fwd_args_t", _lib.FwdArgs), ("flashattn_bwd_args_t", _lib.BwdArgs)])
+@pytest.mark.parametrize("struct,cls", sorted(STRUCTS.items()))
 def test_args_structs_match(hdr, struct, cls):
     fields = hdr["structs"][struct]
     assert [f for f, _ in fields] == [f for f, _ in cls._fields_]
@@ -75,7 +79,8 @@ def test_args_structs_match(hdr, struct, cls):
 def test_enums_match(hdr):
     prefixes = {"FLASHATTN_STATUS_": _lib.Status, "FLASHATTN_BACKEND_": _lib.Backend, "FLASHATTN_DTYPE_": _lib.DType,
                 "FLASHATTN_TENSOR_": _lib.Tensor, "FLASHATTN_ALGORITHM_": _lib.Algorithm,
-                "FLASHATTN_ALIGN_": _lib.Align, "FLASHATTN_BIAS_": _lib.Bias, "FLASHATTN_PASS_": _lib.Pass}
+                "FLASHATTN_ALIGN_": _lib.Align, "FLASHATTN_BIAS_": _lib.Bias, "FLASHATTN_PASS_": _lib.Pass,
+                "FLASHATTN_ROTARY_": _lib.Rotary}
     seen = {e: set() for e in prefixes.values()}
     for name, value in hdr["enums"].items():
         prefix = next(p for p in prefixes if name.startswith(p))

@@ -110,6 +110,7 @@ pub const FLASHATTN_BIAS_MAX_ENUM: flashattn_bias_t = 0x7FFF_FFFF;
 pub type flashattn_pass_t = c_int;
 pub const FLASHATTN_PASS_FORWARD: flashattn_pass_t = 0;
 pub const FLASHATTN_PASS_BACKWARD: flashattn_pass_t = 1;
+pub const FLASHATTN_PASS_FORWARD_KVCACHE: flashattn_pass_t = 2;
 /// Not a value: keeps the C enum 32-bit.
 pub const FLASHATTN_PASS_MAX_ENUM: flashattn_pass_t = 0x7FFF_FFFF;
 
@@ -206,6 +207,138 @@ impl Default for flashattn_bwd_args_t {
     }
 }
 
+/// `flashattn_rotary_t`.
+pub type flashattn_rotary_t = c_int;
+pub const FLASHATTN_ROTARY_NONE: flashattn_rotary_t = 0;
+pub const FLASHATTN_ROTARY_HALF: flashattn_rotary_t = 1;
+pub const FLASHATTN_ROTARY_INTERLEAVED: flashattn_rotary_t = 2;
+/// Not a value: keeps the C enum 32-bit.
+pub const FLASHATTN_ROTARY_MAX_ENUM: flashattn_rotary_t = 0x7FFF_FFFF;
+
+/// `flashattn_kvcache_config_t`. Start from `Default::default()` (= FLASHATTN_KVCACHE_CONFIG_INIT).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct flashattn_kvcache_config_t {
+    pub struct_size: usize,
+    pub page_size: i64,
+    pub num_rows: i64,
+    pub max_pages_per_seq: i64,
+    pub k_cache_strides: *const i64,
+    pub v_cache_strides: *const i64,
+    pub seqlen_new: i64,
+    pub k_new_strides: *const i64,
+    pub v_new_strides: *const i64,
+    pub rotary: flashattn_rotary_t,
+    pub rotary_dim: i64,
+    pub rotary_rows: i64,
+    pub num_splits: i64,
+}
+
+impl Default for flashattn_kvcache_config_t {
+    /// FLASHATTN_KVCACHE_CONFIG_INIT: contiguous cache, no append, no rotary.
+    fn default() -> Self {
+        Self {
+            struct_size: core::mem::size_of::<Self>(),
+            page_size: 0,
+            num_rows: 0,
+            max_pages_per_seq: 0,
+            k_cache_strides: core::ptr::null(),
+            v_cache_strides: core::ptr::null(),
+            seqlen_new: 0,
+            k_new_strides: core::ptr::null(),
+            v_new_strides: core::ptr::null(),
+            rotary: FLASHATTN_ROTARY_NONE,
+            rotary_dim: 0,
+            rotary_rows: 0,
+            num_splits: 0,
+        }
+    }
+}
+
+/// `flashattn_kvcache_args_t`. Start from `Default::default()` (= FLASHATTN_KVCACHE_ARGS_INIT).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct flashattn_kvcache_args_t {
+    pub struct_size: usize,
+    pub q: *const c_void,
+    pub k_cache: *mut c_void,
+    pub v_cache: *mut c_void,
+    pub o: *mut c_void,
+    pub lse: *mut c_float,
+    pub cache_seqlens: *const i32,
+    pub cache_batch_idx: *const i32,
+    pub block_table: *const i32,
+    pub k_new: *const c_void,
+    pub v_new: *const c_void,
+    pub rotary_cos: *const c_void,
+    pub rotary_sin: *const c_void,
+    pub alibi_slopes: *const c_float,
+}
+
+impl Default for flashattn_kvcache_args_t {
+    /// FLASHATTN_KVCACHE_ARGS_INIT: struct_size set, every pointer NULL.
+    fn default() -> Self {
+        Self {
+            struct_size: core::mem::size_of::<Self>(),
+            q: core::ptr::null(),
+            k_cache: core::ptr::null_mut(),
+            v_cache: core::ptr::null_mut(),
+            o: core::ptr::null_mut(),
+            lse: core::ptr::null_mut(),
+            cache_seqlens: core::ptr::null(),
+            cache_batch_idx: core::ptr::null(),
+            block_table: core::ptr::null(),
+            k_new: core::ptr::null(),
+            v_new: core::ptr::null(),
+            rotary_cos: core::ptr::null(),
+            rotary_sin: core::ptr::null(),
+            alibi_slopes: core::ptr::null(),
+        }
+    }
+}
+
+/// `flashattn_combine_args_t`. Start from `Default::default()` (= FLASHATTN_COMBINE_ARGS_INIT).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct flashattn_combine_args_t {
+    pub struct_size: usize,
+    pub num_splits: i64,
+    pub batch: i64,
+    pub seqlen_q: i64,
+    pub heads: i64,
+    pub head_dim: i64,
+    pub o_partial: *const c_float,
+    pub o_partial_strides: *const i64,
+    pub lse_partial: *const c_float,
+    pub lse_partial_strides: *const i64,
+    pub dtype: flashattn_dtype_t,
+    pub o: *mut c_void,
+    pub o_strides: *const i64,
+    pub lse: *mut c_float,
+}
+
+impl Default for flashattn_combine_args_t {
+    /// FLASHATTN_COMBINE_ARGS_INIT: struct_size set, everything else 0 / NULL.
+    fn default() -> Self {
+        Self {
+            struct_size: core::mem::size_of::<Self>(),
+            num_splits: 0,
+            batch: 0,
+            seqlen_q: 0,
+            heads: 0,
+            head_dim: 0,
+            o_partial: core::ptr::null(),
+            o_partial_strides: core::ptr::null(),
+            lse_partial: core::ptr::null(),
+            lse_partial_strides: core::ptr::null(),
+            dtype: FLASHATTN_DTYPE_FP16,
+            o: core::ptr::null_mut(),
+            o_strides: core::ptr::null(),
+            lse: core::ptr::null_mut(),
+        }
+    }
+}
+
 extern "C" {
     pub fn flashattn_get_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int) -> c_int;
     pub fn flashattn_status_string(status: flashattn_status_t) -> *const c_char;
@@ -286,6 +419,23 @@ extern "C" {
         workspace_bytes: usize,
         stream: *mut CUstream_st,
     ) -> flashattn_status_t;
+    pub fn flashattn_plan_set_kvcache(
+        plan: flashattn_plan_t,
+        config: *const flashattn_kvcache_config_t,
+    ) -> flashattn_status_t;
+    pub fn flashattn_fwd_kvcache(
+        plan: flashattn_plan_t,
+        args: *const flashattn_kvcache_args_t,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut CUstream_st,
+    ) -> flashattn_status_t;
+    pub fn flashattn_combine(
+        backend: flashattn_backend_t,
+        device: c_int,
+        args: *const flashattn_combine_args_t,
+        stream: *mut CUstream_st,
+    ) -> flashattn_status_t;
     pub fn flashattn_cuda_device_count() -> c_int;
     pub fn flashattn_has_cuda_backend() -> c_int;
 }
@@ -303,6 +453,12 @@ mod tests {
         assert_eq!(core::mem::size_of::<flashattn_bwd_args_t>(), 15 * w);
         assert_eq!(flashattn_fwd_args_t::default().struct_size, 10 * w);
         assert_eq!(flashattn_bwd_args_t::default().struct_size, 15 * w);
+        // Inference structs on 64-bit targets: an int32 enum padded to 8 bytes in each.
+        if w == 8 {
+            assert_eq!(core::mem::size_of::<flashattn_kvcache_config_t>(), 13 * 8);
+            assert_eq!(core::mem::size_of::<flashattn_kvcache_args_t>(), 14 * 8);
+            assert_eq!(core::mem::size_of::<flashattn_combine_args_t>(), 14 * 8);
+        }
     }
 
     #[test]
