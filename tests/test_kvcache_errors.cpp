@@ -516,13 +516,20 @@ TEST_CASE("CUDA plans: KV-cache runs validate then report NOT_SUPPORTED, and com
   // Host-side checks still run: a missing pointer is reported as such.
   flashattn_kvcache_args_t a = FLASHATTN_KVCACHE_ARGS_INIT;
   CHECK(flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr) == FLASHATTN_STATUS_NULL_POINTER);
-  // Valid-looking pointers (never dereferenced: nothing runs on the device yet).
-  std::vector<uint8_t> buf(64);
-  std::vector<int32_t> table(static_cast<size_t>(c.batch * r.max_pages));
-  a.q = a.k_cache = a.v_cache = a.o = buf.data();
-  a.cache_seqlens = table.data();
-  a.block_table = table.data() + 1;
-  a.k_new = a.v_new = a.rotary_cos = a.rotary_sin = buf.data() + 16;
+  // Valid-looking pointers, one buffer each so that no output overlaps another argument
+  // (never dereferenced: nothing runs on the device yet).
+  std::vector<std::vector<uint8_t>> bufs(9, std::vector<uint8_t>(size_t{1} << 16));
+  a.q = bufs[0].data();
+  a.k_cache = bufs[1].data();
+  a.v_cache = bufs[2].data();
+  a.o = bufs[3].data();
+  a.k_new = bufs[4].data();
+  a.v_new = bufs[5].data();
+  a.rotary_cos = bufs[6].data();
+  a.rotary_sin = bufs[7].data();
+  std::vector<int32_t> seqlens(static_cast<size_t>(c.batch)), table(static_cast<size_t>(c.batch * r.max_pages));
+  a.cache_seqlens = seqlens.data();
+  a.block_table = table.data();
   const flashattn_status_t st = flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr);
   INFO(flashattn_last_error());
   CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
