@@ -33,8 +33,12 @@
 #include "fa2/arch.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_ctx.cuh"
+#include "fa2/bwd_dq.cuh"
+#include "fa2/bwd_epilogue.cuh"
+#include "fa2/bwd_loads.cuh"
 #include "fa2/bwd_primitives.cuh"
 #include "fa2/bwd_schedule.cuh"
+#include "fa2/bwd_state.cuh"
 #include "fa2/bwd_traits.h"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
@@ -142,184 +146,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   __syncthreads();
   if (bwd_lds(ctx.n0) >= bwd_lds(ctx.len_k)) return;  // varlen: this sequence has fewer k-blocks (CTA-uniform)
 
-  constexpr bool kTma = Arch::kSm90 && Tr::kTmaQdo;
+  using G = BwdGrid<Arch, Tr>;
+  constexpr bool kTma = G::kTma, kWg = G::kWg, kWgK = G::kWgK, kWgQ = G::kWgQ;
+  constexpr int kWS_M = G::kWS_M, kSM = G::kSM, kSN = G::kSN, kMTs = G::kMTs, kNTs = G::kNTs, kSL = G::kSL;
+  constexpr int kMTk = G::kMTk, kNTk = G::kNTk, kNTv = G::kNTv;
   // kTma: the layout starts at the first 1024-byte boundary (see BwdTraits::kTmaQdo).
   const uint32_t s_raw = smem_u32(smem);
   const uint32_t s_base = kTma ? (s_raw + 1023u) & ~1023u : s_raw;
-  unsigned char* const smem_al = smem + (s_base - s_raw);
   const uint32_t sK = s_base + Tr::kOffK, sV = s_base + Tr::kOffV;
   // P | dS buffer 0 (kSkew2: step parity st picks buffer 0 or 1 inside the loop).
   const uint32_t sP0 = s_base + Tr::kOffP;
-  constexpr int kOffQ = Arch::kSm90 ? Tr::kOffQ90 : Tr::kOffQ80;
-  constexpr int kStage = Arch::kSm90 ? Tr::kStage90 : Tr::kStage80;
-  auto sQ = [&](int st) { return s_base + kOffQ + st * kStage; };
-  auto sdO = [&](int st) { return sQ(st) + Tr::TileQ::kBytes; };
-  // S/dP warp grid. kWg (sm_90a code, the copy-engine layout): two warpgroups,
-  // each one wgmma tile of 64 rows x kSN columns; warp w computes rows 16 (w % kWS_M) .. + 15
-  // and columns kSN (w / kWS_M) ..: Br = 64 splits the Bc columns between the warpgroups,
-  // Br = 128 the rows. Else the traits' WS_M x WS_N grid of mma.sync warp tiles.
-  constexpr bool kWg = Arch::kWgmma && kTma && (Br == 64 || Br == 128) &&
-                       Bc * Br / 128 >= 32 && Bc * Br / 128 <= 128;
-  constexpr int kWS_M = kWg ? 4 * (Br / 64) : Tr::WS_M;
-  constexpr int kSM = kWg ? 16 : Tr::kSM, kSN = kWg ? Bc * Br / 128 : Tr::kSN;
-  constexpr int kMTs = kSM / 16, kNTs = kSN / 8, kSL = kWg ? 1 : Tr::kSL;
-  // dK/dV warp grid. kWgK: two warpgroups, each 64 keys x kKN (dK) / kVN (dV)
-  // columns of wgmma accumulators; warp w owns keys 16 (w % kWK_M) .. + 15 and column part
-  // w / kWK_M (Bc = 128: the warpgroups split the keys, Bc = 64: the columns). Else the
-  // traits' WK_M x WK_N grid.
-  constexpr bool kWgK = kWg && (Bc == 64 || Bc == 128);
-  constexpr int kWK_M = kWgK ? 4 * (Bc / 64) : Tr::WK_M, kWK_N = 8 / kWK_M;
-  constexpr int kKM = Bc / kWK_M, kKN = D / kWK_N, kVN = DV / kWK_N;
-  constexpr int kMTk = kKM / 16, kNTk = kKN / 8, kNTv = kVN / 8;
-  static_assert(!kWgK || ((kKN == 64 || kKN == 128) && (kVN == 64 || kVN == 128)), "wgmma dK/dV widths");
-  // dQ warp grid. kWgQ: two warpgroups, each 64 rows x kQN columns (Br = 64: the
-  // warpgroups split the columns, Br = 128: the rows), computed in kQPx passes of 64 columns;
-  // warp w owns rows 16 (w % kWQ_M) .. + 15, column part w / kWQ_M. Else the traits' grid.
-  constexpr bool kWgQ = kWg;
-  constexpr int kWQ_M = kWgQ ? 4 * (Br / 64) : Tr::WQ_M, kWQ_N = 8 / kWQ_M;
-  constexpr int kQM = Br / kWQ_M, kQN = D / kWQ_N;
-  constexpr int kQPx = kWgQ ? kQN / 64 : Tr::kQP;
-  // The reductions' unit: kBlk blocks of kMTq m16 tiles x (8 kNTqp) columns per pass.
-  constexpr int kBlk = kWgQ ? 2 : 1, kMTq = kQM / 16, kNTqp = kWgQ ? 4 : Tr::kNTqp;
-  static_assert(!kWgQ || (kQN % 64 == 0 && Tr::kDqStage), "wgmma dQ: 64-column passes, staged reductions");
-  // This warp's first key and first dK / dV column in the dK/dV grid.
-  auto wk_pos = [](int warp, int& m0, int& kn0, int& vn0) {
-    const int cw = kWgK ? warp / kWK_M : warp % Tr::WK_N;
-    m0 = (kWgK ? warp % kWK_M : warp / Tr::WK_N) * kKM;
-    kn0 = cw * kKN;
-    vn0 = cw * kVN;
-  };
-  auto lse_s = [&](int st) {
-    if constexpr (kTma) return reinterpret_cast<float*>(smem_al + Tr::kOffRows90 + st * Tr::kRowBytes);
-    return reinterpret_cast<float*>(smem_al + kOffQ + st * kStage + Tr::TileQ::kBytes + Tr::TileDO::kBytes);
-  };
-  auto delta_s = [&](int st) { return lse_s(st) + Br; };
+  const BwdKernel<Arch, Tr, T> k{args, p, ctx, dq_map, qdo_map, group, det, s_base, smem + (s_base - s_raw), sK, sV};
 
-  // Tile state of (head h, q-block m): 0 skip, 1 compute, 2 compute with element mask.
-  // Collective (all threads, uniform arguments) when a block-sparse layout is present.
-  auto tile_state = [&](int h, int m) -> int {
-    if (m < bwd_lds(ctx.m_lo) || m >= bwd_lds(ctx.m_hi)) return 0;
-    const int len_q = bwd_lds(ctx.len_q), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
-    const int n_last = n0 + n_valid - 1;
-    const int r0 = m * Br;
-    const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
-    bool partial = bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, bwd_lds(ctx.band_lo), bwd_lds(ctx.band_hi));
-    if (p.layout != nullptr) {
-      bool any_on = false, any_off = false;  // the tile's cells spread over the CTA
-      const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
-      bwd_layout_cells(lv, h, r0, r1, n0, n_last, bwd_tid(), Tr::kThreads, any_on, any_off);
-      const bool on = __syncthreads_or(any_on) != 0;
-      const bool off = __syncthreads_or(any_off) != 0;
-      if (!on) return 0;
-      if (off) partial = true;
-    }
-    return partial ? 2 : 1;
-  };
 
-  constexpr int kWinTiles = 1024;
-  // Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
-  // deterministic mode every q-block of the sequence is visited and the skipped ones
-  // still pass this k-block's turn on to the next k-block.
-  auto find_tile = [&](int& hi, int& m, bool& masked) -> bool {
-    if constexpr (Arch::kSm90) {
-      if (bwd_lds(ctx.simple)) {  // CTA-uniform; selects, no branches
-        const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
-        const int m2 = m < mb ? mb : m;
-        const bool wrap = m2 >= me;
-        hi += wrap ? 1 : 0;
-        m = wrap ? mb : m2;
-        masked = m < bwd_lds(ctx.m_un_lo) || m >= bwd_lds(ctx.m_un_hi);
-        return hi < group && mb < me;
-      }
-    }
-    if constexpr (Arch::kSm90) {
-      if (!det && p.layout != nullptr) {  // uniform
-        const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
-        const uint64_t r = bwd_next_sparse<Br, Bc, kWinTiles, Tr::kThreads>(lv, ctx, group, hi, m);
-        if ((r >> 63) == 0) return false;
-        hi = static_cast<int>((r >> 32) & 0x3fffffffu);
-        m = static_cast<int>(static_cast<uint32_t>(r));
-        masked = ((r >> 62) & 1u) != 0;
-        return true;
-      }
-    }
-    while (hi < group) {
-      const int h = bwd_lds(ctx.hk) * group + hi;
-      const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
-      if (m < mb) m = mb;
-      for (; m < me; ++m) {
-        const int st = tile_state(h, m);
-        if (st != 0) {
-          masked = st == 2;
-          return true;
-        }
-        if (det && bwd_tid() == 0) {
-          int32_t* sem = args.dq_sema + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
-          const int n_blk = bwd_lds(ctx.n_blk);
-          bwd_wait_turn(sem, n_blk);
-          bwd_st_release(sem, n_blk + 1);
-        }
-      }
-      ++hi;
-      m = 0;
-    }
-    return false;
-  };
 
-  // Q and dO tiles (`tiles` true) and the LSE and Delta rows (`rows` true) of (head
-  // h = hk * group + hi, q-block m) into stage st by cp.async.
-  auto load_q_do = [&](int st, int h, [[maybe_unused]] int hi, int m, bool tiles = true, bool rows = true) {
-    if constexpr (Arch::kSm90) {
-      const int r0 = m * Br;
-      const int len_q = bwd_lds(ctx.len_q);
-      const int nv = len_q - r0 < Br ? len_q - r0 : Br;
-      if (tiles) {
-        const T* gq = bwd_ldsp<T>(ctx.q_row0) + hi * p.q_stride.h + static_cast<int64_t>(r0) * p.q_stride.s;
-        const T* gdo = bwd_ldsp<T>(ctx.do_row0) + hi * p.do_stride.h + static_cast<int64_t>(r0) * p.do_stride.s;
-        bwd_load_tile<Arch, typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                               p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
-        bwd_load_tile<Arch, typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                                 p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
-      }
-      const int t = bwd_tid();
-      if (rows && t < Br) {  // as below: rows past the end read as 0
-        const bool ok = r0 + t < len_q;
-        const int64_t idx = ok ? bwd_lds64(ctx.lse_row0) + hi * bwd_lds64(ctx.lse_hstep) + r0 + t : 0;
-        bwd_cp_async_4(smem_u32(lse_s(st) + t), p.lse_in + idx, ok);
-        bwd_cp_async_4(smem_u32(delta_s(st) + t), args.delta + idx, ok);
-      }
-      return;
-    }
-    const int r0 = m * Br;
-    const int len_q = bwd_lds(ctx.len_q);
-    const int nv = len_q - r0 < Br ? len_q - r0 : Br;
-    const int64_t q_tok0 = bwd_lds64(ctx.q_tok0);
-    const int b = bwd_lds(ctx.b);
-    const int64_t tok = p.varlen ? q_tok0 + r0 : r0;
-    const T* gq = static_cast<const T*>(p.q) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.q_stride.b) +
-                  tok * p.q_stride.s + static_cast<int64_t>(h) * p.q_stride.h;
-    const T* gdo = static_cast<const T*>(p.dout) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.do_stride.b) +
-                   tok * p.do_stride.s + static_cast<int64_t>(h) * p.do_stride.h;
-    if (tiles) {
-      bwd_load_tile<Arch, typename Tr::TileQ, Br, D, Tr::kThreads>(sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                             p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
-      bwd_load_tile<Arch, typename Tr::TileDO, Br, DV, Tr::kThreads>(sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                               p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
-    }
-    // LSE and Delta rows by cp.async too (a plain load would stall these warps for a
-    // full memory latency). Rows past the end read as 0: their Q and dO rows are zero,
-    // so S = 0, P = 1, dP = Delta = 0 and dS = 0; they contribute nothing.
-    const int t = bwd_tid();
-    if (rows && t < Br) {
-      const int i = r0 + t;
-      const bool ok = i < len_q;
-      const int64_t idx = !ok ? 0
-                              : p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
-                                         : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
-      bwd_cp_async_4(smem_u32(lse_s(st) + t), p.lse_in + idx, ok);
-      bwd_cp_async_4(smem_u32(delta_s(st) + t), args.delta + idx, ok);
-    }
-  };
 
   float acc_dk[kMTk][kNTk][4];
   float acc_dv[kMTk][kNTv][4];
@@ -328,7 +168,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   int hi = 0, m = 0;
   bool masked = false;
-  bool have = find_tile(hi, m, masked);
+  bool have = bwd_find_tile(k, hi, m, masked);
 
   {
     // Prologue: K, V and the first Q/dO in one cp.async group.
@@ -342,7 +182,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                                            n_valid, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<Arch, typename Tr::TileV, Bc, DV, Tr::kThreads>(sV, reinterpret_cast<const uint16_t*>(gv), p.v_stride.s,
                                                             n_valid, static_cast<int>(p.head_dim_v));
-    if (have) load_q_do(0, hk * group + hi, hi, m);
+    if (have) bwd_load_q_do(k, 0, hk * group + hi, hi, m);
     cp_async_commit();
   }
 
@@ -396,53 +236,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int r0 = m * Br;
     int nhi = hi, nm = m + 1;
     bool nmasked = false;
-    const bool next = find_tile(nhi, nm, nmasked);
-    // Q/dO of the next tile into stage st^1, by the copy engine where it can (returns true
-    // then) else by cp.async, and its LSE/Delta rows if `rows`.
-    auto prefetch = [&](bool rows) -> bool {
-      const int nh = bwd_lds(ctx.hk) * group + nhi;
-      bool tma = false;
-      if constexpr (kTma) {
-        // Whole tiles, and without varlen also the last one (rows past seqlen_q are outside
-        // the map: zero-filled); with varlen a partial tile would read the next sequence.
-        tma = args.qdo_map_ok && (!p.varlen || (nm + 1) * Br <= bwd_lds(ctx.len_q));  // uniform
-        if (bwd_tid() == 0) {
-          const int ns = st ^ 1;
-          if (tma) {
-            // The stage's last writes may have been cp.async (generic proxy) by any thread:
-            // they completed (cp.async.wait_group) before a CTA barrier this thread passed
-            // since, so this thread's fence orders them before the engine's writes.
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            const uint32_t bar = smem_u32(&ctx.tma_bar[ns]);
-            if (!(kSkew && skew)) {
-              const int uses = ctx.tma_uses[ns];
-              ctx.tma_uses[ns] = uses + 1;
-              ctx.tma_state[ns] = ((uses & 1) << 1) | 1;
-            }
-            bwd_mbar_expect(bar, static_cast<uint32_t>(Tr::TileQ::kBytes + Tr::TileDO::kBytes));
-            const int row = static_cast<int>((p.varlen ? bwd_lds64(ctx.q_tok0) : 0) + nm * Br);
-            const int b = p.varlen ? 0 : bwd_lds(ctx.b);
-#pragma unroll
-            for (int c = 0; c < D / 64; ++c)
-              bwd_tma_load(sQ(ns) + static_cast<uint32_t>(c * Br * 128), &qdo_map.q, c * 64, row, nh, b, bar);
-#pragma unroll
-            for (int c = 0; c < DV / 64; ++c)
-              bwd_tma_load(sdO(ns) + static_cast<uint32_t>(c * Br * 128), &qdo_map.dout, c * 64, row, nh, b, bar);
-          } else if (!(kSkew && skew)) {
-            ctx.tma_state[ns] = 0;
-          }
-        }
-      }
-      load_q_do(st ^ 1, nh, nhi, nm, !tma, rows);
-      return tma;
-    };
+    const bool next = bwd_find_tile(k, nhi, nm, nmasked);
     if (args.stages == 2 && next) {
       if (kSkew && skew) {
         // Only the LSE/Delta rows now: their stage's readers (the previous step's S phase)
         // are done; its Q/dO may still be read by slower warps' GEMMs of the previous step.
-        load_q_do(st ^ 1, bwd_lds(ctx.hk) * group + nhi, nhi, nm, false, true);
+        bwd_load_q_do(k, st ^ 1, bwd_lds(ctx.hk) * group + nhi, nhi, nm, false, true);
       } else {
-        prefetch(true);
+        bwd_prefetch(k, st, nhi, nm, skew, true);
       }
     }
     cp_async_commit();
@@ -512,15 +313,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // completes first (wait_group 1) while dP's still runs.
         const uint32_t wg_row = static_cast<uint32_t>(ws_m0 - (warp & 3) * 16) * 128u;
         wg_fence();
-        wg_gemm<T, kNTs, D, 0, Br, Bc, true>(acc_s, sQ(st) + wg_row, sK + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_gemm<T, kNTs, D, 0, Br, Bc, true>(acc_s, k.sQ(st) + wg_row, sK + static_cast<uint32_t>(ws_n0) * 128u);
         wg_commit();
-        wg_gemm<T, kNTs, DV, 0, Br, Bc, true>(acc_dp, sdO(st) + wg_row, sV + static_cast<uint32_t>(ws_n0) * 128u);
+        wg_gemm<T, kNTs, DV, 0, Br, Bc, true>(acc_dp, k.sdO(st) + wg_row, sV + static_cast<uint32_t>(ws_n0) * 128u);
         wg_commit();
         wg_wait<1>();
         wg_hold(acc_s);
       } else
       {
-        bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, sQ(st), ws_m0, sK, ws_n0);
+        bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, k.sQ(st), ws_m0, sK, ws_n0);
       }
       // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
       // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
@@ -537,7 +338,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           float lse2[2];
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {  // as row_vals below
-            const float l = lse_s(st)[rr + 8 * hr];
+            const float l = k.lse_s(st)[rr + 8 * hr];
             lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
           }
           int lo[2] = {0, 0}, hi[2] = {0, 0};
@@ -554,7 +355,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         wg_hold(acc_dp);
       } else
       {
-        bwd_warp_gemm<Arch, T, SL, kNTs, DV, false, false, Br, Bc>(acc_dp, sdO(st), ws_m0, sV, ws_n0);
+        bwd_warp_gemm<Arch, T, SL, kNTs, DV, false, false, Br, Bc>(acc_dp, k.sdO(st), ws_m0, sV, ws_n0);
       }
       if constexpr (kSkew1) {
         if (free_wait && ms == 0) bwd_mbar_wait(smem_u32(&ctx.free_bar), ((tma_bits >> 4) & 1u) ^ 1u);
@@ -565,7 +366,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           const int rr = ws_m0 + ml * 16 + g;
           float dlt[2];
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) dlt[hr] = delta_s(st)[rr + 8 * hr];
+          for (int hr = 0; hr < 2; ++hr) dlt[hr] = k.delta_s(st)[rr + 8 * hr];
           const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
 #pragma unroll
           for (int nt = 0; nt < kNTs; ++nt) {
@@ -584,9 +385,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       auto row_vals = [&](int rr, float (&lse2)[2], float (&dlt)[2]) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const float l = lse_s(st)[rr + 8 * hr];
+          const float l = k.lse_s(st)[rr + 8 * hr];
           lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
-          dlt[hr] = delta_s(st)[rr + 8 * hr];
+          dlt[hr] = k.delta_s(st)[rr + 8 * hr];
         }
       };
       const int n0 = bwd_lds(ctx.n0);
@@ -688,12 +489,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
           for (int km = 0; km < SL; ++km) {
 #pragma unroll
-            for (int k = 0; k < kNTs; ++k) {
-              if ((km != 0 || k != 0) && km == ml && k == nt) {
+            for (int kt = 0; kt < kNTs; ++kt) {
+              if ((km != 0 || kt != 0) && km == ml && kt == nt) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                  sv[e] = acc_s[km][k][e];
-                  dv[e] = acc_dp[km][k][e];
+                  sv[e] = acc_s[km][kt][e];
+                  dv[e] = acc_dp[km][kt][e];
                 }
               }
             }
@@ -811,7 +612,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     __syncthreads();  // sP, sdS complete (kSkew: and every warp is past the previous step)
     if (kSkew && skew && next) {
       const int ns = st ^ 1;
-      if (prefetch(false)) {  // uniform
+      if (bwd_prefetch(k, st, nhi, nm, skew, false)) {  // uniform
         tma_bits = (tma_bits | (1u << ns)) & ~(32u << ns);
       } else {
         bwd_cpa_arrive(smem_u32(&ctx.cpa_bar[ns]));
@@ -824,210 +625,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // (Tr::kDqMid) between them ----
     auto dv_phase = [&]() {
       int wk_m0, wk_n0, wv_n0;
-      wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
-      bwd_warp_gemm<Arch, T, kMTk, kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, sdO(st), wv_n0);
+      G::wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
+      bwd_warp_gemm<Arch, T, kMTk, kNTv, Br, true, true, Br, Br>(acc_dv, sP, wk_m0, k.sdO(st), wv_n0);
     };
     auto dk_phase = [&]() {
       int wk_m0, wk_n0, wv_n0;
-      wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
-      bwd_warp_gemm<Arch, T, kMTk, kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, sQ(st), wk_n0);
+      G::wk_pos(bwd_tid() >> 5, wk_m0, wk_n0, wv_n0);
+      bwd_warp_gemm<Arch, T, kMTk, kNTk, Br, true, true, Br, Br>(acc_dk, sdS, wk_m0, k.sQ(st), wk_n0);
     };
 
-    // dQ in kQP column passes of the warp tile.
-    auto dq_phase = [&]() {
-      const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
-      const int g = lane >> 2, t = lane & 3;
-      const int wq_m0 = (kWgQ ? warp % kWQ_M : warp / Tr::WQ_N) * kQM;
-      const int b = bwd_lds(ctx.b);
-      int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
-#pragma unroll 1
-      for (int qp = 0; qp < kQPx; ++qp) {
-      const int wq_p0 = (kWgQ ? warp / kWQ_M : warp % Tr::WQ_N) * kQN + qp * (kQN / kQPx);
-      float acc_q[kMTq][kBlk * kNTqp][4];
-      if constexpr (kWgQ) {
-        wg_fence();
-        wg_gemm<T, kBlk * kNTqp, Bc, 1, Br, Bc, true>(acc_q, sdS + static_cast<uint32_t>(wq_m0 - (warp & 3) * 16) * 128u,
-                                                     sK + static_cast<uint32_t>((wq_p0 >> 6) * Bc * 128));
-        wg_commit();
-        wg_wait<0>();
-        wg_hold(acc_q);
-      } else
-      {
-        bwd_zero(acc_q);
-        bwd_warp_gemm<Arch, T, kMTq, kNTqp, Bc, false, true, Br, Bc>(acc_q, sdS, wq_m0, sK, wq_p0);
-      }
-      if (det && qp == 0) {
-        if (bwd_tid() == 0) bwd_wait_turn(sem, bwd_lds(ctx.n_blk));
-        __syncthreads();
-      }
-#pragma unroll
-      for (int blk = 0; blk < kBlk; ++blk) {
-      // Block blk of the pass: columns wq_n0 .. + 8 kNTqp - 1 (its fragments acc_dq).
-      float (&acc_dq)[kMTq][kNTqp][4] = *reinterpret_cast<float (*)[kMTq][kNTqp][4]>(&acc_q[0][blk * kNTqp][0]);
-      const int wq_n0 = wq_p0 + blk * 8 * kNTqp;
-      const int dqk = static_cast<int>(p.head_dim_qk);
-      const int len_q = bwd_lds(ctx.len_q);
-      const int64_t dq_row0 = p.varlen ? bwd_lds64(ctx.q_tok0) : static_cast<int64_t>(b) * p.seqlen_q;
-      float* dq_base = args.dq_accum + ((dq_row0 + r0) * p.heads_q + h) * dqk;
-      const int64_t dq_rs = p.heads_q * dqk;
-      if constexpr (Arch::kSm90 && Tr::kDqStage) {
-        // Stage one m16 x 32 block of the warp's pass tile at a time: row R at R * 128 B,
-        // 16-byte chunk c stored at c ^ (2 * (R & 3)) (conflict-free for both the 8-byte
-        // fragment stores and the row-wise 16-byte reads), then 4 reductions of 4 rows each.
-        const uint32_t stg = s_base + Tr::kOffStg + static_cast<uint32_t>(warp * Tr::kStgWarpBytes);
-        if constexpr (Tr::kDqBulk) {
-          if (args.dq_map_ok) {  // uniform; never in deterministic mode (the host sets it)
-            // Block mt of the pass: the warp stores its fragments into buffer mt in the
-            // map's 128-byte swizzle (row R at R * 128 B, 16-byte chunk c at c ^ (R & 7): the
-            // fragment stores hit every bank pair at most twice), makes them visible to the
-            // copy engine (proxy fence), and lane 0 issues one tensor reduction of the 16 x 32
-            // box at (column wq_n0, head h, row dq_row0 + r0 + wq_m0 + 16 mt); the engine
-            // skips columns >= head_dim_qk and rows past the accumulator. Rows past len_q
-            // would land in the next sequence's rows: in the last block they are stored as 0
-            // (they hold dS K of zero-filled Q rows, which NaN or Inf keys can make NaN).
-            // Both blocks of the pass are stored before one fence and issued together; the
-            // buffers are refilled once the previous pass's group is done reading them.
-            const uint32_t bufs = (s_base + Tr::kOffStg + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
-            const uint32_t buf0 = bufs + static_cast<uint32_t>((warp * 2 + blk) * Tr::kBulkBufBytes);
-            const uint32_t lane_o = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ g) << 4) | ((t & 1) << 3)));
-            const int rows_left = len_q - r0 - wq_m0;
-            const int row0 = static_cast<int>(dq_row0 + r0 + wq_m0);
-            const uint64_t map = reinterpret_cast<uint64_t>(&dq_map);
-            static_assert(kMTq * kBlk <= 2, "one buffer per m16 block of the pass");
-            if (lane == 0 && blk == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-            __syncwarp();
-#pragma unroll
-            for (int mt = 0; mt < kMTq; ++mt) {
-              const uint32_t buf = buf0 + static_cast<uint32_t>(mt * Tr::kBulkBufBytes);
-              const bool partial = mt * 16 + 16 > rows_left;  // uniform
-#pragma unroll
-              for (int nt = 0; nt < kNTqp; ++nt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                  float x = acc_dq[mt][nt][2 * hf], y = acc_dq[mt][nt][2 * hf + 1];
-                  if (partial && mt * 16 + g + 8 * hf >= rows_left) x = y = 0.f;
-                  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(buf + ((lane_o ^ static_cast<uint32_t>(nt << 5)) +
-                                                                                static_cast<uint32_t>(hf * 1024))),
-                               "f"(x), "f"(y)
-                               : "memory");
-                }
-            }
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncwarp();
-            if (lane == 0) {
-#pragma unroll
-              for (int mt = 0; mt < kMTq; ++mt)
-                if (mt * 16 < rows_left)
-                  asm volatile(
-                      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
-                          map),
-                      "r"(buf0 + static_cast<uint32_t>(mt * Tr::kBulkBufBytes)), "r"(wq_n0), "r"(h), "r"(row0 + mt * 16)
-                      : "memory");
-              asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-            }
-            continue;  // next block (or column pass)
-          }
-        }
-        // This lane's row (lane / 8 + 4 i + 16 mt) and 4 columns as one base pointer plus
-        // 4-row steps, and the row bound as one compare per reduction.
-        const int row_l = lane >> 3;
-        float* const lane_dq = dq_base + static_cast<int64_t>(wq_m0 + row_l) * dq_rs + wq_n0 + (lane & 7) * 4;
-        const int64_t step4 = 4 * dq_rs;
-        const int rows_left = len_q - r0 - wq_m0 - row_l;  // row 4 i + 16 mt exists iff < rows_left
-        const bool col_ok = wq_n0 + (lane & 7) * 4 < dqk;
-        // The global address of reduction k (row 4 k of this lane, k = 4 mt + i) is the
-        // previous one plus 4 rows, by an add the compiler cannot re-associate into a wide
-        // multiply; the reduction is predicated (no branch to sink address math into).
-        uint64_t red_ptr = 0;
-        asm("cvta.to.global.u64 %0, %1;\n" : "=l"(red_ptr) : "l"(lane_dq));
-        const uint64_t red_step = static_cast<uint64_t>(step4) * sizeof(float);
-        // Staging store of (row g + 8 hf, cols nt * 8 + 2 t): chunk 2 nt + (t >> 1) XOR 2 (g & 3),
-        // i.e. tile 0's offset XOR (nt << 5), + 1024 for hf.
-        const uint32_t stg_o0 = static_cast<uint32_t>(g * 128 + ((((t >> 1) ^ (2 * (g & 3))) << 4) | ((t & 1) << 3)));
-#pragma unroll
-        for (int mt = 0; mt < kMTq; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < kNTqp; ++nt) {
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-              const uint32_t off = (stg_o0 ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024);
-              asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(stg + off), "f"(acc_dq[mt][nt][2 * hf]),
-                           "f"(acc_dq[mt][nt][2 * hf + 1])
-                           : "memory");
-            }
-          }
-          __syncwarp();
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = 4 * i + (lane >> 3), ch = lane & 7;
-            const uint32_t off = static_cast<uint32_t>(row * 128 + ((ch ^ (2 * (row & 3))) << 4));
-            float4 v;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(stg + off)
-                         : "memory");
-            const int ok = col_ok && mt * 16 + 4 * i < rows_left;
-            asm volatile(
-                "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-                " @p red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(red_ptr),
-                "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(ok)
-                : "memory");
-            asm("add.u64 %0, %0, %1;\n" : "+l"(red_ptr) : "l"(red_step));
-          }
-          __syncwarp();
-        }
-      } else
-      {
-#pragma unroll
-      for (int mt = 0; mt < kMTq; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kNTqp; ++nt) {
-          const int r = wq_m0 + mt * 16 + g, c = wq_n0 + nt * 8 + 2 * t;
-          if constexpr (Arch::kSm90 && Tr::kDqV4) {
-          // Lanes t, t^1 swap half their fragment so each holds 4 consecutive columns of
-          // one row: one 16-byte vector reduction instead of two 8-byte ones (the atomics
-          // share the L1/LSU pipe with the shared-memory traffic).
-          const bool odd = (t & 1) != 0;
-          const float s0 = odd ? acc_dq[mt][nt][0] : acc_dq[mt][nt][2];
-          const float s1 = odd ? acc_dq[mt][nt][1] : acc_dq[mt][nt][3];
-          const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-          const float x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-          const float4 v = odd ? make_float4(x0, x1, acc_dq[mt][nt][2], acc_dq[mt][nt][3])
-                               : make_float4(acc_dq[mt][nt][0], acc_dq[mt][nt][1], x0, x1);
-          const int rv = odd ? r + 8 : r, cv = odd ? c - 2 : c;
-          if (cv < dqk && r0 + rv < len_q) bwd_red_vec(dq_base + rv * dq_rs + cv, v);
-          } else {
-            // Two 8-byte reductions (at d=256 with one pass, the swap's extra registers
-            // cost more than the narrower atomics: 104 vs 142 TFLOP/s on H100).
-            if (c < dqk) {
-              if (r0 + r < len_q) bwd_red_add2<Arch>(dq_base + r * dq_rs + c, acc_dq[mt][nt][0], acc_dq[mt][nt][1]);
-              if (r0 + r + 8 < len_q)
-                bwd_red_add2<Arch>(dq_base + (r + 8) * dq_rs + c, acc_dq[mt][nt][2], acc_dq[mt][nt][3]);
-            }
-          }
-        }
-      }
-      }
-      }  // block
-      }  // column pass
-      if (det) {
-        __threadfence();
-        __syncthreads();
-        if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
-      }
-    };
     if constexpr (kWgK) {
       // Both GEMMs issued for the warpgroup's 64 keys (its warp 0's wk_m0: the first key of a
       // 64-column block of sP / sdS), then the dQ GEMM and its reductions run beside them.
       int wk_m0, wk_n0, wv_n0;
       const int warp = bwd_tid() >> 5;
-      wk_pos(warp, wk_m0, wk_n0, wv_n0);
+      G::wk_pos(warp, wk_m0, wk_n0, wv_n0);
       const uint32_t ka = static_cast<uint32_t>(((wk_m0 - (warp & 3) * 16) >> 6) * Br * 128);
       wg_fence();
-      wg_gemm<T, kNTv, Br, 3, Br, Br, false>(acc_dv, sP + ka, sdO(st) + static_cast<uint32_t>((wv_n0 >> 6) * Br * 128));
-      wg_gemm<T, kNTk, Br, 3, Br, Br, false>(acc_dk, sdS + ka, sQ(st) + static_cast<uint32_t>((wk_n0 >> 6) * Br * 128));
+      wg_gemm<T, kNTv, Br, 3, Br, Br, false>(acc_dv, sP + ka, k.sdO(st) + static_cast<uint32_t>((wv_n0 >> 6) * Br * 128));
+      wg_gemm<T, kNTk, Br, 3, Br, Br, false>(acc_dk, sdS + ka, k.sQ(st) + static_cast<uint32_t>((wk_n0 >> 6) * Br * 128));
       wg_commit();
-      dq_phase();
+      bwd_dq_phase(k, h, m, r0, sdS);
       wg_wait<0>();
       wg_hold(acc_dv);
       wg_hold(acc_dk);
@@ -1035,9 +653,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     {
     dv_phase();
     constexpr bool kMid = Arch::kSm90 && Tr::kDqMid;
-    if constexpr (kMid) dq_phase();
+    if constexpr (kMid) bwd_dq_phase(k, h, m, r0, sdS);
     dk_phase();
-    if constexpr (!kMid) dq_phase();
+    if constexpr (!kMid) bwd_dq_phase(k, h, m, r0, sdS);
     }
     if constexpr (kSkew1) {
       if (skew) {  // this thread's reads of sP/sdS are done (phase = this step)
@@ -1048,7 +666,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
     if (args.stages == 1) {
       __syncthreads();  // every read of stage 0 is done
-      if (next) load_q_do(0, bwd_lds(ctx.hk) * group + nhi, nhi, nm);
+      if (next) bwd_load_q_do(k, 0, bwd_lds(ctx.hk) * group + nhi, nhi, nm);
       cp_async_commit();
     } else {
       st ^= 1;
@@ -1059,100 +677,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     have = next;
   }
 
-  // Bulk dQ reductions: complete (their shared-memory reads included) before the CTA exits.
-  if constexpr (Arch::kSm90 && Tr::kDqBulk) {
-    if ((tid & 31) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  }
-
-  // ---- dK (scaled), dV to global ----
-  {
-    const int warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    int wk_m0, wk_n0, wv_n0;
-    wk_pos(warp, wk_m0, wk_n0, wv_n0);
-    const int b = bwd_lds(ctx.b), hk = bwd_lds(ctx.hk), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
-    const int64_t k_tok = (p.varlen ? bwd_lds64(ctx.k_tok0) : 0) + n0;
-    T* gdk = static_cast<T*>(p.dk) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dk_stride.b) +
-             k_tok * p.dk_stride.s + static_cast<int64_t>(hk) * p.dk_stride.h;
-    T* gdv = static_cast<T*>(p.dv) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dv_stride.b) +
-             k_tok * p.dv_stride.s + static_cast<int64_t>(hk) * p.dv_stride.h;
-    const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
-    const float scale = p.scale;
-    bool staged = false;
-    if constexpr (Arch::kSm90) {
-      // EPI: through shared memory (the K and V tiles, free now), then whole 16-byte row
-      // chunks to global memory, when the row starts allow 16-byte stores (uniform).
-      staged = ((reinterpret_cast<uintptr_t>(gdk) | reinterpret_cast<uintptr_t>(gdv)) & 15u) == 0 &&
-               ((p.dk_stride.s | p.dv_stride.s) & 7) == 0;
-      if (staged) {
-        // Every warp's last reads of sK and sV are done, and so are the prologue's copies into
-        // them (still in flight here if the CTA had no tile to compute: no loop-top wait ran).
-        cp_async_wait<0>();
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < kMTk; ++mt) {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = wk_m0 + mt * 16 + g + 8 * hf;
-#pragma unroll
-            for (int nt = 0; nt < kNTk; ++nt) {
-              const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
-              const uint32_t a = sK + 2u * static_cast<uint32_t>(Tr::TileK::offset(r, wk_n0 + nt * 8 + 2 * t));
-              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-            }
-#pragma unroll
-            for (int nt = 0; nt < kNTv; ++nt) {
-              const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
-              const uint32_t a = sV + 2u * static_cast<uint32_t>(Tr::TileV::offset(r, wv_n0 + nt * 8 + 2 * t));
-              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-            }
-          }
-        }
-        __syncthreads();
-        auto rows_out = [&](auto tile_c, uint32_t s_tile, T* gdst, int64_t stride, int cols, auto ncols_c) {
-          using Tile = decltype(tile_c);
-          constexpr int kChunks = decltype(ncols_c)::value / 8;  // 16-byte chunks per row
-#pragma unroll 1
-          for (int i = tid; i < Bc * kChunks; i += Tr::kThreads) {
-            const int r = i / kChunks, c = (i % kChunks) * 8;
-            if (r < n_valid && c < cols) {
-              uint4 v;
-              asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                           : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                           : "r"(s_tile + 2u * static_cast<uint32_t>(Tile::offset(r, c))));
-              *reinterpret_cast<uint4*>(gdst + static_cast<int64_t>(r) * stride + c) = v;
-            }
-          }
-        };
-        rows_out(typename Tr::TileK{}, sK, gdk, p.dk_stride.s, dqk, std::integral_constant<int, D>{});
-        rows_out(typename Tr::TileV{}, sV, gdv, p.dv_stride.s, dv, std::integral_constant<int, DV>{});
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < kMTk; ++mt) {
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int r = wk_m0 + mt * 16 + g + 8 * hf;
-        if (staged || r >= n_valid) continue;
-#pragma unroll
-        for (int nt = 0; nt < kNTk; ++nt) {
-          const int c = wk_n0 + nt * 8 + 2 * t;
-          if (c < dqk) {
-            const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
-            *reinterpret_cast<uint32_t*>(gdk + static_cast<int64_t>(r) * p.dk_stride.s + c) = v;
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < kNTv; ++nt) {
-          const int c = wv_n0 + nt * 8 + 2 * t;
-          if (c < dv) {
-            const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
-            *reinterpret_cast<uint32_t*>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c) = v;
-          }
-        }
-      }
-    }
-  }
+  bwd_epilogue(k, acc_dk, acc_dv);
 }
 
 }  // namespace fa2

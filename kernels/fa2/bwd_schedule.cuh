@@ -6,6 +6,7 @@
 
 #include "fa2/bwd_ctx.cuh"
 #include "fa2/bwd_primitives.cuh"
+#include "fa2/bwd_state.cuh"
 
 namespace flashattn {
 namespace fa2 {
@@ -108,6 +109,88 @@ __device__ __noinline__ uint64_t bwd_next_sparse(const BwdLayoutView lv, BwdCtx&
     m = 0;
   }
   return 0;
+}
+
+// Tile state of (head h, q-block m): 0 skip, 1 compute, 2 compute with element mask.
+// Collective (all threads, uniform arguments) when a block-sparse layout is present.
+template <class Arch, class Tr, typename T>
+__device__ __forceinline__ int bwd_tile_state(const BwdKernel<Arch, Tr, T>& k, int h, int m) {
+  constexpr int Br = Tr::Br, Bc = Tr::Bc;
+  const AttnParams& p = k.p;
+  BwdCtx& ctx = k.ctx;
+  if (m < bwd_lds(ctx.m_lo) || m >= bwd_lds(ctx.m_hi)) return 0;
+  const int len_q = bwd_lds(ctx.len_q), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
+  const int n_last = n0 + n_valid - 1;
+  const int r0 = m * Br;
+  const int r1 = (r0 + Br < len_q ? r0 + Br : len_q) - 1;
+  bool partial = bwd_tile_partial(m, Br, Bc, len_q, n0, n_valid, bwd_lds(ctx.band_lo), bwd_lds(ctx.band_hi));
+  if (p.layout != nullptr) {
+    bool any_on = false, any_off = false;  // the tile's cells spread over the CTA
+    const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
+    bwd_layout_cells(lv, h, r0, r1, n0, n_last, bwd_tid(), Tr::kThreads, any_on, any_off);
+    const bool on = __syncthreads_or(any_on) != 0;
+    const bool off = __syncthreads_or(any_off) != 0;
+    if (!on) return 0;
+    if (off) partial = true;
+  }
+  return partial ? 2 : 1;
+}
+
+constexpr int kBwdWinTiles = 1024;
+// Advances (hi, m) to the next tile to compute, starting at (hi, m) inclusive. In
+// deterministic mode every q-block of the sequence is visited and the skipped ones
+// still pass this k-block's turn on to the next k-block.
+template <class Arch, class Tr, typename T>
+__device__ __forceinline__ bool bwd_find_tile(const BwdKernel<Arch, Tr, T>& k, int& hi, int& m, bool& masked) {
+  constexpr int Br = Tr::Br, Bc = Tr::Bc;
+  const AttnParams& p = k.p;
+  const BwdArgs& args = k.args;
+  BwdCtx& ctx = k.ctx;
+  const int group = k.group;
+  const bool det = k.det;
+  if constexpr (Arch::kSm90) {
+    if (bwd_lds(ctx.simple)) {  // CTA-uniform; selects, no branches
+      const int mb = bwd_lds(ctx.m_lo), me = bwd_lds(ctx.m_hi);
+      const int m2 = m < mb ? mb : m;
+      const bool wrap = m2 >= me;
+      hi += wrap ? 1 : 0;
+      m = wrap ? mb : m2;
+      masked = m < bwd_lds(ctx.m_un_lo) || m >= bwd_lds(ctx.m_un_hi);
+      return hi < group && mb < me;
+    }
+  }
+  if constexpr (Arch::kSm90) {
+    if (!det && p.layout != nullptr) {  // uniform
+      const BwdLayoutView lv{p.layout, p.layout_heads, p.n_row_blocks, p.n_col_blocks, p.block_q, p.block_k};
+      const uint64_t r = bwd_next_sparse<Br, Bc, kBwdWinTiles, Tr::kThreads>(lv, ctx, group, hi, m);
+      if ((r >> 63) == 0) return false;
+      hi = static_cast<int>((r >> 32) & 0x3fffffffu);
+      m = static_cast<int>(static_cast<uint32_t>(r));
+      masked = ((r >> 62) & 1u) != 0;
+      return true;
+    }
+  }
+  while (hi < group) {
+    const int h = bwd_lds(ctx.hk) * group + hi;
+    const int mb = det ? 0 : bwd_lds(ctx.m_lo), me = det ? bwd_lds(ctx.n_mb) : bwd_lds(ctx.m_hi);
+    if (m < mb) m = mb;
+    for (; m < me; ++m) {
+      const int st = bwd_tile_state(k, h, m);
+      if (st != 0) {
+        masked = st == 2;
+        return true;
+      }
+      if (det && bwd_tid() == 0) {
+        int32_t* sem = args.dq_sema + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
+        const int n_blk = bwd_lds(ctx.n_blk);
+        bwd_wait_turn(sem, n_blk);
+        bwd_st_release(sem, n_blk + 1);
+      }
+    }
+    ++hi;
+    m = 0;
+  }
+  return false;
 }
 
 }  // namespace fa2
