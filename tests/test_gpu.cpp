@@ -295,7 +295,8 @@ TEST_CASE("gpu: variable-length sequences including empty ones", "[gpu][fwd][bwd
 TEST_CASE("gpu: varlen tokens past the last offset are zero (O, gradients) and -inf (LSE)", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
   uint64_t seed = 3650;
-  for (int64_t d : {64, 128, 256})
+  // Head dims every GPU serves (the d=256 backward needs more than 99 KB of shared memory).
+  for (int64_t d : {64, 128, 192})
     for (flashattn_dtype_t t : kGpuDtypes) {
       Config c = gbase("gpu varlen uncovered tail", 1, 1, d, t, ++seed);
       c.hq = 4;
