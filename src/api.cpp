@@ -99,14 +99,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
                                                        int device) {
   return guarded([&]() -> flashattn_status_t {
     if (plan == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan (out-parameter) is NULL");
-    const int b = enum_value(backend);
-    if (b < FLASHATTN_BACKEND_AUTO || b > FLASHATTN_BACKEND_CUDA)
-      return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", b);
-    if (device < 0) return fail(FLASHATTN_STATUS_INVALID_VALUE, "device=%d must be >= 0", device);
-    flashattn_backend_t resolved = backend;
-    if (backend == FLASHATTN_BACKEND_AUTO)
-      resolved = (flashattn::cuda_built() && device < flashattn::cuda_device_count()) ? FLASHATTN_BACKEND_CUDA
-                                                                                      : FLASHATTN_BACKEND_CPU;
+    flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
+    FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
     flashattn_plan_s* p = new (std::nothrow) flashattn_plan_s();
     if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));

@@ -51,14 +51,8 @@ FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, co
 FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, int device,
                                                    const flashattn_combine_args_t* args, struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
-    const int b = enum_value(backend);
-    if (b < FLASHATTN_BACKEND_AUTO || b > FLASHATTN_BACKEND_CUDA)
-      return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", b);
-    if (device < 0) return fail(FLASHATTN_STATUS_INVALID_VALUE, "device=%d must be >= 0", device);
-    flashattn_backend_t resolved = backend;
-    if (backend == FLASHATTN_BACKEND_AUTO)
-      resolved = (flashattn::cuda_built() && device < flashattn::cuda_device_count()) ? FLASHATTN_BACKEND_CUDA
-                                                                                      : FLASHATTN_BACKEND_CPU;
+    flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
+    FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
     flashattn::CombineParams c;
     FA_TRY(flashattn::validate_combine(args, &c));
     if (resolved == FLASHATTN_BACKEND_CPU) {
