@@ -340,27 +340,6 @@ __global__ void __launch_bounds__(256) bwd_dbias_slab_reduce_kernel(const AttnPa
   }
 }
 
-// Varlen: key tokens after cu_seqlens_k[batch] belong to no sequence; their dK and dV
-// rows are written as zeros (as the CPU backend does). Work scales with those tokens only.
-template <typename T>
-__global__ void __launch_bounds__(256) bwd_zero_uncovered_kv_kernel(const AttnParams p) {
-  int64_t end = p.cu_seqlens_k[p.batch];
-  end = end < 0 ? 0 : (end > p.total_k ? p.total_k : end);
-  const int64_t cq = p.head_dim_qk / 8, cv = p.head_dim_v / 8, per_tok = p.heads_kv * (cq + cv);
-  const int64_t n = (p.total_k - end) * per_tok;
-  const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n;
-       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t tok = end + x / per_tok, r = x % per_tok;
-    const int64_t h = r / (cq + cv), c = r % (cq + cv);
-    if (c < cq) {
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.dk) + tok * p.dk_stride.s + h * p.dk_stride.h + c * 8) = z;
-    } else {
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.dv) + tok * p.dv_stride.s + h * p.dv_stride.h + (c - cq) * 8) = z;
-    }
-  }
-}
-
 unsigned grid_for(int64_t work_items, int64_t per_block) {
   int64_t g = (work_items + per_block - 1) / per_block;
   if (g < 1) g = 1;
@@ -420,12 +399,8 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
                   cudaGetErrorString(err));
     }
   }
-  // 4b. varlen key tokens outside every sequence.
-  if (p.varlen && p.total_k > 0 && p.heads_kv > 0) {
-    bwd_zero_uncovered_kv_kernel<T><<<64, 256, 0, stream>>>(p);
-    if (const flashattn_status_t s = launch_error("the uncovered-token dK/dV zero kernel")) return s;
-  }
   // 5. dQ (also zero for query tokens outside every sequence: nothing was added there).
+  // dK/dV of key tokens outside every sequence: src/cuda/varlen_tail.cu, after the run.
   const int64_t nchunks = rows * p.heads_q * (p.head_dim_qk / 8);
   if (nchunks > 0) {
     bwd_dq_convert_kernel<T><<<grid_for(nchunks, 256), 256, 0, stream>>>(p, a.dq_accum);
