@@ -144,8 +144,8 @@ std::vector<int64_t> Args::get_int_list(const std::string& name, const std::vect
     if (!parse_int(item, &v))
       throw UsageError(strf("%s: '%s' in '%s' is not an integer", name.c_str(), item.c_str(), s.c_str()));
     if (v < lo || v > hi)
-      throw UsageError(strf("%s: %lld is outside [%lld, %lld]", name.c_str(), (long long)v, (long long)lo,
-                            (long long)hi));
+      throw UsageError(
+          strf("%s: %lld is outside [%lld, %lld]", name.c_str(), (long long)v, (long long)lo, (long long)hi));
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;

@@ -13,11 +13,11 @@ namespace facli {
 
 // Exit codes (also listed in `flashattn --help`).
 enum ExitCode : int {
-  kExitOk = 0,        // success; `check` passed
-  kExitFail = 1,      // `check` ran but an error exceeded its tolerance
-  kExitUsage = 2,     // bad command line (the message names the flag)
-  kExitLibrary = 3,   // libflashattn returned a status other than SUCCESS
-  kExitRuntime = 4,   // anything else: CUDA runtime error in the tool, host out of memory, I/O
+  kExitOk = 0,       // success; `check` passed
+  kExitFail = 1,     // `check` ran but an error exceeded its tolerance
+  kExitUsage = 2,    // bad command line (the message names the flag)
+  kExitLibrary = 3,  // libflashattn returned a status other than SUCCESS
+  kExitRuntime = 4,  // anything else: CUDA runtime error in the tool, host out of memory, I/O
 };
 
 // A bad command line. The message names the offending flag and value.

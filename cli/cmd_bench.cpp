@@ -168,8 +168,8 @@ std::vector<Row> run_config(const Config& c, bool want_fwd, bool want_bwd) {
     const size_t nq = size_t(c.batch * c.seqlen * c.heads * c.head_dim);
     const size_t nk = size_t(c.batch * c.seqlen * c.heads_kv * c.head_dim);
     const size_t nlse = size_t(c.batch * c.heads * c.seqlen);
-    fwd.io_bytes = (2 * nq + 2 * nk) * es + nlse * 4;                // Q, K, V, O, LSE
-    bwd.io_bytes = fwd.io_bytes + (3 * nq + 2 * nk) * es;             // + dO, dQ, dK, dV
+    fwd.io_bytes = (2 * nq + 2 * nk) * es + nlse * 4;      // Q, K, V, O, LSE
+    bwd.io_bytes = fwd.io_bytes + (3 * nq + 2 * nk) * es;  // + dO, dQ, dK, dV
     SpaceBuffer q(on_dev, nq * es), k(on_dev, nk * es), v(on_dev, nk * es), o(on_dev, nq * es), lse(on_dev, nlse * 4);
     fill_input(q, on_dev, c.dtype, nq, 1);
     fill_input(k, on_dev, c.dtype, nk, 2);
@@ -204,7 +204,8 @@ std::vector<Row> run_config(const Config& c, bool want_fwd, bool want_bwd) {
     ba.dq = dq.get();
     ba.dk = dk.get();
     ba.dv = dv.get();
-    time_calls(c, &bwd, [&] { lib_check(flashattn_bwd(plan.get(), &ba, ws.get(), bwd.workspace, nullptr), "flashattn_bwd"); });
+    time_calls(c, &bwd,
+               [&] { lib_check(flashattn_bwd(plan.get(), &ba, ws.get(), bwd.workspace, nullptr), "flashattn_bwd"); });
     if (on_dev) dev::synchronize();
     if (!all_finite(dq, c.dtype, nq) || !all_finite(dv, c.dtype, nk))
       throw RuntimeError("backward output dQ or dV has NaN/inf values");
@@ -311,9 +312,9 @@ std::vector<Row> run_isolated(const Config& c, bool want_fwd, bool want_bwd) {
   std::memset(&ru, 0, sizeof ru);
   if (wait4(pid, &status, 0, &ru) < 0) throw RuntimeError(strf("wait4: %s", std::strerror(errno)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    failed.error = WIFSIGNALED(status) ? strf("benchmark child killed by signal %d (%s)", WTERMSIG(status),
-                                              strsignal(WTERMSIG(status)))
-                                       : strf("benchmark child exited with status %d", WEXITSTATUS(status));
+    failed.error = WIFSIGNALED(status)
+                       ? strf("benchmark child killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)))
+                       : strf("benchmark child exited with status %d", WEXITSTATUS(status));
     return {failed};
   }
   std::vector<Row> rows;
@@ -404,15 +405,16 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     const Config& c = r.c;
     const bool ok = r.error.empty();
-    f << backend_name(c.backend) << ',' << algorithm_name(c.algorithm) << ',' << dtype_name(c.dtype) << ','
-      << c.seqlen << ',' << c.batch << ',' << c.heads << ',' << c.heads_kv << ',' << c.head_dim << ','
-      << (!c.causal ? "no" : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left" : "bottom-right") << ',' << r.pass
-      << ',';
+    f << backend_name(c.backend) << ',' << algorithm_name(c.algorithm) << ',' << dtype_name(c.dtype) << ',' << c.seqlen
+      << ',' << c.batch << ',' << c.heads << ',' << c.heads_kv << ',' << c.head_dim << ','
+      << (!c.causal                             ? "no"
+          : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left"
+                                                : "bottom-right")
+      << ',' << r.pass << ',';
     if (ok)
       f << strf("%.6f,%.6f,%.6f,%.0f,%.4f,%zu,%zu,%zu,", r.ms_median, r.ms_min, r.ms_max, r.flops,
                 r.flops / (r.ms_median * 1e-3) / 1e9, r.workspace, r.io_bytes, r.workspace + r.io_bytes);
-    else
-      f << ",,," << strf("%.0f", r.flops) << ",," << r.workspace << ',' << r.io_bytes << ",,";
+    else f << ",,," << strf("%.0f", r.flops) << ",," << r.workspace << ',' << r.io_bytes << ",,";
     if (r.rss_peak >= 0 && ok) f << strf("%.0f,%.0f,", r.rss_peak, r.rss_extra);
     else f << ",,";
     f << csv_str(r.error) << '\n';
@@ -436,7 +438,10 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
     f << "    {\"backend\": \"" << backend_name(c.backend) << "\", \"algorithm\": \"" << algorithm_name(c.algorithm)
       << "\", \"dtype\": \"" << dtype_name(c.dtype) << "\", \"seqlen\": " << c.seqlen << ", \"batch\": " << c.batch
       << ", \"heads\": " << c.heads << ", \"heads_kv\": " << c.heads_kv << ", \"head_dim\": " << c.head_dim
-      << ", \"causal\": " << json_str(!c.causal ? "no" : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left" : "bottom-right")
+      << ", \"causal\": "
+      << json_str(!c.causal                             ? "no"
+                  : c.align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left"
+                                                        : "bottom-right")
       << ", \"pass\": \"" << r.pass << "\", \"warmup\": " << c.warmup << ", \"repeats\": " << c.repeats
       << strf(", \"flops\": %.0f", r.flops);
     if (ok)
@@ -444,7 +449,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
                 r.ms_min, r.ms_max, r.flops / (r.ms_median * 1e-3) / 1e9);
     f << ", \"workspace_bytes\": " << r.workspace << ", \"io_bytes\": " << r.io_bytes
       << ", \"peak_extra_bytes\": " << (r.workspace + r.io_bytes);
-    if (ok && r.rss_peak >= 0) f << strf(", \"rss_peak_bytes\": %.0f, \"rss_extra_bytes\": %.0f", r.rss_peak, r.rss_extra);
+    if (ok && r.rss_peak >= 0)
+      f << strf(", \"rss_peak_bytes\": %.0f, \"rss_extra_bytes\": %.0f", r.rss_peak, r.rss_extra);
     f << ", \"error\": " << (ok ? std::string("null") : json_str(r.error)) << "}" << (i + 1 < rows.size() ? "," : "")
       << "\n";
   }
@@ -529,10 +535,10 @@ int cmd_bench(int argc, char** argv) {
   const bool cuda = backend == FLASHATTN_BACKEND_CUDA;
 
   const int64_t kMax = int64_t(1) << 40;
-  const std::vector<int64_t> seqlens = a.get_int_list(
-      "--seqlens", cuda ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384}
-                        : std::vector<int64_t>{512, 1024, 2048, 4096, 8192},
-      1, kMax);
+  const std::vector<int64_t> seqlens = a.get_int_list("--seqlens",
+                                                      cuda ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384}
+                                                           : std::vector<int64_t>{512, 1024, 2048, 4096, 8192},
+                                                      1, kMax);
   if (a.has("--batch") && a.has("--tokens")) throw UsageError("--batch and --tokens exclude each other");
   const int64_t tokens = a.get_int("--tokens", cuda ? 16384 : 8192, 1, kMax);
   const int64_t fixed_batch = a.get_int("--batch", 0, 1, kMax);
@@ -588,8 +594,9 @@ int cmd_bench(int argc, char** argv) {
 
   std::printf("flashattn bench: %s (%s), dtype=%s, head_dim=%lld, heads=%lld/%lld, %s, warmup %d, median of %d\n",
               backend_name(backend), device_name.c_str(), dtype_name(dtype), (long long)head_dim, (long long)heads,
-              (long long)heads_kv, fixed_batch > 0 ? strf("batch=%lld", (long long)fixed_batch).c_str()
-                                                   : strf("%lld tokens per batch", (long long)tokens).c_str(),
+              (long long)heads_kv,
+              fixed_batch > 0 ? strf("batch=%lld", (long long)fixed_batch).c_str()
+                              : strf("%lld tokens per batch", (long long)tokens).c_str(),
               warmup, repeats);
   Table table;
   table.isolate = isolate;
@@ -602,9 +609,11 @@ int cmd_bench(int argc, char** argv) {
   int exit_code = kExitOk;
   for (size_t u = 0; u < units.size(); ++u) {
     const Unit& un = units[u];
-    const std::string progress =
-        strf("[%zu/%zu] %s seqlen=%lld batch=%lld %s", u + 1, units.size(), algorithm_name(un.c.algorithm),
-             (long long)un.c.seqlen, (long long)un.c.batch, un.fwd && un.bwd ? "fwd+bwd" : un.fwd ? "fwd" : "bwd");
+    const std::string progress = strf("[%zu/%zu] %s seqlen=%lld batch=%lld %s", u + 1, units.size(),
+                                      algorithm_name(un.c.algorithm), (long long)un.c.seqlen, (long long)un.c.batch,
+                                      un.fwd && un.bwd ? "fwd+bwd"
+                                      : un.fwd         ? "fwd"
+                                                       : "bwd");
     if (tty) std::fprintf(stderr, "\r\x1b[K%s ...", progress.c_str());
     else std::fprintf(stderr, "%s\n", progress.c_str());
     std::fflush(stderr);

@@ -20,7 +20,7 @@ namespace {
 
 struct Inputs {
   HostTensor q, k, v, dout;
-  HostTensor bias;  // --bias-tensor: the stored (broadcast-reduced) tensor, see bias_tensor()
+  HostTensor bias;                  // --bias-tensor: the stored (broadcast-reduced) tensor, see bias_tensor()
   std::vector<int32_t> cu_q, cu_k;  // --varlen: the cu_seqlens the library reads
 };
 
@@ -256,7 +256,8 @@ std::vector<double> dbias_stored(const Problem& p, const std::vector<double>& ex
     for (int64_t hh = 0; hh < dims[1]; ++hh)
       for (int64_t ii = 0; ii < dims[2]; ++ii)
         for (int64_t jj = 0; jj < dims[3]; ++jj, ++n)
-          if (defined[n]) out[n] = expanded[static_cast<size_t>(((bb * p.heads_q + hh) * p.seqlen_q + ii) * p.seqlen_k + jj)];
+          if (defined[n])
+            out[n] = expanded[static_cast<size_t>(((bb * p.heads_q + hh) * p.seqlen_q + ii) * p.seqlen_k + jj)];
   return out;
 }
 
@@ -369,7 +370,8 @@ void print_row(const std::string& who, const char* tensor, const Err& e, double 
   const double bound = tol * std::max({e.max_ref, magnitude, floor_of(kind)});
   const bool ok = e.mismatches == 0 && e.max_abs <= bound;
   if (decides && !ok) *all_pass = false;
-  std::string mism = e.mismatches ? strf("  (%lld non-finite mismatches of %lld)", (long long)e.mismatches, (long long)e.n) : "";
+  std::string mism =
+      e.mismatches ? strf("  (%lld non-finite mismatches of %lld)", (long long)e.mismatches, (long long)e.n) : "";
   std::printf("%-36s %-5s %10.3e %10.3e %10.3e %10.3e %9.1e  %s%s\n", who.c_str(), tensor, e.max_abs, e.mean_abs(),
               e.max_rel(), e.mean_rel(), tol, decides ? (ok ? "PASS" : "FAIL") : (ok ? "info" : "info (over tol)"),
               mism.c_str());
@@ -497,7 +499,8 @@ int cmd_check(int argc, char** argv) {
 
   std::printf("\ntimings (single run, first use included):\n");
   auto timing = [&](const RunResult& r) {
-    std::printf("  %-16s forward %9.3f ms (workspace %s)", r.label.c_str(), r.fwd_ms, human_bytes(double(r.ws_fwd)).c_str());
+    std::printf("  %-16s forward %9.3f ms (workspace %s)", r.label.c_str(), r.fwd_ms,
+                human_bytes(double(r.ws_fwd)).c_str());
     if (p.bwd) std::printf("   backward %9.3f ms (workspace %s)", r.bwd_ms, human_bytes(double(r.ws_bwd)).c_str());
     std::printf("\n");
   };
@@ -530,8 +533,7 @@ int cmd_check(int argc, char** argv) {
     }
     for (const Item& it : items)
       print_row(who, it.name, compare(it.got, it.want), tol_mult * tolerance(p.dtype, it.kind), it.kind, it.magnitude,
-                decides,
-                &all_pass);
+                decides, &all_pass);
   };
   compare_all(primary, primary.label + " vs fp64 reference", true, nullptr, 1.0, true);
   for (const RunResult& r : others) compare_all(primary, primary.label + " vs " + r.label, false, &r, 2.0, true);

@@ -1,8 +1,8 @@
 // `flashattn info`: versions, backends, CUDA devices, and what each backend supports.
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "args.hpp"
@@ -132,8 +132,8 @@ int cmd_info(int argc, char** argv) {
   std::string why;
   const std::vector<dev::Props> props = dev::query(&why, /*free_memory=*/true);
   if (lib_count == 0) {
-    std::printf("cuda devices none%s\n", !has_cuda ? " (library built without CUDA)"
-                                                   : (why.empty() ? "" : (" (" + why + ")").c_str()));
+    std::printf("cuda devices none%s\n",
+                !has_cuda ? " (library built without CUDA)" : (why.empty() ? "" : (" (" + why + ")").c_str()));
   } else {
     std::printf("cuda devices %d\n", lib_count);
     for (size_t i = 0; i < props.size(); ++i) {

@@ -26,7 +26,7 @@ struct Props {
 std::vector<Props> query(std::string* why, bool free_memory = false);
 
 void set_device(int device);
-void* malloc(size_t bytes);      // never returns null (bytes 0 gives a 1-byte buffer)
+void* malloc(size_t bytes);  // never returns null (bytes 0 gives a 1-byte buffer)
 void free(void* p) noexcept;
 void upload(void* dst, const void* src, size_t bytes);
 void download(void* dst, const void* src, size_t bytes);
@@ -55,7 +55,10 @@ class Buffer {
   Buffer() = default;
   explicit Buffer(size_t bytes) : ptr_(dev::malloc(bytes)), bytes_(bytes) {}
   ~Buffer() { dev::free(ptr_); }
-  Buffer(Buffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  Buffer(Buffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       dev::free(ptr_);

@@ -9,7 +9,8 @@ namespace facli {
 namespace dev {
 
 static void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw RuntimeError(strf("CUDA runtime: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+  if (e != cudaSuccess)
+    throw RuntimeError(strf("CUDA runtime: %s failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
 bool built() { return true; }

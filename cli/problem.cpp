@@ -28,13 +28,16 @@ std::vector<OptSpec> feature_options() {
       {"--align", OptSpec::kValue, "top-left|bottom-right", "alignment of --window and --alibi (default top-left)"},
       {"--window", OptSpec::kValue, "L,R", "sliding window: keys i'-L..i'+R (negative = unbounded side)"},
       {"--softcap", OptSpec::kValue, "C", "softcap C > 0: s = C*tanh(s/C) (default 0 = off)"},
-      {"--alibi", OptSpec::kOptionalValue, "symmetric", "ALiBi bias slope[h]*(j-i') (=symmetric: -slope*|i'-j|); slope[h] = 2^(-8(h+1)/heads_q)"},
+      {"--alibi", OptSpec::kOptionalValue, "symmetric",
+       "ALiBi bias slope[h]*(j-i') (=symmetric: -slope*|i'-j|); slope[h] = 2^(-8(h+1)/heads_q)"},
       {"--bias-tensor", OptSpec::kValue, "full|BCAST[,BCAST]",
        "bias tensor [batch,heads_q,seqlen_q,seqlen_k] of N(0,1) values: full, or stride 0 along each BCAST "
        "named (batch-broadcast, head-broadcast, query-broadcast, key-broadcast)"},
       {"--dropout", OptSpec::kValue, "P", "dropout probability in [0, 1) (default 0)"},
-      {"--seed", OptSpec::kValue, "S", "seed of the inputs (bias tensor included), the dropout mask and the sparse layout (default 0)"},
-      {"--block-sparse", OptSpec::kValue, "DENSITY", "random block-sparse layout, 128x128 blocks kept with probability DENSITY in (0, 1]"},
+      {"--seed", OptSpec::kValue, "S",
+       "seed of the inputs (bias tensor included), the dropout mask and the sparse layout (default 0)"},
+      {"--block-sparse", OptSpec::kValue, "DENSITY",
+       "random block-sparse layout, 128x128 blocks kept with probability DENSITY in (0, 1]"},
       {"--varlen", OptSpec::kValue, "LEN[:LEN_K],...",
        "packed varlen batch, one sequence per entry: LEN queries, LEN_K (default LEN) keys, 0 allowed; sets "
        "--batch; --seqlen-q/-k (default: the longest) are the plan's maxima"},
@@ -80,8 +83,7 @@ void parse_mask(const Args& a, Problem* p) {
     const std::string v = a.raw("--causal");
     if (!v.empty()) {
       const flashattn_mask_align_t al = parse_align_word("--causal", v);
-      if (align_given && al != p->align)
-        throw UsageError("--causal=" + v + " contradicts --align " + a.raw("--align"));
+      if (align_given && al != p->align) throw UsageError("--causal=" + v + " contradicts --align " + a.raw("--align"));
       p->align = al;
     }
   }
@@ -94,7 +96,9 @@ void parse_mask(const Args& a, Problem* p) {
     if (l < 0 && r < 0 && !p->causal)
       throw UsageError("--window " + s + " has both sides unbounded: that is no mask (omit --window)");
     if (p->causal) {
-      if (r > 0) throw UsageError("--window " + s + ": right window " + std::to_string(r) + " contradicts --causal (right window 0)");
+      if (r > 0)
+        throw UsageError("--window " + s + ": right window " + std::to_string(r) +
+                         " contradicts --causal (right window 0)");
       r = 0;
     }
     p->has_band = true;
@@ -127,10 +131,8 @@ void parse_lengths(const Args& a, Problem* p) {
     const bool ok = colon == std::string::npos
                         ? parse_int(item, &lq) && (lk = lq, true)
                         : parse_int(item.substr(0, colon), &lq) && parse_int(item.substr(colon + 1), &lk);
-    if (!ok)
-      throw UsageError("--varlen: '" + item + "' in '" + s + "' is not LEN or LEN_Q:LEN_K (integers >= 0)");
-    if (lq < 0 || lk < 0)
-      throw UsageError("--varlen: '" + item + "' in '" + s + "' has a negative length");
+    if (!ok) throw UsageError("--varlen: '" + item + "' in '" + s + "' is not LEN or LEN_Q:LEN_K (integers >= 0)");
+    if (lq < 0 || lk < 0) throw UsageError("--varlen: '" + item + "' in '" + s + "' has a negative length");
     total_q += lq;
     total_k += lk;
     if (total_q > kMaxTokens || total_k > kMaxTokens)
@@ -145,16 +147,16 @@ void parse_lengths(const Args& a, Problem* p) {
   const int64_t n = static_cast<int64_t>(p->seqlens_q.size());
   p->batch = a.get_int("--batch", n, 1, kMax);
   if (p->batch != n)
-    throw UsageError(strf("--batch=%lld contradicts --varlen %s (%lld sequences)", (long long)p->batch, s.c_str(),
-                          (long long)n));
+    throw UsageError(
+        strf("--batch=%lld contradicts --varlen %s (%lld sequences)", (long long)p->batch, s.c_str(), (long long)n));
   p->seqlen_q = a.get_int("--seqlen-q", longest_q, 1, kMax);
   p->seqlen_k = a.get_int("--seqlen-k", longest_k, 1, kMax);
   if (p->seqlen_q < longest_q)
-    throw UsageError(strf("--seqlen-q=%lld is less than the longest --varlen query length %lld",
-                          (long long)p->seqlen_q, (long long)longest_q));
+    throw UsageError(strf("--seqlen-q=%lld is less than the longest --varlen query length %lld", (long long)p->seqlen_q,
+                          (long long)longest_q));
   if (p->seqlen_k < longest_k)
-    throw UsageError(strf("--seqlen-k=%lld is less than the longest --varlen key length %lld",
-                          (long long)p->seqlen_k, (long long)longest_k));
+    throw UsageError(strf("--seqlen-k=%lld is less than the longest --varlen key length %lld", (long long)p->seqlen_k,
+                          (long long)longest_k));
 }
 
 void parse_bias(const Args& a, Problem* p) {
@@ -196,9 +198,7 @@ const char* backend_name(flashattn_backend_t b) {
   return "?";
 }
 
-const char* algorithm_name(flashattn_algorithm_t a) {
-  return a == FLASHATTN_ALGORITHM_STANDARD ? "standard" : "flash";
-}
+const char* algorithm_name(flashattn_algorithm_t a) { return a == FLASHATTN_ALGORITHM_STANDARD ? "standard" : "flash"; }
 
 double Problem::scale() const {
   return static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
@@ -239,20 +239,24 @@ void Problem::make_derived() {
 }
 
 std::string Problem::describe() const {
-  std::string s = strf("shape: batch=%lld seqlen_q=%lld seqlen_k=%lld heads_q=%lld heads_kv=%lld head_dim=%lld head_dim_v=%lld dtype=%s layout=%s\n",
-                       (long long)batch, (long long)seqlen_q, (long long)seqlen_k, (long long)heads_q,
-                       (long long)heads_kv, (long long)head_dim, (long long)head_dim_v, dtype_name(dtype),
-                       layout_name(layout));
+  std::string s = strf(
+      "shape: batch=%lld seqlen_q=%lld seqlen_k=%lld heads_q=%lld heads_kv=%lld head_dim=%lld head_dim_v=%lld dtype=%s "
+      "layout=%s\n",
+      (long long)batch, (long long)seqlen_q, (long long)seqlen_k, (long long)heads_q, (long long)heads_kv,
+      (long long)head_dim, (long long)head_dim_v, dtype_name(dtype), layout_name(layout));
   const char* al = align == FLASHATTN_ALIGN_TOP_LEFT ? "top-left" : "bottom-right";
   std::string mask = "none";
   if (has_band) {
     auto w = [](int64_t x) { return x < 0 ? std::string("inf") : std::to_string(x); };
-    mask = causal && window_left < 0 ? strf("causal(%s)", al)
-                                     : strf("window(left=%s,right=%s,%s)", w(window_left).c_str(), w(window_right).c_str(), al);
+    mask = causal && window_left < 0
+               ? strf("causal(%s)", al)
+               : strf("window(left=%s,right=%s,%s)", w(window_left).c_str(), w(window_right).c_str(), al);
   }
-  s += strf("options: scale=%.6g mask=%s softcap=%g alibi=%s dropout=%g seed=%llu block-sparse=%s",
-            scale(), mask.c_str(), static_cast<double>(softcap),
-            alibi == FLASHATTN_BIAS_NONE ? "off" : alibi == FLASHATTN_BIAS_ALIBI ? "on" : "symmetric",
+  s += strf("options: scale=%.6g mask=%s softcap=%g alibi=%s dropout=%g seed=%llu block-sparse=%s", scale(),
+            mask.c_str(), static_cast<double>(softcap),
+            alibi == FLASHATTN_BIAS_NONE    ? "off"
+            : alibi == FLASHATTN_BIAS_ALIBI ? "on"
+                                            : "symmetric",
             static_cast<double>(dropout), static_cast<unsigned long long>(seed),
             block_sparse > 0 ? strf("%g(block %lld)", block_sparse, (long long)kSparseBlock).c_str() : "off");
   if (alibi != FLASHATTN_BIAS_NONE && !has_band) s += strf(" align=%s", al);
@@ -284,12 +288,11 @@ flashattn_backend_t Plan::backend() const {
 }
 
 void configure_plan(flashattn_plan_t plan, const Problem& p, flashattn_algorithm_t algorithm) {
-  lib_check(flashattn_plan_set_shape(plan, p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim,
-                                     p.head_dim_v),
-            "flashattn_plan_set_shape");
+  lib_check(
+      flashattn_plan_set_shape(plan, p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v),
+      "flashattn_plan_set_shape");
   lib_check(flashattn_plan_set_dtype(plan, p.dtype), "flashattn_plan_set_dtype");
-  if (p.varlen)
-    lib_check(flashattn_plan_set_varlen(plan, 1, p.total_q(), p.total_k()), "flashattn_plan_set_varlen");
+  if (p.varlen) lib_check(flashattn_plan_set_varlen(plan, 1, p.total_q(), p.total_k()), "flashattn_plan_set_varlen");
   if (p.layout != Layout::kBSHD) {
     // Varlen tensors are one packed "sequence" of all tokens (the batch stride is ignored).
     const int64_t dq = p.head_dim, dv = p.head_dim_v, nb = p.varlen ? 1 : p.batch;
@@ -309,11 +312,12 @@ void configure_plan(flashattn_plan_t plan, const Problem& p, flashattn_algorithm
   }
   lib_check(flashattn_plan_set_algorithm(plan, algorithm), "flashattn_plan_set_algorithm");
   if (p.has_band || p.alibi != FLASHATTN_BIAS_NONE)
-    lib_check(flashattn_plan_set_band_mask(plan, p.align, p.has_band ? p.window_left : -1,
-                                           p.has_band ? p.window_right : -1),
-              "flashattn_plan_set_band_mask");
+    lib_check(
+        flashattn_plan_set_band_mask(plan, p.align, p.has_band ? p.window_left : -1, p.has_band ? p.window_right : -1),
+        "flashattn_plan_set_band_mask");
   if (p.softcap > 0.f) lib_check(flashattn_plan_set_softcap(plan, p.softcap), "flashattn_plan_set_softcap");
-  if (p.alibi != FLASHATTN_BIAS_NONE) lib_check(flashattn_plan_set_bias(plan, p.alibi, nullptr), "flashattn_plan_set_bias");
+  if (p.alibi != FLASHATTN_BIAS_NONE)
+    lib_check(flashattn_plan_set_bias(plan, p.alibi, nullptr), "flashattn_plan_set_bias");
   if (p.bias_tensor) {
     int64_t dims[4], strides[4];
     p.bias_layout(dims, strides);

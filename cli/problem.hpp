@@ -37,13 +37,13 @@ struct Problem {
   bool varlen = false;
   std::vector<int64_t> seqlens_q, seqlens_k;
   float dropout = 0.f;
-  uint64_t seed = 0;              // inputs, dropout key, block-sparse layout
-  double block_sparse = 0.0;      // density of the random layout in (0, 1]; 0 = dense
+  uint64_t seed = 0;          // inputs, dropout key, block-sparse layout
+  double block_sparse = 0.0;  // density of the random layout in (0, 1]; 0 = dense
   static constexpr int64_t kSparseBlock = 128;
   bool bwd = false;
 
   // Derived data the run needs (make_derived fills them).
-  std::vector<float> alibi_slopes;  // [heads_q]
+  std::vector<float> alibi_slopes;     // [heads_q]
   std::vector<uint8_t> layout_blocks;  // [heads_q, ceil(sq/128), ceil(sk/128)]
   std::vector<int64_t> cu_q, cu_k;     // [batch + 1] token offsets (also without varlen)
 
@@ -56,7 +56,7 @@ struct Problem {
   void bias_layout(int64_t dims[4], int64_t strides[4]) const;
   int64_t row_blocks() const { return (seqlen_q + kSparseBlock - 1) / kSparseBlock; }
   int64_t col_blocks() const { return (seqlen_k + kSparseBlock - 1) / kSparseBlock; }
-  double scale() const;  // the library default 1/sqrt(head_dim), rounded to fp32 as the plan holds it
+  double scale() const;          // the library default 1/sqrt(head_dim), rounded to fp32 as the plan holds it
   std::string describe() const;  // two lines for the check/bench header
 };
 

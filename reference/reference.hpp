@@ -42,22 +42,22 @@ namespace fat {
 
 struct RefSpec {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, head_dim_qk = 1, head_dim_v = 1;
-  int64_t max_sq = 1, max_sk = 1;  // plan seqlen_q / seqlen_k
-  std::vector<int64_t> cu_q, cu_k; // batch + 1 token offsets
+  int64_t max_sq = 1, max_sk = 1;   // plan seqlen_q / seqlen_k
+  std::vector<int64_t> cu_q, cu_k;  // batch + 1 token offsets
   double scale = 1.0;
-  double softcap = 0.0;            // 0 = off
+  double softcap = 0.0;  // 0 = off
   bool band = false;
-  int align = 0;                   // 0 top-left, 1 bottom-right (also for ALiBi)
+  int align = 0;  // 0 top-left, 1 bottom-right (also for ALiBi)
   int64_t window_left = -1, window_right = -1;
-  int bias_kind = 0;               // 0 none, 1 tensor, 2 ALiBi, 3 symmetric ALiBi
-  std::vector<double> bias;        // kind 1, expanded
+  int bias_kind = 0;                                  // 0 none, 1 tensor, 2 ALiBi, 3 symmetric ALiBi
+  std::vector<double> bias;                           // kind 1, expanded
   bool bias_bcast[4] = {false, false, false, false};  // (batch, head, q, k) broadcast flags
-  std::vector<double> slopes;      // kinds 2, 3: [heads_q]
-  float p_drop = 0.f;              // dropout (float, as passed to the library)
+  std::vector<double> slopes;                         // kinds 2, 3: [heads_q]
+  float p_drop = 0.f;                                 // dropout (float, as passed to the library)
   uint64_t seed = 0, offset = 0;
-  std::vector<uint8_t> layout;     // block-sparse, empty = dense
+  std::vector<uint8_t> layout;  // block-sparse, empty = dense
   int64_t layout_heads = 1, n_row_blocks = 0, n_col_blocks = 0, block_q = 1, block_k = 1;
-  bool magnitudes = true;          // reference_fp64 also computes the *_mag outputs (off: faster)
+  bool magnitudes = true;  // reference_fp64 also computes the *_mag outputs (off: faster)
 
   int64_t total_q() const { return cu_q.back(); }
   int64_t total_k() const { return cu_k.back(); }

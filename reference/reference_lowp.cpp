@@ -93,7 +93,8 @@ RefOutputs reference_lowp(const RefSpec& s, const RefInputs& in, Rounder rd, boo
         }
         for (int64_t d = 0; d < DV; ++d) {
           float acc = 0.f;
-          for (int64_t j = 0; j < lk; ++j) acc += static_cast<float>(Pd[i * lk + j]) * static_cast<float>(vs[j * DV + d]);
+          for (int64_t j = 0; j < lk; ++j)
+            acc += static_cast<float>(Pd[i * lk + j]) * static_cast<float>(vs[j * DV + d]);
           out.o[row * DV + d] = rd(acc);
         }
       }
@@ -137,7 +138,8 @@ RefOutputs reference_lowp(const RefSpec& s, const RefInputs& in, Rounder rd, boo
       for (int64_t j = 0; j < lk; ++j) {
         for (int64_t d = 0; d < D; ++d) {
           float acc = 0.f;
-          for (int64_t i = 0; i < lq; ++i) acc += static_cast<float>(dS0[i * lk + j]) * static_cast<float>(qs[i * D + d]);
+          for (int64_t i = 0; i < lq; ++i)
+            acc += static_cast<float>(dS0[i * lk + j]) * static_cast<float>(qs[i * D + d]);
           dk_grp[(j * HKV + hk) * D + d] += static_cast<float>(rd(acc));
         }
         for (int64_t d = 0; d < DV; ++d) {
@@ -151,7 +153,8 @@ RefOutputs reference_lowp(const RefSpec& s, const RefInputs& in, Rounder rd, boo
     if (!backward) continue;
     for (int64_t j = 0; j < lk; ++j)
       for (int64_t hk = 0; hk < HKV; ++hk) {
-        for (int64_t d = 0; d < D; ++d) out.dk[((tk0 + j) * HKV + hk) * D + d] = rd(static_cast<float>(dk_grp[(j * HKV + hk) * D + d]));
+        for (int64_t d = 0; d < D; ++d)
+          out.dk[((tk0 + j) * HKV + hk) * D + d] = rd(static_cast<float>(dk_grp[(j * HKV + hk) * D + d]));
         for (int64_t d = 0; d < DV; ++d)
           out.dv[((tk0 + j) * HKV + hk) * DV + d] = rd(static_cast<float>(dv_grp[(j * HKV + hk) * DV + d]));
       }

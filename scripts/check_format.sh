@@ -3,19 +3,15 @@
 #   scripts/check_format.sh          check the paths in scripts/format_paths.txt; exit 1 and
 #                                    list the files clang-format would change
 #   scripts/check_format.sh --fix    reformat those paths in place
-#   scripts/check_format.sh --all    check every C/C++/CUDA file of the tree instead
-#   scripts/check_format.sh --fix --all    reformat the whole tree (then put "." in the list)
 # Without clang-format 14 (clang-format-14, or clang-format reporting version 14: other
 # versions format differently) it prints a skip line and exits 77.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fix=0
-all=0
 for arg in "$@"; do
   case "$arg" in
     --fix) fix=1 ;;
-    --all) all=1 ;;
-    *) echo "usage: $0 [--fix] [--all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--fix]" >&2; exit 2 ;;
   esac
 done
 
@@ -31,11 +27,7 @@ if [[ -z "$cf" ]]; then
   exit 77
 fi
 
-if ((all)); then
-  paths=(.)
-else
-  mapfile -t paths < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$root/scripts/format_paths.txt")
-fi
+mapfile -t paths < <(sed -e 's/^#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$root/scripts/format_paths.txt")
 cd "$root"
 mapfile -t files < <(git ls-files -- "${paths[@]}" | grep -E '\.(c|h|cpp|hpp|cu|cuh|inl)$')
 if ((${#files[@]} == 0)); then

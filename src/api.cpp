@@ -91,9 +91,7 @@ FLASHATTN_API int flashattn_cuda_device_count(void) {
   }
 }
 
-FLASHATTN_API int flashattn_has_cuda_backend(void) {
-  return flashattn::cuda_built() ? 1 : 0;
-}
+FLASHATTN_API int flashattn_has_cuda_backend(void) { return flashattn::cuda_built() ? 1 : 0; }
 
 FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
                                                        int device) {
@@ -175,9 +173,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
                   "the bias (batch x heads_q x seqlen_q x seqlen_k)", batch, heads_q, seqlen_q, seqlen_k}};
     for (const auto& z : sizes)
       if (!z.bytes.ok())
-        return fail(FLASHATTN_STATUS_INVALID_SHAPE,
-                    "%s = %lld x %lld x %lld x %lld fp32 elements exceed 2^63-1 bytes", z.what,
-                    static_cast<long long>(z.a), static_cast<long long>(z.b), static_cast<long long>(z.c),
+        return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s = %lld x %lld x %lld x %lld fp32 elements exceed 2^63-1 bytes",
+                    z.what, static_cast<long long>(z.a), static_cast<long long>(z.b), static_cast<long long>(z.c),
                     static_cast<long long>(z.d));
     // The checks run on a copy of the plan that leaves the block-sparse layout's bytes
     // behind (they need only its dimensions), so the call allocates nothing.
@@ -194,8 +191,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
     next.head_dim_qk = head_dim_qk;
     next.head_dim_v = head_dim_v;
     if (!plan->layout.empty())
-      FA_TRY(flashattn::check_layout_dims(next, next.layout_heads, next.n_row_blocks, next.n_col_blocks,
-                                          next.block_q, next.block_k));
+      FA_TRY(flashattn::check_layout_dims(next, next.layout_heads, next.n_row_blocks, next.n_col_blocks, next.block_q,
+                                          next.block_k));
     if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
       FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
     set_contiguous_strides(next);
@@ -244,8 +241,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_softmax_scale(flashattn_plan
   });
 }
 
-FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t plan,
-                                                              flashattn_algorithm_t algorithm) {
+FLASHATTN_API flashattn_status_t flashattn_plan_set_algorithm(flashattn_plan_t plan, flashattn_algorithm_t algorithm) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
     const int a = enum_value(algorithm);
@@ -324,8 +320,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, 
       for (int i = 0; i < 4; ++i) plan->bias_stride[i] = strides[i];
     } else {
       if (strides != nullptr)
-        return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "strides must be NULL for bias kind=%d (only TENSOR takes strides)",
-                    k);
+        return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
+                    "strides must be NULL for bias kind=%d (only TENSOR takes strides)", k);
       for (int i = 0; i < 4; ++i) plan->bias_stride[i] = 0;
     }
     plan->bias_kind = kind;
@@ -403,9 +399,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_workspace_size(flashattn_pla
   });
 }
 
-FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flashattn_fwd_args_t* args,
-                                               void* workspace, size_t workspace_bytes,
-                                               struct CUstream_st* stream) {
+FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flashattn_fwd_args_t* args, void* workspace,
+                                               size_t workspace_bytes, struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
     FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_fwd"));
@@ -417,9 +412,8 @@ FLASHATTN_API flashattn_status_t flashattn_fwd(flashattn_plan_t plan, const flas
   });
 }
 
-FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flashattn_bwd_args_t* args,
-                                               void* workspace, size_t workspace_bytes,
-                                               struct CUstream_st* stream) {
+FLASHATTN_API flashattn_status_t flashattn_bwd(flashattn_plan_t plan, const flashattn_bwd_args_t* args, void* workspace,
+                                               size_t workspace_bytes, struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
     FA_CHECK_PLAN(plan);
     FA_TRY(flashattn::refuse_kvcache_plan(*plan, "flashattn_bwd"));

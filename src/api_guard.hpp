@@ -23,7 +23,8 @@ flashattn_status_t guarded(F&& body) {
     return fail_allocation(a.buffer, a.bytes);
   } catch (const std::bad_alloc&) {
     // Every allocation of the library names its buffer; reaching this is a library bug.
-    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY, "out of host memory in an allocation that names no buffer (please report)");
+    return fail(FLASHATTN_STATUS_OUT_OF_MEMORY,
+                "out of host memory in an allocation that names no buffer (please report)");
   } catch (const std::exception& e) {
     return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unexpected exception: %s", e.what());
   } catch (...) {

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <utility>
 #include <cstring>
+#include <utility>
 
 #include "backends.hpp"
 #include "common/philox.h"
@@ -25,8 +25,7 @@ const char* tensor_name(flashattn_tensor_t t) {
 }
 
 bool is_output(flashattn_tensor_t t) {
-  return t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DQ || t == FLASHATTN_TENSOR_DK ||
-         t == FLASHATTN_TENSOR_DV;
+  return t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DQ || t == FLASHATTN_TENSOR_DK || t == FLASHATTN_TENSOR_DV;
 }
 
 }  // namespace
@@ -78,10 +77,10 @@ void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* 
     const void* ptr;
     flashattn_tensor_t tensor;
     bool written;
-  } tensors[] = {{"args.q", p.q, FLASHATTN_TENSOR_Q, false},       {"args.k", p.k, FLASHATTN_TENSOR_K, false},
-                 {"args.v", p.v, FLASHATTN_TENSOR_V, false},       {"args.o", p.o, FLASHATTN_TENSOR_O, true},
-                 {"args.o", p.o_in, FLASHATTN_TENSOR_O, false},    {"args.dout", p.dout, FLASHATTN_TENSOR_DO, false},
-                 {"args.dq", p.dq, FLASHATTN_TENSOR_DQ, true},     {"args.dk", p.dk, FLASHATTN_TENSOR_DK, true},
+  } tensors[] = {{"args.q", p.q, FLASHATTN_TENSOR_Q, false},    {"args.k", p.k, FLASHATTN_TENSOR_K, false},
+                 {"args.v", p.v, FLASHATTN_TENSOR_V, false},    {"args.o", p.o, FLASHATTN_TENSOR_O, true},
+                 {"args.o", p.o_in, FLASHATTN_TENSOR_O, false}, {"args.dout", p.dout, FLASHATTN_TENSOR_DO, false},
+                 {"args.dq", p.dq, FLASHATTN_TENSOR_DQ, true},  {"args.dk", p.dk, FLASHATTN_TENSOR_DK, true},
                  {"args.dv", p.dv, FLASHATTN_TENSOR_DV, true}};
   int n = 0;
   for (const auto& t : tensors) {
@@ -96,8 +95,14 @@ void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* 
   const int64_t rows = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;  // bounded by set_shape
   out[n++] = Region{"args.lse", p.lse, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, true};
   out[n++] = Region{"args.lse", p.lse_in, 2, {plan.heads_q, rows}, {rows, 1}, 4, 4, false};
-  const Region bias{"args.bias", p.bias, 4, {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k},
-                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]}, es, es, false};
+  const Region bias{"args.bias",
+                    p.bias,
+                    4,
+                    {plan.batch, plan.heads_q, plan.seqlen_q, plan.seqlen_k},
+                    {plan.bias_stride[0], plan.bias_stride[1], plan.bias_stride[2], plan.bias_stride[3]},
+                    es,
+                    es,
+                    false};
   out[n++] = bias;
   out[n] = bias;
   out[n].name = "args.dbias";
@@ -146,12 +151,10 @@ flashattn_status_t require(const void* ptr, const char* name) {
 
 namespace {
 
-
 // The prologue of both passes: the args struct, the plan's shape, and the q, k, v, o
 // pointers every pass needs (in this order, so the first problem is the one reported).
 template <class Args>
-flashattn_status_t read_run_args(const flashattn_plan_s& plan, const Args* user_args, Args* a,
-                                 const char* type_name) {
+flashattn_status_t read_run_args(const flashattn_plan_s& plan, const Args* user_args, Args* a, const char* type_name) {
   FA_TRY(read_args(user_args, a, type_name));
   if (!plan.has_shape)
     return fail(FLASHATTN_STATUS_PLAN_INCOMPLETE, "plan has no shape: call flashattn_plan_set_shape first");
@@ -163,9 +166,8 @@ flashattn_status_t read_run_args(const flashattn_plan_s& plan, const Args* user_
 
 // Checks shared by both passes: plan state, option/pointer consistency, strides, stream,
 // workspace, then the backend's own checks. `tensors` lists the tensors this pass uses.
-flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParams& p,
-                                   const flashattn_tensor_t* tensors, int n_tensors, void* workspace,
-                                   size_t workspace_bytes, struct CUstream_st* stream) {
+flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParams& p, const flashattn_tensor_t* tensors,
+                                   int n_tensors, void* workspace, size_t workspace_bytes, struct CUstream_st* stream) {
   const bool cpu = plan.backend == FLASHATTN_BACKEND_CPU;
   if (cpu && stream != nullptr)
     return fail(FLASHATTN_STATUS_INVALID_ARGUMENT, "stream=%p must be NULL for the CPU backend",
@@ -206,8 +208,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   for (const Region& r : regions) FA_TRY(check_alignment(r));
 
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
-  for (int t = 0; t < n_tensors; ++t)
-    FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
+  for (int t = 0; t < n_tensors; ++t) FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) FA_TRY(check_bias_strides(plan, plan.bias_stride, "bias strides"));
   // A block-sparse layout always fits the shape: set_shape and set_block_sparse check it.
 
@@ -231,34 +232,34 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
 }  // namespace
 
 void tensor_extents(const flashattn_plan_s& plan, flashattn_tensor_t tensor, int64_t e[4]) {
-  const bool q_side = tensor == FLASHATTN_TENSOR_Q || tensor == FLASHATTN_TENSOR_O ||
-                      tensor == FLASHATTN_TENSOR_DO || tensor == FLASHATTN_TENSOR_DQ;
+  const bool q_side = tensor == FLASHATTN_TENSOR_Q || tensor == FLASHATTN_TENSOR_O || tensor == FLASHATTN_TENSOR_DO ||
+                      tensor == FLASHATTN_TENSOR_DQ;
   e[0] = plan.varlen ? 1 : plan.batch;
   e[1] = q_side ? (plan.varlen ? plan.total_q : plan.seqlen_q) : (plan.varlen ? plan.total_k : plan.seqlen_k);
   e[2] = q_side ? plan.heads_q : plan.heads_kv;
-  const bool v_dim = tensor == FLASHATTN_TENSOR_V || tensor == FLASHATTN_TENSOR_O ||
-                     tensor == FLASHATTN_TENSOR_DO || tensor == FLASHATTN_TENSOR_DV;
+  const bool v_dim = tensor == FLASHATTN_TENSOR_V || tensor == FLASHATTN_TENSOR_O || tensor == FLASHATTN_TENSOR_DO ||
+                     tensor == FLASHATTN_TENSOR_DV;
   e[3] = v_dim ? plan.head_dim_v : plan.head_dim_qk;
 }
 
-flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_tensor_t tensor,
-                                        const Strides4& s) {
+flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_tensor_t tensor, const Strides4& s) {
   const char* name = tensor_name(tensor);
   const int64_t st[4] = {s.b, s.s, s.h, s.d};
   if (s.d != 1)
-    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s: dim stride=%lld must be 1 (last dim contiguous)",
-                name, static_cast<long long>(s.d));
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s: dim stride=%lld must be 1 (last dim contiguous)", name,
+                static_cast<long long>(s.d));
   static const char* const dim_names[] = {"batch", "seq", "head", "dim"};
   for (int i = 0; i < 3; ++i)
     if (st[i] < 0)
-      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s: %s stride=%lld must be >= 0", name,
-                  dim_names[i], static_cast<long long>(st[i]));
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s: %s stride=%lld must be >= 0", name, dim_names[i],
+                  static_cast<long long>(st[i]));
   int64_t e[4];
   tensor_extents(plan, tensor, e);
   const int64_t es = dtype_size(plan.dtype);
   if (!checked_product(e[0], e[1], e[2], e[3], es).ok())
-    return fail(FLASHATTN_STATUS_INVALID_SHAPE, "tensor %s of extents %s and %lld-byte elements has more than 2^63-1 bytes",
-                name, dims_text(4, e).text, static_cast<long long>(es));
+    return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                "tensor %s of extents %s and %lld-byte elements has more than 2^63-1 bytes", name, dims_text(4, e).text,
+                static_cast<long long>(es));
   if (!extent_bytes(4, e, st, es).ok())
     return fail(FLASHATTN_STATUS_INVALID_STRIDE, "strides of %s %s over extents %s span more than 2^63-1 bytes", name,
                 dims_text(4, st).text, dims_text(4, e).text);
@@ -369,8 +370,8 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   p.seed = plan.seed;
   p.offset = plan.offset;
   if (!plan.layout.empty()) {
-    p.layout = plan.backend == FLASHATTN_BACKEND_CUDA ? static_cast<const uint8_t*>(plan.layout_device)
-                                                      : plan.layout.data();
+    p.layout =
+        plan.backend == FLASHATTN_BACKEND_CUDA ? static_cast<const uint8_t*>(plan.layout_device) : plan.layout.data();
     p.layout_heads = plan.layout_heads;
     p.n_row_blocks = plan.n_row_blocks;
     p.n_col_blocks = plan.n_col_blocks;
@@ -384,8 +385,8 @@ flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direct
                                   size_t* bytes) {
   AttnParams p = params;
   p.direction = direction;
-  const CheckedSize n =
-      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : cuda_workspace_size(p, plan.device);
+  const CheckedSize n = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads)
+                                                              : cuda_workspace_size(p, plan.device);
   if (!n.ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                 "the %s workspace of the %s algorithm on the %s backend exceeds 2^63-1 bytes for batch=%lld "
@@ -400,9 +401,8 @@ flashattn_status_t workspace_size(const flashattn_plan_s& plan, Direction direct
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* user_args,
-                                void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
-                                AttnParams* params) {
+flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fwd_args_t* user_args, void* workspace,
+                                size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params) {
   flashattn_fwd_args_t a;
   FA_TRY(read_run_args(plan, user_args, &a, "flashattn_fwd_args_t"));
   AttnParams p = params_from_plan(plan, kForward);
@@ -422,9 +422,8 @@ flashattn_status_t validate_fwd(const flashattn_plan_s& plan, const flashattn_fw
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bwd_args_t* user_args,
-                                void* workspace, size_t workspace_bytes, struct CUstream_st* stream,
-                                AttnParams* params) {
+flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bwd_args_t* user_args, void* workspace,
+                                size_t workspace_bytes, struct CUstream_st* stream, AttnParams* params) {
   flashattn_bwd_args_t a;
   FA_TRY(read_run_args(plan, user_args, &a, "flashattn_bwd_args_t"));
   FA_TRY(require(a.lse, "args.lse"));

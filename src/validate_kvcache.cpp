@@ -32,8 +32,10 @@ flashattn_status_t check_strides(const char* name, int n, const int64_t* e, cons
       step *= CheckedSize(e[i]);
     }
     if (!(step * CheckedSize(es)).ok())
-      return fail(FLASHATTN_STATUS_INVALID_SHAPE, "%s: a contiguous tensor of extents %s and %lld-byte elements "
-                  "has more than 2^63-1 bytes", name, dims_text(n, e).text, static_cast<long long>(es));
+      return fail(FLASHATTN_STATUS_INVALID_SHAPE,
+                  "%s: a contiguous tensor of extents %s and %lld-byte elements "
+                  "has more than 2^63-1 bytes",
+                  name, dims_text(n, e).text, static_cast<long long>(es));
     return FLASHATTN_STATUS_SUCCESS;
   }
   for (int i = 0; i < n; ++i) st[i] = given[i];
@@ -42,8 +44,7 @@ flashattn_status_t check_strides(const char* name, int n, const int64_t* e, cons
                 static_cast<long long>(st[n - 1]));
   for (int i = 0; i < n; ++i)
     if (st[i] < 0)
-      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s[%d]=%lld must be >= 0", name, i,
-                  static_cast<long long>(st[i]));
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s[%d]=%lld must be >= 0", name, i, static_cast<long long>(st[i]));
   if (!extent_bytes(n, e, st, es).ok())
     return fail(FLASHATTN_STATUS_INVALID_STRIDE, "%s %s over extents %s span more than 2^63-1 bytes", name,
                 dims_text(n, st).text, dims_text(n, e).text);
@@ -93,7 +94,8 @@ AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
 
 flashattn_status_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p, size_t* bytes) {
   // CUDA plans run no KV-cache kernel yet and need no workspace.
-  const CheckedSize n = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : CheckedSize(0);
+  const CheckedSize n =
+      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : CheckedSize(0);
   if (!n.ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                 "the KV-cache forward workspace exceeds 2^63-1 bytes for batch=%lld seqlen_q=%lld heads_q=%lld "
@@ -275,29 +277,70 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   const int64_t* kns = kv.strides[2];
   const int64_t* vns = kv.strides[3];
   const int64_t ws_align = plan.backend == FLASHATTN_BACKEND_CPU ? static_cast<int64_t>(kCpuWorkspaceAlignment) : 1;
-  Region regions[] = {
-      {"args.q", a.q, 4, {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_qk}, {qs.b, qs.s, qs.h, qs.d}, es, es,
-       false},
-      {"args.k_cache", a.k_cache, 4, {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk},
-       {ks[0], ks[1], ks[2], ks[3]}, es, es, append},
-      {"args.v_cache", a.v_cache, 4, {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v},
-       {vs[0], vs[1], vs[2], vs[3]}, es, es, append},
-      {"args.o", a.o, 4, {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_v}, {os.b, os.s, os.h, os.d}, es, es,
-       true},
-      // [batch, heads_q, seqlen_q] floats; heads_q x seqlen_q is bounded by set_shape.
-      {"args.lse", a.lse, 3, {plan.batch, plan.heads_q, plan.seqlen_q}, {plan.heads_q * plan.seqlen_q, plan.seqlen_q, 1},
-       4, 4, true},
-      {"args.cache_seqlens", a.cache_seqlens, 1, {plan.batch}, {1}, 4, 4, false},
-      {"args.cache_batch_idx", a.cache_batch_idx, 1, {plan.batch}, {1}, 4, 4, false},
-      {"args.block_table", a.block_table, 2, {plan.batch, pages}, {pages, 1}, 4, 4, false},
-      {"args.k_new", a.k_new, 4, {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk},
-       {kns[0], kns[1], kns[2], kns[3]}, es, es, false},
-      {"args.v_new", a.v_new, 4, {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v},
-       {vns[0], vns[1], vns[2], vns[3]}, es, es, false},
-      {"args.rotary_cos", a.rotary_cos, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
-      {"args.rotary_sin", a.rotary_sin, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
-      {"args.alibi_slopes", a.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false},
-      {"workspace", workspace, 1, {0}, {1}, 1, ws_align, true}};
+  Region regions[] = {{"args.q",
+                       a.q,
+                       4,
+                       {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_qk},
+                       {qs.b, qs.s, qs.h, qs.d},
+                       es,
+                       es,
+                       false},
+                      {"args.k_cache",
+                       a.k_cache,
+                       4,
+                       {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_qk},
+                       {ks[0], ks[1], ks[2], ks[3]},
+                       es,
+                       es,
+                       append},
+                      {"args.v_cache",
+                       a.v_cache,
+                       4,
+                       {kv.num_rows, cache_tokens, plan.heads_kv, plan.head_dim_v},
+                       {vs[0], vs[1], vs[2], vs[3]},
+                       es,
+                       es,
+                       append},
+                      {"args.o",
+                       a.o,
+                       4,
+                       {plan.batch, plan.seqlen_q, plan.heads_q, plan.head_dim_v},
+                       {os.b, os.s, os.h, os.d},
+                       es,
+                       es,
+                       true},
+                      // [batch, heads_q, seqlen_q] floats; heads_q x seqlen_q is bounded by set_shape.
+                      {"args.lse",
+                       a.lse,
+                       3,
+                       {plan.batch, plan.heads_q, plan.seqlen_q},
+                       {plan.heads_q * plan.seqlen_q, plan.seqlen_q, 1},
+                       4,
+                       4,
+                       true},
+                      {"args.cache_seqlens", a.cache_seqlens, 1, {plan.batch}, {1}, 4, 4, false},
+                      {"args.cache_batch_idx", a.cache_batch_idx, 1, {plan.batch}, {1}, 4, 4, false},
+                      {"args.block_table", a.block_table, 2, {plan.batch, pages}, {pages, 1}, 4, 4, false},
+                      {"args.k_new",
+                       a.k_new,
+                       4,
+                       {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_qk},
+                       {kns[0], kns[1], kns[2], kns[3]},
+                       es,
+                       es,
+                       false},
+                      {"args.v_new",
+                       a.v_new,
+                       4,
+                       {plan.batch, kv.seqlen_new, plan.heads_kv, plan.head_dim_v},
+                       {vns[0], vns[1], vns[2], vns[3]},
+                       es,
+                       es,
+                       false},
+                      {"args.rotary_cos", a.rotary_cos, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
+                      {"args.rotary_sin", a.rotary_sin, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
+                      {"args.alibi_slopes", a.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false},
+                      {"workspace", workspace, 1, {0}, {1}, 1, ws_align, true}};
   const int n_regions = static_cast<int>(sizeof regions / sizeof regions[0]);
   for (const Region& r : regions) FA_TRY(check_alignment(r));
   FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_Q, plan.strides[FLASHATTN_TENSOR_Q]));
@@ -362,16 +405,16 @@ flashattn_status_t validate_combine(const flashattn_combine_args_t* user_args, C
   CombineParams c;
   int64_t o_st[4];
   // Alignment first (before strides), as in every run; extents are filled in below.
-  Region regions[] = {{"args.o_partial", a.o_partial, 5, {}, {}, 4, 4, false},
-                      {"args.lse_partial", a.lse_partial, 4, {}, {}, 4, 4, false},
-                      {"args.o", a.o, 4, {}, {}, es, es, true},
-                      // [batch, heads, seqlen_q] floats, bounded by the check above.
-                      {"args.lse", a.lse, 3, {a.batch, a.heads, a.seqlen_q}, {a.heads * a.seqlen_q, a.seqlen_q, 1}, 4,
-                       4, true}};
+  Region regions[] = {
+      {"args.o_partial", a.o_partial, 5, {}, {}, 4, 4, false},
+      {"args.lse_partial", a.lse_partial, 4, {}, {}, 4, 4, false},
+      {"args.o", a.o, 4, {}, {}, es, es, true},
+      // [batch, heads, seqlen_q] floats, bounded by the check above.
+      {"args.lse", a.lse, 3, {a.batch, a.heads, a.seqlen_q}, {a.heads * a.seqlen_q, a.seqlen_q, 1}, 4, 4, true}};
   for (const Region& r : regions) FA_TRY(check_alignment(r));
   FA_TRY(check_strides("args.o_partial_strides", 5, eop, a.o_partial_strides, c.o_partial_stride, 4, true, false));
-  FA_TRY(check_strides("args.lse_partial_strides", 4, elp, a.lse_partial_strides, c.lse_partial_stride, 4, false,
-                       false));
+  FA_TRY(
+      check_strides("args.lse_partial_strides", 4, elp, a.lse_partial_strides, c.lse_partial_stride, 4, false, false));
   FA_TRY(check_strides("args.o_strides", 4, eo, a.o_strides, o_st, es, true, true));
   c.o_stride = strides4(o_st);
   const int64_t* extents[3] = {eop, elp, eo};

@@ -27,8 +27,8 @@ using Catch::Approx;
 #define FA_SKIP_MARKER "FLASHATTN_TEST_SKIPPED"
 
 // Ends the current test case as skipped (v2 has no SKIP(); the marker works for both).
-#define FA_SKIP_TEST(reason)                                              \
-  do {                                                                    \
-    std::cout << FA_SKIP_MARKER << ": " << (reason) << std::endl;         \
-    return;                                                               \
+#define FA_SKIP_TEST(reason)                                      \
+  do {                                                            \
+    std::cout << FA_SKIP_MARKER << ": " << (reason) << std::endl; \
+    return;                                                       \
   } while (0)

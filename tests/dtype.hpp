@@ -28,7 +28,7 @@ inline uint16_t f32_to_f16(float f) {
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (ax < 0x38800000u) {                                                // below 2^-14: subnormal
+  if (ax < 0x38800000u) {                                               // below 2^-14: subnormal
     const double v = static_cast<double>(bits_f32(ax)) * 16777216.0;    // units of 2^-24
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(nearbyint(v)));
   }

@@ -24,9 +24,9 @@ int cuPointerGetAttributes(unsigned count, const int* attributes, void** data, u
   int known = ptr >= g_lo && ptr < g_hi;
   for (unsigned i = 0; i < count; ++i) {
     switch (attributes[i]) {
-      case 2: *(unsigned int*)data[i] = known ? 2u : 0u; break;                /* MEMORY_TYPE: DEVICE */
+      case 2: *(unsigned int*)data[i] = known ? 2u : 0u; break;                      /* MEMORY_TYPE: DEVICE */
       case 8: *(unsigned char*)data[i] = (unsigned char)(known && g_managed); break; /* IS_MANAGED: bool */
-      case 9: *(int*)data[i] = known ? 0 : -1; break;                          /* DEVICE_ORDINAL */
+      case 9: *(int*)data[i] = known ? 0 : -1; break;                                /* DEVICE_ORDINAL */
       default: return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute the probe does not ask */
     }
   }

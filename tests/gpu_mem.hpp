@@ -14,8 +14,8 @@ namespace fat {
 
 inline bool have_gpu() { return flashattn_has_cuda_backend() && flashattn_cuda_device_count() > 0; }
 
-#define REQUIRE_GPU()                                                                               \
-  do {                                                                                              \
+#define REQUIRE_GPU()                                                                            \
+  do {                                                                                           \
     if (!::fat::have_gpu()) FA_SKIP_TEST("no CUDA device (flashattn_cuda_device_count() == 0)"); \
   } while (0)
 

@@ -33,7 +33,6 @@ struct Rng {
   }
 };
 
-
 // Layout of one tensor (rows = tokens per batch, or all packed tokens in varlen mode).
 TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, bool bogus_b, int64_t B, int64_t S, int64_t H,
                          int64_t D) {
@@ -56,15 +55,30 @@ TensorLayout make_layout(Layout L, int t, bool varlen, bool pad16, bool bogus_b,
   int64_t* st = r.strides;
   switch (k) {
     case kDefault:
-    case kBshd: st[3] = 1; st[2] = D; st[1] = H * D; st[0] = S * H * D; break;
-    case kBhsd: st[3] = 1; st[1] = D; st[2] = S * D; st[0] = H * S * D; break;
+    case kBshd:
+      st[3] = 1;
+      st[2] = D;
+      st[1] = H * D;
+      st[0] = S * H * D;
+      break;
+    case kBhsd:
+      st[3] = 1;
+      st[1] = D;
+      st[2] = S * D;
+      st[0] = H * S * D;
+      break;
     case kPadded:  // gaps after every head row, token and batch (multiples of 8 elements with pad16)
       st[3] = 1;
       st[2] = D + (pad16 ? 8 : 3);
       st[1] = H * st[2] + (pad16 ? 8 : 5);
       st[0] = S * st[1] + (pad16 ? 16 : 7);
       break;
-    case kBcast: st[3] = 1; st[2] = D; st[1] = H * D; st[0] = 0; break;
+    case kBcast:
+      st[3] = 1;
+      st[2] = D;
+      st[1] = H * D;
+      st[0] = 0;
+      break;
   }
   if (varlen && k != kDefault) st[0] = bogus_b ? (int64_t{1} << 40) : 0;  // ignored in varlen mode
   r.explicit_set = k != kDefault;
@@ -172,8 +186,7 @@ Problem make_problem(const Config& c0) {
   gen(p.in.dout, static_cast<size_t>(tq * c.hq * c.dv));
   if (c.layout == Layout::BcastBatch && !p.varlen) {  // inputs shared by all batches
     auto share = [&](std::vector<double>& x, int64_t per_batch) {
-      for (int64_t b = 1; b < c.batch; ++b)
-        std::copy(x.begin(), x.begin() + per_batch, x.begin() + b * per_batch);
+      for (int64_t b = 1; b < c.batch; ++b) std::copy(x.begin(), x.begin() + per_batch, x.begin() + b * per_batch);
     };
     share(p.in.q, c.sq * c.hq * c.dqk);
     share(p.in.k, c.sk * c.hkv * c.dqk);
@@ -199,8 +212,8 @@ Problem make_problem(const Config& c0) {
     st[2] = c.bias_bcast[2] ? 0 : row;
     st[1] = c.bias_bcast[1] ? 0 : ni * row;
     st[0] = c.bias_bcast[0] ? 0 : nh * ni * row;
-    p.bias_elems = static_cast<size_t>((c.batch - 1) * st[0] + (c.hq - 1) * st[1] + (c.sq - 1) * st[2] +
-                                       (c.sk - 1) * st[3] + 1);
+    p.bias_elems =
+        static_cast<size_t>((c.batch - 1) * st[0] + (c.hq - 1) * st[1] + (c.sq - 1) * st[2] + (c.sk - 1) * st[3] + 1);
     s.bias.resize(static_cast<size_t>(c.batch * c.hq * c.sq * c.sk));
     for (int64_t b = 0; b < c.batch; ++b)
       for (int64_t h = 0; h < c.hq; ++h)
@@ -208,7 +221,9 @@ Problem make_problem(const Config& c0) {
           for (int64_t j = 0; j < c.sk; ++j)
             s.bias[((b * c.hq + h) * c.sq + i) * c.sk + j] =
                 p.bias_reduced[(((c.bias_bcast[0] ? 0 : b) * nh + (c.bias_bcast[1] ? 0 : h)) * ni +
-                                (c.bias_bcast[2] ? 0 : i)) * nj + (c.bias_bcast[3] ? 0 : j)];
+                                (c.bias_bcast[2] ? 0 : i)) *
+                                   nj +
+                               (c.bias_bcast[3] ? 0 : j)];
   }
   if (c.bias == FLASHATTN_BIAS_ALIBI || c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC) {
     for (int64_t h = 0; h < c.hq; ++h) {
@@ -232,14 +247,22 @@ Problem make_problem(const Config& c0) {
   }
   // Tensor layouts.
   const int64_t SQ = p.varlen ? tq : c.sq, SK = p.varlen ? tk : c.sk;
-  p.lay[FLASHATTN_TENSOR_Q] = make_layout(c.layout, 0, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_K] = make_layout(c.layout, 1, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_V] = make_layout(c.layout, 2, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
-  p.lay[FLASHATTN_TENSOR_O] = make_layout(c.layout, 3, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DO] = make_layout(c.layout, 4, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DQ] = make_layout(c.layout, 5, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DK] = make_layout(c.layout, 6, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DV] = make_layout(c.layout, 7, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_Q] =
+      make_layout(c.layout, 0, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_K] =
+      make_layout(c.layout, 1, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_V] =
+      make_layout(c.layout, 2, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
+  p.lay[FLASHATTN_TENSOR_O] =
+      make_layout(c.layout, 3, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DO] =
+      make_layout(c.layout, 4, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
+  p.lay[FLASHATTN_TENSOR_DQ] =
+      make_layout(c.layout, 5, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DK] =
+      make_layout(c.layout, 6, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
+  p.lay[FLASHATTN_TENSOR_DV] =
+      make_layout(c.layout, 7, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
   return p;
 }
 
@@ -275,8 +298,8 @@ struct Buf {
 void scatter(const Problem& p, int t, const std::vector<double>& x, int64_t H, int64_t D, Buf& buf) {
   const TensorLayout& l = p.lay[t];
   const size_t es = dtype_size(p.cfg.dtype);
-  const bool q_side = t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DO ||
-                      t == FLASHATTN_TENSOR_DQ;
+  const bool q_side =
+      t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DO || t == FLASHATTN_TENSOR_DQ;
   const std::vector<int64_t>& cu = q_side ? p.spec.cu_q : p.spec.cu_k;
   for (int64_t b = 0; b < p.spec.batch; ++b)
     for (int64_t s = 0; s < cu[b + 1] - cu[b]; ++s) {
@@ -290,11 +313,12 @@ void scatter(const Problem& p, int t, const std::vector<double>& x, int64_t H, i
 }
 
 // Reads a strided output back into the packed layout, and records which bytes are logical.
-std::vector<double> gather(const Problem& p, int t, int64_t H, int64_t D, const Buf& buf, std::vector<uint8_t>* touched) {
+std::vector<double> gather(const Problem& p, int t, int64_t H, int64_t D, const Buf& buf,
+                           std::vector<uint8_t>* touched) {
   const TensorLayout& l = p.lay[t];
   const size_t es = dtype_size(p.cfg.dtype);
-  const bool q_side = t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DO ||
-                      t == FLASHATTN_TENSOR_DQ;
+  const bool q_side =
+      t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DO || t == FLASHATTN_TENSOR_DQ;
   const std::vector<int64_t>& cu = q_side ? p.spec.cu_q : p.spec.cu_k;
   std::vector<double> x(static_cast<size_t>(cu.back() * H * D));
   if (touched) touched->assign(buf.host.size(), 0);
@@ -328,10 +352,10 @@ bool padding_ok(const Buf& buf, const std::vector<uint8_t>& touched, size_t byte
 flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p) {
   const Config& c = p.cfg;
   flashattn_status_t st;
-#define FA_TRY(call)                                  \
-  do {                                                \
-    st = (call);                                      \
-    if (st != FLASHATTN_STATUS_SUCCESS) return st;    \
+#define FA_TRY(call)                               \
+  do {                                             \
+    st = (call);                                   \
+    if (st != FLASHATTN_STATUS_SUCCESS) return st; \
   } while (0)
   const int64_t batch = p.varlen ? c.batch - c.unannounced_tail : c.batch;
   FA_TRY(flashattn_plan_set_shape(plan, batch, c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv));
@@ -554,7 +578,8 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
             r.dbias[((b * c.hq + h) * c.sq + i) * c.sk + j] = load_elem(c.dtype, &dbias.host[off]);
             std::fill_n(tb.begin() + static_cast<long>(off), es, 1);
           }
-    if (!padding_ok(dbias, tb, dbias.host.size())) r.padding_intact = false, r.padding_report += "dBias padding written; ";
+    if (!padding_ok(dbias, tb, dbias.host.size()))
+      r.padding_intact = false, r.padding_report += "dBias padding written; ";
   }
   return r;
 }
@@ -696,8 +721,8 @@ void check_against_reference(const Problem& p, const LibResult& lib, const RefOu
     INFO(msg.str());
     if (const char* log = std::getenv("FA_TEST_ERROR_LOG")) {  // optional error census
       if (FILE* f = fopen(log, "a")) {
-        fprintf(f, "%s\t%s\t%.4g\t%.4g\t%.4g\t%.4g\t%.4g\t%s\n", dtype_name(p.cfg.dtype), it.name, e.max_abs,
-                l.max_abs, e.mean_abs, l.mean_abs, floor, describe(p.cfg).c_str());
+        fprintf(f, "%s\t%s\t%.4g\t%.4g\t%.4g\t%.4g\t%.4g\t%s\n", dtype_name(p.cfg.dtype), it.name, e.max_abs, l.max_abs,
+                e.mean_abs, l.mean_abs, floor, describe(p.cfg).c_str());
         fclose(f);
       }
     }
@@ -731,8 +756,8 @@ void run_and_check_cpu(const Config& c) {
   const Problem p = make_problem(c);
   const LibResult r = run_cpu(p);
   INFO(describe(p.cfg));
-  INFO("status create/setup/fwd/bwd = " << r.create << "/" << r.setup << "/" << r.fwd << "/" << r.bwd << " error: "
-                                        << r.error);
+  INFO("status create/setup/fwd/bwd = " << r.create << "/" << r.setup << "/" << r.fwd << "/" << r.bwd
+                                        << " error: " << r.error);
   REQUIRE(r.ok());
   check_against_reference(p, r);
 }
@@ -771,8 +796,7 @@ flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse) {
   return a;
 }
 
-flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk,
-                              void* dv) {
+flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk, void* dv) {
   flashattn_bwd_args_t a = FLASHATTN_BWD_ARGS_INIT;
   a.q = q;
   a.k = k;

@@ -52,10 +52,10 @@ constexpr Tolerance kGpuTolerance{1.0, 0.125, 2.0, 2.0};
 
 // ---- problem description ------------------------------------------------------------------
 enum class Layout {
-  BSHD,    // contiguous [batch, seq, head, dim] (the default strides; not set explicitly)
-  BHSD,    // [batch, head, seq, dim]
-  Padded,  // BSHD with gaps after every dim, head and token
-  Mixed,   // a different layout per tensor (BHSD, padded, BSHD, explicit BSHD)
+  BSHD,       // contiguous [batch, seq, head, dim] (the default strides; not set explicitly)
+  BHSD,       // [batch, head, seq, dim]
+  Padded,     // BSHD with gaps after every dim, head and token
+  Mixed,      // a different layout per tensor (BHSD, padded, BSHD, explicit BSHD)
   BcastBatch  // inputs with batch stride 0 (shared across the batch), outputs padded
 };
 
@@ -65,7 +65,7 @@ struct Config {
   flashattn_dtype_t dtype = FLASHATTN_DTYPE_FP32;
   flashattn_algorithm_t algorithm = FLASHATTN_ALGORITHM_FLASH;
   Layout layout = Layout::BSHD;
-  float scale = 0.f;        // 0: library default 1/sqrt(dqk)
+  float scale = 0.f;  // 0: library default 1/sqrt(dqk)
   float softcap = 0.f;
   bool band = false;
   flashattn_mask_align_t align = FLASHATTN_ALIGN_TOP_LEFT;
@@ -79,7 +79,7 @@ struct Config {
   bool sparse = false;
   int64_t block_q = 16, block_k = 16, layout_heads = 1;
   double density = 0.6;
-  int64_t zero_row_block = -1;  // a layout row of zeros (fully masked query rows)
+  int64_t zero_row_block = -1;            // a layout row of zeros (fully masked query rows)
   std::vector<int> seqlens_q, seqlens_k;  // non-empty: varlen with these lengths
   // varlen: the last n sequences are not announced to the library (its batch and offsets
   // stop before them) but stay in the buffers and totals. Tokens past the last offset are
@@ -87,12 +87,12 @@ struct Config {
   // pair (q tokens, 0 keys), (0 q tokens, keys): use such pairs here.
   int64_t unannounced_tail = 0;
   bool deterministic = false;
-  bool pad16 = false;       // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
+  bool pad16 = false;                      // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
   bool bogus_varlen_batch_stride = false;  // varlen: explicit batch strides of 2^40 (ignored)
   uint64_t data_seed = 1;
   bool backward = true;
-  bool with_lse = true;     // pass an LSE pointer to the forward
-  double input_scale = 1.0; // inputs ~ N(0, input_scale^2)
+  bool with_lse = true;      // pass an LSE pointer to the forward
+  double input_scale = 1.0;  // inputs ~ N(0, input_scale^2)
 };
 
 std::string describe(const Config& c);
@@ -141,17 +141,17 @@ struct HostMem : MemOps {
 struct LibResult {
   flashattn_status_t create = FLASHATTN_STATUS_SUCCESS, setup = FLASHATTN_STATUS_SUCCESS,
                      fwd = FLASHATTN_STATUS_SUCCESS, bwd = FLASHATTN_STATUS_SUCCESS;
-  std::string error;                       // last_error of the first failing call
-  std::vector<double> o, lse, dq, dk, dv;  // reference layouts (reference.hpp)
-  std::vector<double> dbias;               // expanded [batch][hq][sq][sk] strided reads
+  std::string error;                                                       // last_error of the first failing call
+  std::vector<double> o, lse, dq, dk, dv;                                  // reference layouts (reference.hpp)
+  std::vector<double> dbias;                                               // expanded [batch][hq][sq][sk] strided reads
   std::vector<uint8_t> raw_o, raw_lse, raw_dq, raw_dk, raw_dv, raw_dbias;  // buffers as written
-  bool padding_intact = true;              // gaps in strided outputs kept their poison
+  bool padding_intact = true;                                              // gaps in strided outputs kept their poison
   std::string padding_report;
-  bool outputs_untouched = true;           // after a failed fwd/bwd: its outputs kept their poison
+  bool outputs_untouched = true;  // after a failed fwd/bwd: its outputs kept their poison
   size_t ws_fwd = 0, ws_bwd = 0;
   bool ok() const {
-    return create == FLASHATTN_STATUS_SUCCESS && setup == FLASHATTN_STATUS_SUCCESS &&
-           fwd == FLASHATTN_STATUS_SUCCESS && bwd == FLASHATTN_STATUS_SUCCESS;
+    return create == FLASHATTN_STATUS_SUCCESS && setup == FLASHATTN_STATUS_SUCCESS && fwd == FLASHATTN_STATUS_SUCCESS &&
+           bwd == FLASHATTN_STATUS_SUCCESS;
   }
 };
 
@@ -161,8 +161,7 @@ Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashatt
 
 // Argument blocks of one run over raw buffers (the other fields stay at their INIT values).
 flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse);
-flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk,
-                              void* dv);
+flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk, void* dv);
 
 // Applies every option of p.cfg to a fresh plan (shape, dtype, strides, options).
 flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p);
@@ -200,8 +199,8 @@ Rounder rounder_for(flashattn_dtype_t t);
 // CHECKs O, LSE (and dQ, dK, dV, dBias) of lib against reference_fp64, with the bound above
 // relative to reference_lowp; fully masked rows must be exactly O = 0, LSE = -inf, dQ = 0.
 void check_against_reference(const Problem& p, const LibResult& lib, const Tolerance& tol = kCpuTolerance);
-void check_against_reference(const Problem& p, const LibResult& lib, const RefOutputs& exact,
-                             const RefOutputs& lowp, const Tolerance& tol = kCpuTolerance);
+void check_against_reference(const Problem& p, const LibResult& lib, const RefOutputs& exact, const RefOutputs& lowp,
+                             const Tolerance& tol = kCpuTolerance);
 
 // CHECKs that lib ran and matches the reference (the usual one-liner of the tests).
 void run_and_check_cpu(const Config& c);

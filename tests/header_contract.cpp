@@ -45,7 +45,8 @@ HeaderContract parse_header_contract(const std::string& text) {
     if (name.empty() || name == "MAX_ENUM" || eq == std::string::npos || text[eq] != '=') continue;
     c.status_values[name] = static_cast<int>(std::stol(text.substr(eq + 1), nullptr, 0));
   }
-  if (c.status_values.count("INTERNAL_ERROR") == 0) throw std::runtime_error("no FLASHATTN_STATUS_INTERNAL_ERROR in the header");
+  if (c.status_values.count("INTERNAL_ERROR") == 0)
+    throw std::runtime_error("no FLASHATTN_STATUS_INTERNAL_ERROR in the header");
   // Every "<doc comment> FLASHATTN_API <return type> flashattn_<name>(".
   std::map<std::string, std::string> as_of;  // function -> function its list refers to
   const std::string api = "FLASHATTN_API";
@@ -64,8 +65,7 @@ HeaderContract parse_header_contract(const std::string& text) {
       if (!std::isspace(static_cast<unsigned char>(ch))) ret += ch;
     const size_t close = text.rfind("*/", at);
     const size_t open = text.rfind("/**", close);
-    if (close == std::string::npos || open == std::string::npos ||
-        text.find_first_not_of(" \t\n", close + 2) != at)
+    if (close == std::string::npos || open == std::string::npos || text.find_first_not_of(" \t\n", close + 2) != at)
       throw std::runtime_error(name + " has no doc comment right before it");
     if (ret != "flashattn_status_t") {
       c.non_status_functions.insert(name);
@@ -88,7 +88,8 @@ HeaderContract parse_header_contract(const std::string& text) {
   }
   for (const auto& a : as_of) {
     const auto src = c.documented.find(a.second);
-    if (src == c.documented.end()) throw std::runtime_error(a.first + ": \"As ::" + a.second + "\" names no documented list");
+    if (src == c.documented.end())
+      throw std::runtime_error(a.first + ": \"As ::" + a.second + "\" names no documented list");
     c.documented[a.first] = src->second;
   }
   return c;

@@ -11,9 +11,9 @@
 namespace fat {
 
 struct HeaderContract {
-  std::map<std::string, int> status_values;               // "INVALID_SHAPE" -> 102
-  std::map<std::string, std::set<int>> documented;        // function -> statuses in its @return
-  std::set<std::string> non_status_functions;             // FLASHATTN_API functions returning something else
+  std::map<std::string, int> status_values;         // "INVALID_SHAPE" -> 102
+  std::map<std::string, std::set<int>> documented;  // function -> statuses in its @return
+  std::set<std::string> non_status_functions;       // FLASHATTN_API functions returning something else
 };
 
 // Parses the text of a header; throws std::runtime_error naming what it cannot read (a

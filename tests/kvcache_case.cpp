@@ -61,10 +61,10 @@ void rotate(const KvCase& c, std::vector<double>& x, const std::vector<double>& 
 std::string describe(const KvCase& c) {
   std::ostringstream o;
   o << c.name << ": b=" << c.batch << " sq=" << c.sq << " cap=" << c.cap << " hq=" << c.hq << " hkv=" << c.hkv
-    << " d=" << c.dqk << "/" << c.dv << " " << dtype_name(c.dtype) << " new=" << c.seqlen_new
-    << " page=" << c.page_size << (c.heads_outer ? " HND" : " NHD") << (c.batch_idx ? " batch_idx" : "")
-    << " rotary=" << static_cast<int>(c.rotary) << "/" << c.rotary_dim << (c.causal ? " causal" : "")
-    << " window=(" << c.wl << "," << c.wr << ") softcap=" << c.softcap << " bias=" << static_cast<int>(c.bias)
+    << " d=" << c.dqk << "/" << c.dv << " " << dtype_name(c.dtype) << " new=" << c.seqlen_new << " page=" << c.page_size
+    << (c.heads_outer ? " HND" : " NHD") << (c.batch_idx ? " batch_idx" : "")
+    << " rotary=" << static_cast<int>(c.rotary) << "/" << c.rotary_dim << (c.causal ? " causal" : "") << " window=("
+    << c.wl << "," << c.wr << ") softcap=" << c.softcap << " bias=" << static_cast<int>(c.bias)
     << " splits=" << c.num_splits << " used={";
   for (int u : c.used) o << u << ",";
   o << "} seed=" << c.seed;

@@ -17,15 +17,15 @@ struct KvCase {
   std::string name = "kvcache";
   int64_t batch = 2, sq = 1, cap = 40, hq = 2, hkv = 1, dqk = 16, dv = 16;
   flashattn_dtype_t dtype = FLASHATTN_DTYPE_FP16;
-  std::vector<int> used;         // keys already cached per sequence (default: cap - seqlen_new for all)
+  std::vector<int> used;  // keys already cached per sequence (default: cap - seqlen_new for all)
   int64_t seqlen_new = 0;
-  int64_t page_size = 0;         // 0 = contiguous
-  bool heads_outer = false;      // HND cache layout
-  bool batch_idx = false;        // contiguous only: cache rows permuted through cache_batch_idx
+  int64_t page_size = 0;     // 0 = contiguous
+  bool heads_outer = false;  // HND cache layout
+  bool batch_idx = false;    // contiguous only: cache rows permuted through cache_batch_idx
   flashattn_rotary_t rotary = FLASHATTN_ROTARY_NONE;
   int64_t rotary_dim = 0;
   bool causal = false;
-  int64_t wl = -1, wr = -1;      // band mask (bottom-right) when causal or either is >= 0
+  int64_t wl = -1, wr = -1;  // band mask (bottom-right) when causal or either is >= 0
   float softcap = 0.f;
   flashattn_bias_t bias = FLASHATTN_BIAS_NONE;  // NONE or ALiBi kinds
   int64_t num_splits = 0;

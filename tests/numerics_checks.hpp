@@ -72,8 +72,9 @@ void check_poison(const Config& c, int which, int64_t b, int64_t pos, int64_t he
   Problem bad = clean;
   input_at(c, bad.in, which, b, pos, head, dim) = value;
   const LibResult rc = run_library(clean, mem, 0), rb = run_library(bad, mem, 0);
-  INFO(describe(c) << " poisoned " << "QKV"[which] << "[b=" << b << ", pos=" << pos << ", head=" << head
-                   << ", dim=" << dim << "] = " << value);
+  INFO(describe(c) << " poisoned "
+                   << "QKV"[which] << "[b=" << b << ", pos=" << pos << ", head=" << head << ", dim=" << dim
+                   << "] = " << value);
   INFO("status fwd/bwd = " << rb.fwd << "/" << rb.bwd << " " << rb.error);
   REQUIRE(rb.ok());
   check_against_reference(clean, rc, tol);
@@ -171,9 +172,9 @@ inline void poison_q(const Config& proto, MemOps& mem, const Tolerance& tol) {
   const Config c = scenario(proto, "poisoned Q", 3, 9, 13, 4, 2, 300);
   const Problem p = make_problem(c);
   for (double val : {kNaN, kInf, -kInf})
-    check_poison(c, 0, 1, 4, 3, 5, val, [&](int64_t b, int64_t i, int64_t h) {
-      return q_poison_row(p, 1, 4, 3, 5, val, b, i, h);
-    }, mem, tol);
+    check_poison(
+        c, 0, 1, 4, 3, 5, val,
+        [&](int64_t b, int64_t i, int64_t h) { return q_poison_row(p, 1, 4, 3, 5, val, b, i, h); }, mem, tol);
 }
 
 // Bottom-right causal with seqlen_q > seqlen_k: rows 0..49 see no key. A NaN in a row that
@@ -209,14 +210,17 @@ inline void poison_k(const Config& proto, MemOps& mem, const Tolerance& tol) {
   const Config c = scenario(proto, "poisoned K", 3, 9, 13, 4, 2, 310);  // query heads 2, 3 use kv head 1
   const Problem p = make_problem(c);
   for (double val : {kNaN, kInf, -kInf})
-    check_poison(c, 1, 2, 6, 1, 0, val, [&](int64_t b, int64_t i, int64_t h) {
-      if (!(b == 2 && h / 2 == 1)) return RowExp::Same;
-      if (std::isnan(val)) return RowExp::NaNRow;
-      // score = scale * (q[.., 0] * val + finite): +inf poisons the row (inf - inf in the
-      // softmax), -inf only removes the key from the row.
-      const double q0 = p.in.q[((b * c.sq + i) * c.hq + h) * c.dqk + 0];
-      return q0 * val < 0 ? RowExp::Finite : RowExp::NaNRow;  // q0 = 0 would give 0 * inf = NaN
-    }, mem, tol);
+    check_poison(
+        c, 1, 2, 6, 1, 0, val,
+        [&](int64_t b, int64_t i, int64_t h) {
+          if (!(b == 2 && h / 2 == 1)) return RowExp::Same;
+          if (std::isnan(val)) return RowExp::NaNRow;
+          // score = scale * (q[.., 0] * val + finite): +inf poisons the row (inf - inf in the
+          // softmax), -inf only removes the key from the row.
+          const double q0 = p.in.q[((b * c.sq + i) * c.hq + h) * c.dqk + 0];
+          return q0 * val < 0 ? RowExp::Finite : RowExp::NaNRow;  // q0 = 0 would give 0 * inf = NaN
+        },
+        mem, tol);
 }
 
 // NaN, +inf, -inf in V[2, 6, 1, 3]: column 3 of the rows of batch 2 and kv head 1's query
@@ -224,9 +228,10 @@ inline void poison_k(const Config& proto, MemOps& mem, const Tolerance& tol) {
 inline void poison_v(const Config& proto, MemOps& mem, const Tolerance& tol) {
   const Config c = scenario(proto, "poisoned V", 3, 9, 13, 4, 2, 315);
   for (double val : {kNaN, kInf, -kInf})
-    check_poison(c, 2, 2, 6, 1, 3, val, [](int64_t b, int64_t, int64_t h) {
-      return b == 2 && h / 2 == 1 ? RowExp::ColNonFinite : RowExp::Same;
-    }, mem, tol);
+    check_poison(
+        c, 2, 2, 6, 1, 3, val,
+        [](int64_t b, int64_t, int64_t h) { return b == 2 && h / 2 == 1 ? RowExp::ColNonFinite : RowExp::Same; }, mem,
+        tol);
 }
 
 // NaN in K or V at key 9 under a top-left causal mask (row i sees keys 0..i).
@@ -237,15 +242,19 @@ inline void poison_kv_causal(const Config& proto, MemOps& mem, const Tolerance& 
   c.wl = -1;
   c.wr = 0;
   // K: a masked score is replaced by -inf before it can spread, so rows i < 9 are exact.
-  check_poison(c, 1, 0, 9, 1, 2, kNaN, [](int64_t b, int64_t i, int64_t h) {
-    return b == 0 && h == 1 && i >= 9 ? RowExp::NaNRow : RowExp::Same;
-  }, mem, tol);
+  check_poison(
+      c, 1, 0, 9, 1, 2, kNaN,
+      [](int64_t b, int64_t i, int64_t h) { return b == 0 && h == 1 && i >= 9 ? RowExp::NaNRow : RowExp::Same; }, mem,
+      tol);
   // V: rows that see key 9 get NaN in column 2; rows it is masked from may get it too
   // (0 * NaN in a computed tile), but nothing outside (batch 0, head 1, column 2) changes.
-  check_poison(c, 2, 0, 9, 1, 2, kNaN, [](int64_t b, int64_t i, int64_t h) {
-    if (!(b == 0 && h == 1)) return RowExp::Same;
-    return i >= 9 ? RowExp::ColNonFinite : RowExp::ColMaybe;
-  }, mem, tol);
+  check_poison(
+      c, 2, 0, 9, 1, 2, kNaN,
+      [](int64_t b, int64_t i, int64_t h) {
+        if (!(b == 0 && h == 1)) return RowExp::Same;
+        return i >= 9 ? RowExp::ColNonFinite : RowExp::ColMaybe;
+      },
+      mem, tol);
 }
 
 // The run succeeded and every output and gradient is finite.
@@ -298,8 +307,8 @@ inline void large_scores_fwd(const Config& proto, MemOps& mem, const NumericsBou
   const ErrStats eo = error_stats(r.o, ref.o), el = error_stats(r.lse, ref.lse);
   const double tol_o = (bd.o_us * u_s + bd.o_eps * eps) * (1.0 + max_abs(ref.o_mag));
   const double tol_l = bd.lse_us * u_s + bd.lse_ulp * ldexp(1.0, -24) * (1.0 + smax);
-  INFO("max |LSE| " << smax << " | O err " << eo.max_abs << " (tol " << tol_o << ") LSE err " << el.max_abs
-                    << " (tol " << tol_l << ")");
+  INFO("max |LSE| " << smax << " | O err " << eo.max_abs << " (tol " << tol_o << ") LSE err " << el.max_abs << " (tol "
+                    << tol_l << ")");
   CHECK(smax > 5e3);  // the scores really are huge
   CHECK(all_finite(r.o));
   CHECK(all_finite(r.lse));
@@ -347,8 +356,8 @@ inline void softcap_huge_scores(const Config& proto, MemOps& mem, const Numerics
   const ErrStats eo = error_stats(r.o, ref.o), el = error_stats(r.lse, ref.lse), ev = error_stats(r.dv, ref.dv);
   const double tol_o = bd.cap_u * u * (1 + max_abs(ref.o_mag)), tol_l = bd.cap_u * u * (1 + max_abs(ref.lse)),
                tol_v = bd.cap_u * u * (1 + max_abs(ref.dv_mag));
-  INFO("O err " << eo.max_abs << " (tol " << tol_o << ") LSE err " << el.max_abs << " (tol " << tol_l
-                << ") dV err " << ev.max_abs << " (tol " << tol_v << ")");
+  INFO("O err " << eo.max_abs << " (tol " << tol_o << ") LSE err " << el.max_abs << " (tol " << tol_l << ") dV err "
+                << ev.max_abs << " (tol " << tol_v << ")");
   CHECK(eo.nonfinite_mismatch + el.nonfinite_mismatch + ev.nonfinite_mismatch == 0);
   CHECK(eo.max_abs <= tol_o);
   CHECK(el.max_abs <= tol_l);

@@ -106,10 +106,8 @@ TEST_CASE("AUTO resolves to the CPU when no GPU is usable", "[api]") {
   flashattn_backend_t b = FLASHATTN_BACKEND_AUTO;
   REQUIRE(flashattn_plan_get_backend(plan, &b) == FLASHATTN_STATUS_SUCCESS);
   CHECK(b != FLASHATTN_BACKEND_AUTO);
-  if (flashattn_has_cuda_backend() && flashattn_cuda_device_count() > 0)
-    CHECK(b == FLASHATTN_BACKEND_CUDA);
-  else
-    CHECK(b == FLASHATTN_BACKEND_CPU);
+  if (flashattn_has_cuda_backend() && flashattn_cuda_device_count() > 0) CHECK(b == FLASHATTN_BACKEND_CUDA);
+  else CHECK(b == FLASHATTN_BACKEND_CPU);
   flashattn_plan_destroy(plan);
   REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
   REQUIRE(flashattn_plan_get_backend(plan, &b) == FLASHATTN_STATUS_SUCCESS);
@@ -334,7 +332,7 @@ TEST_CASE("the plan keeps its own copy of the block-sparse layout", "[api][fwd]"
   std::vector<uint8_t>* layout = new std::vector<uint8_t>(p.spec.layout);
   REQUIRE(flashattn_plan_set_block_sparse(plan, layout->data(), 1, 5, 5, 8, 8) == FLASHATTN_STATUS_SUCCESS);
   std::fill(layout->begin(), layout->end(), 0);  // the caller reuses its buffer...
-  delete layout;                                  // ...and frees it
+  delete layout;                                 // ...and frees it
   HostMem mem;
   const LibResult r = run_on_plan(plan, p, mem);
   flashattn_plan_destroy(plan);

@@ -21,8 +21,8 @@ const flashattn_dtype_t kDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16
 }  // namespace
 
 TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd][bwd]") {
-  const int64_t pairs[][2] = {{1, 1},    {1, 17},   {17, 1},   {17, 17},  {63, 65},
-                              {65, 63},  {127, 129}, {129, 127}, {200, 200}, {1, 200}};
+  const int64_t pairs[][2] = {{1, 1},   {1, 17},    {17, 1},    {17, 17},   {63, 65},
+                              {65, 63}, {127, 129}, {129, 127}, {200, 200}, {1, 200}};
   uint64_t seed = 100;
   for (const auto& pr : pairs)
     for (flashattn_dtype_t t : kDtypes) {
@@ -32,8 +32,8 @@ TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd
 }
 
 TEST_CASE("head dimensions including dqk != dv", "[fwd][bwd]") {
-  const int64_t dims[][2] = {{8, 8},     {40, 40},  {64, 64}, {72, 72}, {128, 128}, {256, 256},
-                             {192, 128}, {40, 24},  {24, 40}, {1, 1},   {3, 5},     {256, 8}};
+  const int64_t dims[][2] = {{8, 8},     {40, 40}, {64, 64}, {72, 72}, {128, 128}, {256, 256},
+                             {192, 128}, {40, 24}, {24, 40}, {1, 1},   {3, 5},     {256, 8}};
   uint64_t seed = 200;
   for (const auto& d : dims) {
     ++seed;
@@ -80,8 +80,8 @@ TEST_CASE("sliding windows in both alignments", "[fwd][bwd]") {
   for (const auto& w : windows)
     for (auto align : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) {
       ++seed;
-      Config c = base_config("window", seed % 2 ? 45 : 70, seed % 2 ? 70 : 45, 40, seed % 3 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
-                      seed);
+      Config c = base_config("window", seed % 2 ? 45 : 70, seed % 2 ? 70 : 45, 40,
+                             seed % 3 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
       c.band = true;
       c.align = align;
       c.wl = w[0];
@@ -170,7 +170,7 @@ TEST_CASE("ALiBi both kinds and both alignments", "[fwd][bwd]") {
       for (int shape = 0; shape < 2; ++shape) {
         ++seed;
         Config c = base_config("alibi", shape ? 50 : 23, shape ? 23 : 50, 32,
-                        seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
+                               seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
         c.hq = 4;
         c.hkv = 2;
         c.bias = kind;

@@ -37,7 +37,8 @@ const fat::HeaderContract& header() {
 
 std::string status_list(const std::set<int>& s) {
   std::string out;
-  for (int v : s) out += (out.empty() ? "" : ", ") + std::string(flashattn_status_string(static_cast<flashattn_status_t>(v)));
+  for (int v : s)
+    out += (out.empty() ? "" : ", ") + std::string(flashattn_status_string(static_cast<flashattn_status_t>(v)));
   return out;
 }
 
@@ -92,7 +93,8 @@ struct Fixture {
 
   flashattn_fwd_args_t fwd() { return fat::fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data()); }
   flashattn_bwd_args_t bwd() {
-    return fat::bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    return fat::bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                         dv.data());
   }
   // A contiguous KV cache of one row per sequence: k and v hold [B, SK, HKV, D].
   flashattn_kvcache_config_t kv_config() const {
@@ -123,7 +125,8 @@ flashattn_status_t with_failing_allocations(F&& call) {
 void drive_plan_create() {
   flashattn_plan_t p = nullptr;
   CALL(flashattn_plan_create, "plan NULL", nullptr, FLASHATTN_BACKEND_CPU, 0);
-  for (int b : {-1, 3, 1000}) CALL(flashattn_plan_create, "backend " + std::to_string(b), &p, bad_enum<flashattn_backend_t>(b), 0);
+  for (int b : {-1, 3, 1000})
+    CALL(flashattn_plan_create, "backend " + std::to_string(b), &p, bad_enum<flashattn_backend_t>(b), 0);
   CALL(flashattn_plan_create, "device -1", &p, FLASHATTN_BACKEND_CPU, -1);
   for (int d : {0, 1, 999}) {
     p = nullptr;
@@ -152,7 +155,8 @@ void drive_plan_set_shape() {
   const int64_t big = INT64_C(1) << 40;
   CALL(flashattn_plan_set_shape, "plan NULL", nullptr, 1, 1, 1, 1, 1, 8, 8);
   for (int i = 0; i < 7; ++i)
-    for (int64_t bad : {INT64_C(0), INT64_C(-1), std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), big}) {
+    for (int64_t bad :
+         {INT64_C(0), INT64_C(-1), std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), big}) {
       int64_t d[7] = {2, 9, 11, 4, 2, 16, 8};
       d[i] = bad;
       CALL(flashattn_plan_set_shape, "dim " + std::to_string(i) + " = " + std::to_string(bad), f.plan, d[0], d[1], d[2],
@@ -180,8 +184,10 @@ void drive_plan_set_shape() {
 void drive_plan_set_dtype() {
   Fixture f;
   CALL(flashattn_plan_set_dtype, "plan NULL", nullptr, FLASHATTN_DTYPE_FP16);
-  for (int d : {-1, 3, 77}) CALL(flashattn_plan_set_dtype, "dtype " + std::to_string(d), f.plan, bad_enum<flashattn_dtype_t>(d));
-  for (auto d : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32}) CALL(flashattn_plan_set_dtype, "good", f.plan, d);
+  for (int d : {-1, 3, 77})
+    CALL(flashattn_plan_set_dtype, "dtype " + std::to_string(d), f.plan, bad_enum<flashattn_dtype_t>(d));
+  for (auto d : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32})
+    CALL(flashattn_plan_set_dtype, "good", f.plan, d);
 }
 
 void drive_plan_set_strides() {
@@ -192,10 +198,12 @@ void drive_plan_set_strides() {
   CALL(flashattn_plan_set_strides, "plan NULL", nullptr, FLASHATTN_TENSOR_Q, good);
   CALL(flashattn_plan_set_strides, "no shape", no_shape, FLASHATTN_TENSOR_Q, good);
   flashattn_plan_destroy(no_shape);
-  for (int t : {-1, 8, 100}) CALL(flashattn_plan_set_strides, "tensor " + std::to_string(t), f.plan, bad_enum<flashattn_tensor_t>(t), good);
+  for (int t : {-1, 8, 100})
+    CALL(flashattn_plan_set_strides, "tensor " + std::to_string(t), f.plan, bad_enum<flashattn_tensor_t>(t), good);
   CALL(flashattn_plan_set_strides, "strides NULL", f.plan, FLASHATTN_TENSOR_Q, nullptr);
-  const int64_t bad[][4] = {{576, 64, 16, 2}, {-1, 64, 16, 1}, {576, -64, 16, 1}, {576, 64, -16, 1},
-                            {INT64_C(1) << 62, 64, 16, 1}, {0, 0, 0, 1}, {8, 8, 8, 1}};
+  const int64_t bad[][4] = {
+      {576, 64, 16, 2}, {-1, 64, 16, 1}, {576, -64, 16, 1}, {576, 64, -16, 1}, {INT64_C(1) << 62, 64, 16, 1},
+      {0, 0, 0, 1},     {8, 8, 8, 1}};
   for (int t = 0; t < 8; ++t)
     for (const auto& s : bad)
       CALL(flashattn_plan_set_strides, "bad strides of tensor " + std::to_string(t), f.plan,
@@ -213,20 +221,27 @@ void drive_scalar_setters() {
   Fixture f;
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   CALL(flashattn_plan_set_softmax_scale, "plan NULL", nullptr, 1.f);
-  for (float s : {nan, inf, -inf, -1.f, 0.f, 0.5f}) CALL(flashattn_plan_set_softmax_scale, std::to_string(s), f.plan, s);
+  for (float s : {nan, inf, -inf, -1.f, 0.f, 0.5f})
+    CALL(flashattn_plan_set_softmax_scale, std::to_string(s), f.plan, s);
   CALL(flashattn_plan_set_softcap, "plan NULL", nullptr, 1.f);
   for (float s : {nan, inf, -1.f, 0.f, 5.f}) CALL(flashattn_plan_set_softcap, std::to_string(s), f.plan, s);
   CALL(flashattn_plan_set_dropout, "plan NULL", nullptr, 0.1f, 1, 2);
-  for (float p : {nan, -0.1f, 1.f, 2.f, 0.f, 0.2f}) CALL(flashattn_plan_set_dropout, std::to_string(p), f.plan, p, 1, 2);
+  for (float p : {nan, -0.1f, 1.f, 2.f, 0.f, 0.2f})
+    CALL(flashattn_plan_set_dropout, std::to_string(p), f.plan, p, 1, 2);
   REQUIRE(flashattn_plan_set_dropout(f.plan, 0.f, 0, 0) == FLASHATTN_STATUS_SUCCESS);
   CALL(flashattn_plan_set_algorithm, "plan NULL", nullptr, FLASHATTN_ALGORITHM_FLASH);
-  for (int a : {-1, 2}) CALL(flashattn_plan_set_algorithm, "algorithm " + std::to_string(a), f.plan, bad_enum<flashattn_algorithm_t>(a));
-  for (auto a : {FLASHATTN_ALGORITHM_STANDARD, FLASHATTN_ALGORITHM_FLASH}) CALL(flashattn_plan_set_algorithm, "good", f.plan, a);
+  for (int a : {-1, 2})
+    CALL(flashattn_plan_set_algorithm, "algorithm " + std::to_string(a), f.plan, bad_enum<flashattn_algorithm_t>(a));
+  for (auto a : {FLASHATTN_ALGORITHM_STANDARD, FLASHATTN_ALGORITHM_FLASH})
+    CALL(flashattn_plan_set_algorithm, "good", f.plan, a);
   CALL(flashattn_plan_set_deterministic, "plan NULL", nullptr, 1);
   for (int e : {0, 1, -5}) CALL(flashattn_plan_set_deterministic, "good", f.plan, e);
   CALL(flashattn_plan_set_band_mask, "plan NULL", nullptr, FLASHATTN_ALIGN_TOP_LEFT, -1, 0);
-  for (int a : {-1, 2}) CALL(flashattn_plan_set_band_mask, "align " + std::to_string(a), f.plan, bad_enum<flashattn_mask_align_t>(a), -1, 0);
-  for (auto a : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT}) CALL(flashattn_plan_set_band_mask, "good", f.plan, a, 3, -7);
+  for (int a : {-1, 2})
+    CALL(flashattn_plan_set_band_mask, "align " + std::to_string(a), f.plan, bad_enum<flashattn_mask_align_t>(a), -1,
+         0);
+  for (auto a : {FLASHATTN_ALIGN_TOP_LEFT, FLASHATTN_ALIGN_BOTTOM_RIGHT})
+    CALL(flashattn_plan_set_band_mask, "good", f.plan, a, 3, -7);
   REQUIRE(flashattn_plan_set_band_mask(f.plan, FLASHATTN_ALIGN_TOP_LEFT, -1, -1) == FLASHATTN_STATUS_SUCCESS);
   CALL(flashattn_plan_set_varlen, "plan NULL", nullptr, 1, 9, 11);
   const int64_t totals[][2] = {{-1, 5}, {5, -1}, {INT64_C(1) << 31, 5}, {5, INT64_C(1) << 31}, {9, 11}, {0, 0}};
@@ -238,9 +253,11 @@ void drive_plan_set_bias() {
   Fixture f;
   const int64_t good[4] = {4 * 9 * 11, 9 * 11, 11, 1};
   CALL(flashattn_plan_set_bias, "plan NULL", nullptr, FLASHATTN_BIAS_TENSOR, good);
-  for (int k : {-1, 4}) CALL(flashattn_plan_set_bias, "kind " + std::to_string(k), f.plan, bad_enum<flashattn_bias_t>(k), nullptr);
+  for (int k : {-1, 4})
+    CALL(flashattn_plan_set_bias, "kind " + std::to_string(k), f.plan, bad_enum<flashattn_bias_t>(k), nullptr);
   CALL(flashattn_plan_set_bias, "TENSOR without strides", f.plan, FLASHATTN_BIAS_TENSOR, nullptr);
-  const int64_t bad[][4] = {{-1, 99, 11, 1}, {396, 99, 11, 2}, {396, 99, 0, 0}, {0, 0, 1, 1}, {INT64_C(1) << 61, 0, 0, 1}};
+  const int64_t bad[][4] = {
+      {-1, 99, 11, 1}, {396, 99, 11, 2}, {396, 99, 0, 0}, {0, 0, 1, 1}, {INT64_C(1) << 61, 0, 0, 1}};
   for (const auto& s : bad) CALL(flashattn_plan_set_bias, "bad strides", f.plan, FLASHATTN_BIAS_TENSOR, s);
   for (auto k : {FLASHATTN_BIAS_NONE, FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC})
     CALL(flashattn_plan_set_bias, "strides for a kind without", f.plan, k, good);
@@ -260,10 +277,17 @@ void drive_plan_set_block_sparse() {
   CALL(flashattn_plan_set_block_sparse, "no shape", no_shape, layout.data(), 1, 3, 3, 4, 4);
   CALL(flashattn_plan_set_block_sparse, "clear without shape", no_shape, nullptr, 0, 0, 0, 0, 0);
   flashattn_plan_destroy(no_shape);
-  const int64_t bad[][5] = {{1, 3, 3, 0, 4}, {1, 3, 3, 4, 0},  {1, 3, 3, -4, 4}, {2, 3, 3, 4, 4},
-                            {0, 3, 3, 4, 4}, {1, 2, 3, 4, 4},  {1, 3, 4, 4, 4},  {1, -1, 3, 4, 4},
+  const int64_t bad[][5] = {{1, 3, 3, 0, 4},
+                            {1, 3, 3, 4, 0},
+                            {1, 3, 3, -4, 4},
+                            {2, 3, 3, 4, 4},
+                            {0, 3, 3, 4, 4},
+                            {1, 2, 3, 4, 4},
+                            {1, 3, 4, 4, 4},
+                            {1, -1, 3, 4, 4},
                             {1, 1, 1, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max()}};
-  for (const auto& b : bad) CALL(flashattn_plan_set_block_sparse, "bad dims", f.plan, layout.data(), b[0], b[1], b[2], b[3], b[4]);
+  for (const auto& b : bad)
+    CALL(flashattn_plan_set_block_sparse, "bad dims", f.plan, layout.data(), b[0], b[1], b[2], b[3], b[4]);
   CALL(flashattn_plan_set_block_sparse, "good", f.plan, layout.data(), 1, 3, 3, 4, 4);
   CALL(flashattn_plan_set_block_sparse, "good, per head", f.plan, layout.data(), 4, 3, 3, 4, 4);
   record("flashattn_plan_set_block_sparse", "allocations fail", with_failing_allocations([&] {
@@ -280,7 +304,8 @@ void drive_plan_get_workspace_size() {
   CALL(flashattn_plan_get_workspace_size, "plan NULL", nullptr, FLASHATTN_PASS_FORWARD, &bytes);
   CALL(flashattn_plan_get_workspace_size, "no shape", no_shape, FLASHATTN_PASS_FORWARD, &bytes);
   flashattn_plan_destroy(no_shape);
-  for (int p : {-1, 3}) CALL(flashattn_plan_get_workspace_size, "pass " + std::to_string(p), f.plan, bad_enum<flashattn_pass_t>(p), &bytes);
+  for (int p : {-1, 3})
+    CALL(flashattn_plan_get_workspace_size, "pass " + std::to_string(p), f.plan, bad_enum<flashattn_pass_t>(p), &bytes);
   CALL(flashattn_plan_get_workspace_size, "bytes NULL", f.plan, FLASHATTN_PASS_FORWARD, nullptr);
   for (auto alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
     REQUIRE(flashattn_plan_set_algorithm(f.plan, alg) == FLASHATTN_STATUS_SUCCESS);
@@ -331,16 +356,15 @@ void drive_plan_set_kvcache() {
     edit(c);
     CALL(flashattn_plan_set_kvcache, what, f.plan, &c);
   };
-  const int64_t bad_strides[4] = {Fixture::SK * Fixture::HKV * Fixture::DQK, Fixture::HKV * Fixture::DQK,
-                                  Fixture::DQK, 2};
+  const int64_t bad_strides[4] = {Fixture::SK * Fixture::HKV * Fixture::DQK, Fixture::HKV * Fixture::DQK, Fixture::DQK,
+                                  2};
   with("struct_size 0", [](flashattn_kvcache_config_t& c) { c.struct_size = 0; });
   with("page_size -1", [](flashattn_kvcache_config_t& c) { c.page_size = -1; });
   with("k cache dim stride 2", [&](flashattn_kvcache_config_t& c) { c.k_cache_strides = bad_strides; });
   with("rotary 7", [](flashattn_kvcache_config_t& c) { c.rotary = bad_enum<flashattn_rotary_t>(7); });
   with("num_splits -1", [](flashattn_kvcache_config_t& c) { c.num_splits = -1; });
-  with("rotary without appended keys", [](flashattn_kvcache_config_t& c) {
-    c.rotary = FLASHATTN_ROTARY_HALF, c.rotary_dim = 2, c.rotary_rows = 1;
-  });
+  with("rotary without appended keys",
+       [](flashattn_kvcache_config_t& c) { c.rotary = FLASHATTN_ROTARY_HALF, c.rotary_dim = 2, c.rotary_rows = 1; });
   with("good", [](flashattn_kvcache_config_t&) {});
   CALL(flashattn_plan_set_kvcache, "leave KV-cache mode", f.plan, nullptr);
 }
@@ -352,9 +376,8 @@ void drive_fwd_kvcache() {
   const flashattn_kvcache_config_t c = f.kv_config();
   REQUIRE(flashattn_plan_set_kvcache(f.plan, &c) == FLASHATTN_STATUS_SUCCESS);
   auto call = [&](const std::string& what, flashattn_plan_t plan, const flashattn_kvcache_args_t* a, void* ws,
-                  size_t bytes, struct CUstream_st* stream) {
-    return CALL(flashattn_fwd_kvcache, what, plan, a, ws, bytes, stream);
-  };
+                  size_t bytes,
+                  struct CUstream_st* stream) { return CALL(flashattn_fwd_kvcache, what, plan, a, ws, bytes, stream); };
   auto with = [&](const std::string& what, const std::function<void(flashattn_kvcache_args_t&)>& edit) {
     flashattn_kvcache_args_t a = good;
     edit(a);
@@ -375,9 +398,8 @@ void drive_fwd_kvcache() {
   call("workspace 1 byte", f.plan, &good, f.ws(), 1, nullptr);
   call("workspace misaligned", f.plan, &good, static_cast<char*>(f.ws()) + 1, f.ws_bytes() - 1, nullptr);
   call("good", f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
-  record("flashattn_fwd_kvcache", "allocations fail", with_failing_allocations([&] {
-           return flashattn_fwd_kvcache(f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
-         }));
+  record("flashattn_fwd_kvcache", "allocations fail",
+         with_failing_allocations([&] { return flashattn_fwd_kvcache(f.plan, &good, f.ws(), f.ws_bytes(), nullptr); }));
   // Appending: the list of written rows is allocated.
   flashattn_kvcache_config_t append = c;
   append.seqlen_new = 1;
@@ -385,9 +407,8 @@ void drive_fwd_kvcache() {
   flashattn_kvcache_args_t a = good;
   a.k_new = f.dq.data(), a.v_new = f.dout.data();
   call("appending", f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
-  record("flashattn_fwd_kvcache", "allocations fail while appending", with_failing_allocations([&] {
-           return flashattn_fwd_kvcache(f.plan, &a, f.ws(), f.ws_bytes(), nullptr);
-         }));
+  record("flashattn_fwd_kvcache", "allocations fail while appending",
+         with_failing_allocations([&] { return flashattn_fwd_kvcache(f.plan, &a, f.ws(), f.ws_bytes(), nullptr); }));
   // A configuration the shape no longer fits: seqlen_new beyond a smaller seqlen_k.
   append.seqlen_new = Fixture::SK;
   REQUIRE(flashattn_plan_set_kvcache(f.plan, &append) == FLASHATTN_STATUS_SUCCESS);
@@ -420,8 +441,7 @@ void drive_combine() {
     edit(a);
     return CALL(flashattn_combine, what, cpu, 0, &a, nullptr);
   };
-  const int64_t bad_o_strides[4] = {Fixture::SQ * Fixture::HQ * Fixture::DV, Fixture::HQ * Fixture::DV,
-                                    Fixture::DV, 2};
+  const int64_t bad_o_strides[4] = {Fixture::SQ * Fixture::HQ * Fixture::DV, Fixture::HQ * Fixture::DV, Fixture::DV, 2};
   CALL(flashattn_combine, "backend 7", bad_enum<flashattn_backend_t>(7), 0, &good, nullptr);
   CALL(flashattn_combine, "device -1", cpu, -1, &good, nullptr);
   CALL(flashattn_combine, "args NULL", cpu, 0, nullptr, nullptr);
@@ -433,14 +453,15 @@ void drive_combine() {
   with("o overlaps o_partial", [](flashattn_combine_args_t& a) { a.o = const_cast<float*>(a.o_partial); });
   with("good", [](flashattn_combine_args_t&) {});
   // The CUDA backend: absent from this build, or host pointers / a missing device.
-  for (int d : {0, 999}) CALL(flashattn_combine, "CUDA device " + std::to_string(d), FLASHATTN_BACKEND_CUDA, d, &good, nullptr);
+  for (int d : {0, 999})
+    CALL(flashattn_combine, "CUDA device " + std::to_string(d), FLASHATTN_BACKEND_CUDA, d, &good, nullptr);
 }
 
 // The bad inputs shared by both passes; run(args-editor, workspace, bytes, stream) calls one pass.
 template <class Args>
-void drive_run(const std::string& fn, Fixture& f, Args good,
-               const std::function<flashattn_status_t(flashattn_plan_t, const Args*, void*, size_t,
-                                                      struct CUstream_st*)>& run) {
+void drive_run(
+    const std::string& fn, Fixture& f, Args good,
+    const std::function<flashattn_status_t(flashattn_plan_t, const Args*, void*, size_t, struct CUstream_st*)>& run) {
   auto call = [&](const std::string& what, flashattn_plan_t plan, const Args* a, void* ws, size_t bytes,
                   struct CUstream_st* stream) { return record(fn, what, run(plan, a, ws, bytes, stream)); };
   auto with = [&](const std::string& what, const std::function<void(Args&)>& edit) {
@@ -562,14 +583,15 @@ bool injection_reaches_library() {
 std::set<int> cannot_provoke(const std::string& fn) {
   const bool gpu = flashattn_cuda_device_count() > 0;
   std::set<int> s = {FLASHATTN_STATUS_INTERNAL_ERROR};  // a library bug, never on purpose
-  if (fn == "flashattn_plan_create") s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE   // CUDA plans succeed
-                                                  : FLASHATTN_STATUS_NO_DEVICE);          // needs a CUDA device
+  if (fn == "flashattn_plan_create")
+    s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE                                // CUDA plans succeed
+                 : FLASHATTN_STATUS_NO_DEVICE);                                        // needs a CUDA device
   if (fn == "flashattn_plan_set_block_sparse") s.insert(FLASHATTN_STATUS_CUDA_ERROR);  // a CUDA plan's upload failing
   if (fn == "flashattn_fwd" || fn == "flashattn_bwd") {
     // CUDA-only refusals and failures (the runs here are CPU runs; tests/test_gpu*.cpp cover them).
-    for (flashattn_status_t st : {FLASHATTN_STATUS_NOT_SUPPORTED, FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                                  FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, FLASHATTN_STATUS_LIBRARY_UNAVAILABLE,
-                                  FLASHATTN_STATUS_CUDA_ERROR, FLASHATTN_STATUS_LAUNCH_FAILED})
+    for (flashattn_status_t st :
+         {FLASHATTN_STATUS_NOT_SUPPORTED, FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
+          FLASHATTN_STATUS_LIBRARY_UNAVAILABLE, FLASHATTN_STATUS_CUDA_ERROR, FLASHATTN_STATUS_LAUNCH_FAILED})
       s.insert(st);
     // Device memory passed to a CPU run: needs a loaded CUDA driver (tests/test_host_memory.cpp).
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
@@ -598,14 +620,26 @@ std::set<int> cannot_provoke(const std::string& fn) {
 
 TEST_CASE("the header documents a return list for every function that returns a status", "[contract]") {
   const fat::HeaderContract& h = header();
-  const std::set<std::string> expected = {
-      "flashattn_plan_create",         "flashattn_plan_get_backend",     "flashattn_plan_set_shape",
-      "flashattn_plan_set_dtype",      "flashattn_plan_set_strides",     "flashattn_plan_set_softmax_scale",
-      "flashattn_plan_set_algorithm",  "flashattn_plan_set_varlen",      "flashattn_plan_set_deterministic",
-      "flashattn_plan_set_band_mask",  "flashattn_plan_set_softcap",     "flashattn_plan_set_bias",
-      "flashattn_plan_set_dropout",    "flashattn_plan_set_block_sparse", "flashattn_plan_get_workspace_size",
-      "flashattn_fwd",                 "flashattn_bwd",                  "flashattn_plan_set_kvcache",
-      "flashattn_fwd_kvcache",         "flashattn_combine"};
+  const std::set<std::string> expected = {"flashattn_plan_create",
+                                          "flashattn_plan_get_backend",
+                                          "flashattn_plan_set_shape",
+                                          "flashattn_plan_set_dtype",
+                                          "flashattn_plan_set_strides",
+                                          "flashattn_plan_set_softmax_scale",
+                                          "flashattn_plan_set_algorithm",
+                                          "flashattn_plan_set_varlen",
+                                          "flashattn_plan_set_deterministic",
+                                          "flashattn_plan_set_band_mask",
+                                          "flashattn_plan_set_softcap",
+                                          "flashattn_plan_set_bias",
+                                          "flashattn_plan_set_dropout",
+                                          "flashattn_plan_set_block_sparse",
+                                          "flashattn_plan_get_workspace_size",
+                                          "flashattn_fwd",
+                                          "flashattn_bwd",
+                                          "flashattn_plan_set_kvcache",
+                                          "flashattn_fwd_kvcache",
+                                          "flashattn_combine"};
   std::set<std::string> parsed;
   for (const auto& d : h.documented) parsed.insert(d.first);
   // A new status-returning function needs a driver in this file (and this list).
@@ -615,7 +649,8 @@ TEST_CASE("the header documents a return list for every function that returns a 
                                                         "flashattn_cuda_device_count", "flashattn_has_cuda_backend"});
   for (const auto& v : h.status_values) {  // the header's enum, as the library names it
     INFO(v.first << " = " << v.second);
-    CHECK(std::string(flashattn_status_string(static_cast<flashattn_status_t>(v.second))) == "FLASHATTN_STATUS_" + v.first);
+    CHECK(std::string(flashattn_status_string(static_cast<flashattn_status_t>(v.second))) ==
+          "FLASHATTN_STATUS_" + v.first);
   }
   CHECK(h.documented.at("flashattn_bwd") == h.documented.at("flashattn_fwd"));  // "As ::flashattn_fwd."
   for (const auto& d : h.documented) {
@@ -630,15 +665,16 @@ TEST_CASE("the parser reads status names only from the @return paragraph", "[con
       " FLASHATTN_STATUS_INVALID_SHAPE = 102,\n FLASHATTN_STATUS_INTERNAL_ERROR = 900\n} flashattn_status_t;\n"
       "/**\n * @brief Mentions INVALID_SHAPE here, not in its list.\n * @param plan NULL_POINTER-free prose.\n"
       " * @return SUCCESS; NULL_POINTER.\n */\nFLASHATTN_API flashattn_status_t flashattn_a(int x);\n"
-      "/**\n * @brief Same as a.\n * @return As ::flashattn_a.\n */\nFLASHATTN_API flashattn_status_t flashattn_b(int x);\n"
+      "/**\n * @brief Same as a.\n * @return As ::flashattn_a.\n */\nFLASHATTN_API flashattn_status_t flashattn_b(int "
+      "x);\n"
       "/** @brief No status. */\nFLASHATTN_API int flashattn_c(void);\n";
   const fat::HeaderContract h = fat::parse_header_contract(text);
   const std::set<int> want = {FLASHATTN_STATUS_SUCCESS, FLASHATTN_STATUS_NULL_POINTER, FLASHATTN_STATUS_INTERNAL_ERROR};
   CHECK(h.documented.at("flashattn_a") == want);
   CHECK(h.documented.at("flashattn_b") == want);
   CHECK(h.non_status_functions == std::set<std::string>{"flashattn_c"});
-  const std::string no_return = text.substr(0, text.find("/**")) +
-                                "/** @brief x */\nFLASHATTN_API flashattn_status_t flashattn_d(void);\n";
+  const std::string no_return =
+      text.substr(0, text.find("/**")) + "/** @brief x */\nFLASHATTN_API flashattn_status_t flashattn_d(void);\n";
   CHECK_THROWS(fat::parse_header_contract(no_return));
 }
 
@@ -670,8 +706,8 @@ TEST_CASE("every status a function returns is documented, and every documented o
     std::set<int> missing;
     for (int st : d.second)
       if (seen.count(st) == 0 && excused.count(st) == 0) missing.insert(st);
-    INFO(d.first << " documents " << status_list(missing) << " but never returned it here (returned: "
-                 << status_list(seen) << ")");
+    INFO(d.first << " documents " << status_list(missing)
+                 << " but never returned it here (returned: " << status_list(seen) << ")");
     CHECK(missing.empty());
     for (int st : excused) {
       INFO(d.first << ": " << flashattn_status_string(static_cast<flashattn_status_t>(st))

@@ -11,9 +11,9 @@
 #include "cuda/cublas_search.hpp"
 #include "error.hpp"
 
+using flashattn::cublas::search_list;
 using flashattn::cublas::SearchInputs;
 using flashattn::cublas::SearchList;
-using flashattn::cublas::search_list;
 
 namespace {
 
@@ -62,7 +62,8 @@ TEST_CASE("FLASHATTN_CUBLAS_PATH: an absolute path is the only candidate", "[cub
 }
 
 TEST_CASE("FLASHATTN_CUBLAS_PATH: a relative path is refused, naming the variable and value", "[cublas_search]") {
-  for (const char* value : {"libcublas.so.12", "./libcublas.so.12", "lib/libcublas.so", "../x/libcublas.so", "~/x.so"}) {
+  for (const char* value :
+       {"libcublas.so.12", "./libcublas.so.12", "lib/libcublas.so", "../x/libcublas.so", "~/x.so"}) {
     INFO("FLASHATTN_CUBLAS_PATH=" << value);
     const Result r = search(value, "/usr/lib/libflashattn.so.0", 13);
     CHECK(r.status == FLASHATTN_STATUS_LIBRARY_UNAVAILABLE);

@@ -18,11 +18,12 @@ using namespace fat;
 namespace {
 
 // The documented keying, spelled out from flashattn.h rather than calling dropout_keep.
-uint32_t documented_word(uint64_t seed, uint64_t offset, uint64_t b, uint64_t heads_q, uint64_t h, uint32_t i, uint32_t j) {
+uint32_t documented_word(uint64_t seed, uint64_t offset, uint64_t b, uint64_t heads_q, uint64_t h, uint32_t i,
+                         uint32_t j) {
   const uint64_t counter_hi = offset + b * heads_q + h;
-  const flashattn::Philox4 w =
-      flashattn::philox4x32_10(j / 4, i, static_cast<uint32_t>(counter_hi & 0xffffffffu), static_cast<uint32_t>(counter_hi >> 32),
-                               static_cast<uint32_t>(seed & 0xffffffffu), static_cast<uint32_t>(seed >> 32));
+  const flashattn::Philox4 w = flashattn::philox4x32_10(
+      j / 4, i, static_cast<uint32_t>(counter_hi & 0xffffffffu), static_cast<uint32_t>(counter_hi >> 32),
+      static_cast<uint32_t>(seed & 0xffffffffu), static_cast<uint32_t>(seed >> 32));
   return w.x[j % 4];
 }
 
@@ -90,7 +91,8 @@ TEST_CASE("dropout_keep follows the keying documented in flashattn.h", "[dropout
       {0xfedcba9876543210ull, 123456789012345ull, 2, 16, 15, 1000, 4095, 0x5b394e9eu},
   };
   for (const Pin& p : pins) {
-    INFO("seed " << p.seed << " offset " << p.offset << " (b,h,i,j)=(" << p.b << "," << p.h << "," << p.i << "," << p.j << ")");
+    INFO("seed " << p.seed << " offset " << p.offset << " (b,h,i,j)=(" << p.b << "," << p.h << "," << p.i << "," << p.j
+                 << ")");
     CHECK(documented_word(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j) == p.word);
     // keep iff word >= threshold: a threshold just below keeps, one just above drops.
     CHECK(flashattn::dropout_keep(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j, p.word));
@@ -198,7 +200,8 @@ TEST_CASE("dropout masks in varlen mode use the sequence index and in-sequence p
   CHECK(bad == 0);
 }
 
-TEST_CASE("different offsets and seeds give different masks and the offset advances by batch*heads_q", "[dropout][fwd]") {
+TEST_CASE("different offsets and seeds give different masks and the offset advances by batch*heads_q",
+          "[dropout][fwd]") {
   const Config a = mask_config(0.5f, 2024, 0);
   Config b = a;
   b.offset = a.batch * a.hq;  // the documented way to draw an independent mask

@@ -118,7 +118,8 @@ struct SetterFixture {
 
 TEST_CASE("plan_create rejects bad arguments and leaves *plan untouched", "[errors][api]") {
   const flashattn_plan_t sentinel = reinterpret_cast<flashattn_plan_t>(static_cast<uintptr_t>(0xdead0));
-  CHECK(status_name(flashattn_plan_create(nullptr, FLASHATTN_BACKEND_CPU, 0)) == status_name(FLASHATTN_STATUS_NULL_POINTER));
+  CHECK(status_name(flashattn_plan_create(nullptr, FLASHATTN_BACKEND_CPU, 0)) ==
+        status_name(FLASHATTN_STATUS_NULL_POINTER));
   CHECK(mentions(flashattn_last_error(), "plan"));
   flashattn_plan_t plan = sentinel;
   CHECK(status_name(flashattn_plan_create(&plan, static_cast<flashattn_backend_t>(7), 0)) ==
@@ -128,7 +129,8 @@ TEST_CASE("plan_create rejects bad arguments and leaves *plan untouched", "[erro
   CHECK(status_name(flashattn_plan_create(&plan, static_cast<flashattn_backend_t>(-1), 0)) ==
         status_name(FLASHATTN_STATUS_INVALID_ENUM));
   CHECK(plan == sentinel);
-  CHECK(status_name(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, -1)) == status_name(FLASHATTN_STATUS_INVALID_VALUE));
+  CHECK(status_name(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, -1)) ==
+        status_name(FLASHATTN_STATUS_INVALID_VALUE));
   CHECK(mentions(flashattn_last_error(), "device"));
   CHECK(plan == sentinel);
 }
@@ -183,18 +185,29 @@ TEST_CASE("set_shape rejects bad dimensions and leaves the plan unchanged", "[er
   SetterFixture f;
   using S = flashattn_status_t;
   const S shape = FLASHATTN_STATUS_INVALID_SHAPE;
-  f.expect("batch=0", shape, {"batch"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 0, 9, 11, 4, 2, 16, 8); });
-  f.expect("batch=-3", shape, {"batch"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, -3, 9, 11, 4, 2, 16, 8); });
-  f.expect("seqlen_q=0", shape, {"seqlen_q"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 0, 11, 4, 2, 16, 8); });
-  f.expect("seqlen_k=-1", shape, {"seqlen_k"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, -1, 4, 2, 16, 8); });
-  f.expect("heads_q=0", shape, {"heads_q"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 0, 2, 16, 8); });
-  f.expect("heads_kv=0", shape, {"heads_kv"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 0, 16, 8); });
-  f.expect("heads_kv=-2", shape, {"heads_kv"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, -2, 16, 8); });
-  f.expect("head_dim_qk=0", shape, {"head_dim_qk"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 0, 8); });
-  f.expect("head_dim_qk=257", shape, {"head_dim_qk"},
-           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, FLASHATTN_MAX_HEAD_DIM + 1, 8); });
-  f.expect("head_dim_v=-8", shape, {"head_dim_v"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 16, -8); });
-  f.expect("head_dim_v=1000", shape, {"head_dim_v"}, [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 16, 1000); });
+  f.expect("batch=0", shape, {"batch"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 0, 9, 11, 4, 2, 16, 8); });
+  f.expect("batch=-3", shape, {"batch"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, -3, 9, 11, 4, 2, 16, 8); });
+  f.expect("seqlen_q=0", shape, {"seqlen_q"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 0, 11, 4, 2, 16, 8); });
+  f.expect("seqlen_k=-1", shape, {"seqlen_k"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, -1, 4, 2, 16, 8); });
+  f.expect("heads_q=0", shape, {"heads_q"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 0, 2, 16, 8); });
+  f.expect("heads_kv=0", shape, {"heads_kv"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 0, 16, 8); });
+  f.expect("heads_kv=-2", shape, {"heads_kv"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, -2, 16, 8); });
+  f.expect("head_dim_qk=0", shape, {"head_dim_qk"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 0, 8); });
+  f.expect("head_dim_qk=257", shape, {"head_dim_qk"}, [](flashattn_plan_t p) {
+    return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, FLASHATTN_MAX_HEAD_DIM + 1, 8);
+  });
+  f.expect("head_dim_v=-8", shape, {"head_dim_v"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 16, -8); });
+  f.expect("head_dim_v=1000", shape, {"head_dim_v"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 4, 2, 16, 1000); });
   f.expect("heads_q=6 heads_kv=4", FLASHATTN_STATUS_INVALID_HEADS, {"heads_q", "heads_kv"},
            [](flashattn_plan_t p) { return flashattn_plan_set_shape(p, 2, 9, 11, 6, 4, 16, 8); });
   f.expect("heads_q=2 heads_kv=4", FLASHATTN_STATUS_INVALID_HEADS, {"heads_q", "heads_kv"},
@@ -208,8 +221,10 @@ TEST_CASE("set_shape rejects bad dimensions and leaves the plan unchanged", "[er
 TEST_CASE("set_dtype set_algorithm set_band_mask set_bias reject unknown enum values", "[errors]") {
   SetterFixture f;
   const flashattn_status_t e = FLASHATTN_STATUS_INVALID_ENUM;
-  f.expect("dtype=9", e, {"dtype"}, [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, static_cast<flashattn_dtype_t>(9)); });
-  f.expect("dtype=-1", e, {"dtype"}, [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, static_cast<flashattn_dtype_t>(-1)); });
+  f.expect("dtype=9", e, {"dtype"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, static_cast<flashattn_dtype_t>(9)); });
+  f.expect("dtype=-1", e, {"dtype"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, static_cast<flashattn_dtype_t>(-1)); });
   f.expect("algorithm=4", e, {"algorithm"},
            [](flashattn_plan_t p) { return flashattn_plan_set_algorithm(p, static_cast<flashattn_algorithm_t>(4)); });
   f.expect("align=5", e, {"align"}, [](flashattn_plan_t p) {
@@ -217,7 +232,8 @@ TEST_CASE("set_dtype set_algorithm set_band_mask set_bias reject unknown enum va
   });
   f.expect("bias kind=9", e, {"kind", "bias"},
            [](flashattn_plan_t p) { return flashattn_plan_set_bias(p, static_cast<flashattn_bias_t>(9), nullptr); });
-  f.expect("dtype=MAX_ENUM", e, {"dtype"}, [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, FLASHATTN_DTYPE_MAX_ENUM); });
+  f.expect("dtype=MAX_ENUM", e, {"dtype"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_dtype(p, FLASHATTN_DTYPE_MAX_ENUM); });
   f.expect("algorithm=MAX_ENUM", e, {"algorithm"},
            [](flashattn_plan_t p) { return flashattn_plan_set_algorithm(p, FLASHATTN_ALGORITHM_MAX_ENUM); });
   f.expect("align=MAX_ENUM", e, {"align"},
@@ -240,7 +256,8 @@ TEST_CASE("scalar setters reject out-of-range values", "[errors]") {
   for (float s : {-1.f, -0.5f, kNaN, kInf, -kInf}) {
     f.expect("scale=" + std::to_string(s), v, {"scale", "softmax_scale"},
              [s](flashattn_plan_t p) { return flashattn_plan_set_softmax_scale(p, s); });
-    f.expect("softcap=" + std::to_string(s), v, {"softcap"}, [s](flashattn_plan_t p) { return flashattn_plan_set_softcap(p, s); });
+    f.expect("softcap=" + std::to_string(s), v, {"softcap"},
+             [s](flashattn_plan_t p) { return flashattn_plan_set_softcap(p, s); });
   }
   for (float pd : {-0.1f, 1.0f, 1.5f, kNaN, kInf, -kInf})
     f.expect("dropout p=" + std::to_string(pd), v, {"p", "dropout", "dropout_p"},
@@ -286,10 +303,11 @@ TEST_CASE("set_bias rejects bad strides and argument mixes", "[errors]") {
     const int64_t st[4] = {1000, 200, 22, 2};
     return flashattn_plan_set_bias(p, FLASHATTN_BIAS_TENSOR, st);
   });
-  f.expect("TENSOR with a negative stride", FLASHATTN_STATUS_INVALID_STRIDE, {"strides", "stride"}, [](flashattn_plan_t p) {
-    const int64_t st[4] = {1000, -200, 11, 1};
-    return flashattn_plan_set_bias(p, FLASHATTN_BIAS_TENSOR, st);
-  });
+  f.expect("TENSOR with a negative stride", FLASHATTN_STATUS_INVALID_STRIDE, {"strides", "stride"},
+           [](flashattn_plan_t p) {
+             const int64_t st[4] = {1000, -200, 11, 1};
+             return flashattn_plan_set_bias(p, FLASHATTN_BIAS_TENSOR, st);
+           });
   for (auto kind : {FLASHATTN_BIAS_NONE, FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC})
     f.expect("strides for a kind that takes none (" + std::to_string(kind) + ")", FLASHATTN_STATUS_INVALID_ARGUMENT,
              {"strides"}, [kind](flashattn_plan_t p) {
@@ -313,9 +331,12 @@ TEST_CASE("set_block_sparse rejects layouts of the wrong size", "[errors]") {
            [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 4, 3, 4, 4); });
   f.expect("num_col_blocks=2 (ceil(11/4)=3)", L, {"num_col_blocks"},
            [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 2, 4, 4); });
-  f.expect("block_q=0", L, {"block_q"}, [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, 0, 4); });
-  f.expect("block_k=0", L, {"block_k"}, [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, 4, 0); });
-  f.expect("block_q=-4", L, {"block_q"}, [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, -4, 4); });
+  f.expect("block_q=0", L, {"block_q"},
+           [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, 0, 4); });
+  f.expect("block_k=0", L, {"block_k"},
+           [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, 4, 0); });
+  f.expect("block_q=-4", L, {"block_q"},
+           [lp](flashattn_plan_t p) { return flashattn_plan_set_block_sparse(p, lp, 1, 3, 3, -4, 4); });
 }
 
 TEST_CASE("workspace query rejects bad arguments and leaves *bytes untouched", "[errors]") {
@@ -341,7 +362,8 @@ TEST_CASE("setters that need a shape report PLAN_INCOMPLETE", "[errors]") {
   flashattn_plan_t plan = nullptr;
   REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
   const int64_t st[4] = {64, 16, 8, 1};
-  CHECK(status_name(flashattn_plan_set_strides(plan, FLASHATTN_TENSOR_Q, st)) == status_name(FLASHATTN_STATUS_PLAN_INCOMPLETE));
+  CHECK(status_name(flashattn_plan_set_strides(plan, FLASHATTN_TENSOR_Q, st)) ==
+        status_name(FLASHATTN_STATUS_PLAN_INCOMPLETE));
   CHECK(mentions_any(flashattn_last_error(), {"shape", "plan", "set_shape", "flashattn_plan_set_shape"}));
   const uint8_t layout[1] = {1};
   CHECK(status_name(flashattn_plan_set_block_sparse(plan, layout, 1, 1, 1, 8, 8)) ==
@@ -534,12 +556,26 @@ TEST_CASE("forward rejects NULL and missing pointers and writes nothing", "[erro
   f.expect_fwd("args=NULL", N, {"args"}, [](RunFixture& x, flashattn_fwd_args_t&) {
     return flashattn_fwd(x.plan, nullptr, x.ws.data(), x.ws.size(), nullptr);
   });
-  f.expect_fwd("q=NULL", N, {"q"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.q = nullptr; return x.fwd(a); });
-  f.expect_fwd("k=NULL", N, {"k"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.k = nullptr; return x.fwd(a); });
-  f.expect_fwd("v=NULL", N, {"v"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.v = nullptr; return x.fwd(a); });
-  f.expect_fwd("o=NULL", N, {"o"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.o = nullptr; return x.fwd(a); });
-  f.expect_fwd("bias=NULL with a bias tensor", N, {"bias"},
-               [](RunFixture& x, flashattn_fwd_args_t& a) { a.bias = nullptr; return x.fwd(a); });
+  f.expect_fwd("q=NULL", N, {"q"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.q = nullptr;
+    return x.fwd(a);
+  });
+  f.expect_fwd("k=NULL", N, {"k"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.k = nullptr;
+    return x.fwd(a);
+  });
+  f.expect_fwd("v=NULL", N, {"v"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.v = nullptr;
+    return x.fwd(a);
+  });
+  f.expect_fwd("o=NULL", N, {"o"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.o = nullptr;
+    return x.fwd(a);
+  });
+  f.expect_fwd("bias=NULL with a bias tensor", N, {"bias"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.bias = nullptr;
+    return x.fwd(a);
+  });
 }
 
 TEST_CASE("backward rejects NULL and missing pointers and writes nothing", "[errors][bwd]") {
@@ -551,29 +587,67 @@ TEST_CASE("backward rejects NULL and missing pointers and writes nothing", "[err
   f.expect_bwd("args=NULL", N, {"args"}, [](RunFixture& x, flashattn_bwd_args_t&) {
     return flashattn_bwd(x.plan, nullptr, x.ws.data(), x.ws.size(), nullptr);
   });
-  f.expect_bwd("q=NULL", N, {"q"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.q = nullptr; return x.bwd(a); });
-  f.expect_bwd("k=NULL", N, {"k"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.k = nullptr; return x.bwd(a); });
-  f.expect_bwd("v=NULL", N, {"v"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.v = nullptr; return x.bwd(a); });
-  f.expect_bwd("o=NULL", N, {"o"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.o = nullptr; return x.bwd(a); });
-  f.expect_bwd("lse=NULL", N, {"lse"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.lse = nullptr; return x.bwd(a); });
-  f.expect_bwd("dout=NULL", N, {"dout"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.dout = nullptr; return x.bwd(a); });
-  f.expect_bwd("dq=NULL", N, {"dq"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.dq = nullptr; return x.bwd(a); });
-  f.expect_bwd("dk=NULL", N, {"dk"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.dk = nullptr; return x.bwd(a); });
-  f.expect_bwd("dv=NULL", N, {"dv"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.dv = nullptr; return x.bwd(a); });
-  f.expect_bwd("bias=NULL with a bias tensor", N, {"bias"},
-               [](RunFixture& x, flashattn_bwd_args_t& a) { a.bias = nullptr; return x.bwd(a); });
+  f.expect_bwd("q=NULL", N, {"q"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.q = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("k=NULL", N, {"k"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.k = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("v=NULL", N, {"v"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.v = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("o=NULL", N, {"o"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.o = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("lse=NULL", N, {"lse"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.lse = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("dout=NULL", N, {"dout"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.dout = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("dq=NULL", N, {"dq"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.dq = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("dk=NULL", N, {"dk"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.dk = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("dv=NULL", N, {"dv"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.dv = nullptr;
+    return x.bwd(a);
+  });
+  f.expect_bwd("bias=NULL with a bias tensor", N, {"bias"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.bias = nullptr;
+    return x.bwd(a);
+  });
 }
 
 TEST_CASE("runs reject struct_size too small", "[errors][fwd][bwd]") {
   RunFixture f(run_config());
   const flashattn_status_t S = FLASHATTN_STATUS_INVALID_STRUCT_SIZE;
-  f.expect_fwd("struct_size=0", S, {"struct_size"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.struct_size = 0; return x.fwd(a); });
-  f.expect_fwd("struct_size=4", S, {"struct_size"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.struct_size = 4; return x.fwd(a); });
+  f.expect_fwd("struct_size=0", S, {"struct_size"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.struct_size = 0;
+    return x.fwd(a);
+  });
+  f.expect_fwd("struct_size=4", S, {"struct_size"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.struct_size = 4;
+    return x.fwd(a);
+  });
   f.expect_fwd("struct_size without o", S, {"struct_size"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
     a.struct_size = offsetof(flashattn_fwd_args_t, o);
     return x.fwd(a);
   });
-  f.expect_bwd("struct_size=0", S, {"struct_size"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.struct_size = 0; return x.bwd(a); });
+  f.expect_bwd("struct_size=0", S, {"struct_size"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.struct_size = 0;
+    return x.bwd(a);
+  });
   f.expect_bwd("struct_size without dv", S, {"struct_size"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
     a.struct_size = offsetof(flashattn_bwd_args_t, dv);
     return x.bwd(a);
@@ -583,20 +657,31 @@ TEST_CASE("runs reject struct_size too small", "[errors][fwd][bwd]") {
 TEST_CASE("runs reject a stream on the CPU backend", "[errors][fwd][bwd]") {
   RunFixture f(run_config());
   struct CUstream_st* fake = reinterpret_cast<struct CUstream_st*>(static_cast<uintptr_t>(0x1000));
-  f.expect_fwd("stream non-NULL", FLASHATTN_STATUS_INVALID_ARGUMENT, {"stream"}, [fake](RunFixture& x, flashattn_fwd_args_t& a) {
-    return flashattn_fwd(x.plan, &a, x.ws.data(), x.ws.size(), fake);
-  });
-  f.expect_bwd("stream non-NULL", FLASHATTN_STATUS_INVALID_ARGUMENT, {"stream"}, [fake](RunFixture& x, flashattn_bwd_args_t& a) {
-    return flashattn_bwd(x.plan, &a, x.ws.data(), x.ws.size(), fake);
-  });
+  f.expect_fwd("stream non-NULL", FLASHATTN_STATUS_INVALID_ARGUMENT, {"stream"},
+               [fake](RunFixture& x, flashattn_fwd_args_t& a) {
+                 return flashattn_fwd(x.plan, &a, x.ws.data(), x.ws.size(), fake);
+               });
+  f.expect_bwd("stream non-NULL", FLASHATTN_STATUS_INVALID_ARGUMENT, {"stream"},
+               [fake](RunFixture& x, flashattn_bwd_args_t& a) {
+                 return flashattn_bwd(x.plan, &a, x.ws.data(), x.ws.size(), fake);
+               });
 }
 
 TEST_CASE("runs reject misaligned tensor pointers", "[errors][fwd][bwd]") {
   RunFixture f(run_config());  // fp16: 2-byte elements
   const flashattn_status_t M = FLASHATTN_STATUS_MISALIGNED_POINTER;
-  f.expect_fwd("q misaligned", M, {"q"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.q = x.q.data() + 1; return x.fwd(a); });
-  f.expect_fwd("o misaligned", M, {"o"}, [](RunFixture& x, flashattn_fwd_args_t& a) { a.o = x.o.data() + 1; return x.fwd(a); });
-  f.expect_bwd("dk misaligned", M, {"dk"}, [](RunFixture& x, flashattn_bwd_args_t& a) { a.dk = x.dk.data() + 1; return x.bwd(a); });
+  f.expect_fwd("q misaligned", M, {"q"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.q = x.q.data() + 1;
+    return x.fwd(a);
+  });
+  f.expect_fwd("o misaligned", M, {"o"}, [](RunFixture& x, flashattn_fwd_args_t& a) {
+    a.o = x.o.data() + 1;
+    return x.fwd(a);
+  });
+  f.expect_bwd("dk misaligned", M, {"dk"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
+    a.dk = x.dk.data() + 1;
+    return x.bwd(a);
+  });
   f.expect_bwd("lse misaligned", M, {"lse"}, [](RunFixture& x, flashattn_bwd_args_t& a) {
     a.lse = reinterpret_cast<const float*>(x.lse.data() + 2);
     return x.bwd(a);
@@ -647,9 +732,15 @@ TEST_CASE("ALiBi runs need slopes", "[errors][fwd][bwd]") {
   c.bias = FLASHATTN_BIAS_ALIBI;
   RunFixture f(c);
   f.expect_fwd("alibi_slopes=NULL", FLASHATTN_STATUS_NULL_POINTER, {"alibi_slopes"},
-               [](RunFixture& x, flashattn_fwd_args_t& a) { a.alibi_slopes = nullptr; return x.fwd(a); });
+               [](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.alibi_slopes = nullptr;
+                 return x.fwd(a);
+               });
   f.expect_bwd("alibi_slopes=NULL", FLASHATTN_STATUS_NULL_POINTER, {"alibi_slopes"},
-               [](RunFixture& x, flashattn_bwd_args_t& a) { a.alibi_slopes = nullptr; return x.bwd(a); });
+               [](RunFixture& x, flashattn_bwd_args_t& a) {
+                 a.alibi_slopes = nullptr;
+                 return x.bwd(a);
+               });
 }
 
 TEST_CASE("dbias without a bias tensor is rejected", "[errors][bwd]") {
@@ -679,23 +770,29 @@ TEST_CASE("varlen runs reject missing or bad cu_seqlens", "[errors][fwd][bwd]") 
   RunFixture f(c);
   const flashattn_status_t I = FLASHATTN_STATUS_INVALID_SEQLENS;
   f.expect_fwd("cu_seqlens_q=NULL", FLASHATTN_STATUS_NULL_POINTER, {"cu_seqlens_q"},
-               [](RunFixture& x, flashattn_fwd_args_t& a) { a.cu_seqlens_q = nullptr; return x.fwd(a); });
+               [](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.cu_seqlens_q = nullptr;
+                 return x.fwd(a);
+               });
   f.expect_fwd("cu_seqlens_k=NULL", FLASHATTN_STATUS_NULL_POINTER, {"cu_seqlens_k"},
-               [](RunFixture& x, flashattn_fwd_args_t& a) { a.cu_seqlens_k = nullptr; return x.fwd(a); });
+               [](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.cu_seqlens_k = nullptr;
+                 return x.fwd(a);
+               });
   f.expect_bwd("cu_seqlens_q=NULL", FLASHATTN_STATUS_NULL_POINTER, {"cu_seqlens_q"},
-               [](RunFixture& x, flashattn_bwd_args_t& a) { a.cu_seqlens_q = nullptr; return x.bwd(a); });
+               [](RunFixture& x, flashattn_bwd_args_t& a) {
+                 a.cu_seqlens_q = nullptr;
+                 return x.bwd(a);
+               });
   struct Bad {
     const char* what;
     bool on_q;
     std::vector<int32_t> cu;
   };
   const Bad bad[] = {
-      {"cu_seqlens_q not starting at 0", true, {1, 4, 4, 9}},
-      {"cu_seqlens_q decreasing", true, {0, 4, 3, 9}},
-      {"cu_seqlens_q exceeding total_q", true, {0, 4, 4, 10}},
-      {"cu_seqlens_k not starting at 0", false, {2, 6, 9, 11}},
-      {"cu_seqlens_k decreasing", false, {0, 6, 5, 11}},
-      {"cu_seqlens_k exceeding total_k", false, {0, 6, 9, 12}},
+      {"cu_seqlens_q not starting at 0", true, {1, 4, 4, 9}},  {"cu_seqlens_q decreasing", true, {0, 4, 3, 9}},
+      {"cu_seqlens_q exceeding total_q", true, {0, 4, 4, 10}}, {"cu_seqlens_k not starting at 0", false, {2, 6, 9, 11}},
+      {"cu_seqlens_k decreasing", false, {0, 6, 5, 11}},       {"cu_seqlens_k exceeding total_k", false, {0, 6, 9, 12}},
   };
   for (const Bad& b : bad) {
     const std::string name = b.on_q ? "cu_seqlens_q" : "cu_seqlens_k";
@@ -715,14 +812,23 @@ TEST_CASE("varlen runs reject missing or bad cu_seqlens", "[errors][fwd][bwd]") 
   m.sq = 5;
   m.sk = 6;
   RunFixture g(m);
-  const std::vector<int32_t> long_q = {0, 2, 8, 9};  // sequence 1 has 6 > 5 queries
+  const std::vector<int32_t> long_q = {0, 2, 8, 9};   // sequence 1 has 6 > 5 queries
   const std::vector<int32_t> long_k = {0, 1, 2, 11};  // sequence 2 has 9 > 6 keys
   g.expect_fwd("a query sequence longer than seqlen_q", I, {"cu_seqlens_q", "seqlen_q", "cu_seqlens"},
-               [long_q](RunFixture& x, flashattn_fwd_args_t& a) { a.cu_seqlens_q = long_q.data(); return x.fwd(a); });
+               [long_q](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.cu_seqlens_q = long_q.data();
+                 return x.fwd(a);
+               });
   g.expect_fwd("a key sequence longer than seqlen_k", I, {"cu_seqlens_k", "seqlen_k", "cu_seqlens"},
-               [long_k](RunFixture& x, flashattn_fwd_args_t& a) { a.cu_seqlens_k = long_k.data(); return x.fwd(a); });
+               [long_k](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.cu_seqlens_k = long_k.data();
+                 return x.fwd(a);
+               });
   g.expect_bwd("a key sequence longer than seqlen_k", I, {"cu_seqlens_k", "seqlen_k", "cu_seqlens"},
-               [long_k](RunFixture& x, flashattn_bwd_args_t& a) { a.cu_seqlens_k = long_k.data(); return x.bwd(a); });
+               [long_k](RunFixture& x, flashattn_bwd_args_t& a) {
+                 a.cu_seqlens_k = long_k.data();
+                 return x.bwd(a);
+               });
 }
 
 TEST_CASE("output strides that make an output alias itself are rejected", "[errors][fwd][bwd]") {
@@ -790,20 +896,9 @@ TEST_CASE("error messages name the argument and its value", "[errors]") {
   size_t bytes = 0;
   flashattn_plan_t other = nullptr;
   const M cases[] = {
-      {"batch", "-5"},
-      {"head_dim_qk", "257"},
-      {"head_dim_v", "999"},
-      {"dtype", "9"},
-      {"tensor", "42"},
-      {"align", "5"},
-      {"algorithm", "4"},
-      {"total_q", "-3"},
-      {"layout_heads", "3"},
-      {"pass", "3"},
-      {"backend", "7"},
-      {"device", "-2"},
-      {"softcap", "-2"},
-      {"scale", "-4"},
+      {"batch", "-5"},  {"head_dim_qk", "257"}, {"head_dim_v", "999"}, {"dtype", "9"},        {"tensor", "42"},
+      {"align", "5"},   {"algorithm", "4"},     {"total_q", "-3"},     {"layout_heads", "3"}, {"pass", "3"},
+      {"backend", "7"}, {"device", "-2"},       {"softcap", "-2"},     {"scale", "-4"},
   };
   const std::vector<std::pair<M, std::function<flashattn_status_t()>>> calls = {
       {cases[0], [&] { return flashattn_plan_set_shape(plan, -5, 9, 11, 4, 2, 16, 8); }},

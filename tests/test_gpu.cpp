@@ -2,8 +2,8 @@
 // a device; without one it prints the skip marker (ctest reports "skipped", never "passed").
 // Tensors live in device memory (cudaMalloc); results are compared with the fp64 reference
 // under the GPU tolerance (harness.hpp: at most the same-precision standard attention's
-// error, plus a floor of 1/8 unit roundoff of the condition magnitude) and with the CPU backend: dropout masks, fully masked rows
-// and unsupported-configuration statuses must agree exactly.
+// error, plus a floor of 1/8 unit roundoff of the condition magnitude) and with the CPU backend: dropout masks, fully
+// masked rows and unsupported-configuration statuses must agree exactly.
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <string.h>
@@ -35,8 +35,8 @@ void gpu_check(const Config& c) {
   DeviceMem dev;
   const LibResult g = run_library(p, dev, 0);
   INFO(describe(p.cfg));
-  INFO("GPU status create/setup/fwd/bwd = " << g.create << "/" << g.setup << "/" << g.fwd << "/" << g.bwd << " error: "
-                                            << g.error);
+  INFO("GPU status create/setup/fwd/bwd = " << g.create << "/" << g.setup << "/" << g.fwd << "/" << g.bwd
+                                            << " error: " << g.error);
   REQUIRE(g.ok());
   const RefOutputs exact = reference_fp64(p.spec, p.in, p.cfg.backward);
   const RefOutputs lowp = reference_lowp(p.spec, p.in, rounder_for(p.cfg.dtype), p.cfg.backward);
@@ -125,7 +125,8 @@ void options_over_tiles(int64_t d, uint64_t seed) {
 
 TEST_CASE("gpu: dense attention on awkward lengths", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
-  const int64_t pairs[][2] = {{1, 1}, {1, 17}, {17, 1}, {63, 65}, {65, 63}, {127, 129}, {129, 127}, {200, 200}, {1, 300}};
+  const int64_t pairs[][2] = {{1, 1},     {1, 17},    {17, 1},    {63, 65}, {65, 63},
+                              {127, 129}, {129, 127}, {200, 200}, {1, 300}};
   uint64_t seed = 3000;
   for (const auto& pr : pairs)
     for (flashattn_dtype_t t : kGpuDtypes) gpu_check(gbase("gpu dense", pr[0], pr[1], 64, t, ++seed));
@@ -133,11 +134,22 @@ TEST_CASE("gpu: dense attention on awkward lengths", "[gpu][fwd][bwd]") {
 
 TEST_CASE("gpu: head dims 32 to 256 and non-tile ones and dqk != dv", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
-  const int64_t dims[][2] = {{32, 32}, {64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256},
-                             {40, 40}, {72, 72}, {200, 200}, {192, 128}, {8, 8},   {40, 24},
+  const int64_t dims[][2] = {{32, 32},
+                             {64, 64},
+                             {96, 96},
+                             {128, 128},
+                             {192, 192},
+                             {256, 256},
+                             {40, 40},
+                             {72, 72},
+                             {200, 200},
+                             {192, 128},
+                             {8, 8},
+                             {40, 24},
                              // the d=128 kernel with a whole 64-column Q or dO box outside the
                              // tensor (its copy-engine prefetch zero-fills such boxes)
-                             {64, 128}, {128, 40}};
+                             {64, 128},
+                             {128, 40}};
   uint64_t seed = 3100;
   for (const auto& d : dims)
     for (flashattn_dtype_t t : kGpuDtypes) {
@@ -212,8 +224,11 @@ TEST_CASE("gpu: softcap and bias tensors and ALiBi", "[gpu][fwd][bwd]") {
       c.scale = 0.3f;
       gpu_check(c);
     }
-  const bool patterns[][4] = {{false, false, false, false}, {true, false, false, false}, {true, true, false, false},
-                              {true, true, true, false},    {false, false, false, true}};
+  const bool patterns[][4] = {{false, false, false, false},
+                              {true, false, false, false},
+                              {true, true, false, false},
+                              {true, true, true, false},
+                              {false, false, false, true}};
   // seqlen_k 136: the forward stages bias tiles in shared memory (16-byte copies);
   // 130 (not a multiple of 8): it reads the bias directly (see fwd_launch.cuh).
   for (int sk : {130, 136})
@@ -247,7 +262,9 @@ TEST_CASE("gpu: block-sparse layouts", "[gpu][fwd][bwd]") {
     double density;
     int64_t zero_row;
   };
-  const S cases[] = {{256, 256, 128, 64, 1, 0.5, 1}, {300, 200, 128, 64, 4, 0.6, -1}, {100, 90, 16, 16, 4, 0.5, 0},
+  const S cases[] = {{256, 256, 128, 64, 1, 0.5, 1},
+                     {300, 200, 128, 64, 4, 0.6, -1},
+                     {100, 90, 16, 16, 4, 0.5, 0},
                      {129, 257, 7, 5, 1, 0.4, -1}};
   uint64_t seed = 3500;
   for (const S& s : cases)
@@ -515,8 +532,10 @@ TEST_CASE("gpu: block-sparse layouts with many lookups per tile and long skipped
   };
   // 4x4 blocks: more than 32 layout lookups per tile; density 0.03 over 2100 keys: runs of
   // dozens of skipped tiles; 48x40: blocks that cut every tile.
-  const S cases[] = {{200, 300, 64, 4, 4, 1, 0.7, false, 0.f},       {256, 2100, 128, 128, 64, 1, 0.03, false, 0.f},
-                     {256, 2100, 32, 128, 32, 1, 0.03, true, 0.f},   {512, 640, 64, 48, 40, 1, 0.5, true, 0.1f},
+  const S cases[] = {{200, 300, 64, 4, 4, 1, 0.7, false, 0.f},
+                     {256, 2100, 128, 128, 64, 1, 0.03, false, 0.f},
+                     {256, 2100, 32, 128, 32, 1, 0.03, true, 0.f},
+                     {512, 640, 64, 48, 40, 1, 0.5, true, 0.1f},
                      {512, 640, 128, 128, 64, 4, 0.5, false, 0.f}};
   uint64_t seed = 4700;
   for (const S& s : cases) {

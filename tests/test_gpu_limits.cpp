@@ -48,10 +48,10 @@ bool device_has(size_t bytes, std::string* why) {
   return false;
 }
 
-#define REQUIRE_DEVICE_MEMORY(bytes)                       \
-  do {                                                     \
-    std::string why_;                                      \
-    if (!device_has((bytes), &why_)) FA_SKIP_TEST(why_);   \
+#define REQUIRE_DEVICE_MEMORY(bytes)                     \
+  do {                                                   \
+    std::string why_;                                    \
+    if (!device_has((bytes), &why_)) FA_SKIP_TEST(why_); \
   } while (0)
 
 // A device allocation for the duration of a scope.
@@ -127,8 +127,8 @@ void check_bound(const char* name, flashattn_dtype_t t, const std::vector<double
     if (std::isfinite(m)) cond = std::max(cond, fabs(m));
   const double eps = dtype_eps(t);
   const double floor = kGpuTolerance.floor_u_lowp * eps * (1.0 + cond);
-  INFO(name << ": library max " << e.max_abs << " mean " << e.mean_abs << " | same-precision standard max "
-            << l.max_abs << " mean " << l.mean_abs << " | floor " << floor << " | max |ref| " << e.max_ref
+  INFO(name << ": library max " << e.max_abs << " mean " << e.mean_abs << " | same-precision standard max " << l.max_abs
+            << " mean " << l.mean_abs << " | floor " << floor << " | max |ref| " << e.max_ref
             << " | condition magnitude " << cond << " | non-finite mismatches " << e.nonfinite_mismatch << " | n "
             << e.n);
   CHECK(e.n == got.size());
@@ -165,8 +165,7 @@ size_t count_poison(const void* src, size_t n) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i += chunk) {
     const size_t m = std::min(chunk, n - i);
-    REQUIRE(cudaMemcpy(h.data(), static_cast<const uint16_t*>(src) + i, m * 2, cudaMemcpyDeviceToHost) ==
-            cudaSuccess);
+    REQUIRE(cudaMemcpy(h.data(), static_cast<const uint16_t*>(src) + i, m * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
     for (size_t j = 0; j < m; ++j) bad += h[j] == 0xFFFFu;
   }
   return bad;
@@ -289,9 +288,9 @@ struct Setup {
 namespace {
 
 constexpr int64_t kBigS = 128, kBigH = 8, kBigD = 64;
-constexpr int64_t kBigE = kBigS * kBigH * kBigD;                    // elements per sequence
-constexpr int64_t kBigB = (int64_t{1} << 31) / kBigE + 4;            // 32772 sequences
-constexpr size_t kBigN = static_cast<size_t>(kBigB * kBigE);         // elements per tensor
+constexpr int64_t kBigE = kBigS * kBigH * kBigD;              // elements per sequence
+constexpr int64_t kBigB = (int64_t{1} << 31) / kBigE + 4;     // 32772 sequences
+constexpr size_t kBigN = static_cast<size_t>(kBigB * kBigE);  // elements per tensor
 constexpr size_t kBigLse = static_cast<size_t>(kBigB * kBigH * kBigS);
 
 void configure_big(flashattn_plan_t plan, flashattn_algorithm_t alg) {
@@ -490,8 +489,8 @@ TEST_CASE("gpu limits: seqlen_q = seqlen_k = 131072, sampled rows of O, LSE and 
   while (rows.size() < 24) rows.push_back(static_cast<int64_t>(splitmix(rs) % N));
   for (bool causal : {false, true}) {
     INFO((causal ? "causal" : "no mask") << ", b=1 h=1 seqlen 131072 d=64 bf16");
-    DevBuf dq_(N * D * 2), dk_(N * D * 2), dv_(N * D * 2), q_(N * D * 2), k_(N * D * 2), v_(N * D * 2),
-        o_(N * D * 2), do_(N * D * 2), lse_(N * 4);
+    DevBuf dq_(N * D * 2), dk_(N * D * 2), dv_(N * D * 2), q_(N * D * 2), k_(N * D * 2), v_(N * D * 2), o_(N * D * 2),
+        do_(N * D * 2), lse_(N * 4);
     upload(q_.p, to_dtype(t, q.data(), q.size()));
     upload(k_.p, to_dtype(t, k.data(), k.size()));
     upload(v_.p, to_dtype(t, v.data(), v.size()));
@@ -592,7 +591,7 @@ TEST_CASE("gpu limits: batch and heads_q of 70000", "[gpu][limits][slow]") {
     c.hkv = 2;
     c.algorithm = alg;
     for (int b = 0; b < 70000; ++b) {
-      c.seqlens_q.push_back(b % 4);        // empty sequences included
+      c.seqlens_q.push_back(b % 4);  // empty sequences included
       c.seqlens_k.push_back(1 + (b * 7) % 3);
     }
     check_gpu(c);
@@ -615,9 +614,21 @@ TensorLayout layout_of(Order o, int64_t B, int64_t S, int64_t H, int64_t D) {
   int64_t* st = l.strides;
   st[3] = 1;
   switch (o) {
-    case Order::SBHD: st[2] = D; st[0] = H * D; st[1] = B * H * D; break;
-    case Order::HBSD: st[1] = D; st[0] = S * D; st[2] = B * S * D; break;
-    case Order::PadHead8: st[2] = D + 8; st[1] = H * (D + 8); st[0] = S * H * (D + 8); break;
+    case Order::SBHD:
+      st[2] = D;
+      st[0] = H * D;
+      st[1] = B * H * D;
+      break;
+    case Order::HBSD:
+      st[1] = D;
+      st[0] = S * D;
+      st[2] = B * S * D;
+      break;
+    case Order::PadHead8:
+      st[2] = D + 8;
+      st[1] = H * (D + 8);
+      st[0] = S * H * (D + 8);
+      break;
   }
   const int64_t dims[4] = {B, S, H, D};
   int64_t last = 0;
@@ -629,13 +640,12 @@ TensorLayout layout_of(Order o, int64_t B, int64_t S, int64_t H, int64_t D) {
 
 }  // namespace
 
-TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major and padded strides",
-          "[gpu][limits]") {
+TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major and padded strides", "[gpu][limits]") {
   REQUIRE_GPU();
   OffsetDeviceMem dev16(16);
   uint64_t seed = 6300;
-  const Order mix[8] = {Order::SBHD, Order::HBSD, Order::PadHead8, Order::HBSD,
-                        Order::SBHD, Order::PadHead8, Order::SBHD, Order::HBSD};
+  const Order mix[8] = {Order::SBHD, Order::HBSD,     Order::PadHead8, Order::HBSD,
+                        Order::SBHD, Order::PadHead8, Order::SBHD,     Order::HBSD};
   for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
     for (int variant = 0; variant < 4; ++variant) {
       Config c = gcfg("16-byte aligned, strided", 70, 90, variant % 2 ? 40 : 64,
@@ -781,7 +791,7 @@ TEST_CASE("gpu limits: device memory passed to the CPU backend is refused by nam
   std::vector<unsigned char> ws(std::max({wf, wb, size_t(16)}));
   const DevBuf dev(kBytes);
   auto h = [&](int i) { return static_cast<void*>(host[i].data()); };
-  const char* names[10] = {"args.q", "args.k", "args.v", "args.o", "args.lse",
+  const char* names[10] = {"args.q",    "args.k",  "args.v",  "args.o",  "args.lse",
                            "args.dout", "args.dq", "args.dk", "args.dv", "workspace"};
   for (int which = 0; which < 10; ++which) {
     for (int i : {3, 4, 6, 7, 8}) std::fill(host[i].begin(), host[i].end(), kPoisonByte);
@@ -839,8 +849,8 @@ TEST_CASE("gpu limits: host memory in any argument is refused by name", "[gpu][l
       const char* name;
       int which;  // which pointer is replaced by host memory
     };
-    const Case fwd_cases[] = {{"args.q", 0},   {"args.k", 1},   {"args.v", 2},
-                              {"args.o", 3},   {"args.lse", 4}, {"workspace", 5}};
+    const Case fwd_cases[] = {{"args.q", 0}, {"args.k", 1},   {"args.v", 2},
+                              {"args.o", 3}, {"args.lse", 4}, {"workspace", 5}};
     for (const Case& k : fwd_cases) {
       if (k.which == 5 && su.wf == 0) continue;  // flash forward takes no workspace
       flashattn_fwd_args_t a = su.bufs->fwd();
@@ -863,9 +873,8 @@ TEST_CASE("gpu limits: host memory in any argument is refused by name", "[gpu][l
     }
     const flashattn_fwd_args_t fa = su.bufs->fwd();
     REQUIRE(flashattn_fwd(su.plan.p, &fa, su.wf ? su.ws->p : nullptr, su.wf, nullptr) == FLASHATTN_STATUS_SUCCESS);
-    const Case bwd_cases[] = {{"args.q", 0},    {"args.k", 1},  {"args.v", 2},  {"args.o", 3},
-                              {"args.lse", 4},  {"args.dout", 5}, {"args.dq", 6}, {"args.dk", 7},
-                              {"args.dv", 8},   {"workspace", 9}};
+    const Case bwd_cases[] = {{"args.q", 0},    {"args.k", 1},  {"args.v", 2},  {"args.o", 3},  {"args.lse", 4},
+                              {"args.dout", 5}, {"args.dq", 6}, {"args.dk", 7}, {"args.dv", 8}, {"workspace", 9}};
     for (const Case& k : bwd_cases) {
       flashattn_bwd_args_t a = su.bufs->bwd();
       void* w = su.ws->p;
@@ -964,7 +973,7 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
     flashattn_algorithm_t alg;
     bool backward;
     int64_t b, sq, sk, hq, hkv, d;
-    const char* must_name;  // a value the message must contain
+    const char* must_name;     // a value the message must contain
     int64_t varlen_total = 0;  // > 0: varlen with these totals and all-zero offsets
   };
   const Limit limits[] = {
@@ -974,8 +983,8 @@ TEST_CASE("gpu limits: the remaining limits are refused with the values named", 
       // Backward grid: 2^20 sequences x 4096 kv heads x 2 key blocks > 2^31 - 1 thread blocks.
       // Varlen with one token in all (every sequence empty): dense tensors of that grid would
       // span 2^44 bytes, which no real buffers can (the overlap check refuses small ones).
-      {"flash backward, 2^33 thread blocks", FLASHATTN_ALGORITHM_FLASH, true, int64_t{1} << 20, 256, 256, 4096, 4096,
-       8, "heads_kv=4096", 1},
+      {"flash backward, 2^33 thread blocks", FLASHATTN_ALGORITHM_FLASH, true, int64_t{1} << 20, 256, 256, 4096, 4096, 8,
+       "heads_kv=4096", 1},
       // STANDARD softmax grid: one thread block per score row, 2^32 rows.
       {"STANDARD, 2^32 score rows", FLASHATTN_ALGORITHM_STANDARD, false, int64_t{1} << 20, 64, 8, 64, 64, 8,
        "score rows"},

@@ -1,11 +1,10 @@
 // CUDA backward under a capped shared-memory limit. FLASHATTN_CUDA_SMEM_LIMIT (bytes, read
 // by the backward's host code at every call) makes this GPU choose its backward kernel as
-// a device with that opt-in limit per block would: 166912 is an A100 / sm_87 (sized for the sm_90 code running here, the d=64, d=128
-// and d=256 configs drop to 1 stage), 101376 an sm_86 / sm_89 / sm_120 GPU (RTX 3090/4090,
-// A10, L4, L40S; the small-shared-memory variants). sm_80 SASS is what those GPUs run, so
-// the kernels' code is the same; only the tile configuration and stage count differ.
-// Tagged [gpu], labelled `gpu` in ctest; skipped without a device. The variable is set with
-// setenv inside the process and restored after every case.
+// a device with that opt-in limit per block would: 166912 is an A100 / sm_87 (sized for the sm_90 code running here,
+// the d=64, d=128 and d=256 configs drop to 1 stage), 101376 an sm_86 / sm_89 / sm_120 GPU (RTX 3090/4090, A10, L4,
+// L40S; the small-shared-memory variants). sm_80 SASS is what those GPUs run, so the kernels' code is the same; only
+// the tile configuration and stage count differ. Tagged [gpu], labelled `gpu` in ctest; skipped without a device. The
+// variable is set with setenv inside the process and restored after every case.
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,8 +224,8 @@ TEST_CASE("gpu smem: each head-dim config runs at exactly its least shared memor
   for (int i = 0; i < flashattn::fa2::kNumBwdConfigs; ++i) {
     const flashattn::fa2::BwdInstance& d = flashattn::fa2::kBwdInstances[i];
     ++seed;
-    Config c = sbase("smem threshold", 130, 150, d.d, d.dv, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16,
-                     seed);
+    Config c =
+        sbase("smem threshold", 130, 150, d.d, d.dv, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
     c.band = true;
     c.wr = 0;
     const Problem p = make_problem(c);

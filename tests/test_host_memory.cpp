@@ -55,8 +55,7 @@ TEST_CASE("CPU runs probe no memory before a CUDA driver is loaded", "[api][faul
   check_against_reference(p, r);
 }
 
-TEST_CASE("CPU runs refuse what the loaded CUDA driver calls device memory, by argument name",
-          "[api][faults]") {
+TEST_CASE("CPU runs refuse what the loaded CUDA driver calls device memory, by argument name", "[api][faults]") {
   const SetRange set = fake_driver();
   const Problem p = make_problem(small(7402));
   const LibResult fresh = run_cpu(p);
@@ -73,7 +72,7 @@ TEST_CASE("CPU runs refuse what the loaded CUDA driver calls device memory, by a
   constexpr unsigned char kPoison = 0xA5;
   std::vector<std::vector<unsigned char>> buf(10, std::vector<unsigned char>(kBytes, 0));
   std::vector<unsigned char> ws(std::max(wf, wb) + 64);
-  const char* names[10] = {"args.q", "args.k", "args.v", "args.o", "args.lse",
+  const char* names[10] = {"args.q",    "args.k",  "args.v",  "args.o",  "args.lse",
                            "args.dout", "args.dq", "args.dk", "args.dv", "workspace"};
   for (int which = 0; which < 10; ++which) {
     for (int i : {3, 4, 6, 7, 8}) std::fill(buf[i].begin(), buf[i].end(), kPoison);

@@ -279,7 +279,8 @@ TEST_CASE("combine merges split attention into the unsplit result, skipping -inf
       }
     }
     // The all-empty row is exactly 0.
-    for (int64_t d = 0; d < D; ++d) CHECK(load_elem(t, &o[static_cast<size_t>(((1 * Q + 2) * H + 1) * D + d) * dtype_size(t)]) == 0.0);
+    for (int64_t d = 0; d < D; ++d)
+      CHECK(load_elem(t, &o[static_cast<size_t>(((1 * Q + 2) * H + 1) * D + d) * dtype_size(t)]) == 0.0);
   }
 }
 

@@ -91,14 +91,14 @@ int32_t* writable(const int32_t* p) { return const_cast<int32_t*>(p); }
 TEST_CASE("fwd_kvcache rejects missing, unneeded and misaligned pointers and writes nothing") {
   check_run_cases(
       paged_fixture(),
-      {{"args.q NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.q = nullptr; },
-        FLASHATTN_STATUS_NULL_POINTER, "args.q"},
+      {{"args.q NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.q = nullptr; }, FLASHATTN_STATUS_NULL_POINTER,
+        "args.q"},
        {"args.k_cache NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.k_cache = nullptr; },
         FLASHATTN_STATUS_NULL_POINTER, "args.k_cache"},
        {"args.v_cache NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.v_cache = nullptr; },
         FLASHATTN_STATUS_NULL_POINTER, "args.v_cache"},
-       {"args.o NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.o = nullptr; },
-        FLASHATTN_STATUS_NULL_POINTER, "args.o"},
+       {"args.o NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.o = nullptr; }, FLASHATTN_STATUS_NULL_POINTER,
+        "args.o"},
        {"args.cache_seqlens NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.cache_seqlens = nullptr; },
         FLASHATTN_STATUS_NULL_POINTER, "args.cache_seqlens"},
        {"args.block_table NULL", [](flashattn_kvcache_args_t& a, const KvRun&) { a.block_table = nullptr; },
@@ -118,28 +118,26 @@ TEST_CASE("fwd_kvcache rejects missing, unneeded and misaligned pointers and wri
         FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "args.cache_batch_idx"},
        {"struct_size too small", [](flashattn_kvcache_args_t& a, const KvRun&) { a.struct_size = 8; },
         FLASHATTN_STATUS_INVALID_STRUCT_SIZE, "struct_size"},
-       {"misaligned q",
-        [](flashattn_kvcache_args_t& a, const KvRun&) { a.q = static_cast<const char*>(a.q) + 1; },
+       {"misaligned q", [](flashattn_kvcache_args_t& a, const KvRun&) { a.q = static_cast<const char*>(a.q) + 1; },
         FLASHATTN_STATUS_MISALIGNED_POINTER, "args.q"},
        {"misaligned block table",
         [](flashattn_kvcache_args_t& a, const KvRun&) {
           a.block_table = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(a.block_table) + 2);
         },
         FLASHATTN_STATUS_MISALIGNED_POINTER, "args.block_table"}});
-  check_run_cases(contiguous_fixture(),
-                  {{"block table for a contiguous cache",
-                    [](flashattn_kvcache_args_t& a, const KvRun&) { a.block_table = a.cache_seqlens; },
-                    FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "args.block_table"},
-                   {"rotary tables without a rotary form",
-                    [](flashattn_kvcache_args_t& a, const KvRun&) { a.rotary_cos = a.q; },
-                    FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "args.rotary_cos"}});
+  check_run_cases(
+      contiguous_fixture(),
+      {{"block table for a contiguous cache",
+        [](flashattn_kvcache_args_t& a, const KvRun&) { a.block_table = a.cache_seqlens; },
+        FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "args.block_table"},
+       {"rotary tables without a rotary form", [](flashattn_kvcache_args_t& a, const KvRun&) { a.rotary_cos = a.q; },
+        FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "args.rotary_cos"}});
 }
 
 TEST_CASE("fwd_kvcache rejects used lengths, cache rows and block-table entries out of range") {
   check_run_cases(
       paged_fixture(),
-      {{"negative used length",
-        [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_seqlens)[1] = -1; },
+      {{"negative used length", [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_seqlens)[1] = -1; },
         FLASHATTN_STATUS_INVALID_SEQLENS, "cache_seqlens[1]=-1"},
        {"used + new past the capacity",
         [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_seqlens)[2] = 19; },
@@ -158,20 +156,18 @@ TEST_CASE("fwd_kvcache rejects used lengths, cache rows and block-table entries 
           writable(a.block_table)[2 * r.max_pages + 2] = a.block_table[0];
         },
         FLASHATTN_STATUS_INVALID_VALUE, "block_table[0][0]"}});
-  check_run_cases(contiguous_fixture(),
-                  {{"cache row past num_rows",
-                    [](flashattn_kvcache_args_t& a, const KvRun& r) {
-                      writable(a.cache_batch_idx)[1] = static_cast<int32_t>(r.num_rows);
-                    },
-                    FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[1]"},
-                   {"negative cache row",
-                    [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_batch_idx)[0] = -3; },
-                    FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[0]=-3"},
-                   {"one cache row appended to twice",
-                    [](flashattn_kvcache_args_t& a, const KvRun&) {
-                      writable(a.cache_batch_idx)[2] = a.cache_batch_idx[0];
-                    },
-                    FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[0]"}});
+  check_run_cases(
+      contiguous_fixture(),
+      {{"cache row past num_rows",
+        [](flashattn_kvcache_args_t& a, const KvRun& r) {
+          writable(a.cache_batch_idx)[1] = static_cast<int32_t>(r.num_rows);
+        },
+        FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[1]"},
+       {"negative cache row", [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_batch_idx)[0] = -3; },
+        FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[0]=-3"},
+       {"one cache row appended to twice",
+        [](flashattn_kvcache_args_t& a, const KvRun&) { writable(a.cache_batch_idx)[2] = a.cache_batch_idx[0]; },
+        FLASHATTN_STATUS_INVALID_VALUE, "cache_batch_idx[0]"}});
 }
 
 TEST_CASE("fwd_kvcache rejects outputs overlapping inputs, streams, and small workspaces") {
@@ -324,10 +320,10 @@ TEST_CASE("set_kvcache rejects bad geometry and leaves the plan unchanged") {
        FLASHATTN_STATUS_INVALID_VALUE, "config.rotary_dim"},
       {"rotary without appended keys", [](flashattn_kvcache_config_t& k) { k.seqlen_new = 0; },
        FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS, "config.rotary"},
-      {"negative num_splits", [](flashattn_kvcache_config_t& k) { k.num_splits = -1; },
-       FLASHATTN_STATUS_INVALID_VALUE, "config.num_splits=-1"},
-      {"huge num_splits", [](flashattn_kvcache_config_t& k) { k.num_splits = 5000; },
-       FLASHATTN_STATUS_INVALID_VALUE, "config.num_splits=5000"},
+      {"negative num_splits", [](flashattn_kvcache_config_t& k) { k.num_splits = -1; }, FLASHATTN_STATUS_INVALID_VALUE,
+       "config.num_splits=-1"},
+      {"huge num_splits", [](flashattn_kvcache_config_t& k) { k.num_splits = 5000; }, FLASHATTN_STATUS_INVALID_VALUE,
+       "config.num_splits=5000"},
       {"cache dim stride 2",
        [](flashattn_kvcache_config_t& k) {
          static const int64_t st[4] = {3 * 2 * 16 * 2, 2 * 16 * 2, 16 * 2, 2};
@@ -446,11 +442,13 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
        FLASHATTN_STATUS_INVALID_ENUM, "args.dtype=9"},
       {"o_partial NULL", [](flashattn_combine_args_t& a) { a.o_partial = nullptr; }, FLASHATTN_STATUS_NULL_POINTER,
        "args.o_partial"},
-      {"lse_partial NULL", [](flashattn_combine_args_t& a) { a.lse_partial = nullptr; },
-       FLASHATTN_STATUS_NULL_POINTER, "args.lse_partial"},
+      {"lse_partial NULL", [](flashattn_combine_args_t& a) { a.lse_partial = nullptr; }, FLASHATTN_STATUS_NULL_POINTER,
+       "args.lse_partial"},
       {"o NULL", [](flashattn_combine_args_t& a) { a.o = nullptr; }, FLASHATTN_STATUS_NULL_POINTER, "args.o"},
       {"misaligned o_partial",
-       [](flashattn_combine_args_t& a) { a.o_partial = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.o_partial) + 2); },
+       [](flashattn_combine_args_t& a) {
+         a.o_partial = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.o_partial) + 2);
+       },
        FLASHATTN_STATUS_MISALIGNED_POINTER, "args.o_partial"},
       {"o_partial dim stride 3",
        [](flashattn_combine_args_t& a) {

@@ -87,7 +87,8 @@ TEST_CASE("every status-returning function clears the message when it succeeds",
     std::function<flashattn_status_t()> run;
   };
   const std::vector<Call> calls = {
-      {"plan_create", [&] {
+      {"plan_create",
+       [&] {
          flashattn_plan_t extra = nullptr;
          const flashattn_status_t st = flashattn_plan_create(&extra, FLASHATTN_BACKEND_CPU, 0);
          const std::string after = last();  // before destroy, which must not matter anyway
@@ -110,11 +111,13 @@ TEST_CASE("every status-returning function clears the message when it succeeds",
       {"plan_set_block_sparse", [&] { return flashattn_plan_set_block_sparse(p, layout, 1, 1, 1, 4, 4); }},
       {"plan_set_block_sparse (clear)", [&] { return flashattn_plan_set_block_sparse(p, nullptr, 0, 0, 0, 0, 0); }},
       {"plan_get_workspace_size", [&] { return flashattn_plan_get_workspace_size(p, FLASHATTN_PASS_FORWARD, &bytes); }},
-      {"fwd", [&] {
+      {"fwd",
+       [&] {
          const flashattn_fwd_args_t a = fat::fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data());
          return flashattn_fwd(p, &a, ws.data(), ws.size() * sizeof(double), nullptr);
        }},
-      {"bwd", [&] {
+      {"bwd",
+       [&] {
          const flashattn_bwd_args_t a = fat::bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
                                                       dq.data(), dk.data(), dv.data());
          return flashattn_bwd(p, &a, ws.data(), ws.size() * sizeof(double), nullptr);

@@ -202,9 +202,13 @@ TEST_CASE("after every kind of failed fwd/bwd call the same plan runs and gives 
     };
     std::vector<Fault> faults;
     auto fwd = [&](const char* what, flashattn_status_t want, flashattn_fwd_args_t a, void* ws, size_t n,
-                   CUstream_st* s = nullptr) { faults.push_back({what, want, flashattn_fwd(plan.p, &a, ws, n, s)}); };
+                   CUstream_st* s = nullptr) {
+      faults.push_back({what, want, flashattn_fwd(plan.p, &a, ws, n, s)});
+    };
     auto bwd = [&](const char* what, flashattn_status_t want, flashattn_bwd_args_t a, void* ws, size_t n,
-                   CUstream_st* s = nullptr) { faults.push_back({what, want, flashattn_bwd(plan.p, &a, ws, n, s)}); };
+                   CUstream_st* s = nullptr) {
+      faults.push_back({what, want, flashattn_bwd(plan.p, &a, ws, n, s)});
+    };
     flashattn_fwd_args_t fa = raw.fwd_args();
     flashattn_bwd_args_t ba = raw.bwd_args();
     {
@@ -288,12 +292,9 @@ TEST_CASE("after rejected cu_seqlens the same varlen plan runs and gives a fresh
     std::vector<int32_t> cq, ck;
   };
   std::vector<Bad> bads = {
-      {"q not monotonic", {0, 5, 4, 14}, good_k},
-      {"k not monotonic", good_q, {0, 7, 6, 21}},
-      {"q does not start at 0", {1, 5, 5, 14}, good_k},
-      {"q total exceeds total_q", {0, 5, 5, 15}, good_k},
-      {"k total exceeds total_k", good_q, {0, 7, 10, 22}},
-      {"q length exceeds max seqlen_q", {0, 1, 1, 14}, good_k},
+      {"q not monotonic", {0, 5, 4, 14}, good_k},          {"k not monotonic", good_q, {0, 7, 6, 21}},
+      {"q does not start at 0", {1, 5, 5, 14}, good_k},    {"q total exceeds total_q", {0, 5, 5, 15}, good_k},
+      {"k total exceeds total_k", good_q, {0, 7, 10, 22}}, {"q length exceeds max seqlen_q", {0, 1, 1, 14}, good_k},
       {"negative offset", {0, -1, 5, 14}, good_k},
   };
   REQUIRE(good_q == std::vector<int32_t>({0, 5, 5, 14}));

@@ -43,8 +43,9 @@ uint64_t bytes_named(const std::string& msg) {
 
 struct Run {
   static constexpr int64_t B = 1, S = 70, H = 2, D = 8;
-  std::vector<float> q = std::vector<float>(B * S * H * D, 0.5f), k = q, v = q, o = std::vector<float>(B * S * H * D, -7.f),
-                     lse = std::vector<float>(B * H * S, -7.f), dout = q, dq = o, dk = o, dv = o;
+  std::vector<float> q = std::vector<float>(B * S * H * D, 0.5f), k = q, v = q,
+                     o = std::vector<float>(B * S * H * D, -7.f), lse = std::vector<float>(B * H * S, -7.f), dout = q,
+                     dq = o, dk = o, dv = o;
   std::vector<char> ws;
   flashattn_plan_t plan = nullptr;
   explicit Run(flashattn_algorithm_t alg) {

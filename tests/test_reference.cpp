@@ -128,16 +128,16 @@ TEST_CASE("fp16 and bf16 conversions round to nearest even", "[reference]") {
   CHECK(f32_to_f16(65504.0f) == 0x7bff);
   CHECK(f32_to_f16(65520.0f) == 0x7c00);
   CHECK(f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);
-  CHECK(f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);           // tie to even (0)
-  CHECK(f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);           // tie to even (2)
-  CHECK(f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00);    // tie to even
-  CHECK(f32_to_f16(1.0f + ldexpf(3.0f, -11)) == 0x3c02);    // tie to even
+  CHECK(f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);         // tie to even (0)
+  CHECK(f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);         // tie to even (2)
+  CHECK(f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00);  // tie to even
+  CHECK(f32_to_f16(1.0f + ldexpf(3.0f, -11)) == 0x3c02);  // tie to even
   CHECK(f32_to_f16(-INFINITY) == 0xfc00);
   CHECK(f16_to_f32(0x3555) == Approx(0.333251953125).margin(0));
   CHECK(f16_to_f32(0x0001) == ldexpf(1.0f, -24));
   CHECK(f16_to_f32(0xfc00) == -INFINITY);
   CHECK(f32_to_bf16(1.0f) == 0x3f80);
-  CHECK(f32_to_bf16(1.0f + ldexpf(1.0f, -8)) == 0x3f80);    // tie to even
+  CHECK(f32_to_bf16(1.0f + ldexpf(1.0f, -8)) == 0x3f80);  // tie to even
   CHECK(f32_to_bf16(1.0f + ldexpf(3.0f, -8)) == 0x3f82);
   CHECK(bf16_to_f32(0xc040) == -3.0f);
   for (uint32_t h = 0; h < 0x7c00; ++h) CHECK(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))) == h);
@@ -155,7 +155,8 @@ TEST_CASE("fp64 reference: closed forms", "[reference]") {
       double s = 0;
       for (int64_t d = 0; d < c.dqk; ++d) s += p.in.q[(t * c.hq + h) * c.dqk + d] * p.in.k[(b * c.hkv) * c.dqk + d];
       CHECK(r.lse[t * c.hq + h] == Approx(0.7f * s).margin(1e-12));
-      for (int64_t d = 0; d < c.dv; ++d) CHECK(r.o[(t * c.hq + h) * c.dv + d] == Approx(p.in.v[b * c.dv + d]).margin(1e-12));
+      for (int64_t d = 0; d < c.dv; ++d)
+        CHECK(r.o[(t * c.hq + h) * c.dv + d] == Approx(p.in.v[b * c.dv + d]).margin(1e-12));
     }
   // Keys all zero: uniform weights, O = mean of V, LSE = log(sk).
   c = tiny("zero keys");
@@ -323,7 +324,9 @@ TEST_CASE("fp64 reference: threads and RefSpec::magnitudes do not change the res
   // `flashattn check` runs the reference on every core, without the condition magnitudes.
   // Every element is summed in the same order, so the outputs are bitwise those of one
   // thread, except dBias under a batch or head broadcast (per-thread partial sums).
-  const bool patterns[][4] = {{false, false, false, false}, {true, false, false, false}, {false, true, true, false},
+  const bool patterns[][4] = {{false, false, false, false},
+                              {true, false, false, false},
+                              {false, true, true, false},
                               {false, false, false, true}};
   for (const auto& pat : patterns) {
     Config c = tiny("threads");

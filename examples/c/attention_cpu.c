@@ -11,14 +11,13 @@
 #include <stdlib.h>
 
 /* Print the failing call, status name and the library's message, then leave. */
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    flashattn_status_t st_ = (call);                                                         \
-    if (st_ != FLASHATTN_STATUS_SUCCESS) {                                                   \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, flashattn_status_string(st_),            \
-              flashattn_last_error());                                                       \
-      exit(1);                                                                               \
-    }                                                                                        \
+#define CHECK(call)                                                                                        \
+  do {                                                                                                     \
+    flashattn_status_t st_ = (call);                                                                       \
+    if (st_ != FLASHATTN_STATUS_SUCCESS) {                                                                 \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, flashattn_status_string(st_), flashattn_last_error()); \
+      exit(1);                                                                                             \
+    }                                                                                                      \
   } while (0)
 
 enum { B = 2, SQ = 48, SK = 64, HQ = 4, HKV = 2, D = 32 };

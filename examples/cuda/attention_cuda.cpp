@@ -16,23 +16,22 @@
 #include <cstring>
 #include <vector>
 
-#define CUDA_CHECK(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));               \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define CUDA_CHECK(call)                                                      \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                           \
+    }                                                                         \
   } while (0)
 
-#define FA_CHECK(call)                                                                      \
-  do {                                                                                      \
-    flashattn_status_t s_ = (call);                                                         \
-    if (s_ != FLASHATTN_STATUS_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s failed: %s: %s\n", #call, flashattn_status_string(s_),       \
-                   flashattn_last_error());                                                 \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define FA_CHECK(call)                                                                                         \
+  do {                                                                                                         \
+    flashattn_status_t s_ = (call);                                                                            \
+    if (s_ != FLASHATTN_STATUS_SUCCESS) {                                                                      \
+      std::fprintf(stderr, "%s failed: %s: %s\n", #call, flashattn_status_string(s_), flashattn_last_error()); \
+      std::exit(1);                                                                                            \
+    }                                                                                                          \
   } while (0)
 
 namespace {
@@ -102,12 +101,11 @@ int main() {
   CUDA_CHECK(cudaSetDevice(0));
 
   const size_t nq = size_t(B * S * HQ * D), nk = size_t(B * S * HKV * D), nl = size_t(B * HQ * S);
-  Problem p{std::vector<uint16_t>(nq), std::vector<uint16_t>(nk), std::vector<uint16_t>(nk),
-            std::vector<uint16_t>(nq)};
-  for (size_t i = 0; i < nq; ++i) p.q[i] = to_half(float(std::sin(0.37 * double(i)))),
-                                  p.dout[i] = to_half(float(std::cos(0.05 * double(i))));
-  for (size_t i = 0; i < nk; ++i) p.k[i] = to_half(float(std::cos(0.13 * double(i)))),
-                                  p.v[i] = to_half(float(std::sin(0.07 * double(i))));
+  Problem p{std::vector<uint16_t>(nq), std::vector<uint16_t>(nk), std::vector<uint16_t>(nk), std::vector<uint16_t>(nq)};
+  for (size_t i = 0; i < nq; ++i)
+    p.q[i] = to_half(float(std::sin(0.37 * double(i)))), p.dout[i] = to_half(float(std::cos(0.05 * double(i))));
+  for (size_t i = 0; i < nk; ++i)
+    p.k[i] = to_half(float(std::cos(0.13 * double(i)))), p.v[i] = to_half(float(std::sin(0.07 * double(i))));
 
   // ---- GPU: device buffers, a stream, asynchronous forward and backward ----
   cudaStream_t stream;

@@ -19,14 +19,14 @@ struct Strides4 {
 
 struct AttnParams {
   // ---- problem shape ----
-  int64_t batch;        // number of sequences
-  int64_t seqlen_q;     // max query length (per-sequence length without varlen)
-  int64_t seqlen_k;     // max key length
+  int64_t batch;     // number of sequences
+  int64_t seqlen_q;  // max query length (per-sequence length without varlen)
+  int64_t seqlen_k;  // max key length
   int64_t heads_q, heads_kv;
   int64_t head_dim_qk, head_dim_v;
-  int32_t dtype;        // DtypeId
-  int32_t algorithm;    // flashattn_algorithm_t value
-  int32_t direction;    // Direction
+  int32_t dtype;      // DtypeId
+  int32_t algorithm;  // flashattn_algorithm_t value
+  int32_t direction;  // Direction
   int32_t deterministic;
 
   // ---- variable length (varlen != 0): token offsets per sequence, batch+1 entries ----
@@ -50,29 +50,29 @@ struct AttnParams {
   Strides4 q_stride, k_stride, v_stride, o_stride, do_stride, dq_stride, dk_stride, dv_stride;
 
   // ---- scores ----
-  float scale;          // softmax scale
-  float softcap;        // 0 = off
+  float scale;    // softmax scale
+  float softcap;  // 0 = off
 
   // ---- band mask: keep (i, j) iff j <= i' + window_right (if >= 0) and j >= i' - window_left (if >= 0) ----
-  int32_t has_band;     // 0 when both windows are unbounded
-  int32_t align;        // flashattn_mask_align_t: 0 top-left, 1 bottom-right
+  int32_t has_band;  // 0 when both windows are unbounded
+  int32_t align;     // flashattn_mask_align_t: 0 top-left, 1 bottom-right
   int64_t window_left, window_right;
 
   // ---- bias ----
-  int32_t bias_kind;    // BiasKind
-  const void* bias;     // kBiasTensor: strides (batch, head, q, k); k stride is 0 or 1
-  void* dbias;          // backward, optional: same strides, summed over zero-stride dims
+  int32_t bias_kind;  // BiasKind
+  const void* bias;   // kBiasTensor: strides (batch, head, q, k); k stride is 0 or 1
+  void* dbias;        // backward, optional: same strides, summed over zero-stride dims
   int64_t bias_stride[4];
   const float* alibi_slopes;  // [heads_q]
 
   // ---- dropout ----
-  float p_drop;               // 0 = off
-  float rp_keep;              // 1 / (1 - p_drop)
-  uint32_t drop_threshold;    // dropout_threshold(p_drop)
+  float p_drop;             // 0 = off
+  float rp_keep;            // 1 / (1 - p_drop)
+  uint32_t drop_threshold;  // dropout_threshold(p_drop)
   uint64_t seed, offset;
 
   // ---- block-sparse (layout != null): [layout_heads, n_row_blocks, n_col_blocks] ----
-  const uint8_t* layout;      // host copy for CPU, device copy for CUDA
+  const uint8_t* layout;  // host copy for CPU, device copy for CUDA
   int64_t layout_heads, n_row_blocks, n_col_blocks, block_q, block_k;
 
   // ---- KV cache (kv_enabled != 0; flashattn_fwd_kvcache): K/V rows come from the cache ----
@@ -81,19 +81,19 @@ struct AttnParams {
   // j lives in page kv_block_table[b * kv_max_pages + j / kv_page_size] at slot
   // j % kv_page_size (the page index steps k/v_stride.b, the slot k/v_stride.s).
   int32_t kv_enabled;
-  const int32_t* kv_seqused;        // [batch]: keys in the cache before the append
-  const int32_t* kv_batch_idx;      // [batch] or null
-  const int32_t* kv_block_table;    // [batch, kv_max_pages] or null (contiguous)
+  const int32_t* kv_seqused;      // [batch]: keys in the cache before the append
+  const int32_t* kv_batch_idx;    // [batch] or null
+  const int32_t* kv_block_table;  // [batch, kv_max_pages] or null (contiguous)
   int64_t kv_page_size, kv_max_pages, kv_num_rows;
-  int64_t kv_seqlen_new;            // rows appended per sequence (0 = none)
+  int64_t kv_seqlen_new;  // rows appended per sequence (0 = none)
   const void* k_new;
   const void* v_new;
   Strides4 k_new_stride, v_new_stride;
-  int32_t rotary;                   // flashattn_rotary_t value (0 = none)
+  int32_t rotary;  // flashattn_rotary_t value (0 = none)
   int64_t rotary_dim, rotary_rows;
-  const void* rotary_cos;           // [rotary_rows, rotary_dim / 2], plan dtype
+  const void* rotary_cos;  // [rotary_rows, rotary_dim / 2], plan dtype
   const void* rotary_sin;
-  int64_t kv_num_splits;            // key splits per (sequence, query head, query block), >= 1
+  int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1
 };
 
 }  // namespace flashattn
@@ -107,7 +107,7 @@ struct CombineParams {
   int64_t o_partial_stride[5];  // (split, batch, seq, head, dim)
   const float* lse_partial;
   int64_t lse_partial_stride[4];  // (split, batch, head, seq)
-  int32_t dtype;  // DtypeId of o
+  int32_t dtype;                  // DtypeId of o
   void* o;
   Strides4 o_stride;
   float* lse;  // [batch, heads, seqlen_q] or null

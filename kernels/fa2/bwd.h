@@ -44,11 +44,11 @@ struct BwdArgs {
   float* dbias_accum;  // kDbiasAccum: compact fp32 [B', H', SQ', SK'] (1 along broadcast dims); kDbiasSlab: the slab
   int64_t dbias_accum_stride[4];  // strides of dbias_accum in (b, h, i, j); 0 along broadcast dims (accum mode)
   int32_t dbias_slab_kvhead;      // kDbiasSlab: the slab's head index is the kv head
-  int32_t dbias_mode;  // BwdDbiasMode
-  int32_t n_kblocks;   // ceil(seqlen_k / Bc): grid.x = n_kblocks * heads_kv * batch
-  int32_t n_qblocks;   // ceil(seqlen_q / Br) (semaphore row length)
-  int32_t stages;      // 1 or 2 shared-memory stages for Q/dO (BwdChoice::stages)
-  int32_t dq_map_ok;   // 1: *dq_map is valid and the kernel reduces staged dQ with it (kDqBulk)
+  int32_t dbias_mode;             // BwdDbiasMode
+  int32_t n_kblocks;              // ceil(seqlen_k / Bc): grid.x = n_kblocks * heads_kv * batch
+  int32_t n_qblocks;              // ceil(seqlen_q / Br) (semaphore row length)
+  int32_t stages;                 // 1 or 2 shared-memory stages for Q/dO (BwdChoice::stages)
+  int32_t dq_map_ok;              // 1: *dq_map is valid and the kernel reduces staged dQ with it (kDqBulk)
   // Host memory: the TMA map of dq_accum (cols, heads_q, rows), boxes 32 x 1 x 16, which
   // launch_bwd_main passes by value as a second parameter to the kernels that use it (the
   // 128-byte, 64-byte-aligned map inside this block made ptxas spill at d=128).

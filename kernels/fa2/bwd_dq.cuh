@@ -62,8 +62,8 @@ __device__ __forceinline__ void bwd_dq_bulk(const BwdKernel<Arch, Tr, T>& k, con
       for (int hf = 0; hf < 2; ++hf) {
         float x = acc_dq[mt][nt][2 * hf], y = acc_dq[mt][nt][2 * hf + 1];
         if (partial && mt * 16 + g + 8 * hf >= rows_left) x = y = 0.f;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(buf + ((lane_o ^ static_cast<uint32_t>(nt << 5)) +
-                                                                      static_cast<uint32_t>(hf * 1024))),
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                         buf + ((lane_o ^ static_cast<uint32_t>(nt << 5)) + static_cast<uint32_t>(hf * 1024))),
                      "f"(x), "f"(y)
                      : "memory");
       }
@@ -206,12 +206,11 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
     if constexpr (kWgQ) {
       wg_fence();
       wg_gemm<T, kBlk * kNTqp, Bc, 1, Br, Bc, true>(acc_q, sdS + static_cast<uint32_t>(wq_m0 - (warp & 3) * 16) * 128u,
-                                                   sK + static_cast<uint32_t>((wq_p0 >> 6) * Bc * 128));
+                                                    sK + static_cast<uint32_t>((wq_p0 >> 6) * Bc * 128));
       wg_commit();
       wg_wait<0>();
       wg_hold(acc_q);
-    } else
-    {
+    } else {
       bwd_zero(acc_q);
       bwd_warp_gemm<Arch, T, kMTq, kNTqp, Bc, false, true, Br, Bc>(acc_q, sdS, wq_m0, sK, wq_p0);
     }
@@ -222,7 +221,7 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
 #pragma unroll
     for (int blk = 0; blk < kBlk; ++blk) {
       // Block blk of the pass: columns wq_n0 .. + 8 kNTqp - 1 (its fragments acc_dq).
-      float (&acc_dq)[kMTq][kNTqp][4] = *reinterpret_cast<float (*)[kMTq][kNTqp][4]>(&acc_q[0][blk * kNTqp][0]);
+      float(&acc_dq)[kMTq][kNTqp][4] = *reinterpret_cast<float(*)[kMTq][kNTqp][4]>(&acc_q[0][blk * kNTqp][0]);
       const int wq_n0 = wq_p0 + blk * 8 * kNTqp;
       const int dqk = static_cast<int>(p.head_dim_qk);
       const int len_q = bwd_lds(ctx.len_q);
@@ -239,12 +238,11 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
           }
         }
         bwd_dq_staged(acc_dq, q, stg);
-      } else
-      {
+      } else {
         bwd_dq_direct<Arch, Tr>(acc_dq, q);
       }
     }  // block
-  }  // column pass
+  }    // column pass
   if (det) {
     __threadfence();
     __syncthreads();

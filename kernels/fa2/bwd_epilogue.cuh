@@ -51,10 +51,10 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
   G::wk_pos(warp, wk_m0, wk_n0, wv_n0);
   const int b = bwd_lds(ctx.b), hk = bwd_lds(ctx.hk), n0 = bwd_lds(ctx.n0), n_valid = bwd_lds(ctx.n_valid);
   const int64_t k_tok = (p.varlen ? bwd_lds64(ctx.k_tok0) : 0) + n0;
-  T* gdk = static_cast<T*>(p.dk) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dk_stride.b) +
-           k_tok * p.dk_stride.s + static_cast<int64_t>(hk) * p.dk_stride.h;
-  T* gdv = static_cast<T*>(p.dv) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dv_stride.b) +
-           k_tok * p.dv_stride.s + static_cast<int64_t>(hk) * p.dv_stride.h;
+  T* gdk = static_cast<T*>(p.dk) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dk_stride.b) + k_tok * p.dk_stride.s +
+           static_cast<int64_t>(hk) * p.dk_stride.h;
+  T* gdv = static_cast<T*>(p.dv) + (p.varlen ? 0 : static_cast<int64_t>(b) * p.dv_stride.b) + k_tok * p.dv_stride.s +
+           static_cast<int64_t>(hk) * p.dv_stride.h;
   const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
   const float scale = p.scale;
   bool staged = false;

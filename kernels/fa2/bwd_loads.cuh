@@ -17,8 +17,8 @@ namespace fa2 {
 // Q and dO tiles (`tiles` true) and the LSE and Delta rows (`rows` true) of (head
 // h = hk * group + hi, q-block m) into stage st by cp.async.
 template <class Arch, class Tr, typename T>
-__device__ __forceinline__ void bwd_load_q_do(const BwdKernel<Arch, Tr, T>& k, int st, int h, [[maybe_unused]] int hi, int m,
-                                              bool tiles = true, bool rows = true) {
+__device__ __forceinline__ void bwd_load_q_do(const BwdKernel<Arch, Tr, T>& k, int st, int h, [[maybe_unused]] int hi,
+                                              int m, bool tiles = true, bool rows = true) {
   constexpr int Br = Tr::Br, D = Tr::D, DV = Tr::DV;
   const AttnParams& p = k.p;
   const BwdArgs& args = k.args;
@@ -31,9 +31,9 @@ __device__ __forceinline__ void bwd_load_q_do(const BwdKernel<Arch, Tr, T>& k, i
       const T* gq = bwd_ldsp<T>(ctx.q_row0) + hi * p.q_stride.h + static_cast<int64_t>(r0) * p.q_stride.s;
       const T* gdo = bwd_ldsp<T>(ctx.do_row0) + hi * p.do_stride.h + static_cast<int64_t>(r0) * p.do_stride.s;
       bwd_load_tile<Arch, typename Tr::TileQ, Br, D, Tr::kThreads>(k.sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                             p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+                                                                   p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
       bwd_load_tile<Arch, typename Tr::TileDO, Br, DV, Tr::kThreads>(k.sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                               p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+                                                                     p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
     }
     const int t = bwd_tid();
     if (rows && t < Br) {  // as below: rows past the end read as 0
@@ -56,9 +56,9 @@ __device__ __forceinline__ void bwd_load_q_do(const BwdKernel<Arch, Tr, T>& k, i
                  tok * p.do_stride.s + static_cast<int64_t>(h) * p.do_stride.h;
   if (tiles) {
     bwd_load_tile<Arch, typename Tr::TileQ, Br, D, Tr::kThreads>(k.sQ(st), reinterpret_cast<const uint16_t*>(gq),
-                                                           p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
+                                                                 p.q_stride.s, nv, static_cast<int>(p.head_dim_qk));
     bwd_load_tile<Arch, typename Tr::TileDO, Br, DV, Tr::kThreads>(k.sdO(st), reinterpret_cast<const uint16_t*>(gdo),
-                                                             p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
+                                                                   p.do_stride.s, nv, static_cast<int>(p.head_dim_v));
   }
   // LSE and Delta rows by cp.async too (a plain load would stall these warps for a
   // full memory latency). Rows past the end read as 0: their Q and dO rows are zero,
@@ -67,9 +67,9 @@ __device__ __forceinline__ void bwd_load_q_do(const BwdKernel<Arch, Tr, T>& k, i
   if (rows && t < Br) {
     const int i = r0 + t;
     const bool ok = i < len_q;
-    const int64_t idx = !ok ? 0
-                            : p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
-                                       : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
+    const int64_t idx = !ok        ? 0
+                        : p.varlen ? static_cast<int64_t>(h) * p.total_q + q_tok0 + i
+                                   : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
     bwd_cp_async_4(smem_u32(k.lse_s(st) + t), p.lse_in + idx, ok);
     bwd_cp_async_4(smem_u32(k.delta_s(st) + t), args.delta + idx, ok);
   }

@@ -30,8 +30,7 @@ __device__ __forceinline__ int bwd_tid() {
 // every (k step, tile) address out of the main loop would cost hundreds of registers.
 // ---------------------------------------------------------------------------------
 template <class Arch, typename T, int MT, int NT, int K, bool kAT, bool kBT, int kRA, int kRB>
-__device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t sA, int a_off, uint32_t sB,
-                                              int b_off) {
+__device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t sA, int a_off, uint32_t sB, int b_off) {
   static_assert(NT % 2 == 0, "B fragments are loaded for pairs of n8 tiles");
   const int lane = bwd_tid() & 31;
   const int li = lane >> 3, lr = lane & 7;
@@ -66,7 +65,8 @@ __device__ __forceinline__ void bwd_warp_gemm(float (&acc)[MT][NT][4], uint32_t 
       a_base[mt] = sA + static_cast<uint32_t>(a_off + mt * 16 + lr + 8 * (li & 1)) * 128u;
     } else {
       const int c = (a_off + mt * 16) / 8 + (li & 1);
-      a_base[mt] = sA + static_cast<uint32_t>((c >> 3) * kRA * 128 + (lr + 8 * (li >> 1)) * 128 + (((c & 7) ^ lr) << 4));
+      a_base[mt] =
+          sA + static_cast<uint32_t>((c >> 3) * kRA * 128 + (lr + 8 * (li >> 1)) * 128 + (((c & 7) ^ lr) << 4));
     }
   }
   if (!kAT) a_x = static_cast<uint32_t>(((li >> 1) ^ lr) << 4);

@@ -40,7 +40,8 @@ __device__ __forceinline__ void bwd_layout_cells(const BwdLayoutView lv, int h, 
   const int cnt = static_cast<int>(r1 / lv.block_q - rb0 + 1) * ncb;
   for (int e = first; e < cnt; e += stride) {
     const int64_t rb = rb0 + e / ncb, cb = cb0 + e % ncb;
-    if (lv.layout[(lh * lv.n_row_blocks + rb) * lv.n_col_blocks + cb]) any_on = true; else any_off = true;
+    if (lv.layout[(lh * lv.n_row_blocks + rb) * lv.n_col_blocks + cb]) any_on = true;
+    else any_off = true;
   }
 }
 

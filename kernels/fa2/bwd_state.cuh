@@ -22,8 +22,8 @@ struct BwdGrid {
   // each one wgmma tile of 64 rows x kSN columns; warp w computes rows 16 (w % kWS_M) .. + 15
   // and columns kSN (w / kWS_M) ..: Br = 64 splits the Bc columns between the warpgroups,
   // Br = 128 the rows. Else the traits' WS_M x WS_N grid of mma.sync warp tiles.
-  static constexpr bool kWg = Arch::kWgmma && kTma && (Br == 64 || Br == 128) &&
-                              Bc * Br / 128 >= 32 && Bc * Br / 128 <= 128;
+  static constexpr bool kWg =
+      Arch::kWgmma && kTma && (Br == 64 || Br == 128) && Bc * Br / 128 >= 32 && Bc * Br / 128 <= 128;
   static constexpr int kWS_M = kWg ? 4 * (Br / 64) : Tr::WS_M;
   static constexpr int kSM = kWg ? 16 : Tr::kSM, kSN = kWg ? Bc * Br / 128 : Tr::kSN;
   static constexpr int kMTs = kSM / 16, kNTs = kSN / 8, kSL = kWg ? 1 : Tr::kSL;

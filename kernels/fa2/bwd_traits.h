@@ -99,7 +99,7 @@ struct BwdTraits {
   static constexpr int kOffP = kOffV + TileV::kBytes;
   static constexpr int kOffDS = kOffP + TileP::kBytes;
   static constexpr int kOffStg = kOffDS + TileP::kBytes;
-  static constexpr int kRowBytes = 2 * Br * 4;  // lse2 and delta of one stage
+  static constexpr int kRowBytes = 2 * Br * 4;                                 // lse2 and delta of one stage
   static constexpr int kStage80 = TileQ::kBytes + TileDO::kBytes + kRowBytes;  // bytes per stage
   static constexpr int kStage90 = kTmaQdo ? TileQ::kBytes + TileDO::kBytes : kStage80;
   static_assert(!kTmaQdo || kStage90 % 1024 == 0, "TMA stages of whole 1024-byte blocks");
@@ -129,8 +129,14 @@ struct BwdCfgFor {
 
 template <int kDtype>
 struct BwdElem;
-template <> struct BwdElem<kFp16> { using type = __half; };
-template <> struct BwdElem<kBf16> { using type = __nv_bfloat16; };
+template <>
+struct BwdElem<kFp16> {
+  using type = __half;
+};
+template <>
+struct BwdElem<kBf16> {
+  using type = __nv_bfloat16;
+};
 
 }  // namespace fa2
 }  // namespace flashattn

@@ -72,8 +72,8 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int
 // launch reserved Cfg::kBiasSmemBytes more shared memory; bias tiles are then staged with
 // cp.async next to V instead of being read element by element.
 template <class Arch, typename Cfg, typename T, bool kExtras>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const int bias_smem, const int b0,
-                                                                   const int h0) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel(const AttnParams p, const int bias_smem, const int b0, const int h0) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kMT = Cfg::kMT, kNT = Cfg::kNT;
   constexpr int kThreads = Cfg::kThreads;
   using QTile = typename Cfg::QTile;
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   using OTile = typename Cfg::OTile;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  constexpr bool kWgF = Arch::kWgmma && kThreads == 128 && Cfg::kD % 64 == 0 &&
-                        Cfg::kDV % 64 == 0 && (kBlockN == 64 || kBlockN == 128);
+  constexpr bool kWgF =
+      Arch::kWgmma && kThreads == 128 && Cfg::kD % 64 == 0 && Cfg::kDV % 64 == 0 && (kBlockN == 64 || kBlockN == 128);
   unsigned char* const smem_al =
       kWgF ? smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u)
            : smem_raw;
@@ -130,8 +130,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   const T* q_base = static_cast<const T*>(p.q);
   const T* k_base = static_cast<const T*>(p.k);
   const T* v_base = static_cast<const T*>(p.v);
-  const T* gQ = q_base + (p.varlen ? q_start * p.q_stride.s : b * p.q_stride.b) + h * p.q_stride.h +
-                m0 * p.q_stride.s;
+  const T* gQ = q_base + (p.varlen ? q_start * p.q_stride.s : b * p.q_stride.b) + h * p.q_stride.h + m0 * p.q_stride.s;
   const T* gK = k_base + (p.varlen ? k_start * p.k_stride.s : b * p.k_stride.b) + hk * p.k_stride.h;
   const T* gV = v_base + (p.varlen ? k_start * p.v_stride.s : b * p.v_stride.b) + hk * p.v_stride.h;
   T* gO = static_cast<T*>(p.o) + (p.varlen ? q_start * p.o_stride.s : b * p.o_stride.b) + h * p.o_stride.h +
@@ -252,7 +251,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       *reinterpret_cast<uint4*>(gO + r * p.o_stride.s + c * 8) = make_uint4(0, 0, 0, 0);
     }
     if (p.lse != nullptr) {
-      float* lse = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
+      float* lse =
+          p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
       for (int r = tid; r < rows_q; r += kThreads) lse[m0 + r] = -INFINITY;
     }
     return;
@@ -260,9 +260,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 
   // ---- prologue: Q tile and the first K tile ----
   load_tile_async<kBlockM, Cfg::kDS, kThreads>(smem_u32(sQ), gQ, p.q_stride.s, rows_q, dq_chunks, q_base, tid);
-  load_tile_async<kBlockN, Cfg::kDS, kThreads>(smem_u32(sK), gK + static_cast<int64_t>(n_block) * kBlockN * p.k_stride.s,
-                                                         p.k_stride.s, len_k - n_block * kBlockN, dq_chunks, k_base,
-                                                         tid);
+  load_tile_async<kBlockN, Cfg::kDS, kThreads>(smem_u32(sK),
+                                               gK + static_cast<int64_t>(n_block) * kBlockN * p.k_stride.s,
+                                               p.k_stride.s, len_k - n_block * kBlockN, dq_chunks, k_base, tid);
   cp_async_commit();
 
   // ---- per-thread options ----
@@ -280,8 +280,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
   const bool dropout = kExtras && p.p_drop > 0.f;
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;
-  if (bias_on)
-    bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
+  if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
 
   float acc_o[kMT][Cfg::kNV][4];
 #pragma unroll
@@ -313,7 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
-                                                            p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
+                                                  p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
     if (kExtras && bias_on && bias_smem) {
       constexpr int kChunks = kBlockN / 8;
       const T* gB = bias_base + static_cast<int64_t>(m0) * p.bias_stride[2] + n0;
@@ -339,41 +338,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       wg_fence();
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        wg_gemm<T, kNT, Cfg::kD, 0, kBlockM, kBlockN, true>(*reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]),
+        wg_gemm<T, kNT, Cfg::kD, 0, kBlockM, kBlockN, true>(*reinterpret_cast<float(*)[1][kNT][4]>(&s[mt][0][0]),
                                                             smem_u32(sQ) + static_cast<uint32_t>(mt * 64 * 128),
                                                             smem_u32(sK));
       }
       wg_commit();
       wg_wait<0>();
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float (*)[1][kNT][4]>(&s[mt][0][0]));
-    } else
-    {
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < Cfg::kKQ; ++ks) {
-      uint32_t qa[kMT][4];
+      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float(*)[1][kNT][4]>(&s[mt][0][0]));
+    } else {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
-        ldmatrix_x4(qa[mt], lq.at(mt * 16, ks * 16));
 #pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, lk.at(np * 16, ks * 16));
-        const uint32_t b0[2] = {kb[0], kb[1]};
-        const uint32_t b1[2] = {kb[2], kb[3]};
+        for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma16816<T>(s[mt][2 * np], qa[mt], b0);
-          mma16816<T>(s[mt][2 * np + 1], qa[mt], b1);
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKQ; ++ks) {
+        uint32_t qa[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(qa[mt], lq.at(mt * 16, ks * 16));
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, lk.at(np * 16, ks * 16));
+          const uint32_t b0[2] = {kb[0], kb[1]};
+          const uint32_t b1[2] = {kb[2], kb[3]};
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma16816<T>(s[mt][2 * np], qa[mt], b0);
+            mma16816<T>(s[mt][2 * np + 1], qa[mt], b1);
+          }
         }
       }
-    }
     }
 
     // Next active tile (warp-uniform scan of the layout, if any).
@@ -390,9 +387,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // V(n) (and the bias tile) visible; every warp is done reading K(n)
     if (n_next >= n_block_min) {
-      load_tile_async<kBlockN, Cfg::kDS, kThreads>(
-          smem_u32(sK), gK + static_cast<int64_t>(n_next) * kBlockN * p.k_stride.s, p.k_stride.s, len_k - n_next * kBlockN,
-          dq_chunks, k_base, tid);
+      load_tile_async<kBlockN, Cfg::kDS, kThreads>(smem_u32(sK),
+                                                   gK + static_cast<int64_t>(n_next) * kBlockN * p.k_stride.s,
+                                                   p.k_stride.s, len_k - n_next * kBlockN, dq_chunks, k_base, tid);
       cp_async_commit();
     }
 
@@ -475,8 +472,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 
     // ---- element mask on boundary tiles ----
     const bool col_edge = n0 + kBlockN > len_k;
-    const bool band_edge = band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) ||
-                                    (wl >= 0 && n0 < m_last + shift - wl));
+    const bool band_edge =
+        band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) || (wl >= 0 && n0 < m_last + shift - wl));
     if (col_edge || band_edge) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -611,36 +608,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
       for (int kk = 0; kk < Cfg::kKV; ++kk)
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
-          wg_mma_rs<T, Cfg::kDV>(*reinterpret_cast<float (*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]), pa[kk][mt],
+          wg_mma_rs<T, Cfg::kDV>(*reinterpret_cast<float(*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]), pa[kk][mt],
                                  db + static_cast<uint64_t>(kk * 128));
       wg_commit();
       wg_wait<0>();
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float (*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]));
+      for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float(*)[1][Cfg::kNV][4]>(&acc_o[mt][0][0]));
     } else
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kKV; ++kk) {
-      uint32_t pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int np = 0; np < Cfg::kNV / 2; ++np) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, lv.at(kk * 16, np * 16));
-        const uint32_t b0[2] = {vb[0], vb[1]};
-        const uint32_t b1[2] = {vb[2], vb[3]};
+      for (int kk = 0; kk < Cfg::kKV; ++kk) {
+        uint32_t pa[kMT][4];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma16816<T>(acc_o[mt][2 * np], pa[mt], b0);
-          mma16816<T>(acc_o[mt][2 * np + 1], pa[mt], b1);
+          pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < Cfg::kNV / 2; ++np) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, lv.at(kk * 16, np * 16));
+          const uint32_t b0[2] = {vb[0], vb[1]};
+          const uint32_t b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma16816<T>(acc_o[mt][2 * np], pa[mt], b0);
+            mma16816<T>(acc_o[mt][2 * np + 1], pa[mt], b1);
+          }
         }
       }
-    }
 
     if (n_next < n_block_min) break;
     n_block = n_next;

@@ -12,8 +12,14 @@ namespace fa2 {
 
 template <int kDtype>
 struct DtypeToElem;
-template <> struct DtypeToElem<kFp16> { using type = __half; };
-template <> struct DtypeToElem<kBf16> { using type = __nv_bfloat16; };
+template <>
+struct DtypeToElem<kFp16> {
+  using type = __half;
+};
+template <>
+struct DtypeToElem<kBf16> {
+  using type = __nv_bfloat16;
+};
 
 template <class Arch, typename Cfg, typename T, bool kExtras>
 FwdLaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream) {

@@ -9,8 +9,8 @@ namespace fa2 {
 
 template <int kD_, int kDV_, int kBlockM_, int kBlockN_, int kNWarps_>
 struct FwdTraits {
-  static constexpr int kD = kD_;          // head_dim_qk served (multiple of 16)
-  static constexpr int kDV = kDV_;        // head_dim_v served (multiple of 16)
+  static constexpr int kD = kD_;    // head_dim_qk served (multiple of 16)
+  static constexpr int kDV = kDV_;  // head_dim_v served (multiple of 16)
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kNWarps = kNWarps_;

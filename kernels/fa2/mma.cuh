@@ -63,8 +63,7 @@ __device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
-                                                        const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -95,9 +94,7 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
 // ---------------------------------------------------------------------------------
@@ -146,8 +143,8 @@ struct SwizzledLane {
   __device__ __forceinline__ void init(uint32_t tile_smem_addr, int row_lane, int col_lane) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      base[k] = tile_smem_addr + 2u * static_cast<uint32_t>(row_lane * 64 +
-                                                            (((2 * k) | (col_lane >> 3)) ^ (row_lane & 7)) * 8);
+      base[k] = tile_smem_addr +
+                2u * static_cast<uint32_t>(row_lane * 64 + (((2 * k) | (col_lane >> 3)) ^ (row_lane & 7)) * 8);
   }
   // Shared address of (row_lane + row_off, col + col_lane); row_off % 8 == 0, col % 16 == 0,
   // both compile-time constants after unrolling.

@@ -60,10 +60,10 @@ flashattn_status_t cpu_combine(const CombineParams& c) {
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t h = t % c.heads, i = (t / c.heads) % c.seqlen_q, b = t / (c.heads * c.seqlen_q);
       const float* o = c.o_partial + b * c.o_partial_stride[1] + i * c.o_partial_stride[2] + h * c.o_partial_stride[3];
-      const float* lse = c.lse_partial + b * c.lse_partial_stride[1] + h * c.lse_partial_stride[2] +
-                         i * c.lse_partial_stride[3];
-      const float l = cpu::combine_row(c.num_splits, o, c.o_partial_stride[0], lse, c.lse_partial_stride[0],
-                                       c.head_dim, out);
+      const float* lse =
+          c.lse_partial + b * c.lse_partial_stride[1] + h * c.lse_partial_stride[2] + i * c.lse_partial_stride[3];
+      const float l =
+          cpu::combine_row(c.num_splits, o, c.o_partial_stride[0], lse, c.lse_partial_stride[0], c.head_dim, out);
       const int64_t off = b * c.o_stride.b + i * c.o_stride.s + h * c.o_stride.h;
       cpu::row_from_float(out, c.dtype, cpu::elem_ptr(c.o, c.dtype, off), c.head_dim);
       if (c.lse != nullptr) c.lse[(b * c.heads + h) * c.seqlen_q + i] = l;

@@ -24,8 +24,8 @@ CheckedSize shared_bytes(const AttnParams& p) {
   return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
 }
 
-flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total,
-                                 int64_t max_len, const char* max_name) {
+flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total, int64_t max_len,
+                                 const char* max_name) {
   if (cu[0] != 0) return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "%s[0]=%d must be 0", name, cu[0]);
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = int64_t{cu[b + 1]} - cu[b];
@@ -34,10 +34,9 @@ flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t ba
                   name, static_cast<long long>(b + 1), cu[b + 1], name, static_cast<long long>(b), cu[b]);
     }
     if (len > max_len) {
-      return fail(FLASHATTN_STATUS_INVALID_SEQLENS,
-                  "%s[%lld]=%d gives sequence %lld length %lld, more than %s=%lld", name,
-                  static_cast<long long>(b + 1), cu[b + 1], static_cast<long long>(b), static_cast<long long>(len),
-                  max_name, static_cast<long long>(max_len));
+      return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "%s[%lld]=%d gives sequence %lld length %lld, more than %s=%lld",
+                  name, static_cast<long long>(b + 1), cu[b + 1], static_cast<long long>(b),
+                  static_cast<long long>(len), max_name, static_cast<long long>(max_len));
     }
   }
   if (cu[batch] > total) {

@@ -46,16 +46,16 @@ struct BwdSlot {
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
   // both
-  float* q;       // [kBr x dqkp]  Q tile, row-major
-  float* kr;      // [kBc x dqkp]  K tile, row-major (pass 2: dQ += dS K)
-  float* dout;    // [kBr x dvp]
-  float* s;       // [64 x 64]  S (pass 2) or S^T (pass 1)
-  float* dp;      // [64 x 64]
-  float* drop;    // [64 x 64]  dropout only
-  float* capg;    // [64 x 64]  softcap only
-  float* lse;     // [kBr]  +inf for rows without any kept key
-  float* delta;   // [kBr]
-  float* tmp;     // [max(dqkp, dvp)]
+  float* q;      // [kBr x dqkp]  Q tile, row-major
+  float* kr;     // [kBc x dqkp]  K tile, row-major (pass 2: dQ += dS K)
+  float* dout;   // [kBr x dvp]
+  float* s;      // [64 x 64]  S (pass 2) or S^T (pass 1)
+  float* dp;     // [64 x 64]
+  float* drop;   // [64 x 64]  dropout only
+  float* capg;   // [64 x 64]  softcap only
+  float* lse;    // [kBr]  +inf for rows without any kept key
+  float* delta;  // [kBr]
+  float* tmp;    // [max(dqkp, dvp)]
 };
 
 int64_t dbias_ld(const AttnParams& p) { return p.bias_stride[3] != 0 ? round_up(p.seqlen_k, kTileN) : 1; }
@@ -141,7 +141,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       for (int64_t x = 0; x < nj; ++x) {
         float* st = w.s + x * kBr;
         float* dpt = w.dp + x * kBr;
-        exp_sub_vec(st, w.lse, kBr);  // P^T
+        exp_sub_vec(st, w.lse, kBr);                                            // P^T
         ds_rows(st, dpt, w.drop ? w.drop + x * kBr : nullptr, w.delta, 1, ni);  // dS^T, Z^T
         if (w.capg) mul_row(dpt, w.capg + x * kBr, ni);
       }
@@ -183,7 +183,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
     for (int64_t r = 0; r < ni; ++r) {
       float* srow = w.s + r * kBc;
       float* dprow = w.dp + r * kBc;
-      exp_sub(srow, kBc, w.lse[r]);  // P
+      exp_sub(srow, kBc, w.lse[r]);                                                   // P
       ds_rows(srow, dprow, w.drop ? w.drop + r * kBc : nullptr, w.delta + r, 0, nj);  // dS
       if (want_dbias) {
         float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
@@ -203,8 +203,8 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
 // How pass-2 tasks are grouped: the dims (batch, head, query tile) along which dBias
 // has a nonzero stride index tasks; the others are looped inside a task.
 struct DqGrouping {
-  int64_t nb, nh, nqt;      // extents indexing tasks
-  int64_t inb, inh, inqt;   // extents looped inside a task
+  int64_t nb, nh, nqt;     // extents indexing tasks
+  int64_t inb, inh, inqt;  // extents looped inside a task
 };
 
 DqGrouping dq_grouping(const AttnParams& p) {

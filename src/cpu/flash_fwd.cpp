@@ -68,8 +68,8 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
 // One kBr x kBc tile of the online softmax: S = Q K^T, scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
-void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
-                 TileKind kind, const RowState& st, const FwdSlot& w) {
+void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+                 const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
   transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
@@ -101,8 +101,8 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
 // Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence) against keys
 // [j_begin, j_end) (j_begin a multiple of kBc). Writes O and LSE, or with parts (split
 // s of a split-KV run) the normalized partial O and LSE of those keys.
-void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end,
-                   const FwdSlot& w, const SplitParts* parts, int64_t s) {
+void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end, const FwdSlot& w,
+                   const SplitParts* parts, int64_t s) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   int64_t rows[kSub];
   for (int sb = 0; sb < kSub; ++sb) {

@@ -28,10 +28,10 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-constexpr int kPointerAttrMemoryType = 2;      // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kPointerAttrIsManaged = 8;       // CU_POINTER_ATTRIBUTE_IS_MANAGED
-constexpr int kPointerAttrDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr int kMemoryTypeDevice = 2;           // CU_MEMORYTYPE_DEVICE
+constexpr int kPointerAttrMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kPointerAttrIsManaged = 8;         // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kPointerAttrDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kMemoryTypeDevice = 2;             // CU_MEMORYTYPE_DEVICE
 constexpr int kDevAttrUsesHostPageTables = 100;  // CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
 
 struct Driver {

@@ -43,8 +43,10 @@ void append_new_rows(const AttnParams& p, int threads) {
       const int64_t b = t / p.heads_kv, hk = t % p.heads_kv;
       for (int64_t i = 0; i < p.kv_seqlen_new; ++i) {
         const int64_t j = int64_t{p.kv_seqused[b]} + i;
-        const char* k_src = elem_ptr(p.k_new, p.dtype, b * p.k_new_stride.b + i * p.k_new_stride.s + hk * p.k_new_stride.h);
-        const char* v_src = elem_ptr(p.v_new, p.dtype, b * p.v_new_stride.b + i * p.v_new_stride.s + hk * p.v_new_stride.h);
+        const char* k_src =
+            elem_ptr(p.k_new, p.dtype, b * p.k_new_stride.b + i * p.k_new_stride.s + hk * p.k_new_stride.h);
+        const char* v_src =
+            elem_ptr(p.v_new, p.dtype, b * p.v_new_stride.b + i * p.v_new_stride.s + hk * p.v_new_stride.h);
         char* k_dst = elem_ptr(const_cast<void*>(p.k), p.dtype, cache_row_offset(p, p.k_stride, b, hk, j));
         char* v_dst = elem_ptr(const_cast<void*>(p.v), p.dtype, cache_row_offset(p, p.v_stride, b, hk, j));
         if (p.rotary != 0) {

@@ -42,8 +42,8 @@ flashattn_status_t cpu_check_kvcache(const AttnParams& p) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t used = p.kv_seqused[b];
     if (used < 0)
-      return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "cache_seqlens[%lld]=%lld must be >= 0",
-                  static_cast<long long>(b), static_cast<long long>(used));
+      return fail(FLASHATTN_STATUS_INVALID_SEQLENS, "cache_seqlens[%lld]=%lld must be >= 0", static_cast<long long>(b),
+                  static_cast<long long>(used));
     if (used + p.kv_seqlen_new > p.seqlen_k)
       return fail(FLASHATTN_STATUS_INVALID_SEQLENS,
                   "cache_seqlens[%lld]=%lld plus seqlen_new=%lld exceeds the cache capacity seqlen_k=%lld",

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "common/mask.h"
-#include "common/philox.h"
 #include "common/params.h"
+#include "common/philox.h"
 #include "cpu/convert.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/tile_math.hpp"
@@ -25,8 +25,7 @@ enum TileKind { kTileSkip, kTileFull, kTilePartial };
 // Whether any / every element of the tile survives the band mask and the block-sparse
 // layout. Skip tiles are never computed (that is what makes causal, sliding-window and
 // block-sparse attention cheaper); Full tiles need no per-element mask.
-inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0,
-                              int64_t nj) {
+inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj) {
   bool full = true;
   if (p.has_band) {
     // Row ip keeps [ip - wl, ip + wr]; the union over the tile's rows is contiguous.

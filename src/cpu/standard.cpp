@@ -124,8 +124,7 @@ void for_members(const TeamMember& me, int64_t n, F&& f) {
   for (int64_t x = me.id; x < n; x += me.size) f(x);
 }
 
-void forward_head(const AttnParams& p, const HeadCtx& c, const StdShared& sh, const StdSlot& w,
-                  const TeamMember& me) {
+void forward_head(const AttnParams& p, const HeadCtx& c, const StdShared& sh, const StdSlot& w, const TeamMember& me) {
   const StdDims d = std_dims(p);
   // K^T and V of the kv head, converted once.
   for_members(me, ceil_div(c.len_k, kCols), [&](int64_t t) {
@@ -206,8 +205,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
       for (int64_t r = 0; r < ni; ++r) {
         const float lse = p.lse_in[lse_index(p, c, i0 + r)];
         sh.lse[i0 + r] = lse == -INFINITY ? INFINITY : lse;  // fully masked row: P = 0
-        row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, b, c.q0 + i0 + r, h)), p.dtype, w.tmp,
-                     d.dv);
+        row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, b, c.q0 + i0 + r, h)), p.dtype, w.tmp, d.dv);
         sh.delta[i0 + r] = dot(sh.dof + (i0 + r) * d.dvp, w.tmp, d.dv);
       }
       gemm(ni, d.lds, d.dqk, sh.qf + i0 * d.dqkp, d.dqkp, sh.kt, d.lds, s, d.lds, false);  // S
@@ -218,7 +216,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
         float* srow = s + r * d.lds;
         float* dprow = dp + r * d.lds;
         float* dsr = w.dsr + r * d.lds;
-        exp_sub(srow, d.lds, sh.lse[i0 + r]);  // P
+        exp_sub(srow, d.lds, sh.lse[i0 + r]);                                                      // P
         ds_rows(srow, dprow, w.drop ? w.drop + r * d.lds : nullptr, sh.delta + i0 + r, 0, len_k);  // dS, Z
         memcpy(dsr, dprow, sizeof(float) * static_cast<size_t>(len_k));
         if (capg) mul_row(dsr, capg + r * d.lds, len_k);

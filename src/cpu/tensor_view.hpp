@@ -19,12 +19,12 @@ namespace cpu {
 // One (sequence, query head) pair: lengths, token offsets and the per-head constants
 // every score needs.
 struct HeadCtx {
-  int64_t b, h, hk;      // sequence, query head, kv head
-  int64_t len_q, len_k;  // this sequence's lengths
-  int64_t q0, k0;        // first token of the sequence (0 without varlen)
-  int64_t shift;         // i' = i + shift (mask alignment)
-  float slope;           // ALiBi slope of head h (0 otherwise)
-  uint64_t head_counter; // Philox counter word: offset + b * heads_q + h
+  int64_t b, h, hk;       // sequence, query head, kv head
+  int64_t len_q, len_k;   // this sequence's lengths
+  int64_t q0, k0;         // first token of the sequence (0 without varlen)
+  int64_t shift;          // i' = i + shift (mask alignment)
+  float slope;            // ALiBi slope of head h (0 otherwise)
+  uint64_t head_counter;  // Philox counter word: offset + b * heads_q + h
 };
 
 inline int64_t seq_len_q(const AttnParams& p, int64_t b) {
@@ -83,19 +83,18 @@ inline char* elem_ptr(void* base, int32_t dtype, int64_t offset) {
 }
 
 // Rows [i0, i0+n) of head h (sequence token base tok0) -> dst[r*ld + c], c < dim.
-inline void load_rows(const AttnParams& p, const void* base, const Strides4& s, int64_t b, int64_t tok0,
-                      int64_t h, int64_t i0, int64_t n, int64_t dim, float* dst, int64_t ld) {
+inline void load_rows(const AttnParams& p, const void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
+                      int64_t i0, int64_t n, int64_t dim, float* dst, int64_t ld) {
   for (int64_t r = 0; r < n; ++r) {
     row_to_float(elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), p.dtype, dst + r * ld, dim);
   }
 }
 
 // Same rows, transposed: dst[c*ld + r].
-inline void load_rows_t(const AttnParams& p, const void* base, const Strides4& s, int64_t b, int64_t tok0,
-                        int64_t h, int64_t i0, int64_t n, int64_t dim, float* dst, int64_t ld) {
+inline void load_rows_t(const AttnParams& p, const void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
+                        int64_t i0, int64_t n, int64_t dim, float* dst, int64_t ld) {
   for (int64_t r = 0; r < n; ++r) {
-    row_to_float_strided(elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), p.dtype, dst + r, ld,
-                         dim);
+    row_to_float_strided(elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), p.dtype, dst + r, ld, dim);
   }
 }
 
@@ -125,7 +124,8 @@ inline void store_rows(const AttnParams& p, void* base, const Strides4& s, int64
 // Zeros rows [i0, i0+n) of head h.
 inline void zero_rows(const AttnParams& p, void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
                       int64_t i0, int64_t n, int64_t dim) {
-  for (int64_t r = 0; r < n; ++r) row_zero(p.dtype, elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), dim);
+  for (int64_t r = 0; r < n; ++r)
+    row_zero(p.dtype, elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h)), dim);
 }
 
 // float tile transpose: dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols.

@@ -42,8 +42,8 @@ class Barrier {
 
 // Context handed to every team member.
 struct TeamMember {
-  int id;         // 0 .. size-1, indexes the workspace slot
-  int size;       // number of members actually running
+  int id;    // 0 .. size-1, indexes the workspace slot
+  int size;  // number of members actually running
   Barrier* barrier;
 };
 

@@ -78,8 +78,8 @@ FA_TARGET FA_ALWAYS_INLINE void half8_to_float(const uint16_t* src, v8f& out) {
 // MR x 16 register tile of C: 2*MR accumulators + 2 B vectors + 1 broadcast (MR = 6
 // uses 15 of the 16 AVX registers). Each C element sums k in increasing order.
 template <int MR>
-FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                                 int64_t ldc, bool accumulate) {
+FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                                           float* C, int64_t ldc, bool accumulate) {
   v8f c0[MR], c1[MR];
   for (int r = 0; r < MR; ++r) {
     if (accumulate) {
@@ -111,8 +111,8 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
 // when the standard path multiplies whole rows of S (N, K up to seqlen); the sum over
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
 // does not change results. Flash tiles fit in one block.
-FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                        int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                    int64_t ldc, bool accumulate) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
   if (K == 0) {
     if (!accumulate) {
@@ -264,8 +264,7 @@ FA_TARGET void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
-FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step,
-                           int64_t n) {
+FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {
   // delta_step 0: one Delta for the row (normal tile); 1: Delta per element (S^T tile).
   for (int64_t j = 0; j < n; ++j) {
     const float d = drop ? drop[j] : 1.f;

@@ -54,10 +54,10 @@ struct KernelTable {
   decltype(&isa_base::exp_scalar) exp_scalar;
 };
 
-#define FA_TABLE(ns)                                                                                          \
-  KernelTable {                                                                                               \
-    ns::gemm, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot,             \
-        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar                \
+#define FA_TABLE(ns)                                                                              \
+  KernelTable {                                                                                   \
+    ns::gemm, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
+        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar    \
   }
 
 KernelTable pick_kernels() {

@@ -148,9 +148,9 @@ flashattn_status_t thread_handle(int device, Handle* handle) {
   const Status st = api->create(&h);
   if (st != kSuccess) {
     (void)cudaGetLastError();
-    return fail(st == 3 /* CUBLAS_STATUS_ALLOC_FAILED */ ? FLASHATTN_STATUS_CUDA_ERROR
-                                                          : FLASHATTN_STATUS_LIBRARY_UNAVAILABLE,
-                "cublasCreate on device %d failed: %s", device, status_text(st));
+    return fail(
+        st == 3 /* CUBLAS_STATUS_ALLOC_FAILED */ ? FLASHATTN_STATUS_CUDA_ERROR : FLASHATTN_STATUS_LIBRARY_UNAVAILABLE,
+        "cublasCreate on device %d failed: %s", device, status_text(st));
   }
   t_handles.entries.push_back({device, h});
   *handle = h;

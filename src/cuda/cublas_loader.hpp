@@ -18,20 +18,20 @@ struct Context;  // cuBLAS' struct cublasContext
 using Handle = Context*;
 using Status = int;  // cublasStatus_t
 constexpr Status kSuccess = 0;
-constexpr int kOpN = 0;             // CUBLAS_OP_N
-constexpr int kOpT = 1;             // CUBLAS_OP_T
-constexpr int kCompute32F = 68;     // CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32 downgrade
-constexpr int kGemmDefault = -1;    // CUBLAS_GEMM_DEFAULT
+constexpr int kOpN = 0;           // CUBLAS_OP_N
+constexpr int kOpT = 1;           // CUBLAS_OP_T
+constexpr int kCompute32F = 68;   // CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32 downgrade
+constexpr int kGemmDefault = -1;  // CUBLAS_GEMM_DEFAULT
 
 struct Api {
-  Status (*create)(Handle*);                         // cublasCreate_v2
-  Status (*destroy)(Handle);                         // cublasDestroy_v2
-  Status (*set_stream)(Handle, cudaStream_t);        // cublasSetStream_v2
-  Status (*set_workspace)(Handle, void*, size_t);    // cublasSetWorkspace_v2
-  Status (*gemm_strided_batched)(Handle, int transa, int transb, int m, int n, int k, const void* alpha,
-                                 const void* A, cudaDataType Atype, int lda, long long strideA, const void* B,
-                                 cudaDataType Btype, int ldb, long long strideB, const void* beta, void* C,
-                                 cudaDataType Ctype, int ldc, long long strideC, int batch_count, int compute_type,
+  Status (*create)(Handle*);                       // cublasCreate_v2
+  Status (*destroy)(Handle);                       // cublasDestroy_v2
+  Status (*set_stream)(Handle, cudaStream_t);      // cublasSetStream_v2
+  Status (*set_workspace)(Handle, void*, size_t);  // cublasSetWorkspace_v2
+  Status (*gemm_strided_batched)(Handle, int transa, int transb, int m, int n, int k, const void* alpha, const void* A,
+                                 cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype,
+                                 int ldb, long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                 long long strideC, int batch_count, int compute_type,
                                  int algo);  // cublasGemmStridedBatchedEx
   const char* (*status_string)(Status);      // cublasGetStatusString (optional: may be null)
 };

@@ -18,8 +18,8 @@ flashattn_status_t add(SearchList* list, const char* fmt, const char* dir, int m
     return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "cuBLAS search: more than %d candidate paths", kMaxCandidates);
   const int n = snprintf(list->path[list->count], kMaxPath, fmt, dir, major, major);
   if (n < 0 || static_cast<size_t>(n) >= kMaxPath)
-    return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE, "cuBLAS search: the path under '%.64s...' is longer than %zu bytes",
-                dir, kMaxPath - 1);
+    return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE,
+                "cuBLAS search: the path under '%.64s...' is longer than %zu bytes", dir, kMaxPath - 1);
   ++list->count;
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -55,8 +55,8 @@ flashattn_status_t search_list(const SearchInputs& in, SearchList* list) {
   if (in.self_path != nullptr && in.self_path[0] == '/') {
     const size_t len = static_cast<size_t>(strrchr(in.self_path, '/') - in.self_path);
     if (len >= sizeof self_dir)
-      return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE, "cuBLAS search: the directory of libflashattn is longer than %zu bytes",
-                  sizeof self_dir - 1);
+      return fail(FLASHATTN_STATUS_LIBRARY_UNAVAILABLE,
+                  "cuBLAS search: the directory of libflashattn is longer than %zu bytes", sizeof self_dir - 1);
     memcpy(self_dir, in.self_path, len);
     self_dir[len] = '\0';
     dir = self_dir;

@@ -18,7 +18,7 @@ struct SearchInputs {
 };
 
 constexpr int kMaxCandidates = 24;  // 6 per major: the build's, 13, 12, and libcublas.so
-constexpr size_t kMaxPath = 4096;  // PATH_MAX on Linux
+constexpr size_t kMaxPath = 4096;   // PATH_MAX on Linux
 
 // Files to dlopen, first hit wins. Each is an absolute path or a bare soname that the
 // system loader looks up (LD_LIBRARY_PATH, ld.so.cache); never a relative path.

@@ -14,8 +14,8 @@
 #include <new>
 
 #include "backends.hpp"
-#include "cuda/launch.hpp"
 #include "common/run_pointers.hpp"
+#include "cuda/launch.hpp"
 #include "error.hpp"
 
 namespace flashattn {
@@ -93,7 +93,8 @@ flashattn_status_t device_prop(int device, const cudaDeviceProp** out) {
   std::unique_ptr<cudaDeviceProp>& entry = cache[static_cast<size_t>(device)];
   if (!entry) {
     std::unique_ptr<cudaDeviceProp> prop(new (std::nothrow) cudaDeviceProp());
-    if (!prop) return fail_allocation("the cached properties of a CUDA device (cudaDeviceProp)", sizeof(cudaDeviceProp));
+    if (!prop)
+      return fail_allocation("the cached properties of a CUDA device (cudaDeviceProp)", sizeof(cudaDeviceProp));
     const cudaError_t err = cudaGetDeviceProperties(prop.get(), device);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
@@ -129,17 +130,16 @@ flashattn_status_t check_pointer(const void* ptr, const char* name, int device) 
                   "%s=%p is host memory; the CUDA backend needs device memory of device %d", name, ptr, device);
     case cudaMemoryTypeDevice:
       if (attr.device != device) {
-        return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE,
-                    "%s=%p is memory of device %d; the plan runs on device %d", name, ptr, attr.device, device);
+        return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE, "%s=%p is memory of device %d; the plan runs on device %d",
+                    name, ptr, attr.device, device);
       }
       return FLASHATTN_STATUS_SUCCESS;
-    case cudaMemoryTypeManaged:
-      return FLASHATTN_STATUS_SUCCESS;
+    case cudaMemoryTypeManaged: return FLASHATTN_STATUS_SUCCESS;
     case cudaMemoryTypeHost:
       // Page-locked host memory: reachable from the device only if mapped.
       if (attr.devicePointer == nullptr) {
-        return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE,
-                    "%s=%p is page-locked host memory not mapped into device %d", name, ptr, device);
+        return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE, "%s=%p is page-locked host memory not mapped into device %d",
+                    name, ptr, device);
       }
       return FLASHATTN_STATUS_SUCCESS;
   }
@@ -160,8 +160,8 @@ flashattn_status_t cuda_check_device(int device) {
                 "backend=CUDA, device=%d: no CUDA device is usable (no driver or 0 devices)", device);
   }
   if (device < 0 || device >= count) {
-    return fail(FLASHATTN_STATUS_NO_DEVICE, "device=%d is out of range: %d CUDA device%s present (valid 0..%d)",
-                device, count, count == 1 ? " is" : "s are", count - 1);
+    return fail(FLASHATTN_STATUS_NO_DEVICE, "device=%d is out of range: %d CUDA device%s present (valid 0..%d)", device,
+                count, count == 1 ? " is" : "s are", count - 1);
   }
   return FLASHATTN_STATUS_SUCCESS;
 }
@@ -176,8 +176,9 @@ flashattn_status_t cuda_upload(int device, const void* host, size_t bytes, void*
   cudaError_t err = cudaMalloc(&d, bytes > 0 ? bytes : 1);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "cudaMalloc(%zu bytes) on device %d for the block-sparse layout failed: %s (%s)",
-                bytes, device, cudaGetErrorName(err), cudaGetErrorString(err));
+    return fail(FLASHATTN_STATUS_CUDA_ERROR,
+                "cudaMalloc(%zu bytes) on device %d for the block-sparse layout failed: %s (%s)", bytes, device,
+                cudaGetErrorName(err), cudaGetErrorString(err));
   }
   if (bytes > 0) {
     err = cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice);
@@ -235,8 +236,8 @@ flashattn_status_t prepare_stream(cudaStream_t st, int device) {
   if (st == nullptr || st == cudaStreamLegacy || st == cudaStreamPerThread) return FLASHATTN_STATUS_SUCCESS;
   const auto unusable = [st](cudaError_t e) {
     (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)",
-                static_cast<void*>(st), cudaGetErrorName(e), cudaGetErrorString(e));
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "stream=%p is not a usable CUDA stream: %s (%s)", static_cast<void*>(st),
+                cudaGetErrorName(e), cudaGetErrorString(e));
   };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (const cudaError_t e = cudaStreamIsCapturing(st, &capture)) return unusable(e);
@@ -257,8 +258,8 @@ flashattn_status_t cuda_combine(const CombineParams& c, int device, struct CUstr
   const struct {
     const void* ptr;
     const char* name;
-  } ptrs[] = {{c.o_partial, "args.o_partial"}, {c.lse_partial, "args.lse_partial"}, {c.o, "args.o"},
-              {c.lse, "args.lse"}};
+  } ptrs[] = {
+      {c.o_partial, "args.o_partial"}, {c.lse_partial, "args.lse_partial"}, {c.o, "args.o"}, {c.lse, "args.lse"}};
   for (const auto& n : ptrs)
     if (const flashattn_status_t s = check_pointer(n.ptr, n.name, device)) return s;
   DeviceGuard guard(device);

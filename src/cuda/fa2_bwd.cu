@@ -34,17 +34,24 @@ namespace {
 // shared memory.
 struct BwdKernel {
   int d, dv, variant, br, bc;
-  bool dq_bulk;         // the Sm90a code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
-  bool tma_qdo;         // the Sm90a code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
-  int smem[2][3];       // dynamic shared memory by [Sm90a code][stage count (index 1, 2)]
+  bool dq_bulk;    // the Sm90a code reduces staged dQ blocks with a TMA map (BwdTraits::kDqBulk)
+  bool tma_qdo;    // the Sm90a code prefetches Q/dO tiles with TMA maps (BwdTraits::kTmaQdo)
+  int smem[2][3];  // dynamic shared memory by [Sm90a code][stage count (index 1, 2)]
 };
 template <int I>
 constexpr BwdKernel kernel_entry() {
   constexpr BwdInstance in = kBwdInstances[I];
   using Tr = typename BwdCfgFor<in.d, in.dv, in.variant>::type;
   static_assert(Tr::D == in.d && Tr::DV == in.dv, "BwdCfgFor dims");
-  return {in.d, in.dv, in.variant, Tr::Br, Tr::Bc, Tr::kDqBulk, Tr::kTmaQdo,
-          {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}}};
+  return {
+      in.d,
+      in.dv,
+      in.variant,
+      Tr::Br,
+      Tr::Bc,
+      Tr::kDqBulk,
+      Tr::kTmaQdo,
+      {{0, Tr::smem_bytes(1, false), Tr::smem_bytes(2, false)}, {0, Tr::smem_bytes(1, true), Tr::smem_bytes(2, true)}}};
 }
 template <int... I>
 constexpr std::array<BwdKernel, sizeof...(I)> kernel_table(std::integer_sequence<int, I...>) {
@@ -107,7 +114,7 @@ int smem_cap_from_env() {
 // Workspace layout
 // ---------------------------------------------------------------------------------
 struct DbiasLayout {
-  bool broadcast = false;      // some dim has stride 0 and size > 1
+  bool broadcast = false;             // some dim has stride 0 and size > 1
   int64_t size[4] = {0, 0, 0, 0};     // logical sizes (batch, heads_q, seqlen_q, seqlen_k)
   int64_t csize[4] = {0, 0, 0, 0};    // compact accumulator sizes (1 along broadcast dims)
   int64_t cstride[4] = {0, 0, 0, 0};  // compact accumulator strides (0 along broadcast dims)
@@ -137,9 +144,7 @@ DbiasLayout dbias_layout(const AttnParams& p) {
 
 // Head extent of the deterministic dBias slab: kv heads when dBias is summed over heads
 // (each CTA then adds its GQA group in order), query heads otherwise.
-int64_t slab_heads(const AttnParams& p) {
-  return (p.bias_stride[1] == 0 && p.heads_q > 1) ? p.heads_kv : p.heads_q;
-}
+int64_t slab_heads(const AttnParams& p) { return (p.bias_stride[1] == 0 && p.heads_q > 1) ? p.heads_kv : p.heads_q; }
 
 // Byte offsets of the workspace buffers, from the first 256-byte boundary. Sizes come from
 // caller input, so they are computed in checked arithmetic: the offsets are meaningful only
@@ -167,8 +172,8 @@ WsLayout ws_layout(const AttnParams& p, int cfg) {
   // bias is broadcast (a run without dbias simply leaves it unused). Deterministic mode
   // needs the full-size slab (see kDbiasSlab), otherwise the compact atomic target.
   if (db.broadcast) {
-    const CheckedSize n = p.deterministic ? checked_product(p.batch, slab_heads(p), p.seqlen_q, p.seqlen_k)
-                                          : CheckedSize(db.celems);
+    const CheckedSize n =
+        p.deterministic ? checked_product(p.batch, slab_heads(p), p.seqlen_q, p.seqlen_k) : CheckedSize(db.celems);
     off = (off + n * CheckedSize(sizeof(float))).round_up(256);
   }
   w.total = off;
@@ -190,8 +195,8 @@ __device__ __forceinline__ void bwd_unpack8(const uint4& u, float (&f)[8]) {
 // threads zero the row's head_dim_qk fp32 dQ accumulators (row-major like the rows here):
 // one pass over the rows instead of a separate memset of the accumulator.
 template <typename T>
-__global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, float* __restrict__ delta,
-                                                        float* __restrict__ dq_accum, int lanes) {
+__global__ void __launch_bounds__(256)
+    bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, float* __restrict__ dq_accum, int lanes) {
   const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
   const int rows_per_warp = 32 / lanes;
   const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
@@ -222,7 +227,8 @@ __global__ void __launch_bounds__(256) bwd_delta_kernel(const AttnParams p, floa
       const T* d = static_cast<const T*>(p.dout) + do_off;
       if (dq_accum != nullptr) {
         float4* const dq_row = reinterpret_cast<float4*>(dq_accum + row * p.head_dim_qk);
-        for (int c = li; c < static_cast<int>(p.head_dim_qk / 4); c += lanes) dq_row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c = li; c < static_cast<int>(p.head_dim_qk / 4); c += lanes)
+          dq_row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
       for (int c = li; c < chunks; c += lanes) {
         float fo[8], fd[8];
@@ -311,8 +317,8 @@ struct SlabReduce {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(256) bwd_dbias_slab_reduce_kernel(const AttnParams p, const float* __restrict__ slab,
-                                                                    const SlabReduce r) {
+__global__ void __launch_bounds__(256)
+    bwd_dbias_slab_reduce_kernel(const AttnParams p, const float* __restrict__ slab, const SlabReduce r) {
   T* db = static_cast<T*>(p.dbias);
   const int64_t nb = r.bcast[0] ? p.batch : 1, nh = r.bcast[1] ? r.slab_h : 1;
   const int64_t ni = r.bcast[2] ? p.seqlen_q : 1, nj = r.bcast[3] ? p.seqlen_k : 1;
@@ -350,8 +356,8 @@ unsigned grid_for(int64_t work_items, int64_t per_block) {
 flashattn_status_t launch_error(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
-  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "fa2 backward: launching %s failed: %s (%s)", what,
-              cudaGetErrorName(err), cudaGetErrorString(err));
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "fa2 backward: launching %s failed: %s (%s)", what, cudaGetErrorName(err),
+              cudaGetErrorString(err));
 }
 
 template <typename T>
@@ -443,8 +449,8 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
   using namespace fa2;
   // ---- every check before anything is written ----
   if (p.dtype != kFp16 && p.dtype != kBf16) {
-    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%d: the CUDA fa2 backward supports fp16 and bf16 only", static_cast<int>(p.dtype));
+    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, "dtype=%d: the CUDA fa2 backward supports fp16 and bf16 only",
+                static_cast<int>(p.dtype));
   }
   const int cfg = select_bwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0 || p.head_dim_qk % 8 != 0 || p.head_dim_v % 8 != 0) {
@@ -454,9 +460,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
   }
   const DbiasLayout db = dbias_layout(p);
   const int32_t dbias_mode = p.dbias == nullptr ? kDbiasNone
-                             : !db.broadcast      ? kDbiasDirect
-                             : p.deterministic    ? kDbiasSlab
-                                                  : kDbiasAccum;
+                             : !db.broadcast    ? kDbiasDirect
+                             : p.deterministic  ? kDbiasSlab
+                                                : kDbiasAccum;
   if (p.seqlen_q >= (int64_t{1} << 30) || p.seqlen_k >= (int64_t{1} << 30)) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_q=%lld, seqlen_k=%lld: the CUDA fa2 backward supports sequence lengths below 2^30",
@@ -495,12 +501,12 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
   if (ctas > INT32_MAX) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "batch=%lld x heads_kv=%lld x %lld key blocks = %lld thread blocks exceeds the CUDA grid limit",
-                static_cast<long long>(p.batch), static_cast<long long>(p.heads_kv),
-                static_cast<long long>(n_kblocks), static_cast<long long>(ctas));
+                static_cast<long long>(p.batch), static_cast<long long>(p.heads_kv), static_cast<long long>(n_kblocks),
+                static_cast<long long>(ctas));
   }
   const WsLayout wl = ws_layout(p, cfg);
   const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
-  const size_t total = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
+  const size_t total = static_cast<size_t>(wl.total.value());                     // ok(): checked by the API layer
   if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
                 "workspace=%p with workspace_bytes=%zu: the CUDA fa2 backward needs %zu bytes from the first "

@@ -62,8 +62,9 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                   "%s=%lld: the fa2 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
                   static_cast<long long>(dims[i]));
   if (fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
-    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, "head_dim_qk=%lld, head_dim_v=%lld: no fa2 kernel configuration",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: no fa2 kernel configuration", static_cast<long long>(p.head_dim_qk),
+                static_cast<long long>(p.head_dim_v));
   if (p.seqlen_q >= kMaxSeqlen || p.seqlen_k >= kMaxSeqlen)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_q=%lld, seqlen_k=%lld: the fa2 CUDA kernels support sequence lengths below 2^30",
@@ -76,8 +77,7 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
 
   const bool varlen = p.varlen != 0;
   flashattn_status_t st;
-  if ((st = check_ptr(p.q, "q")) || (st = check_ptr(p.k, "k")) || (st = check_ptr(p.v, "v")))
-    return st;
+  if ((st = check_ptr(p.q, "q")) || (st = check_ptr(p.k, "k")) || (st = check_ptr(p.v, "v"))) return st;
   if ((st = check_strides(p.q_stride, varlen, "q")) || (st = check_strides(p.k_stride, varlen, "k")) ||
       (st = check_strides(p.v_stride, varlen, "v")))
     return st;

@@ -21,10 +21,9 @@ flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStre
                   cudaGetErrorString(r.err));
     case fa2::kFwdSetSmem:
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                  "fa2 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
-                  D, DV, r.smem, cudaGetErrorString(r.err));
-    case fa2::kFwdLaunch:
-      break;
+                  "fa2 forward (d=%d, dv=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s", D,
+                  DV, r.smem, cudaGetErrorString(r.err));
+    case fa2::kFwdLaunch: break;
   }
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fa2 forward kernel (d=%d, dv=%d, grid %ux%ux%u from head %lld, sequence %lld, stream %p) launch "
@@ -35,8 +34,7 @@ flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStre
 
 }  // namespace
 
-flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
-                            cudaStream_t stream) {
+flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%d: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",

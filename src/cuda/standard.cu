@@ -67,20 +67,32 @@ cudaDataType cuda_type(int32_t dtype) {
 template <typename T>
 __device__ __forceinline__ float to_f(T x);
 template <>
-__device__ __forceinline__ float to_f<float>(float x) { return x; }
+__device__ __forceinline__ float to_f<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f<__half>(__half x) {
+  return __half2float(x);
+}
 template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f(float x);
 template <>
-__device__ __forceinline__ float from_f<float>(float x) { return x; }
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_f<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 // ---------------------------------------------------------------- plan geometry
 // Where everything lives in the workspace, and how the GEMMs see each tensor.
@@ -89,7 +101,7 @@ struct Geometry {
   bool acc_dkv = false;    // dK/dV accumulated in fp32 buffers, then converted
   bool dt_buffer = false;  // dBias over broadcast dims: per-element fp32 gradient, then reduced
   int64_t B = 0, Hq = 0, Hkv = 0, G = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
-  int64_t ldS = 0;         // fp32 elements per row of S / dP
+  int64_t ldS = 0;  // fp32 elements per row of S / dP
   size_t off_s = 0, off_dp = 0, off_q = 0, off_k = 0, off_v = 0, off_o = 0, off_dq = 0, off_dk = 0, off_dv = 0,
          off_dt = 0, off_cublas = 0;
   CheckedSize total;
@@ -269,9 +281,9 @@ __device__ float block_reduce_sum(float x) {
 template <typename T>
 struct Row {
   int64_t b, h, i, ip, len_q, len_k, q_start;
-  bool valid;          // i < len_q (padded rows in varlen mode are not)
+  bool valid;  // i < len_q (padded rows in varlen mode are not)
   float slope;
-  const T* bias_row;   // bias[b, h, i, :], stride bias_stride[3]
+  const T* bias_row;  // bias[b, h, i, :], stride bias_stride[3]
 };
 
 template <typename T>
@@ -295,10 +307,9 @@ __device__ __forceinline__ Row<T> make_row(const AttnParams& p, int64_t row, int
   r.valid = r.i < r.len_q;
   r.ip = r.i + align_shift(p, r.len_q, r.len_k);
   r.slope = (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) ? p.alibi_slopes[r.h] : 0.f;
-  r.bias_row = p.bias_kind == kBiasTensor
-                   ? static_cast<const T*>(p.bias) + r.b * p.bias_stride[0] + r.h * p.bias_stride[1] +
-                         r.i * p.bias_stride[2]
-                   : nullptr;
+  r.bias_row = p.bias_kind == kBiasTensor ? static_cast<const T*>(p.bias) + r.b * p.bias_stride[0] +
+                                                r.h * p.bias_stride[1] + r.i * p.bias_stride[2]
+                                          : nullptr;
   return r;
 }
 
@@ -343,8 +354,8 @@ __device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int
 // [c*sizeof(T)*blockDim, ...) that only overlap fp32 elements already read by this chunk
 // or earlier ones, and the barrier between read and write of each chunk orders them.
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) softmax_fwd_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk,
-                                                                   int64_t ldS) {
+__global__ void __launch_bounds__(kRowThreads)
+    softmax_fwd_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk, int64_t ldS) {
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
   float* srow = S + row * ldS;
@@ -410,8 +421,8 @@ __device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float 
 constexpr int64_t kCachedRowMax = 16384;  // 64 KiB of fp32 scores per CTA
 
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnParams p, float* S, int64_t Sq,
-                                                                          int64_t Sk, int64_t ldS) {
+__global__ void __launch_bounds__(kRowThreads)
+    softmax_fwd_cached_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk, int64_t ldS) {
   extern __shared__ float xs[];  // [round_up(Sk, 4)] final scores of this row
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
@@ -484,8 +495,8 @@ __global__ void __launch_bounds__(kRowThreads) softmax_fwd_cached_kernel(AttnPar
 // longer rows fall back to a barrier between each chunk's reads and writes.
 // kAllCached: cap >= Sk, compiled without the global-memory paths.
 template <typename T, bool kAllCached>
-__global__ void __launch_bounds__(kRowThreads) softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt,
-                                                                   int64_t Sq, int64_t Sk, int64_t ldS, int64_t cap) {
+__global__ void __launch_bounds__(kRowThreads)
+    softmax_bwd_kernel(AttnParams p, float* S, float* dP, float* dt, int64_t Sq, int64_t Sk, int64_t ldS, int64_t cap) {
   extern __shared__ float4 smem4[];
   float* cs = reinterpret_cast<float*>(smem4);  // [cap] raw scores
   float* cdp = cs + cap;                        // [cap] dP
@@ -608,8 +619,8 @@ struct Gemm {
 
 // C = alpha * op(A) op(B) (+ C for the 2nd..G-th query head of a group when C is a kv
 // operand: the GQA sum) for every (b, kv head, group member r).
-flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                        float alpha, const Mat& A, const Mat& B, const Mat& C) {
+flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const Mat& A, const Mat& B, const Mat& C) {
   const Mat* ops[3] = {&A, &B, &C};
   auto hs = [&ctx](const Mat& x) { return x.kv ? x.hstride : x.hstride * ctx.G; };  // stride over kv heads
   bool combined = true;  // batches fold into the batched dimension
@@ -674,8 +685,8 @@ template <typename T>
 flashattn_status_t gather(const void* src, void* dst, const Strides4& st, const int32_t* cu, int64_t total, int64_t B,
                           int64_t H, int64_t S, int64_t D, cudaStream_t stream) {
   const int64_t n = B * H * S * D;
-  gather_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), st,
-                                                              cu, total, B, H, S, D);
+  gather_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), st, cu,
+                                                              total, B, H, S, D);
   return launch_status("gather_kernel");
 }
 
@@ -705,8 +716,8 @@ struct Regions {
   char* at(size_t off) const { return base + off; }
 };
 
-flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_bytes,
-                           cudaStream_t stream, Gemm* ctx, Regions* reg) {
+flashattn_status_t prepare(const Geometry& g, void* workspace, size_t workspace_bytes, cudaStream_t stream, Gemm* ctx,
+                           Regions* reg) {
   const size_t total = static_cast<size_t>(g.total.value());  // ok(): checked by the API layer
   if (workspace_bytes < total || workspace == nullptr) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
@@ -850,8 +861,8 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
     const int64_t ext[4] = {g.B, g.Hq, g.Sq, g.Sk};
     for (int d = 0; d < 4; ++d) n_out *= p.bias_stride[d] == 0 ? 1 : ext[d];
     dbias_reduce_kernel<T><<<elementwise_blocks(n_out), 256, 0, stream>>>(
-        static_cast<T*>(p.dbias), dt, p.bias_stride[0], p.bias_stride[1], p.bias_stride[2], p.bias_stride[3], g.B,
-        g.Hq, g.Sq, g.Sk);
+        static_cast<T*>(p.dbias), dt, p.bias_stride[0], p.bias_stride[1], p.bias_stride[2], p.bias_stride[3], g.B, g.Hq,
+        g.Sq, g.Sk);
     FA_TRY(launch_status("dbias_reduce_kernel"));
   }
   // dV^T[Dv x Sk] = dO^T Pdrop; dQ^T[Dqk x Sq] = scale K^T dS^T; dK^T[Dqk x Sk] = scale Q^T dS.

@@ -25,8 +25,7 @@ EncodeTiled encoder() {
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
       fn = reinterpret_cast<EncodeTiled>(p);
-    else
-      (void)cudaGetLastError();  // a failed lookup leaves nothing pending for the caller's checks
+    else (void)cudaGetLastError();  // a failed lookup leaves nothing pending for the caller's checks
   });
   return fn;
 }
@@ -54,8 +53,8 @@ bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, c
   }
   CUtensorMap m;
   if (enc(&m, type, static_cast<cuuint32_t>(rank), base, d, st, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
-      CUDA_SUCCESS)
+          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return false;
   __builtin_memcpy(map->bytes, &m, sizeof(m));
   return true;

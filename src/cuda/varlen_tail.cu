@@ -52,14 +52,13 @@ __global__ void __launch_bounds__(256) varlen_tail_kernel(const AttnParams p) {
 
 flashattn_status_t write_varlen_tail(const AttnParams& p, cudaStream_t stream) {
   if (!p.varlen || (p.total_q == 0 && p.total_k == 0) || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
-  if (p.dtype == kFp32)
-    varlen_tail_kernel<uint32_t><<<32, 256, 0, stream>>>(p);
-  else
-    varlen_tail_kernel<uint16_t><<<32, 256, 0, stream>>>(p);
+  if (p.dtype == kFp32) varlen_tail_kernel<uint32_t><<<32, 256, 0, stream>>>(p);
+  else varlen_tail_kernel<uint16_t><<<32, 256, 0, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "launching the varlen tail kernel (tokens past the last offset) failed: %s (%s)",
-                cudaGetErrorName(err), cudaGetErrorString(err));
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                "launching the varlen tail kernel (tokens past the last offset) failed: %s (%s)", cudaGetErrorName(err),
+                cudaGetErrorString(err));
   return FLASHATTN_STATUS_SUCCESS;
 }
 

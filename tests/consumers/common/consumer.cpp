@@ -88,8 +88,8 @@ int main() {
       for (int64_t j = 0; j < keys; ++j)
         s[j] = scale * std::inner_product(&q[at(seq_q, h, i)], &q[at(seq_q, h, i)] + dim, &k[at(seq_k, h, j)], 0.0);
       const double m = *std::max_element(s.begin(), s.end());
-      const double ref_lse =
-          m + std::log(std::accumulate(s.begin(), s.end(), 0.0, [m](double acc, double x) { return acc + std::exp(x - m); }));
+      const double ref_lse = m + std::log(std::accumulate(s.begin(), s.end(), 0.0,
+                                                          [m](double acc, double x) { return acc + std::exp(x - m); }));
       const float got_lse = lse[h * seq_q + i];
       finite = finite && std::isfinite(got_lse);
       err_lse = std::max(err_lse, std::fabs(got_lse - ref_lse));
