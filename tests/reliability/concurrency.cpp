@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
            "concurrent backward identical");
   }
   flashattn_plan_destroy(plan);
-  if (failures == 0) std::printf("concurrency: %d threads, results bitwise identical to the single-threaded run\n",
-                                 n_threads);
+  if (failures == 0)
+    std::printf("concurrency: %d threads, results bitwise identical to the single-threaded run\n", n_threads);
   return failures == 0 ? 0 : 1;
 }
