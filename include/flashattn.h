@@ -531,13 +531,13 @@ typedef struct flashattn_bwd_args_t {
  * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
  * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
  *
- * A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
- * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
- * all before it returns; it allocates on the heap the task closure the workers share
- * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
- * each thread's start state, while the system maps each thread's stack. When a thread or
- * its handle cannot be had, the run goes on with fewer threads (bitwise the same
- * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
+ * A CPU run allocates nothing: its scratch is the workspace, and its team is the calling
+ * thread plus idle workers of the library's thread pool (one per process, started when
+ * CPU plans are created, joined when the library is unloaded or the process exits), at
+ * most min(the plan's threads, the workspace's per-thread slots, the run's tasks, one
+ * per 2^18 multiply-adds of work). Workers busy with runs of other threads are not
+ * waited for: the run goes on with fewer (bitwise the same results). OUT_OF_MEMORY is
+ * CUDA only.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
@@ -705,8 +705,7 @@ typedef struct flashattn_kvcache_args_t {
  *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
  *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
  *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
- *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE;
- *         OUT_OF_MEMORY.
+ *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE.
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,
                                                        void* workspace, size_t workspace_bytes,

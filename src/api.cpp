@@ -104,7 +104,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
     if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));
     p->backend = resolved;
     p->device = device;
-    p->cpu_threads = flashattn::cpu_thread_count();
+    p->cpu_threads = resolved == FLASHATTN_BACKEND_CPU ? flashattn::cpu_prepare_threads() : 1;
     *plan = p;
     return FLASHATTN_STATUS_SUCCESS;
   });

@@ -172,14 +172,14 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   // kv_num_splits key ranges of whole kBc tiles whose partial results are merged after;
   // the split count comes from the plan, never from the thread count.
   const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
-  const size_t shared = n_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0;
+  const size_t shared = p.kv_enabled ? static_cast<size_t>(kv_shared_bytes(p).value()) : 0;
   const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
   const int64_t rows_per_task = kSub * kBr;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
   // Both sizes are parts of the checked workspace size the API layer validated.
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
-  const int team = threads > n_tasks ? static_cast<int>(n_tasks > 0 ? n_tasks : 1) : threads;
+  const int team = team_size(threads, n_tasks, attention_work(p));
   TaskCounter tasks(n_tasks);
   run_team(team, [&](const TeamMember& me) {
     char* slot = workspace + shared + static_cast<size_t>(me.id) * slot_bytes;

@@ -275,7 +275,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
 // No phase has more work items than the larger of the row and key block counts.
 int useful_threads(const AttnParams& p, int threads) {
   const int64_t items = std::max(ceil_div(p.seqlen_q, kRows), ceil_div(p.seqlen_k, kCols));
-  return items < threads ? static_cast<int>(items) : threads;
+  return team_size(threads, items, attention_work(p));
 }
 
 }  // namespace
