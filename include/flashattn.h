@@ -29,6 +29,10 @@
  * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
  *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
  *   plan's workspace sizes and runs use that value, whatever the variable says later.
+ * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2` or
+ *   `avx512` (unset: the best the CPU supports). For tests of every path; fixed for the
+ *   process by its first CPU ::flashattn_plan_create, which refuses a name that is no
+ *   set (INVALID_VALUE) or a set this CPU or build lacks (NOT_SUPPORTED).
  * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD
  *   algorithm loads (read once per process, at its first use). A relative path is
  *   refused with LIBRARY_UNAVAILABLE. Unset, cuBLAS is searched for as the documentation
@@ -195,11 +199,14 @@ typedef enum flashattn_algorithm_t {
  * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
  *
- * Reads `FLASHATTN_CPU_THREADS` (see the file's notes on environment variables): the
- * thread count of a CPU plan is fixed here.
- * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
+ * Reads `FLASHATTN_CPU_THREADS` and `FLASHATTN_CPU_ISA` (see the file's notes on
+ * environment variables): the thread count of a CPU plan is fixed here, and the CPU
+ * library's worker pool grown to it.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0, or
+ *         FLASHATTN_CPU_ISA naming no instruction set);
  *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
- *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
+ *         NO_DEVICE (device ordinal out of range); NOT_SUPPORTED (FLASHATTN_CPU_ISA naming
+ *         a set this CPU lacks); OUT_OF_MEMORY.
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
                                                        int device);

@@ -122,7 +122,8 @@ struct Decode {
     c.num_splits = 4;
     REQUIRE(flashattn_plan_set_kvcache(plan, &c) == FLASHATTN_STATUS_SUCCESS);
     size_t bytes = 0;
-    REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes) ==
+            FLASHATTN_STATUS_SUCCESS);
     ws.resize(bytes);
   }
   ~Decode() { flashattn_plan_destroy(plan); }

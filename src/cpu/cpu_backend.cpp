@@ -4,6 +4,7 @@
 
 #include "backends.hpp"
 #include "cpu/cpu_impl.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/kvcache.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/thread_pool.hpp"
@@ -78,10 +79,11 @@ double attention_work(const AttnParams& p) {
 
 }  // namespace cpu
 
-int cpu_prepare_threads() {
-  const int threads = cpu::default_thread_count();
-  cpu::reserve_workers(threads);
-  return threads;
+flashattn_status_t cpu_prepare_plan(int* threads) {
+  FA_TRY(cpu::check_forced_isa());
+  *threads = cpu::default_thread_count();
+  cpu::reserve_workers(*threads);
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
 CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {

@@ -5,7 +5,7 @@
 // standard path has one: S/P and friends) followed by one private slot per thread. The
 // sizes are pure functions of the shapes and options, so the size the user queried and
 // the layout the run uses always agree; a run uses as many threads as the workspace
-// has slots (and no more than the plan's thread count, cpu_prepare_threads()).
+// has slots (and no more than the plan's thread count, cpu_prepare_plan()).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

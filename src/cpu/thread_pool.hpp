@@ -25,7 +25,7 @@ namespace cpu {
 
 // Threads a plan may use: FLASHATTN_CPU_THREADS if set to a positive number, else
 // std::thread::hardware_concurrency(); capped at kMaxThreads. Read once per plan
-// (cpu_prepare_threads() in backends.hpp, called at plan creation).
+// (cpu_prepare_plan() in backends.hpp, called at plan creation).
 int default_thread_count();
 constexpr int kMaxThreads = 256;
 

@@ -1,6 +1,6 @@
 // Instantiates the tile kernels (tile_kernels.inl) for the baseline instruction set and,
-// on x86-64 with GCC or Clang, for AVX2+FMA+F16C, and dispatches every call to the best set
-// the running CPU supports (decided once, on first use).
+// on x86-64 with GCC or Clang, for AVX2+FMA+F16C and for AVX-512F, and dispatches every
+// call to the set isa.hpp selected for the process.
 //
 // Manual dispatch rather than target_clones: Clang 14 silently ignores target_clones
 // on functions inside a namespace and names the resolver differently from GCC, so
@@ -11,10 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu/isa.hpp"
+
 #define FA_ALWAYS_INLINE inline __attribute__((always_inline))
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FA_HAVE_AVX2_BUILD 1
+#if FA_HAVE_X86_BUILDS
 #include <immintrin.h>  // F16C intrinsics, used only inside target("f16c") functions
 #endif
 
@@ -23,18 +24,40 @@ namespace cpu {
 
 namespace isa_base {
 #define FA_TARGET
+#define FA_LANES 8
+#define FA_MR 6
+#define FA_ACC_DOUBLE 1
 #include "cpu/tile_kernels.inl"
+#undef FA_ACC_DOUBLE
+#undef FA_MR
+#undef FA_LANES
 #undef FA_TARGET
 }  // namespace isa_base
 
-#if FA_HAVE_AVX2_BUILD
+#if FA_HAVE_X86_BUILDS
 namespace isa_avx2 {
 #define FA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define FA_LANES 8
+#define FA_MR 6
 #define FA_ISA_F16C 1
 #include "cpu/tile_kernels.inl"
 #undef FA_ISA_F16C
+#undef FA_MR
+#undef FA_LANES
 #undef FA_TARGET
 }  // namespace isa_avx2
+
+namespace isa_avx512 {
+#define FA_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define FA_LANES 16
+#define FA_MR 16  // a 64-row tile is 4 register tiles
+#define FA_ISA_F16C 1
+#include "cpu/tile_kernels.inl"
+#undef FA_ISA_F16C
+#undef FA_MR
+#undef FA_LANES
+#undef FA_TARGET
+}  // namespace isa_avx512
 #endif
 
 namespace {
@@ -61,12 +84,13 @@ struct KernelTable {
   }
 
 KernelTable pick_kernels() {
-#if FA_HAVE_AVX2_BUILD
-  __builtin_cpu_init();
-  // Every AVX2+FMA CPU also has F16C (x86-64-v3 requires all three).
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FA_TABLE(isa_avx2);
+  switch (selected_isa()) {
+#if FA_HAVE_X86_BUILDS
+    case Isa::kAvx512: return FA_TABLE(isa_avx512);
+    case Isa::kAvx2: return FA_TABLE(isa_avx2);
 #endif
-  return FA_TABLE(isa_base);
+    default: return FA_TABLE(isa_base);
+  }
 }
 
 // Function-local static: initialized once, thread-safely, on first use.
