@@ -32,6 +32,11 @@ namespace {
 // the mask/sparsity skipping stays at kBr x kBc granularity.
 constexpr int kSub = 2;
 
+// Blocks of at most this many query rows (decode, short chunks) compute scores as dot
+// products with K rows kept row-major: transposing a K tile costs more than the GEMM
+// saves when few rows share it. A block's path depends only on its row count.
+constexpr int64_t kDotRows = 8;
+
 struct RowState {
   float* q;    // [kBr x dqk]
   float* acc;  // [kBr x dvp]
@@ -41,7 +46,7 @@ struct RowState {
 
 struct FwdSlot {
   RowState sub[kSub];
-  float* kt;    // [dqk x kBc]   K tile transposed: S = Q * Kt
+  float* kt;    // [dqk x kBc]   K tile transposed: S = Q * Kt ([kBc x dqk] row-major K for dot blocks)
   float* v;     // [kBc x dvp]
   float* s;     // [kBr x kBc]   scores, then probabilities
   float* drop;  // [kBr x kBc]   dropout multipliers (dropout only)
@@ -65,13 +70,24 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
+// S[r][j] = q_r . k_j for r < ni, j < nj, with K row-major [nj x dqk] (dot blocks); the
+// padding columns are set by transform_scores.
+void scores_by_dots(int64_t ni, int64_t nj, int64_t dqk, const float* q, const float* k, float* s) {
+  for (int64_t r = 0; r < ni; ++r)
+    for (int64_t j = 0; j < nj; ++j) s[r * kBc + j] = dot(q + r * dqk, k + j * dqk, dqk);
+}
+
 // One kBr x kBc tile of the online softmax: S = Q K^T, scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-                 const RowState& st, const FwdSlot& w) {
+                 bool dots, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
-  gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
+  if (dots) {
+    scores_by_dots(ni, nj, dqk, st.q, w.kt, w.s);
+  } else {
+    gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
+  }
   transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
   if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
   for (int64_t r = 0; r < ni; ++r) {
@@ -120,6 +136,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
     memset(st.acc, 0, sizeof(float) * static_cast<size_t>(rows[sb] * dvp));
   }
 
+  int64_t block_rows = 0;
+  for (int sb = 0; sb < kSub; ++sb) block_rows += rows[sb];
+  const bool dots = block_rows <= kDotRows;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
     const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
     TileKind kind[kSub];
@@ -129,10 +148,10 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, kBc, true);
+    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, dots ? dqk : kBc, !dots);
     load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
     for (int sb = 0; sb < kSub; ++sb) {
-      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], w.sub[sb], w);
+      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);
     }
   }
 
