@@ -28,9 +28,10 @@ namespace cpu {
 namespace {
 
 // A task covers kSub consecutive query tiles that share each converted K/V tile: the
-// conversion (and the transposed K store) is paid once per kSub * kBr query rows while
-// the mask/sparsity skipping stays at kBr x kBc granularity.
-constexpr int kSub = 2;
+// conversion (and the K panel packing) is paid once per kSub * kBr query rows while the
+// mask/sparsity skipping stays at kBr x kBc granularity. 4 (256 rows) halves the share
+// of the packing against 2 (profiled: from ~20% of a d=64 forward to ~10%).
+constexpr int kSub = 4;
 
 // Blocks of at most this many query rows (decode, short chunks) compute scores as dot
 // products with K rows kept row-major: transposing a K tile costs more than the GEMM
@@ -46,7 +47,7 @@ struct RowState {
 
 struct FwdSlot {
   RowState sub[kSub];
-  float* kt;    // [dqk x kBc]   K tile transposed: S = Q * Kt ([kBc x dqk] row-major K for dot blocks)
+  float* kt;    // K tile: kBc / kTileN panels of [dqk x kTileN] (gemm_panels), or [kBc x dqk] row-major (dot blocks)
   float* v;     // [kBc x dvp]
   float* s;     // [kBr x kBc]   scores, then probabilities
   float* drop;  // [kBr x kBc]   dropout multipliers (dropout only)
@@ -86,7 +87,7 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
   if (dots) {
     scores_by_dots(ni, nj, dqk, st.q, w.kt, w.s);
   } else {
-    gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
+    gemm_panels(ni, kBc, dqk, st.q, dqk, w.kt, w.s, kBc, false);
   }
   transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
   if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
@@ -148,7 +149,11 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, dots ? dqk : kBc, !dots);
+    if (dots) {
+      load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, dqk, false);
+    } else {
+      load_key_panels(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt);
+    }
     load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
     for (int sb = 0; sb < kSub; ++sb) {
       if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);

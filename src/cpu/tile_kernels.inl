@@ -135,9 +135,11 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
 // Blocked over K (kKBlock) and N (kNBlock) so that the B panel being swept stays in L2
 // when the standard path multiplies whole rows of S (N, K up to seqlen); the sum over
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
-// does not change results. Flash tiles fit in one block.
-FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                    int64_t ldc, bool accumulate) {
+// does not change results. Flash tiles fit in one block. kPanels: B is packed in
+// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major.
+template <bool kPanels>
+FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                             const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
   if (K == 0) {
     if (!accumulate) {
@@ -145,29 +147,41 @@ FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
     }
     return;
   }
+  const int64_t ldp = kPanels ? kTileN : ldb;
   for (int64_t kb = 0; kb < K; kb += kKBlock) {
     const int64_t kc = K - kb < kKBlock ? K - kb : kKBlock;
     const bool acc = accumulate || kb > 0;
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
+      auto panel = [&](int64_t j) { return kPanels ? B + (j / kTileN) * K * kTileN + kb * kTileN : B + kb * ldb + j; };
       int64_t i = 0;
       for (; i + FA_MR <= M; i += FA_MR) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<FA_MR>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+          micro_tile<FA_MR>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 2 <= M; i += 2) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<2>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+          micro_tile<2>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i < M; ++i) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<1>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+          micro_tile<1>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
     }
   }
+}
+
+FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                    int64_t ldc, bool accumulate) {
+  gemm_blocked<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,
+                           int64_t ldc, bool accumulate) {
+  gemm_blocked<true>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
 }
 
 FA_TARGET float row_max(const float* x, int64_t n) {

@@ -64,6 +64,7 @@ namespace {
 
 struct KernelTable {
   decltype(&isa_base::gemm) gemm;
+  decltype(&isa_base::gemm_panels) gemm_panels;
   decltype(&isa_base::row_max) row_max;
   decltype(&isa_base::exp_sub_sum) exp_sub_sum;
   decltype(&isa_base::exp_sub_vec) exp_sub_vec;
@@ -77,10 +78,10 @@ struct KernelTable {
   decltype(&isa_base::exp_scalar) exp_scalar;
 };
 
-#define FA_TABLE(ns)                                                                              \
-  KernelTable {                                                                                   \
-    ns::gemm, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
-        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar    \
+#define FA_TABLE(ns)                                                                                               \
+  KernelTable {                                                                                                    \
+    ns::gemm, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
+        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar                     \
   }
 
 KernelTable pick_kernels() {
@@ -104,6 +105,10 @@ const KernelTable& kernels() {
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate) {
   kernels().gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                 bool accumulate) {
+  kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, accumulate);
 }
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }
