@@ -34,8 +34,7 @@ const char* isa_name(Isa isa) { return kNames[static_cast<int>(isa)]; }
 
 bool isa_usable(Isa isa) {
   switch (isa) {
-    case Isa::kBaseline:
-      return true;
+    case Isa::kBaseline: return true;
 #if FA_HAVE_X86_BUILDS
     case Isa::kAvx2:
       __builtin_cpu_init();
@@ -45,8 +44,7 @@ bool isa_usable(Isa isa) {
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -63,8 +61,8 @@ flashattn_status_t check_forced_isa() {
     return fail(FLASHATTN_STATUS_INVALID_VALUE, "FLASHATTN_CPU_ISA=%s is not one of baseline, avx2, avx512",
                 secure_getenv("FLASHATTN_CPU_ISA"));
   if (!isa_usable(static_cast<Isa>(forced)))
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "FLASHATTN_CPU_ISA=%s: this CPU (or this build) lacks that instruction set",
-                kNames[forced]);
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "FLASHATTN_CPU_ISA=%s: this CPU (or this build) lacks that instruction set", kNames[forced]);
   return FLASHATTN_STATUS_SUCCESS;
 }
 
