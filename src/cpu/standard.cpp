@@ -349,7 +349,8 @@ void standard_backward(const AttnParams& p, char* workspace, int threads) {
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t hk = 0; hk < p.heads_kv; ++hk) backward_kv_head(p, b, hk, sh, w, me);
     }
-    if (want_dbias) {  // every dBias element, including those no sequence reaches (zero)
+    if (want_dbias) {      // every dBias element, including those no sequence reaches (zero)
+      me.barrier->wait();  // a static split: every member must have started (run_team)
       const int64_t* bs = p.bias_stride;
       for_members(me, e[0] * e[1] * e[2], [&](int64_t t) {
         const int64_t ii = t % e[2], hh = (t / e[2]) % e[1], bb = t / (e[2] * e[1]);

@@ -95,8 +95,19 @@ class Pool {
     wake_.notify_all();
   }
 
+  // Called by member 0 when its fn returned. Members no worker has taken yet are not
+  // started at all (their workers go back to idle), so a late worker (a loaded machine)
+  // never makes a run slower than running alone; then waits for the started ones.
   void wait(Job& job) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (job.unclaimed > 0) {
+      Job** link = &pending_;
+      while (*link != &job) link = &(*link)->next;
+      *link = job.next;
+      idle_ += job.unclaimed;
+      job.running -= job.unclaimed;
+      job.unclaimed = 0;
+    }
     job.done.wait(lock, [&] { return job.running == 0; });
   }
 

@@ -68,8 +68,11 @@ using TeamFn = void (*)(const void* ctx, const TeamMember& member);
 
 // Runs fn(ctx, member) on up to `threads` members (the caller is member 0) and returns
 // when all are done. The team may be smaller than asked (busy or missing workers): fn
-// must only use member.size, never assume `threads`. fn must not throw. Allocates
-// nothing once reserve_workers(threads) has run.
+// must only use member.size, never assume `threads`. A member that no worker has
+// started when member 0's fn returns is not run at all: fn must hand out its work
+// through a TaskCounter, or make every member wait at the barrier before member 0 can
+// return (then all have started). fn must not throw. Allocates nothing once
+// reserve_workers(threads) has run.
 void run_team(int threads, TeamFn fn, const void* ctx);
 
 // The same for any callable, passed by address (no copy, no allocation).
