@@ -71,13 +71,6 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
-// S[r][j] = q_r . k_j for r < ni, j < nj, with K row-major [nj x dqk] (dot blocks); the
-// padding columns are set by transform_scores.
-void scores_by_dots(int64_t ni, int64_t nj, int64_t dqk, const float* q, const float* k, float* s) {
-  for (int64_t r = 0; r < ni; ++r)
-    for (int64_t j = 0; j < nj; ++j) s[r * kBc + j] = dot(q + r * dqk, k + j * dqk, dqk);
-}
-
 // One kBr x kBc tile of the online softmax: S = Q K^T, scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
@@ -85,7 +78,7 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
                  bool dots, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   if (dots) {
-    scores_by_dots(ni, nj, dqk, st.q, w.kt, w.s);
+    dot_rows(ni, nj, dqk, st.q, dqk, w.kt, dqk, w.s, kBc);  // padding columns: transform_scores
   } else {
     gemm_panels(ni, kBc, dqk, st.q, dqk, w.kt, w.s, kBc, false);
   }

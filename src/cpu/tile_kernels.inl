@@ -245,7 +245,7 @@ FA_TARGET void scale_row(float* y, int64_t n, float a) {
   }
 }
 
-FA_TARGET float dot(const float* a, const float* b, int64_t n) {
+FA_TARGET FA_ALWAYS_INLINE float dot_body(const float* a, const float* b, int64_t n) {
   vf s[kVecs] = {};
   int64_t j = 0;
   for (; j + kTileN <= n; j += kTileN) {
@@ -260,6 +260,14 @@ FA_TARGET float dot(const float* a, const float* b, int64_t n) {
   float total = lane_sum(s[0]);
   for (; j < n; ++j) total += a[j] * b[j];
   return total;
+}
+
+FA_TARGET float dot(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
+
+FA_TARGET void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                        float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = dot_body(A + i * lda, B + j * ldb, K);
 }
 
 FA_TARGET void half_row_to_float(const uint16_t* src, float* dst, int64_t n) {

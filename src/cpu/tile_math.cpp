@@ -71,6 +71,7 @@ struct KernelTable {
   decltype(&isa_base::exp_sub) exp_sub;
   decltype(&isa_base::scale_row) scale_row;
   decltype(&isa_base::dot) dot;
+  decltype(&isa_base::dot_rows) dot_rows;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
@@ -81,7 +82,7 @@ struct KernelTable {
 #define FA_TABLE(ns)                                                                                               \
   KernelTable {                                                                                                    \
     ns::gemm, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
-        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar                     \
+        ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar       \
   }
 
 KernelTable pick_kernels() {
@@ -116,6 +117,10 @@ void exp_sub_vec(float* x, const float* m, int64_t n) { kernels().exp_sub_vec(x,
 void exp_sub(float* x, int64_t n, float m) { kernels().exp_sub(x, n, m); }
 void scale_row(float* y, int64_t n, float a) { kernels().scale_row(y, n, a); }
 float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
+void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+              int64_t ldc) {
+  kernels().dot_rows(M, N, K, A, lda, B, ldb, C, ldc);
+}
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().half_row_to_float(src, dst, n); }
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().bf16_row_to_float(src, dst, n); }
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {

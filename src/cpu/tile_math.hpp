@@ -48,6 +48,11 @@ void scale_row(float* y, int64_t n, float a);
 // sum a[j] * b[j] for any n (16 lane sums in a fixed order, then the tail).
 float dot(const float* a, const float* b, int64_t n);
 
+// C[i][j] = dot(A row i, B row j) for i < M, j < N over K elements (A B^T with B
+// row-major: the scores of a few query rows, without transposing K).
+void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+              int64_t ldc);
+
 // Exact conversions of n (any) elements to fp32.
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n);
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n);
