@@ -125,6 +125,7 @@ class Pool {
     }
     wake_.notify_all();
     for (std::thread& t : threads_) t.join();
+    std::vector<std::thread>().swap(threads_);  // the pool outlives dlclose's unmapping: free now
   }
 
  private:
