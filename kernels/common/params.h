@@ -63,7 +63,8 @@ struct AttnParams {
   const void* bias;   // kBiasTensor: strides (batch, head, q, k); k stride is 0 or 1
   void* dbias;        // backward, optional: same strides, summed over zero-stride dims
   int64_t bias_stride[4];
-  const float* alibi_slopes;  // [heads_q]
+  const float* alibi_slopes;   // [heads_q], or [batch, heads_q] rows alibi_batch_stride apart
+  int64_t alibi_batch_stride;  // 0: one slope per head, shared by every sequence
 
   // ---- dropout ----
   float p_drop;             // 0 = off
