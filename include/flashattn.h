@@ -90,7 +90,7 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
   FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
   FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
-  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA), or a CPU workspace to 16 bytes. */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (CUDA FLASH: 16 bytes, see ::flashattn_plan_set_strides), or a CPU workspace to 16 bytes. */
   FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
   FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
@@ -260,6 +260,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan,
  * elements may share an address. In varlen mode the batch stride is ignored and the
  * seq stride steps through packed tokens. Checked against the shape at each run, in
  * bytes of the plan's dtype: the tensor's extent must not exceed 2^63-1 bytes.
+ *
+ * CUDA, FLASH algorithm: a tensor whose head dim is a multiple of 8 is read and written by
+ * 16-byte vector accesses, so its pointer must be 16-byte aligned and its batch, seq and
+ * head strides multiples of 8 elements (else the run returns MISALIGNED_POINTER). A tensor
+ * whose head dim is not a multiple of 8 is copied through the workspace (zero-padded to
+ * the next multiple of 8; the workspace size includes the copies) and needs only element
+ * alignment.
  * @param plan The plan (shape must be set).
  * @param tensor Which tensor.
  * @param strides Host array of 4 strides.
