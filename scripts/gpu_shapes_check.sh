@@ -35,7 +35,7 @@ if want build; then
   cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_ENABLE_CUDA=ON \
     -DFLASHATTN_CUDA_ARCHITECTURES="$ARCHS" -DFLASHATTN_BUILD_DOCS=OFF -DFLASHATTN_BUILD_TESTS=ON \
     > "$LOGS/configure.log" 2>&1 || { echo "configure failed: $LOGS/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j "$JOBS" --target flashattn test_gpu > "$LOGS/build.log" 2>&1 ||
+  cmake --build "$BUILD" -j "$JOBS" --target flashattn test_gpu test_gpu_limits > "$LOGS/build.log" 2>&1 ||
     { echo "build failed: $LOGS/build.log"; exit 1; }
 fi
 
@@ -45,8 +45,10 @@ if want tests; then
   spec="gpu: every head dim 1..256*,gpu: head dims 32 to 256*,gpu: ALiBi slopes per (batch*"
   spec="$spec,gpu: masks and options at head dims 128 and 192 over several tiles"
   spec="$spec,gpu: head dim 256 over several tiles with masks and options"
-  if "$TEST_GPU" "$spec" > "$LOGS/tests.log" 2>&1; then
-    echo "tests: OK ($(grep -E 'test cases|All tests' "$LOGS/tests.log" | tail -1))"
+  TEST_LIMITS=$(find "$BUILD" -maxdepth 3 -type f -name test_gpu_limits -perm -u+x | head -1)
+  limits="gpu limits: element-aligned pointers and strides for head dims that are not a multiple of 8"
+  if "$TEST_GPU" "$spec" > "$LOGS/tests.log" 2>&1 && "$TEST_LIMITS" "$limits" >> "$LOGS/tests.log" 2>&1; then
+    echo "tests: OK ($(grep -E 'test cases|All tests' "$LOGS/tests.log" | tr '\n' ' '))"
   else
     echo "tests: FAIL (see $LOGS/tests.log)"
     grep -E 'FAILED|REQUIRE|CHECK' "$LOGS/tests.log" | head -20
