@@ -15,6 +15,7 @@ from ._lib import (ABI_MAJOR, ABI_MINOR, MAX_HEAD_DIM, SONAME, WINDOW_UNBOUNDED,
                    DType, DeviceError, FlashAttnError, InternalError, InvalidArgumentError, LibraryNotFoundError,
                    NotSupportedError, Pass, ResourceError, Status, Tensor, error_class, last_error, library_path,
                    library_version, status_string)
+from ._combine import combine
 from ._plan import Plan, backward, forward, make_plan
 
 __version__ = "0.1.0"
@@ -62,6 +63,6 @@ __all__ = [
     "ABI_MAJOR", "ABI_MINOR", "MAX_HEAD_DIM", "SONAME", "WINDOW_UNBOUNDED", "Algorithm", "Align", "Backend", "Bias",
     "DType", "DeviceError", "FlashAttnError", "InternalError", "InvalidArgumentError", "LibraryNotFoundError",
     "NotSupportedError", "Pass", "Plan", "ResourceError", "Status", "Tensor", "attention", "backward",
-    "cuda_device_count", "error_class", "forward", "has_cuda_backend", "last_error", "library_path",
+    "combine", "cuda_device_count", "error_class", "forward", "has_cuda_backend", "last_error", "library_path",
     "library_version", "make_plan", "status_string", "version",
 ]
