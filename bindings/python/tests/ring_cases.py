@@ -90,21 +90,22 @@ def run_case(c, group, device, seed=0):
     return fails
 
 
-def worker(rank, world, init_method, cases, subgroup=None):
+def worker(rank, world, init_method, cases, subgroups=()):
     """Entry point of one spawned CPU process: joins a gloo group, runs the cases on the
-    whole world (and on the ranks `subgroup` as a group of their own); raises on a failure."""
+    whole world, then the first case on each group of ranks in `subgroups`; raises on a
+    failure."""
+    import datetime
     os.environ["FLASHATTN_CPU_THREADS"] = "1"  # ranks share the host's cores
     torch.set_num_threads(1)
-    import datetime
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=300))
     try:
         fails = []
         for i, c in enumerate(cases):
             fails += run_case(c, None, "cpu", seed=i)
-        if subgroup is not None:
-            g = dist.new_group(subgroup)
-            if rank in subgroup:
+        for ranks in subgroups:
+            g = dist.new_group(ranks)  # every rank takes part in making every group
+            if rank in ranks:
                 fails += run_case(cases[0], g, "cpu", seed=99)
         assert not fails, "\n".join(fails)
     finally:

@@ -1,7 +1,8 @@
 """flashattn.distributed: zig-zag sharding, ring attention's argument checks, and ring
 attention over 2 and 3 CPU processes (gloo) against the fp64 reference and one process
 (ring_cases.py): fp32 and bf16, causal and not, GQA, odd chunk lengths, head_dim_v !=
-head_dim, softcap, a subgroup. Skipped (with the reason) without torch.distributed/gloo."""
+head_dim, softcap, groups of two and of one out of three ranks. Skipped (with the reason)
+without torch.distributed or gloo."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="flashattn.distributed needs torch")
@@ -63,9 +64,9 @@ def test_ring_attention_argument_errors(args, kw, status, word):
     assert ei.value.status == status and word in ei.value.message, ei.value
 
 
-def _spawn(world, tmp_path, cases, subgroup=None):
+def _spawn(world, tmp_path, cases, subgroups=()):
     init = "file://" + str(tmp_path / "rendezvous")
-    torch.multiprocessing.spawn(ring_cases.worker, args=(world, init, cases, subgroup), nprocs=world)
+    torch.multiprocessing.spawn(ring_cases.worker, args=(world, init, cases, subgroups), nprocs=world)
 
 
 def test_two_ranks(tmp_path):
@@ -76,7 +77,7 @@ def test_two_ranks(tmp_path):
     _spawn(2, tmp_path, cases)
 
 
-def test_three_ranks_and_a_subgroup(tmp_path):
+def test_three_ranks_and_subgroups_of_two_and_one(tmp_path):
     cases = [case(chunk=13, dtype=torch.float32, causal=True), case(chunk=9, dtype=BF16, causal=True),
              case(chunk=11, heads_q=2, heads_kv=2, dtype=BF16, causal=False)]
-    _spawn(3, tmp_path, cases, subgroup=[0, 2])
+    _spawn(3, tmp_path, cases, subgroups=([0, 2], [1]))

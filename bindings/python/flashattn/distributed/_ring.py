@@ -1,9 +1,9 @@
 """Ring attention: each rank of a process group holds a shard of Q, K and V; the K/V
 shards travel around the ring (rank r sends to r+1 and receives from r-1) while every
 rank attends its queries to the block it holds, and the partial (O, LSE) are merged with
-flashattn_combine. The backward sends K/V around again, together with the fp32 dK/dV
-accumulators of the block each rank holds, and runs the library's backward per block
-with the global output and LSE.
+flashattn_combine. The backward sends K/V around again, together with the partial sums
+of dK/dV of the block each rank holds, and runs the library's backward per block with the
+global output and LSE.
 
 Causal attention needs zig-zag shards (see _shard.py): rank r holds chunks r and 2W-1-r.
 Against the block of rank src, rank r then attends
@@ -50,75 +50,87 @@ class _Shift:
         return bufs
 
 
-def _opts(causal, scale, softcap, deterministic):
-    """The option tuple of the plan cache (see flashattn._torch_ops.OPTIONS)."""
-    return (0, 0, -1, 0 if causal else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0, 0,
-            bool(deterministic), 0)
-
-
 class _Layout:
-    """Which rows of the local queries and which local keys meet at each step."""
+    """Which rows of the local queries meet which local keys at each step, and the
+    plan-cache options (see flashattn._torch_ops.OPTIONS) of that block."""
 
-    def __init__(self, causal, n, rank, world):
-        self.causal, self.rank, self.world = causal, rank, world
-        self.all = slice(0, n)
-        self.first = slice(0, n // 2)
-        self.second = slice(n // 2, n)
-
-    def src(self, step):
-        return (self.rank - step) % self.world
+    def __init__(self, n, rank, world, causal, scale, softcap, deterministic):
+        self.rank, self.world, self.causal = rank, world, causal
+        self.all, self.first, self.second = slice(0, n), slice(0, n // 2), slice(n // 2, n)
+        self.opts = {c: (0, 0, -1, 0 if c else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0,
+                         0, bool(deterministic), 0) for c in (False, True)}
 
     def block(self, step):
-        """(query rows, key rows, causal) of the block met at `step`."""
+        """(query rows, key rows, options) of the block met at `step`: the block of rank
+        (rank - step) mod world."""
         if not self.causal:
-            return self.all, self.all, False
-        src = self.src(step)
+            return self.all, self.all, self.opts[False]
+        src = (self.rank - step) % self.world
         if src == self.rank:
-            return self.all, self.all, True
+            return self.all, self.all, self.opts[True]
         if src < self.rank:
-            return self.all, self.first, False
-        return self.second, self.all, False
+            return self.all, self.first, self.opts[False]
+        return self.second, self.all, self.opts[False]
 
 
 def _rows(t, rows, dim=1):
     return t if rows.stop - rows.start == t.shape[dim] else t[(slice(None),) * dim + (rows,)]
 
 
-def ring_forward(q, k, v, causal, scale, softcap, deterministic, group):
+def _block_fwd(q, kv, lay, step):
+    rows, cols, opts = lay.block(step)
+    return P.forward(_rows(q, rows), _rows(kv[0], cols), _rows(kv[1], cols), None, None, None, None, None, None,
+                     opts, True)
+
+
+def ring_forward(q, k, v, lay, group):
     """(out, lse) of this rank's queries against the keys of every rank."""
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    lay = _Layout(causal, q.shape[1], rank, world)
+    world = lay.world
+    if world == 1:
+        return _block_fwd(q, (k, v), lay, 0)
     shift = _Shift(group, 0)
     b, n, h, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
-    # Slot 0 holds the merged result so far, slot 1 the block just computed.
+    # Slot 0 holds the merged result so far (fp32), slot 1 the block just computed.
     o_part = torch.empty((2, b, n, h, dv), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((2, b, h, n), dtype=torch.float32, device=q.device)
     kv = (k, v)
     for step in range(world):
-        if step + 1 < world:
+        last = step + 1 == world
+        if not last:
             shift.start(kv)
-        rows, cols, blk_causal = lay.block(step)
-        o_i, lse_i = P.forward(_rows(q, rows), _rows(kv[0], cols), _rows(kv[1], cols), None, None, None, None, None,
-                               None, _opts(blk_causal, scale, softcap, deterministic), True)
+        rows = lay.block(step)[0]
+        o_i, lse_i = _block_fwd(q, kv, lay, step)
         slot = 0 if step == 0 else 1
         o_part[slot][:, rows].copy_(o_i)
         lse_part[slot][:, :, rows].copy_(lse_i)
-        if step:
+        del o_i, lse_i
+        if step and not last:
             o_m, lse_m = combine(o_part[:, :, rows], lse_part[:, :, :, rows])
             o_part[0][:, rows].copy_(o_m)
             lse_part[0][:, :, rows].copy_(lse_m)
-        if step + 1 < world:
+            del o_m, lse_m
+        if not last:
             kv = tuple(shift.wait())
-    return o_part[0].to(q.dtype), lse_part[0].contiguous()
+    # The last merge writes its rows of the output in q's dtype; the other rows are final already.
+    out = torch.empty((b, n, h, dv), dtype=q.dtype, device=q.device)
+    _, lse_m = combine(o_part[:, :, rows], lse_part[:, :, :, rows], out=out[:, rows])
+    lse = lse_part[0]
+    lse[:, :, rows].copy_(lse_m)
+    for rest in (slice(0, rows.start), slice(rows.stop, n)):
+        if rest.stop > rest.start:
+            out[:, rest].copy_(o_part[0][:, rest])
+    return out, lse
 
 
-def ring_backward(dout, q, k, v, out, lse, causal, scale, softcap, deterministic, group):
+def ring_backward(dout, q, k, v, out, lse, lay, group):
     """(dq, dk, dv) of this rank's shards: dq from every rank's keys, dk and dv from every
-    rank's queries (the accumulators travel with the block and end at its owner)."""
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    lay = _Layout(causal, q.shape[1], rank, world)
+    rank's queries (their partial sums travel with the block and end at its owner).
+
+    Sums are kept in the inputs' dtype, each addition done in fp32 and rounded once: with
+    two ranks that is bitwise fp32 accumulation followed by the final rounding; every
+    further rank adds one rounding of a partial sum."""
+    world = lay.world
     kv_shift, grad_shift = _Shift(group, 0), _Shift(group, 2)
-    opts = {c: _opts(c, scale, softcap, deterministic) for c in (False, True)}
     # The row halves of out, dout and lse, made once (a copy for b > 1) for the steps that use them.
     halves = {}
     for step in range(world):
@@ -126,38 +138,42 @@ def ring_backward(dout, q, k, v, out, lse, causal, scale, softcap, deterministic
         if (rows.start, rows.stop) not in halves:
             halves[rows.start, rows.stop] = (_rows(out, rows).contiguous(), _rows(dout, rows).contiguous(),
                                              _rows(lse, rows, 2).contiguous())
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = (k, v)
-    dk_acc = dv_acc = None
+    dq = dk = dv = None
     for step in range(world):
-        if step + 1 < world:
+        last = step + 1 == world
+        if not last:
             kv_shift.start(kv)
-        rows, cols, blk_causal = lay.block(step)
+        rows, cols, opts = lay.block(step)
         o_r, do_r, lse_r = halves[rows.start, rows.stop]
         dq_i, dk_i, dv_i, _ = P.backward(do_r, _rows(q, rows), _rows(kv[0], cols), _rows(kv[1], cols), o_r, lse_r,
-                                         None, None, None, None, None, None, opts[blk_causal], False)
-        dq[:, rows] += dq_i
-        if step == 0:
-            dk_acc = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
-            dv_acc = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+                                         None, None, None, None, None, None, opts, False)
+        if step == 0:  # the diagonal block: every row and column
+            dq, dk, dv = dq_i, dk_i, dv_i
         else:
-            dk_acc, dv_acc = grad_shift.wait()
-        dk_acc[:, cols] += dk_i
-        dv_acc[:, cols] += dv_i
-        if step + 1 < world:
+            dq[:, rows] += dq_i
+            dk, dv = grad_shift.wait()
+            dk[:, cols] += dk_i
+            dv[:, cols] += dv_i
+        del dq_i, dk_i, dv_i
+        if not last:
             kv = tuple(kv_shift.wait())
-        grad_shift.start((dk_acc, dv_acc))
-    dk_acc, dv_acc = grad_shift.wait()
-    return dq.to(q.dtype), dk_acc.to(k.dtype), dv_acc.to(v.dtype)
+        if world > 1:
+            grad_shift.start((dk, dv))
+    if world > 1:
+        dk, dv = grad_shift.wait()
+    return dq, dk, dv
 
 
 class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, softcap, deterministic, group):
-        out, lse = ring_forward(q, k, v, causal, scale, softcap, deterministic, group)
+        lay = _Layout(q.shape[1], dist.get_rank(group), dist.get_world_size(group), causal, scale, softcap,
+                      deterministic)
+        out, lse = ring_forward(q, k, v, lay, group)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, scale, softcap, deterministic, group)
+        ctx.args = (lay, group)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
