@@ -64,6 +64,30 @@ def test_ring_attention_argument_errors(args, kw, status, word):
     assert ei.value.status == status and word in ei.value.message, ei.value
 
 
+@pytest.fixture
+def world_of_one(tmp_path):
+    """A gloo process group of this process alone."""
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "one"), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_one_rank_is_the_local_attention_and_library_errors_come_before_any_transfer(world_of_one):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 10, h, 8, generator=g, dtype=BF16).requires_grad_() for h in (4, 2, 2))
+    out, lse = ring_attention(q, k, v, causal=True, return_lse=True)
+    out.sum().backward()
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_out = flashattn.attention(*ref, causal=True)
+    ref_out.sum().backward()
+    assert torch.equal(out, ref_out) and lse.shape == (2, 4, 10)
+    for a, b in zip((q, k, v), ref):
+        assert torch.equal(a.grad, b.grad)
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        ring_attention(torch.zeros(1, 4, 3, 8), torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))
+    assert ei.value.status == Status.INVALID_HEADS and "heads_q" in ei.value.message, ei.value
+
+
 def _spawn(world, tmp_path, cases, subgroups=()):
     init = "file://" + str(tmp_path / "rendezvous")
     torch.multiprocessing.spawn(ring_cases.worker, args=(world, init, cases, subgroups), nprocs=world)

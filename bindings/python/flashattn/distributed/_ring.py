@@ -85,6 +85,8 @@ def _block_fwd(q, kv, lay, step):
 
 def ring_forward(q, k, v, lay, group):
     """(out, lse) of this rank's queries against the keys of every rank."""
+    # The plan of the local block checks shapes, heads, dtype and device before any transfer starts.
+    P.entry(q, k, v, None, None, None, None, None, lay.block(0)[2])
     world = lay.world
     if world == 1:
         return _block_fwd(q, (k, v), lay, 0)
