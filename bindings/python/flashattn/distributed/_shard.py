@@ -34,7 +34,6 @@ def zigzag_unshard(shards, dim=1):
     shards = list(shards)
     if not shards:
         raise make_error(Status.INVALID_ARGUMENT, "shards is empty; pass one shard per rank")
-    world = len(shards)
     n = shards[0].shape[dim]
     for r, s in enumerate(shards):
         if s.shape != shards[0].shape:
