@@ -3,7 +3,8 @@
     torchrun --nproc_per_node=2 bindings/python/benchmarks/ring_bench.py     # (ring_check.sh runs this)
 
 1. check: the cases of tests/ring_cases.py on CUDA tensors over NCCL (each rank compares
-   the gathered output, LSE and gradients with the fp64 reference and one GPU's run);
+   the gathered output, LSE and gradients with the fp64 reference and one GPU's run), and
+   two runs with deterministic=True compared bit for bit;
 2. bench: bf16, head_dim 128, 16 heads, --tokens in total (zig-zag shards), causal and
    not: forward+backward time of ring attention on every GPU against one GPU running the
    whole sequence (rank 0 alone, the others waiting), or, when one GPU cannot hold it,
@@ -46,13 +47,15 @@ def check():
     cases += [case(batch=2, chunk=300, heads_q=16, heads_kv=4, head_dim=128, dtype=BF16, causal=True),
               case(batch=1, chunk=129, heads_q=8, heads_kv=2, head_dim=64, dtype=torch.float16, causal=True),
               case(batch=1, chunk=77, heads_q=4, heads_kv=1, head_dim=64, dtype=BF16, causal=False)]
+    runs = [("vs reference", ring_cases.run_case, c) for c in cases]
+    runs.append(("deterministic", ring_cases.run_twice_bitwise, cases[0]._replace(deterministic=True)))
     ok = True
-    for i, c in enumerate(cases):
-        fails = ring_cases.run_case(c, None, "cuda", seed=i)
+    for i, (what, fn, c) in enumerate(runs):
+        fails = fn(c, None, "cuda", seed=i)
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, fails)
         lines = [f for rank_fails in every for f in rank_fails]
-        say("check %-4s %s" % ("PASS" if not lines else "FAIL", c))
+        say("check %-4s %-13s %s" % ("PASS" if not lines else "FAIL", what, c))
         for line in lines:
             say("    " + line)
         ok = ok and not lines

@@ -20,13 +20,15 @@ from flashattn.distributed import ring_attention, zigzag_gather, zigzag_shard
 TOL = {torch.float16: (3e-3, 1e-4, 1e-2), torch.bfloat16: (2e-2, 1e-4, 5e-2), torch.float32: (1e-4, 2e-5, 5e-4)}
 FLOOR = {"out": 1e-3, "lse": 1.0, "dq": 1e-3, "dk": 1e-3, "dv": 1e-3}
 
-Case = collections.namedtuple("Case", "batch chunk heads_q heads_kv head_dim head_dim_v dtype causal softcap")
+Case = collections.namedtuple("Case", "batch chunk heads_q heads_kv head_dim head_dim_v dtype causal softcap "
+                                      "deterministic")
 
 
 def case(batch=2, chunk=37, heads_q=4, heads_kv=2, head_dim=16, head_dim_v=None, dtype=torch.float32, causal=True,
-         softcap=None):
+         softcap=None, deterministic=False):
     """A Case: the sequence has 2 * world_size * chunk tokens."""
-    return Case(batch, chunk, heads_q, heads_kv, head_dim, head_dim_v or head_dim, dtype, causal, softcap)
+    return Case(batch, chunk, heads_q, heads_kv, head_dim, head_dim_v or head_dim, dtype, causal, softcap,
+                deterministic)
 
 
 def reference(q, k, v, causal, softcap):
@@ -55,16 +57,33 @@ def _grads(out, leaves, dout):
     return torch.autograd.grad(out, leaves, dout)
 
 
-def run_case(c, group, device, seed=0):
-    """Failure lines of one case on this rank of `group` (empty when it passes)."""
+def _ring_run(c, q, k, v, dout, group):
+    """Gathered out, lse, dq, dk, dv of ring attention over `group` on the full q, k, v."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    q, k, v, dout = _inputs(c, world, device, seed)
     shards = [zigzag_shard(t, rank, world).requires_grad_(True) for t in (q, k, v)]
-    out, lse = ring_attention(*shards, causal=c.causal, softcap=c.softcap, group=group, return_lse=True)
+    out, lse = ring_attention(*shards, causal=c.causal, softcap=c.softcap, deterministic=c.deterministic,
+                              group=group, return_lse=True)
     (out * zigzag_shard(dout, rank, world)).sum().backward()  # loss.backward() through the ring
     got = {"out": zigzag_gather(out.detach(), group), "lse": zigzag_gather(lse, group, dim=2)}
     for name, t in zip(("dq", "dk", "dv"), shards):
         got[name] = zigzag_gather(t.grad, group)
+    return got
+
+
+def run_twice_bitwise(c, group, device, seed=0):
+    """Failure lines unless two ring runs of case c agree bit for bit (for a case with
+    deterministic=True)."""
+    q, k, v, dout = _inputs(c, dist.get_world_size(group), device, seed)
+    first, second = _ring_run(c, q, k, v, dout, group), _ring_run(c, q, k, v, dout, group)
+    return ["%s rank %d: %s differs between two deterministic runs" % (c, dist.get_rank(group), name)
+            for name in first if not torch.equal(first[name], second[name])]
+
+
+def run_case(c, group, device, seed=0):
+    """Failure lines of one case on this rank of `group` (empty when it passes)."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    q, k, v, dout = _inputs(c, world, device, seed)
+    got = _ring_run(c, q, k, v, dout, group)
 
     ref64 = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
     o64, lse64 = reference(*ref64, c.causal, c.softcap)

@@ -1,8 +1,8 @@
 """flashattn.distributed: zig-zag sharding, ring attention's argument checks, and ring
 attention over 2 and 3 CPU processes (gloo) against the fp64 reference and one process
 (ring_cases.py): fp32 and bf16, causal and not, GQA, odd chunk lengths, head_dim_v !=
-head_dim, softcap, groups of two and of one out of three ranks. Skipped (with the reason)
-without torch.distributed or gloo."""
+head_dim, softcap, deterministic, groups of two and of one out of three ranks. Skipped
+(with the reason) without torch.distributed or gloo."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="flashattn.distributed needs torch")
@@ -97,7 +97,8 @@ def test_two_ranks(tmp_path):
     cases = [case(dtype=dt, causal=causal) for dt in (torch.float32, BF16) for causal in (True, False)]
     cases += [case(batch=1, chunk=1, heads_q=2, heads_kv=2, head_dim=8, causal=True),      # one token per chunk
               case(batch=1, chunk=65, heads_q=3, heads_kv=1, head_dim=40, head_dim_v=24, dtype=BF16),
-              case(batch=1, chunk=20, heads_q=2, heads_kv=2, head_dim=32, softcap=5.0, causal=True)]
+              case(batch=1, chunk=20, heads_q=2, heads_kv=2, head_dim=32, softcap=5.0, causal=True),
+              case(batch=1, chunk=7, heads_q=4, heads_kv=1, head_dim=16, dtype=BF16, deterministic=True)]
     _spawn(2, tmp_path, cases)
 
 
