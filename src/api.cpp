@@ -197,6 +197,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
                                           next.block_k));
     if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
       FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
+    FA_TRY(flashattn::check_alibi_batch_stride(next, next.alibi_batch_stride));
     set_contiguous_strides(next);
     next.layout.swap(plan->layout);
     *plan = std::move(next);  // layout_device (if any) is carried over unchanged
@@ -327,6 +328,21 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, 
       for (int i = 0; i < 4; ++i) plan->bias_stride[i] = 0;
     }
     plan->bias_kind = kind;
+    plan->alibi_batch_stride = 0;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_alibi_batch_stride(flashattn_plan_t plan, int64_t batch_stride) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (plan->bias_kind != FLASHATTN_BIAS_ALIBI && plan->bias_kind != FLASHATTN_BIAS_ALIBI_SYMMETRIC)
+      return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                  "batch_stride=%lld: the plan's bias kind is %d, not ALiBi (call flashattn_plan_set_bias with "
+                  "FLASHATTN_BIAS_ALIBI or FLASHATTN_BIAS_ALIBI_SYMMETRIC first)",
+                  static_cast<long long>(batch_stride), static_cast<int>(plan->bias_kind));
+    FA_TRY(flashattn::check_alibi_batch_stride(*plan, batch_stride));
+    plan->alibi_batch_stride = batch_stride;
     return FLASHATTN_STATUS_SUCCESS;
   });
 }

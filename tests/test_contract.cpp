@@ -286,6 +286,23 @@ void drive_plan_set_bias() {
   CALL(flashattn_plan_set_bias, "good", f.plan, FLASHATTN_BIAS_TENSOR, broadcast);
 }
 
+void drive_plan_set_alibi_batch_stride() {
+  Fixture f;
+  CALL(flashattn_plan_set_alibi_batch_stride, "plan NULL", nullptr, 4);
+  const int64_t strides[4] = {4 * 9 * 11, 9 * 11, 11, 1};
+  REQUIRE(flashattn_plan_set_bias(f.plan, FLASHATTN_BIAS_TENSOR, strides) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_set_alibi_batch_stride, "bias TENSOR", f.plan, 4);
+  REQUIRE(flashattn_plan_set_bias(f.plan, FLASHATTN_BIAS_NONE, nullptr) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_set_alibi_batch_stride, "bias NONE", f.plan, 0);
+  for (auto k : {FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC}) {
+    REQUIRE(flashattn_plan_set_bias(f.plan, k, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    for (int64_t s : {INT64_C(-1), std::numeric_limits<int64_t>::min(), INT64_C(1) << 62})
+      CALL(flashattn_plan_set_alibi_batch_stride, "bad stride " + std::to_string(s), f.plan, s);
+    for (int64_t s : {INT64_C(0), INT64_C(1), INT64_C(4), INT64_C(1) << 60})
+      CALL(flashattn_plan_set_alibi_batch_stride, "good " + std::to_string(s), f.plan, s);
+  }
+}
+
 void drive_plan_set_block_sparse() {
   Fixture f;
   flashattn_plan_t no_shape = nullptr;
@@ -655,6 +672,7 @@ TEST_CASE("the header documents a return list for every function that returns a 
                                           "flashattn_plan_set_band_mask",
                                           "flashattn_plan_set_softcap",
                                           "flashattn_plan_set_bias",
+                                          "flashattn_plan_set_alibi_batch_stride",
                                           "flashattn_plan_set_dropout",
                                           "flashattn_plan_set_block_sparse",
                                           "flashattn_plan_get_workspace_size",
@@ -712,6 +730,7 @@ TEST_CASE("every status a function returns is documented, and every documented o
   drive_plan_set_strides();
   drive_scalar_setters();
   drive_plan_set_bias();
+  drive_plan_set_alibi_batch_stride();
   drive_plan_set_block_sparse();
   drive_plan_get_workspace_size();
   drive_fwd();

@@ -24,7 +24,7 @@ struct HeadCtx {
   int64_t len_q, len_k;   // this sequence's lengths
   int64_t q0, k0;         // first token of the sequence (0 without varlen)
   int64_t shift;          // i' = i + shift (mask alignment)
-  float slope;            // ALiBi slope of head h (0 otherwise)
+  float slope;            // ALiBi slope of (b, h) (0 otherwise)
   uint64_t head_counter;  // Philox counter word: offset + b * heads_q + h
 };
 
@@ -46,7 +46,7 @@ inline HeadCtx make_head_ctx(const AttnParams& p, int64_t b, int64_t h) {
   c.q0 = p.varlen ? p.cu_seqlens_q[b] : 0;
   c.k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
   c.shift = align_shift(p, c.len_q, c.len_k);
-  c.slope = (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) ? p.alibi_slopes[h] : 0.f;
+  c.slope = alibi_slope(p, b, h);
   c.head_counter = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + static_cast<uint64_t>(h);
   return c;
 }
