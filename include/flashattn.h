@@ -29,6 +29,10 @@
  * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
  *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
  *   plan's workspace sizes and runs use that value, whatever the variable says later.
+ * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2` or
+ *   `avx512` (unset: the best the CPU supports). For tests of every path; fixed for the
+ *   process by its first CPU ::flashattn_plan_create, which refuses a name that is no
+ *   set (INVALID_VALUE) or a set this CPU or build lacks (NOT_SUPPORTED).
  * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD
  *   algorithm loads (read once per process, at its first use). A relative path is
  *   refused with LIBRARY_UNAVAILABLE. Unset, cuBLAS is searched for as the documentation
@@ -195,11 +199,14 @@ typedef enum flashattn_algorithm_t {
  * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
  *
- * Reads `FLASHATTN_CPU_THREADS` (see the file's notes on environment variables): the
- * thread count of a CPU plan is fixed here.
- * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
+ * Reads `FLASHATTN_CPU_THREADS` and `FLASHATTN_CPU_ISA` (see the file's notes on
+ * environment variables): the thread count of a CPU plan is fixed here, and the CPU
+ * library's worker pool grown to it.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0, or
+ *         FLASHATTN_CPU_ISA naming no instruction set);
  *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
- *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
+ *         NO_DEVICE (device ordinal out of range); NOT_SUPPORTED (FLASHATTN_CPU_ISA naming
+ *         a set this CPU lacks); OUT_OF_MEMORY.
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
                                                        int device);
@@ -560,13 +567,13 @@ typedef struct flashattn_bwd_args_t {
  * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
  * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
  *
- * A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
- * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
- * all before it returns; it allocates on the heap the task closure the workers share
- * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
- * each thread's start state, while the system maps each thread's stack. When a thread or
- * its handle cannot be had, the run goes on with fewer threads (bitwise the same
- * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
+ * A CPU run allocates nothing: its scratch is the workspace, and its team is the calling
+ * thread plus idle workers of the library's thread pool (one per process, started when
+ * CPU plans are created, joined when the library is unloaded or the process exits), at
+ * most min(the plan's threads, the workspace's per-thread slots, the run's tasks, one
+ * per 2^18 multiply-adds of work). Workers busy with runs of other threads are not
+ * waited for: the run goes on with fewer (bitwise the same results). OUT_OF_MEMORY is
+ * CUDA only.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
@@ -735,8 +742,7 @@ typedef struct flashattn_kvcache_args_t {
  *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
  *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
  *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
- *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE;
- *         OUT_OF_MEMORY.
+ *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE.
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,
                                                        void* workspace, size_t workspace_bytes,

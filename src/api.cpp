@@ -100,11 +100,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
     flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
     FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
+    int cpu_threads = 1;
+    if (resolved == FLASHATTN_BACKEND_CPU) FA_TRY(flashattn::cpu_prepare_plan(&cpu_threads));
     flashattn_plan_s* p = new (std::nothrow) flashattn_plan_s();
     if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));
     p->backend = resolved;
     p->device = device;
-    p->cpu_threads = flashattn::cpu_thread_count();
+    p->cpu_threads = cpu_threads;
     *plan = p;
     return FLASHATTN_STATUS_SUCCESS;
   });

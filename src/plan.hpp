@@ -22,7 +22,7 @@ struct KvGeometry {
 struct flashattn_plan_s {
   flashattn_backend_t backend = FLASHATTN_BACKEND_CPU;  // resolved, never AUTO
   int device = 0;
-  int cpu_threads = 1;  // CPU plans: cpu_thread_count() at creation (workspace size and runs)
+  int cpu_threads = 1;  // CPU plans: cpu_prepare_plan() at creation (workspace size and runs)
 
   bool has_shape = false;
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim_qk = 0, head_dim_v = 0;

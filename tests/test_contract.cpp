@@ -140,6 +140,24 @@ void drive_plan_create() {
   }
   record("flashattn_plan_create", "allocations fail",
          with_failing_allocations([&] { return flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0); }));
+  for (const char* isa : {"sse9", "AVX2", "", "avx512"}) {  // avx512: NOT_SUPPORTED where the CPU lacks it
+    REQUIRE(setenv("FLASHATTN_CPU_ISA", isa, 1) == 0);
+    p = nullptr;
+    CALL(flashattn_plan_create, std::string("FLASHATTN_CPU_ISA=") + isa, &p, FLASHATTN_BACKEND_CPU, 0);
+    flashattn_plan_destroy(p);
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_ISA") == 0);
+}
+
+// Whether this CPU has every instruction set of FLASHATTN_CPU_ISA (then forcing one
+// cannot fail).
+bool cpu_has_every_isa() {
+  REQUIRE(setenv("FLASHATTN_CPU_ISA", "avx512", 1) == 0);
+  flashattn_plan_t p = nullptr;
+  const flashattn_status_t st = flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0);
+  flashattn_plan_destroy(p);
+  REQUIRE(unsetenv("FLASHATTN_CPU_ISA") == 0);
+  return st == FLASHATTN_STATUS_SUCCESS;
 }
 
 void drive_plan_get_backend() {
@@ -417,7 +435,7 @@ void drive_fwd_kvcache() {
   call("good", f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
   record("flashattn_fwd_kvcache", "allocations fail",
          with_failing_allocations([&] { return flashattn_fwd_kvcache(f.plan, &good, f.ws(), f.ws_bytes(), nullptr); }));
-  // Appending: the list of written rows is allocated.
+  // Appending: the list of written rows is sorted in the workspace.
   flashattn_kvcache_config_t append = c;
   append.seqlen_new = 1;
   REQUIRE(flashattn_plan_set_kvcache(f.plan, &append) == FLASHATTN_STATUS_SUCCESS);
@@ -600,9 +618,11 @@ bool injection_reaches_library() {
 std::set<int> cannot_provoke(const std::string& fn) {
   const bool gpu = flashattn_cuda_device_count() > 0;
   std::set<int> s = {FLASHATTN_STATUS_INTERNAL_ERROR};  // a library bug, never on purpose
-  if (fn == "flashattn_plan_create")
-    s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE                                // CUDA plans succeed
-                 : FLASHATTN_STATUS_NO_DEVICE);                                        // needs a CUDA device
+  if (fn == "flashattn_plan_create") {
+    s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE  // CUDA plans succeed
+                 : FLASHATTN_STATUS_NO_DEVICE);          // needs a CUDA device
+    if (cpu_has_every_isa()) s.insert(FLASHATTN_STATUS_NOT_SUPPORTED);
+  }
   if (fn == "flashattn_plan_set_block_sparse") s.insert(FLASHATTN_STATUS_CUDA_ERROR);  // a CUDA plan's upload failing
   if (fn == "flashattn_fwd" || fn == "flashattn_bwd") {
     // CUDA-only refusals and failures (the runs here are CPU runs; tests/test_gpu*.cpp cover them).
@@ -612,6 +632,9 @@ std::set<int> cannot_provoke(const std::string& fn) {
       s.insert(st);
     // Device memory passed to a CPU run: needs a loaded CUDA driver (tests/test_host_memory.cpp).
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
+    // CUDA runs' host bookkeeping (property cache, cuBLAS handles); a CPU run allocates
+    // nothing (tests/test_no_allocation.cpp).
+    s.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);
   }
   if (fn == "flashattn_fwd_kvcache") {
     s.insert(FLASHATTN_STATUS_NOT_SUPPORTED);       // CUDA plans only (tests/test_gpu_inference.cpp)

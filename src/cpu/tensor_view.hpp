@@ -12,6 +12,7 @@
 #include "common/mask.h"
 #include "common/params.h"
 #include "cpu/convert.hpp"
+#include "cpu/tile_math.hpp"
 
 namespace flashattn {
 namespace cpu {
@@ -108,6 +109,16 @@ inline void load_key_rows(const AttnParams& p, const void* base, const Strides4&
     } else {
       row_to_float(src, p.dtype, dst + r * ld, dim);
     }
+  }
+}
+
+// Key rows [j0, j0+n) of context c as gemm_panels' B: dst[r / kTileN][d][r % kTileN]
+// for d < dim (panels of dim x kTileN floats; rows past n are left as they are).
+inline void load_key_panels(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
+                            int64_t n, int64_t dim, float* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    const char* src = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r));
+    row_to_float_strided(src, p.dtype, dst + (r / kTileN) * dim * kTileN + r % kTileN, kTileN, dim);
   }
 }
 
