@@ -257,22 +257,14 @@ Problem make_problem(const Config& c0) {
   }
   // Tensor layouts.
   const int64_t SQ = p.varlen ? tq : c.sq, SK = p.varlen ? tk : c.sk;
-  p.lay[FLASHATTN_TENSOR_Q] =
-      make_layout(c.layout, 0, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_K] =
-      make_layout(c.layout, 1, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_V] =
-      make_layout(c.layout, 2, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
-  p.lay[FLASHATTN_TENSOR_O] =
-      make_layout(c.layout, 3, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DO] =
-      make_layout(c.layout, 4, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dv);
-  p.lay[FLASHATTN_TENSOR_DQ] =
-      make_layout(c.layout, 5, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SQ, c.hq, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DK] =
-      make_layout(c.layout, 6, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dqk);
-  p.lay[FLASHATTN_TENSOR_DV] =
-      make_layout(c.layout, 7, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, SK, c.hkv, c.dv);
+  for (int t = 0; t < 8; ++t) {  // Q, K, V, O, dO, dQ, dK, dV: rows of q or k, dims of q/k or v
+    const bool q_rows =
+        t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_O || t == FLASHATTN_TENSOR_DO || t == FLASHATTN_TENSOR_DQ;
+    const bool qk_dim =
+        t == FLASHATTN_TENSOR_Q || t == FLASHATTN_TENSOR_K || t == FLASHATTN_TENSOR_DQ || t == FLASHATTN_TENSOR_DK;
+    p.lay[t] = make_layout(c.layout, t, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, q_rows ? SQ : SK,
+                           q_rows ? c.hq : c.hkv, qk_dim ? c.dqk : c.dv);
+  }
   return p;
 }
 
