@@ -15,6 +15,7 @@
 
 #include "backends.hpp"
 #include "common/run_pointers.hpp"
+#include "cuda/forward_path.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
 
@@ -283,7 +284,7 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
                                  : standard_fwd(p, workspace, workspace_bytes, st);
   else
     s = p.direction == kBackward ? fa2_bwd(p, workspace, workspace_bytes, st)
-                                 : fa2_fwd(p, workspace, workspace_bytes, st);
+                                 : cuda_flash_fwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 

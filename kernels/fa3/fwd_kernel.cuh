@@ -1,0 +1,234 @@
+// The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
+// pipeline and wgmma GEMMs.
+//
+// CTA = one 128-row query tile of one (query head, sequence); 384 threads:
+//   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
+//     the Q tile once and every K/V block into a 2-stage ring with TMA (128-byte swizzle),
+//     each stage guarded by a full barrier (transaction bytes) per operand and one empty
+//     barrier that all 256 consumer threads arrive on when they are done with the stage.
+//   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
+//     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
+//     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
+//     registers, O += P V (wgmma with P from registers, V an MN-major descriptor).
+// Blocks run from the last key block down, so the masked ones come first; key blocks a
+// causal tile cannot see are never loaded. Epilogue: O (16-bit) and LSE (fp32) by plain
+// stores from the accumulator registers.
+//
+// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
+// layout, band mask only causal (window_right 0, window_left unbounded) with either
+// alignment, GQA (key head = h / (heads_q / heads_kv)). The host sends everything else to fa2.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa2/mma.cuh"
+#include "fa2/wgmma.cuh"
+#include "fa3/fwd.h"
+#include "fa3/fwd_traits.h"
+#include "hopper/tma.cuh"
+
+namespace flashattn {
+namespace fa3 {
+
+template <uint32_t kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <uint32_t kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Key blocks this query tile attends to: [0, return value). Producer and consumers call it
+// with the same arguments, so both walk the same blocks.
+template <class Cfg>
+__device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q, int len_k, int shift) {
+  int end = len_k;
+  if (p.has_band) {
+    // Causal: the tile's last row (i < len_q) sees keys j <= i + shift.
+    const int last = min(m0 + Cfg::kBlockM, len_q) - 1 + shift;
+    end = last < 0 ? 0 : min(last + 1, len_k);
+  }
+  return (end + Cfg::kBlockN - 1) / Cfg::kBlockN;
+}
+
+template <class Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
+  constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
+  constexpr int kNV = kD / 8;       // n8 tiles of O
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sk0 = sq + Cfg::kQBytes;
+  const uint32_t sv0 = sk0 + kStages * Cfg::kKBytes;
+  const uint32_t bar0 = sv0 + kStages * Cfg::kVBytes;
+  const uint32_t q_full = bar0;
+  auto k_full = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + s); };
+  auto v_full = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + kStages + s); };
+  auto kv_empty = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + 2 * kStages + s); };
+
+  const int m0 = static_cast<int>(blockIdx.x) * kBlockM;
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
+  const int shift = p.align == 1 ? len_k - len_q : 0;
+  const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(k_full(s));
+      hopper::mbar_init(v_full(s));
+      hopper::mbar_init(kv_empty(s), 2 * 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    // ---- producer ----
+    regs_dec<24>();
+    if (threadIdx.x != 0 || n_blocks == 0) return;
+    const int kvh = h / static_cast<int>(p.heads_q / p.heads_kv);
+    hopper::mbar_expect(q_full, Cfg::kQBytes);
+#pragma unroll
+    for (int c = 0; c < kD / 64; ++c)
+      hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, m0, h, b, q_full);
+    for (int it = 0; it < n_blocks; ++it) {
+      const int s = it % kStages, n = n_blocks - 1 - it;
+      const uint32_t phase = static_cast<uint32_t>(it / kStages) & 1u;
+      // A fresh barrier counts as having completed the phase before its first: the first
+      // round through the ring does not wait.
+      hopper::mbar_wait(kv_empty(s), phase ^ 1u);
+      hopper::mbar_expect(k_full(s), Cfg::kKBytes);
+#pragma unroll
+      for (int c = 0; c < kD / 64; ++c)
+        hopper::tma_load(sk0 + static_cast<uint32_t>(s * Cfg::kKBytes + c * kBlockN * 128), &maps.k, c * 64,
+                         n * kBlockN, kvh, b, k_full(s));
+      hopper::mbar_expect(v_full(s), Cfg::kVBytes);
+#pragma unroll
+      for (int c = 0; c < kD / 64; ++c)
+        hopper::tma_load(sv0 + static_cast<uint32_t>(s * Cfg::kVBytes + c * kBlockN * 128), &maps.v, c * 64,
+                         n * kBlockN, kvh, b, v_full(s));
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  regs_inc<240>();
+  const int cw = wg - 1;                          // rows 64 cw .. 64 cw + 63 of the tile
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+  const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+
+  float acc_o[1][kNV][4];
+#pragma unroll
+  for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  if (n_blocks > 0) hopper::mbar_wait(q_full, 0);
+  for (int it = 0; it < n_blocks; ++it) {
+    const int s = it % kStages, n = n_blocks - 1 - it;
+    const uint32_t phase = static_cast<uint32_t>(it / kStages) & 1u;
+    float acc_s[1][kNT][4];
+    hopper::mbar_wait(k_full(s), phase);
+    fa2::wg_fence();
+    fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(acc_s, sq + static_cast<uint32_t>(cw * 64 * 128),
+                                                        sk0 + static_cast<uint32_t>(s * Cfg::kKBytes));
+    fa2::wg_commit();
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_s);
+
+    // ---- mask: keys past len_k, and (causal) keys j > i + shift; uniform per block ----
+    const int n0 = n * kBlockN;
+    if (n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift)) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = n0 + nt * 8 + 2 * t + (e & 1);
+          const int i = row0 + (e >> 1) * 8;
+          if (j >= len_k || (p.has_band && j > i + shift)) acc_s[0][nt][e] = -INFINITY;
+        }
+    }
+
+    // ---- online softmax (base 2): thread rows g (hh 0) and g + 8 (hh 1) ----
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = row_max[hh];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
+      mx = fa2::quad_max(mx);
+      // A row with every score so far masked keeps max -inf; its exps use 0 as the offset.
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
+      const float alpha = fa2::fast_exp2(row_max[hh] * sl2 - m_scaled);
+      row_max[hh] = mx;
+      row_sum[hh] *= alpha;
+#pragma unroll
+      for (int nv = 0; nv < kNV; ++nv) {
+        acc_o[0][nv][2 * hh] *= alpha;
+        acc_o[0][nv][2 * hh + 1] *= alpha;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = fa2::fast_exp2(fmaf(acc_s[0][nt][2 * hh + e], sl2, -m_scaled));
+          acc_s[0][nt][2 * hh + e] = pe;
+          sum += pe;
+        }
+      row_sum[hh] += sum;
+    }
+
+    // ---- O += P V: P in the A-fragment layout of mma.sync m16n8k16, V MN-major (k16 step
+    // kk = rows 16 kk.., 2048 bytes further; N = kD across its 64-column blocks) ----
+    uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
+      pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
+      pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
+      pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
+    }
+    hopper::mbar_wait(v_full(s), phase);
+    const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(s * Cfg::kVBytes), kBlockN * 128);
+    fa2::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+    fa2::wg_commit();
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_o);
+    hopper::mbar_arrive(kv_empty(s));  // this thread's GEMMs no longer read the stage
+  }
+
+  // ---- epilogue: normalize; O and LSE of the rows below len_q ----
+  // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
+  // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it.
+  T* const o = static_cast<T*>(p.o) + static_cast<int64_t>(b) * p.o_stride.b + static_cast<int64_t>(h) * p.o_stride.h;
+  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q : nullptr;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = fa2::quad_sum(row_sum[hh]);
+    const float inv = sum != 0.f ? 1.f / sum : 0.f;
+    const int i = row0 + hh * 8;
+    if (i >= len_q) continue;
+    T* const orow = o + static_cast<int64_t>(i) * p.o_stride.s;
+#pragma unroll
+    for (int nv = 0; nv < kNV; ++nv)
+      *reinterpret_cast<uint32_t*>(orow + nv * 8 + 2 * t) =
+          fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv, acc_o[0][nv][2 * hh + 1] * inv);
+    if (lse != nullptr && t == 0)
+      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
+  }
+}
+
+}  // namespace fa3
+}  // namespace flashattn
