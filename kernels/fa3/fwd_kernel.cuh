@@ -56,7 +56,8 @@ __device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q
 }
 
 template <class Cfg, typename T>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
   constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
   constexpr int kNV = kD / 8;       // n8 tiles of O
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
 
   // ---- consumers ----
   regs_inc<240>();
-  const int cw = wg - 1;                          // rows 64 cw .. 64 cw + 63 of the tile
+  const int cw = wg - 1;                                      // rows 64 cw .. 64 cw + 63 of the tile
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel(const AttnParams 
     const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(s * Cfg::kVBytes), kBlockN * 128);
     fa2::wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
     fa2::wg_commit();
     fa2::wg_wait<0>();
     fa2::wg_hold(acc_o);

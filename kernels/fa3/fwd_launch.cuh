@@ -24,8 +24,8 @@ FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t s
   // One CTA per (query tile, query head, sequence); the host sends heads_q or batch above
   // the grid's y/z limit to fa2.
   r.step = kFwdLaunch;
-  r.grid = dim3(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
-                static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  r.grid = dim3(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM), static_cast<unsigned>(p.heads_q),
+                static_cast<unsigned>(p.batch));
   kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, maps);
   r.err = cudaGetLastError();
   return r;

@@ -14,7 +14,7 @@ enum class ForcedPath { kAuto, kFa2, kFa3, kInvalid };
 
 // The variable's value, read at the first forward of the process.
 const char* forced_path_value() {
-  static const char* const value = getenv("FLASHATTN_CUDA_FORWARD");
+  static const char* const value = secure_getenv("FLASHATTN_CUDA_FORWARD");
   return value;
 }
 
@@ -39,8 +39,8 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
     char why[256];
     if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, stream);
     if (forced == ForcedPath::kFa3)
-      return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "FLASHATTN_CUDA_FORWARD=fa3: the fa3 forward does not serve this run: %s",
-                  why);
+      return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                  "FLASHATTN_CUDA_FORWARD=fa3: the fa3 forward does not serve this run: %s", why);
   }
   return fa2_fwd(p, workspace, workspace_bytes, stream);
 }
