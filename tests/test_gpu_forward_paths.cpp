@@ -27,13 +27,13 @@ std::string forced_path() {
 bool fa3_device() {
   int dev = 0;
   cudaDeviceProp prop{};
-  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
-         prop.major == 9 && prop.minor == 0;
+  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 &&
+         prop.minor == 0;
 }
 
-#define REQUIRE_PATH()                                                                                          \
-  do {                                                                                                          \
-    REQUIRE_GPU();                                                                                              \
+#define REQUIRE_PATH()                                                                                            \
+  do {                                                                                                            \
+    REQUIRE_GPU();                                                                                                \
     if (forced_path() == "fa3" && !fa3_device()) FA_SKIP_TEST("fa3 runs on compute capability 9.0 devices only"); \
   } while (0)
 
@@ -54,7 +54,7 @@ TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
 
 TEST_CASE("forward paths: awkward lengths at head dims 64, 128, 256, causal in both alignments", "[gpu][fwd]") {
   REQUIRE_PATH();
-  const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},    {17, 129},   {129, 17},
+  const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},     {17, 129},   {129, 17},
                               {129, 129}, {1000, 129}, {129, 1000}, {1000, 1000}};
   uint64_t seed = 9000;
   for (int64_t d : {64, 128, 256})

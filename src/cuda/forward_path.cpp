@@ -1,6 +1,7 @@
 // FLASHATTN_CUDA_FORWARD and the choice between the fa2 and fa3 forward (forward_path.hpp).
 #include "cuda/forward_path.hpp"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,15 +13,24 @@ namespace {
 
 enum class ForcedPath { kAuto, kFa2, kFa3, kInvalid };
 
-// The variable's value, read at the first forward of the process.
+// The variable's value ("" when unset), copied at the first forward of the process (no
+// allocation: a longer value is cut to the buffer, which keeps it invalid).
+struct PathValue {
+  char text[64];
+};
 const char* forced_path_value() {
-  static const char* const value = secure_getenv("FLASHATTN_CUDA_FORWARD");
-  return value;
+  static const PathValue value = [] {
+    PathValue v{};
+    const char* e = secure_getenv("FLASHATTN_CUDA_FORWARD");
+    snprintf(v.text, sizeof v.text, "%s", e != nullptr ? e : "");
+    return v;
+  }();
+  return value.text;
 }
 
 ForcedPath forced_path() {
   const char* v = forced_path_value();
-  if (v == nullptr || v[0] == '\0') return ForcedPath::kAuto;
+  if (v[0] == '\0') return ForcedPath::kAuto;
   if (strcmp(v, "fa2") == 0) return ForcedPath::kFa2;
   if (strcmp(v, "fa3") == 0) return ForcedPath::kFa3;
   return ForcedPath::kInvalid;
