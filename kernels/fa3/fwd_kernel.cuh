@@ -3,13 +3,16 @@
 //
 // CTA = one 128-row query tile of one (query head, sequence); 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
-//     the Q tile once and every K/V block into a 2-stage ring with TMA (128-byte swizzle),
-//     each stage guarded by a full barrier (transaction bytes) per operand and one empty
-//     barrier that all 256 consumer threads arrive on when they are done with the stage.
+//     the Q tile once and the K and V blocks into 2-stage rings with TMA (128-byte swizzle),
+//     K one block ahead of V. Every stage of each ring has a full barrier (transaction bytes)
+//     and an empty barrier that all 256 consumer threads arrive on once their GEMM of the
+//     stage is done (K after S, V after O += P V).
 //   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
 //     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
 //     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
-//     registers, O += P V (wgmma with P from registers, V an MN-major descriptor).
+//     registers, O += P V (wgmma with P from registers, V an MN-major descriptor). Within a
+//     warpgroup the GEMMs of neighbouring blocks overlap: S of block j + 1 and O += P V of
+//     block j are issued together, and the softmax of block j + 1 runs under the second.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: O (16-bit) and LSE (fp32) by plain
 // stores from the accumulator registers.
@@ -55,6 +58,74 @@ __device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q
   return (end + Cfg::kBlockN - 1) / Cfg::kBlockN;
 }
 
+// The element mask of key block n (keys n kBlockN ..): keys past len_k and, causal, keys
+// j > i + shift of this thread's rows row0 and row0 + 8. Only the blocks that need it call it.
+template <class Cfg>
+__device__ __forceinline__ void mask_block(const AttnParams& p, float (&acc_s)[1][Cfg::kBlockN / 8][4], int n, int row0,
+                                           int len_k, int shift) {
+  const int n0 = n * Cfg::kBlockN;
+  const int t = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = n0 + nt * 8 + 2 * t + (e & 1);
+      const int i = row0 + (e >> 1) * 8;
+      if (j >= len_k || (p.has_band && j > i + shift)) acc_s[0][nt][e] = -INFINITY;
+    }
+}
+
+// One step of the online softmax (base 2) on the scores of a block, rows g (hh 0) and g + 8
+// (hh 1): the new running max, the scores turned into probabilities in place, the running
+// sums updated, and alpha[hh], the factor the O accumulator still has to be scaled by (the
+// caller applies it once no GEMM writes O). A row with every score so far masked keeps max
+// -inf; its exps use 0 as the offset, so its probabilities and alpha are 0.
+template <int NT>
+__device__ __forceinline__ void softmax_step(float (&acc_s)[1][NT][4], float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2], float sl2) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = row_max[hh];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
+    mx = fa2::quad_max(mx);
+    const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
+    alpha[hh] = fa2::fast_exp2(row_max[hh] * sl2 - m_scaled);
+    row_max[hh] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = fa2::fast_exp2(fmaf(acc_s[0][nt][2 * hh + e], sl2, -m_scaled));
+        acc_s[0][nt][2 * hh + e] = pe;
+        sum += pe;
+      }
+    row_sum[hh] = row_sum[hh] * alpha[hh] + sum;
+  }
+}
+
+template <int NV>
+__device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nv = 0; nv < NV; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
+}
+
+// P (the probabilities in the S accumulator) as the A operand of O += P V: for k16 step kk,
+// the A-fragment layout of mma.sync m16n8k16 (rows g, g + 8; columns 16 kk + 2t.., + 8).
+template <typename T, int NT>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[NT / 2][4], const float (&acc_s)[1][NT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
+    pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
+    pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
+    pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
+  }
+}
+
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
@@ -64,12 +135,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sk0 = sq + Cfg::kQBytes;
-  const uint32_t sv0 = sk0 + kStages * Cfg::kKBytes;
-  const uint32_t bar0 = sv0 + kStages * Cfg::kVBytes;
+  const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
+  const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
   const uint32_t q_full = bar0;
-  auto k_full = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + s); };
-  auto v_full = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + kStages + s); };
-  auto kv_empty = [&](int s) { return bar0 + 8u * static_cast<uint32_t>(1 + 2 * kStages + s); };
+  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(1 + kind * kStages + s); };
+  auto k_full = [&](int s) { return bar(0, s); };
+  auto v_full = [&](int s) { return bar(1, s); };
+  auto k_empty = [&](int s) { return bar(2, s); };
+  auto v_empty = [&](int s) { return bar(3, s); };
+  // Block it of the walk lives in stage it % kStages, in that stage's use number it / kStages.
+  auto stage = [](int it) { return it % kStages; };
+  auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
 
   const int m0 = static_cast<int>(blockIdx.x) * kBlockM;
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -82,7 +158,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(k_full(s));
       hopper::mbar_init(v_full(s));
-      hopper::mbar_init(kv_empty(s), 2 * 128);
+      hopper::mbar_init(k_empty(s), 2 * 128);
+      hopper::mbar_init(v_empty(s), 2 * 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -90,7 +167,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    // ---- producer ----
+    // ---- producer: Q, then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
+    // consumers use them in ----
     regs_dec<24>();
     if (threadIdx.x != 0 || n_blocks == 0) return;
     const int kvh = h / static_cast<int>(p.heads_q / p.heads_kv);
@@ -98,23 +176,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < kD / 64; ++c)
       hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, m0, h, b, q_full);
+    // Operand `which` (0 K, 1 V) of walk step it. A fresh barrier counts as having completed
+    // the phase before its first: the first round through the ring does not wait.
+    auto load = [&](int which, int it) {
+      const int s = stage(it), n = n_blocks - 1 - it;
+      const uint32_t full = which == 0 ? k_full(s) : v_full(s);
+      const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * Cfg::kKVBytes);
+      hopper::mbar_wait(which == 0 ? k_empty(s) : v_empty(s), parity(it) ^ 1u);
+      hopper::mbar_expect(full, Cfg::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < kD / 64; ++c)
+        hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * 128), which == 0 ? &maps.k : &maps.v, c * 64,
+                         n * kBlockN, kvh, b, full);
+    };
     for (int it = 0; it < n_blocks; ++it) {
-      const int s = it % kStages, n = n_blocks - 1 - it;
-      const uint32_t phase = static_cast<uint32_t>(it / kStages) & 1u;
-      // A fresh barrier counts as having completed the phase before its first: the first
-      // round through the ring does not wait.
-      hopper::mbar_wait(kv_empty(s), phase ^ 1u);
-      hopper::mbar_expect(k_full(s), Cfg::kKBytes);
-#pragma unroll
-      for (int c = 0; c < kD / 64; ++c)
-        hopper::tma_load(sk0 + static_cast<uint32_t>(s * Cfg::kKBytes + c * kBlockN * 128), &maps.k, c * 64,
-                         n * kBlockN, kvh, b, k_full(s));
-      hopper::mbar_expect(v_full(s), Cfg::kVBytes);
-#pragma unroll
-      for (int c = 0; c < kD / 64; ++c)
-        hopper::tma_load(sv0 + static_cast<uint32_t>(s * Cfg::kVBytes + c * kBlockN * 128), &maps.v, c * 64,
-                         n * kBlockN, kvh, b, v_full(s));
+      load(0, it);
+      if (it > 0) load(1, it - 1);
     }
+    load(1, n_blocks - 1);
     return;
   }
 
@@ -126,89 +205,91 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
   const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+  const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * 128);  // this warpgroup's Q rows
 
   float acc_o[1][kNV][4];
 #pragma unroll
   for (int nv = 0; nv < kNV; ++nv)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+  float acc_s[1][kNT][4];
+  uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
 
-  if (n_blocks > 0) hopper::mbar_wait(q_full, 0);
-  for (int it = 0; it < n_blocks; ++it) {
-    const int s = it % kStages, n = n_blocks - 1 - it;
-    const uint32_t phase = static_cast<uint32_t>(it / kStages) & 1u;
-    float acc_s[1][kNT][4];
-    hopper::mbar_wait(k_full(s), phase);
-    fa2::wg_fence();
-    fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(acc_s, sq + static_cast<uint32_t>(cw * 64 * 128),
-                                                        sk0 + static_cast<uint32_t>(s * Cfg::kKBytes));
-    fa2::wg_commit();
-    fa2::wg_wait<0>();
-    fa2::wg_hold(acc_s);
-
-    // ---- mask: keys past len_k, and (causal) keys j > i + shift; uniform per block ----
+  // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
+  // first row's diagonal; uniform per block.
+  auto needs_mask = [&](int n) {
     const int n0 = n * kBlockN;
-    if (n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift)) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = n0 + nt * 8 + 2 * t + (e & 1);
-          const int i = row0 + (e >> 1) * 8;
-          if (j >= len_k || (p.has_band && j > i + shift)) acc_s[0][nt][e] = -INFINITY;
-        }
-    }
-
-    // ---- online softmax (base 2): thread rows g (hh 0) and g + 8 (hh 1) ----
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = row_max[hh];
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
-      mx = fa2::quad_max(mx);
-      // A row with every score so far masked keeps max -inf; its exps use 0 as the offset.
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
-      const float alpha = fa2::fast_exp2(row_max[hh] * sl2 - m_scaled);
-      row_max[hh] = mx;
-      row_sum[hh] *= alpha;
-#pragma unroll
-      for (int nv = 0; nv < kNV; ++nv) {
-        acc_o[0][nv][2 * hh] *= alpha;
-        acc_o[0][nv][2 * hh + 1] *= alpha;
-      }
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = fa2::fast_exp2(fmaf(acc_s[0][nt][2 * hh + e], sl2, -m_scaled));
-          acc_s[0][nt][2 * hh + e] = pe;
-          sum += pe;
-        }
-      row_sum[hh] += sum;
-    }
-
-    // ---- O += P V: P in the A-fragment layout of mma.sync m16n8k16, V MN-major (k16 step
-    // kk = rows 16 kk.., 2048 bytes further; N = kD across its 64-column blocks) ----
-    uint32_t pa[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
-      pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
-      pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
-      pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
-    }
-    hopper::mbar_wait(v_full(s), phase);
-    const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(s * Cfg::kVBytes), kBlockN * 128);
-    fa2::wg_fence();
+    return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
+  };
+  // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
+  auto issue_s = [&](int it) {
+    fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(acc_s, sq_wg,
+                                                        sk0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes));
+  };
+  // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 2048 bytes
+  // further; N = kD across its 64-column blocks, kBlockN * 128 bytes apart).
+  auto issue_pv = [&](int it) {
+    const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes), kBlockN * 128);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+  };
+
+  // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
+  // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
+  // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
+  // between a GEMM's issue and its wait.
+  if (n_blocks > 0) {
+    hopper::mbar_wait(q_full, 0);
+    hopper::mbar_wait(k_full(stage(0)), parity(0));
+    fa2::wg_fence();
+    issue_s(0);
+    fa2::wg_commit();
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_s);
+    hopper::mbar_arrive(k_empty(stage(0)));
+    if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
+    softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
+    pack_p<T>(pa, acc_s);
+  }
+  for (int it = 1; it < n_blocks; ++it) {
+    const int n = n_blocks - 1 - it;
+    hopper::mbar_wait(k_full(stage(it)), parity(it));
+    hopper::mbar_wait(v_full(stage(it - 1)), parity(it - 1));
+    fa2::wg_fence();
+    issue_s(it);
+    fa2::wg_commit();
+    issue_pv(it - 1);
+    fa2::wg_commit();
+    fa2::wg_wait<1>();  // S(it) done; O += P V may still run
+    fa2::wg_hold(acc_s);
+    hopper::mbar_arrive(k_empty(stage(it)));
+    // The softmax sits in the two arms of this branch, the wait after it: within one basic
+    // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
+    // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
+    // softmax below the wait.
+    if (needs_mask(n)) {
+      mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+    } else {
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+    }
+    fa2::wg_hold(acc_s);
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_o);
+    hopper::mbar_arrive(v_empty(stage(it - 1)));
+    rescale_o(acc_o, alpha);
+    pack_p<T>(pa, acc_s);
+  }
+  if (n_blocks > 0) {
+    hopper::mbar_wait(v_full(stage(n_blocks - 1)), parity(n_blocks - 1));
+    fa2::wg_fence();
+    issue_pv(n_blocks - 1);
     fa2::wg_commit();
     fa2::wg_wait<0>();
     fa2::wg_hold(acc_o);
-    hopper::mbar_arrive(kv_empty(s));  // this thread's GEMMs no longer read the stage
+    hopper::mbar_arrive(v_empty(stage(n_blocks - 1)));
   }
 
   // ---- epilogue: normalize; O and LSE of the rows below len_q ----

@@ -17,12 +17,11 @@ struct FwdTraits {
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   static constexpr int kQBytes = kBlockM * D * 2;
-  static constexpr int kKBytes = kBlockN * D * 2;
-  static constexpr int kVBytes = kBlockN * D * 2;
-  // Barriers: Q full, K full x kStages, V full x kStages, K/V empty x kStages (8 bytes each).
-  static constexpr int kBarBytes = 8 * (1 + 3 * kStages);
+  static constexpr int kKVBytes = kBlockN * D * 2;  // one K or V tile
+  // Barriers: Q full, then K full, V full, K empty, V empty x kStages each (8 bytes each).
+  static constexpr int kBarBytes = 8 * (1 + 4 * kStages);
   // Dynamic shared memory: the tiles start at the first 1024-byte boundary (1024 bytes of slack).
-  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + kBarBytes;
   static_assert(D % 64 == 0 && D <= 256, "head dim: a multiple of 64 up to 256");
 };
 
