@@ -13,6 +13,8 @@
 //     registers, O += P V (wgmma with P from registers, V an MN-major descriptor). Within a
 //     warpgroup the GEMMs of neighbouring blocks overlap: S of block j + 1 and O += P V of
 //     block j are issued together, and the softmax of block j + 1 runs under the second.
+//     Between the warpgroups, named barriers make them take turns issuing (ping-pong), so
+//     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: O (16-bit) and LSE (fp32) by plain
 // stores from the accumulator registers.
@@ -43,6 +45,16 @@ __device__ __forceinline__ void regs_dec() {
 template <uint32_t kRegs>
 __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
+// __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong).
+constexpr int kBarTurn = 1;  // + consumer index c: warpgroup c may issue its GEMMs
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Key blocks this query tile attends to: [0, return value). Producer and consumers call it
@@ -240,12 +252,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
   // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
   // between a GEMM's issue and its wait.
+  //
+  // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
+  // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
+  // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
+  // other has passed (128): warpgroup 0's first turn is passed by itself, and warpgroup 1
+  // skips its last pass (nobody waits for it), so both barriers end balanced. Both
+  // warpgroups walk the same n_blocks steps.
+  auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
+  auto turn_pass = [&](int it) {
+    if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
+  };
   if (n_blocks > 0) {
+    if (cw == 0) bar_arrive(kBarTurn, 256);
     hopper::mbar_wait(q_full, 0);
     hopper::mbar_wait(k_full(stage(0)), parity(0));
+    turn_wait();
     fa2::wg_fence();
     issue_s(0);
     fa2::wg_commit();
+    turn_pass(0);
     fa2::wg_wait<0>();
     fa2::wg_hold(acc_s);
     hopper::mbar_arrive(k_empty(stage(0)));
@@ -257,11 +283,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int n = n_blocks - 1 - it;
     hopper::mbar_wait(k_full(stage(it)), parity(it));
     hopper::mbar_wait(v_full(stage(it - 1)), parity(it - 1));
+    turn_wait();
     fa2::wg_fence();
     issue_s(it);
     fa2::wg_commit();
     issue_pv(it - 1);
     fa2::wg_commit();
+    turn_pass(it);
     fa2::wg_wait<1>();  // S(it) done; O += P V may still run
     fa2::wg_hold(acc_s);
     hopper::mbar_arrive(k_empty(stage(it)));
