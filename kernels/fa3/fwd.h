@@ -9,11 +9,12 @@
 namespace flashattn {
 namespace fa3 {
 
-// TMA maps of Q, K and V as 4-D tensors (head dim, seq, head, batch) over the plan's
-// strides, boxes of 64 columns x FwdTraits<D>::kBlockM (Q) or kBlockN (K, V) rows, 128-byte
-// swizzle, rows past the sequence zero-filled (src/cuda/tensor_map.hpp encodes them).
+// TMA maps of Q, K, V and O as 4-D tensors (head dim, seq, head, batch) over the plan's
+// strides, boxes of 64 columns x FwdTraits<D>::kBlockM (Q), kBlockN (K, V) or kOBoxRows (O)
+// rows, 128-byte swizzle; loads zero-fill rows past the sequence, stores skip them
+// (src/cuda/tensor_map.hpp encodes them).
 struct FwdMaps {
-  TensorMap128 q, k, v;
+  TensorMap128 q, k, v, o;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

@@ -16,8 +16,9 @@
 //     Between the warpgroups, named barriers make them take turns issuing (ping-pong), so
 //     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
-// causal tile cannot see are never loaded. Epilogue: O (16-bit) and LSE (fp32) by plain
-// stores from the accumulator registers.
+// causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
+// rows (16-bit) over its Q rows in shared memory and one thread stores them with TMA; LSE
+// (fp32) by plain stores from registers.
 //
 // Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
@@ -49,7 +50,8 @@ __device__ __forceinline__ void regs_inc() {
 
 // Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
 // __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong).
-constexpr int kBarTurn = 1;  // + consumer index c: warpgroup c may issue its GEMMs
+constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
+constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -320,24 +322,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::mbar_arrive(v_empty(stage(n_blocks - 1)));
   }
 
-  // ---- epilogue: normalize; O and LSE of the rows below len_q ----
+  // ---- epilogue: normalize; O through shared memory and a TMA store, LSE by plain stores ----
   // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
   // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it.
-  T* const o = static_cast<T*>(p.o) + static_cast<int64_t>(b) * p.o_stride.b + static_cast<int64_t>(h) * p.o_stride.h;
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q : nullptr;
+  float inv[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const float sum = fa2::quad_sum(row_sum[hh]);
-    const float inv = sum != 0.f ? 1.f / sum : 0.f;
+    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
     const int i = row0 + hh * 8;
-    if (i >= len_q) continue;
-    T* const orow = o + static_cast<int64_t>(i) * p.o_stride.s;
-#pragma unroll
-    for (int nv = 0; nv < kNV; ++nv)
-      *reinterpret_cast<uint32_t*>(orow + nv * 8 + 2 * t) =
-          fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv, acc_o[0][nv][2 * hh + 1] * inv);
-    if (lse != nullptr && t == 0)
+    if (lse != nullptr && t == 0 && i < len_q)
       lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
+  }
+  // O goes over this warpgroup's own Q rows (its S GEMMs, the only readers, are done), in the
+  // layout of a TMA load: 64-column block cb at cb kBlockM 128 bytes, row r's 16-byte chunk c
+  // at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a warp hit 32 distinct banks.
+#pragma unroll
+  for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = warp * 16 + g + hh * 8;
+      const uint32_t a =
+          sq_wg + static_cast<uint32_t>((nv / 8) * kBlockM * 128 + r * 128 + (((nv % 8) ^ g) << 4) + t * 4);
+      const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+    }
+  hopper::fence_proxy_async_smem();
+  bar_sync(kBarEpilogue + cw, 128);
+  // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
+  static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
+  const int r0 = m0 + cw * 64;
+  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
+#pragma unroll
+    for (int cb = 0; cb < kD / 64; ++cb)
+      hopper::tma_store(&maps.o, sq_wg + static_cast<uint32_t>(cb * kBlockM * 128), cb * 64, r0, h, b);
+    hopper::tma_store_commit_and_wait_read();
   }
 }
 

@@ -17,6 +17,7 @@ struct FwdTraits {
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   static constexpr int kQBytes = kBlockM * D * 2;
+  static constexpr int kOBoxRows = 64;              // O leaves through the Q tile, one warpgroup's rows per store
   static constexpr int kKVBytes = kBlockN * D * 2;  // one K or V tile
   // Barriers: Q full, then K full, V full, K empty, V empty x kStages each (8 bytes each).
   static constexpr int kBarBytes = 8 * (1 + 4 * kStages);

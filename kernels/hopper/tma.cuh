@@ -1,4 +1,4 @@
-// The Hopper copy engine (TMA) and shared-memory barriers (mbarrier) as the sm_90a kernels
+// The Hopper copy engine (TMA: loads, stores) and shared-memory barriers (mbarrier) as the sm_90a kernels
 // of every family use them: sm_90 instructions, called only from code compiled for sm_90a.
 // Tensor maps come from the host (common/tensor_map.h) as __grid_constant__ parameters.
 #pragma once
@@ -34,6 +34,26 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int c, i
       "[%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(h), "r"(b), "r"(bar)
       : "memory");
+}
+
+// Box (64 columns x rows) of a 4-D map at (c, r, h, b) from shared memory at src to global
+// memory, in this thread's bulk group; elements outside the tensor are not written.
+__device__ __forceinline__ void tma_store(const void* map, uint32_t src, int c, int r, int h, int b) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c), "r"(r), "r"(h), "r"(b)
+               : "memory");
+}
+// Closes this thread's bulk group of stores, then waits until its stores have read their
+// shared-memory source (the memory may then be reused or the CTA exit).
+__device__ __forceinline__ void tma_store_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes visible to the async proxy (a TMA
+// store or a wgmma that reads them after a barrier).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 }  // namespace hopper

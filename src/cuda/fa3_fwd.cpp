@@ -25,7 +25,8 @@ bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
   using Cfg = fa3::FwdTraits<D>;
   return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
          encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN);
+         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
 }
 
 // Writes the reason into why (printf format) and returns false.
@@ -82,7 +83,7 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
   }
   if (!ok)
     return refuse(why, why_size,
-                  "the copy engine cannot address q, k or v (strides, alignment or extents), or the driver has no "
+                  "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
                   "tensor-map encoder");
   return true;
 }
