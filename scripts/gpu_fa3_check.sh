@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# The check of the FA3-design forward (kernels/fa3) on an H100/H200: builds through
-# scripts/gpu_check.sh (its configure + build steps only), then
+# The check of the FA3-design forward (kernels/fa3) on an H100/H200, in one device call of
+# about 6-8 minutes with 16 cores: builds through scripts/gpu_check.sh (its configure + build
+# steps only, ~1-2 min), then
 #   1. ptxas: registers and spills (-Xptxas -v) of every fa3 instance, compiled alone for
 #      sm_90a with the library's flags; fails on spills or on the wgmma serialization
 #      warnings C7508/C7515/C7517;
-#   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, USETMAXREG (each must be > 0) and
-#      local-memory accesses LDL/STL (must be 0);
-#   3. tests: test_gpu_forward_paths on both paths (ctest -R '^fa[23]:'), then (STEPS has
-#      suite) the whole non-slow GPU suite with the automatic choice, which now sends the
-#      forward of every served case to fa3;
-#   4. bench/bench.py forward only, lib-flash beside SDPA cuDNN, bf16, d 64/128, seqlen
-#      1k..16k, causal and not, once per path (FLASHATTN_CUDA_FORWARD=fa2, then fa3).
+#   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, UTMASTG, USETMAXREG (each must be
+#      > 0) and local-memory accesses LDL/STL (must be 0);
+#   3. tests: test_gpu_forward_paths on fa3 first (a hung kernel stops at the per-test
+#      timeout), then on fa2 (ctest -R '^fa[23]:'), then (STEPS has suite) the whole non-slow
+#      GPU suite with the automatic choice, which sends the forward of every served case to
+#      fa3;
+#   4. bench/bench.py forward only, bf16 and fp16, d 64/128/256, causal and not, seqlen
+#      1k..16k: lib-flash beside SDPA cuDNN with FLASHATTN_CUDA_FORWARD=fa3, then lib-flash
+#      alone with fa2 (~3 min together);
+#   5. record: bench/record_h100.py measures the cuBLAS bf16 8192^3 rate and appends one row
+#      per configuration to bench/results/h100.csv (copied to OUT as well).
 # usage: scripts/gpu_fa3_check.sh
 # environment: BUILD_DIR (default <repo>/build-gpu), JOBS (default 16), OUT (receives
-#   fa3-check.log, bench-fa2/ and bench-fa3/), STEPS (default ptxas,sass,tests,suite,bench),
-#   BENCH_ARGS (extra arguments for bench/bench.py).
+#   fa3-check.log, bench-fa2/, bench-fa3/ and h100.csv), STEPS (default
+#   ptxas,sass,tests,suite,bench,record), BENCH_ARGS (extra arguments for bench/bench.py),
+#   TEST_TIMEOUT (seconds per test, default 120), BENCH_TIMEOUT (seconds per bench run,
+#   default 240).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-16}
-STEPS=${STEPS:-ptxas,sass,tests,suite,bench}
+STEPS=${STEPS:-ptxas,sass,tests,suite,bench,record}
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 RESULTS=${OUT:-$BUILD/fa3-check}
 WORK=$BUILD/fa3-check-work
 mkdir -p "$RESULTS" "$WORK"
@@ -61,36 +70,51 @@ fi
 
 if want sass; then
   echo "==== SASS of the fa3 kernels"
-  printf '%-22s %6s %8s %11s %4s %4s\n' unit HGMMA UTMALDG USETMAXREG LDL STL
+  printf '%-22s %6s %8s %8s %11s %4s %4s\n' unit HGMMA UTMALDG UTMASTG USETMAXREG LDL STL
   for u in "${UNITS[@]}"; do
     n=$(basename "$u" .cu)
     "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
     c() { grep -c "$1" "$WORK/$n.sass"; }
-    h=$(c HGMMA) t=$(c UTMALDG) s=$(c USETMAXREG) l=$(c 'LDL') st=$(c 'STL')
-    printf '%-22s %6s %8s %11s %4s %4s\n' "$n" "$h" "$t" "$s" "$l" "$st"
-    [[ $h -gt 0 && $t -gt 0 && $s -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG or USETMAXREG"
+    h=$(c HGMMA) t=$(c UTMALDG) ts=$(c UTMASTG) s=$(c USETMAXREG) l=$(c 'LDL') st=$(c 'STL')
+    printf '%-22s %6s %8s %8s %11s %4s %4s\n' "$n" "$h" "$t" "$ts" "$s" "$l" "$st"
+    [[ $h -gt 0 && $t -gt 0 && $ts -gt 0 && $s -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, UTMASTG or USETMAXREG"
     [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
   done
   grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/*.sass | sort | uniq -c
 fi
 
 if want tests; then
-  echo "==== test_gpu_forward_paths on fa3 and fa2"
-  ctest --test-dir "$BUILD" -R '^fa[23]:' --output-on-failure --timeout 900 || fail "forward-path tests"
+  for path in fa3 fa2; do
+    echo "==== test_gpu_forward_paths on $path"
+    ctest --test-dir "$BUILD" -R "^$path:" --output-on-failure --timeout "$TEST_TIMEOUT" ||
+      fail "forward-path tests ($path)"
+  done
 fi
 if want suite; then
   echo "==== the GPU suite, automatic forward path (fa3 where it serves)"
-  ctest --test-dir "$BUILD" -L '^gpu$' -E '^fa[23]:' --output-on-failure --timeout 900 || fail "GPU suite"
+  ctest --test-dir "$BUILD" -L '^gpu$' -E '^fa[23]:' --output-on-failure --timeout "$TEST_TIMEOUT" ||
+    fail "GPU suite"
 fi
 
+# One bench run: $1 = the forced path, $2 = the implementations.
+bench() {
+  echo "==== bench, forward only, FLASHATTN_CUDA_FORWARD=$1, $2"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  FLASHATTN_CUDA_FORWARD=$1 timeout "$BENCH_TIMEOUT" python3 "$ROOT/bench/bench.py" --lib "$LIB" \
+    --out "$RESULTS/bench-$1" --record '' --no-bwd --no-memory --no-sparse --dtypes bf16,fp16 --hdims 64,128,256 \
+    --seqlens 1024,2048,4096,8192,16384 --impls "$2" ${BENCH_ARGS:-} || fail "bench ($1)"
+}
 if want bench; then
-  for path in fa2 fa3; do
-    echo "==== bench, forward only, FLASHATTN_CUDA_FORWARD=$path"
-    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-    FLASHATTN_CUDA_FORWARD=$path python3 "$ROOT/bench/bench.py" --lib "$LIB" --out "$RESULTS/bench-$path" \
-      --record '' --no-bwd --no-memory --no-sparse --dtypes bf16 --hdims 64,128 \
-      --seqlens 1024,2048,4096,8192,16384 --impls lib-flash,cudnn ${BENCH_ARGS:-} || fail "bench ($path)"
-  done
+  bench fa3 lib-flash,cudnn
+  bench fa2 lib-flash
+fi
+if want record; then
+  echo "==== record: bench/results/h100.csv"
+  if python3 "$ROOT/bench/record_h100.py" --ours "$RESULTS/bench-fa3/bench.csv" --fa2 "$RESULTS/bench-fa2/bench.csv"; then
+    cp "$ROOT/bench/results/h100.csv" "$RESULTS/h100.csv"
+  else
+    fail "record_h100.py"
+  fi
 fi
 
 [[ $FAILED == 0 ]] && echo "gpu_fa3_check: OK" || echo "gpu_fa3_check: FAILED (see above)"
