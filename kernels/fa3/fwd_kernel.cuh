@@ -161,7 +161,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto stage = [](int it) { return it % kStages; };
   auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
 
-  const int m0 = static_cast<int>(blockIdx.x) * kBlockM;
+  // Query tiles in reverse launch order: under a causal mask the last tiles see the most key
+  // blocks, and starting them first leaves the short ones to fill the end of the grid.
+  const int m0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kBlockM;
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
