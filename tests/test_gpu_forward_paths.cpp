@@ -54,8 +54,10 @@ TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
 
 TEST_CASE("forward paths: awkward lengths at head dims 64, 128, 256, causal in both alignments", "[gpu][fwd]") {
   REQUIRE_PATH();
-  const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},     {17, 129},   {129, 17},
-                              {129, 129}, {1000, 129}, {129, 1000}, {1000, 1000}};
+  // Lengths off every tile, and whole tiles (128 x 128, and 128 x 64 at d = 256): no key
+  // block then takes the element mask unless causal.
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17},  {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}};
   uint64_t seed = 9000;
   for (int64_t d : {64, 128, 256})
     for (const auto& pr : pairs)
