@@ -6,7 +6,8 @@
 #      sm_90a with the library's flags; fails on spills or on the wgmma serialization
 #      warnings C7508/C7515/C7517;
 #   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, UTMASTG, USETMAXREG (each must be
-#      > 0) and local-memory accesses LDL/STL (must be 0);
+#      > 0), local-memory accesses LDL/STL (must be 0), and MUFU.EX2 between the two wgmma
+#      waits of the main loop (must be > 0: the softmax overlaps O += P V);
 #   3. tests: test_gpu_forward_paths on fa3 first (a hung kernel stops at the per-test
 #      timeout), then on fa2 (ctest -R '^fa[23]:'), then (STEPS has suite) the whole non-slow
 #      GPU suite with the automatic choice, which sends the forward of every served case to
@@ -79,6 +80,11 @@ if want sass; then
     printf '%-22s %6s %8s %8s %11s %4s %4s\n' "$n" "$h" "$t" "$ts" "$s" "$l" "$st"
     [[ $h -gt 0 && $t -gt 0 && $ts -gt 0 && $s -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, UTMASTG or USETMAXREG"
     [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
+    # The intra-warpgroup overlap: the softmax's exponentials between the wait for S
+    # (DEPBAR.LE gsb0, 0x1) and the wait for O += P V (0x0).
+    ex2=$(awk '/DEPBAR.LE gsb0, 0x1/ { s = 1 } s && /MUFU.EX2/ { c++ } /DEPBAR.LE gsb0, 0x0/ { s = 0 }
+               END { print c + 0 }' "$WORK/$n.sass")
+    [[ $ex2 -gt 0 ]] || fail "$n: no MUFU.EX2 between the two wgmma waits (the softmax no longer overlaps O += P V)"
   done
   grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/*.sass | sort | uniq -c
 fi
