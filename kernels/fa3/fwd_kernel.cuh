@@ -186,7 +186,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer: Q, then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
     // consumers use them in ----
     regs_dec<24>();
-    if (threadIdx.x != 0 || n_blocks == 0) return;
+    if (threadIdx.x != 0) return;
+    // O is stored through its map even when the tile sees no key block.
+    hopper::tma_prefetch_map(&maps.q);
+    hopper::tma_prefetch_map(&maps.k);
+    hopper::tma_prefetch_map(&maps.v);
+    hopper::tma_prefetch_map(&maps.o);
+    if (n_blocks == 0) return;
     const int kvh = h / static_cast<int>(p.heads_q / p.heads_kv);
     hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
