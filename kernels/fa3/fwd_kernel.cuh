@@ -49,7 +49,8 @@ __device__ __forceinline__ void regs_inc() {
 }
 
 // Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
-// __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong).
+// __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong), and each
+// one's O tile complete in shared memory before its TMA store.
 constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
 constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
 __device__ __forceinline__ void bar_sync(int id, int threads) {
