@@ -9,7 +9,8 @@ Julia bindings of libflashattn (exact, IO-aware attention behind a stable C ABI)
   the argument structs `flashattn_fwd_args_t` / `flashattn_bwd_args_t` with the
   header's exact field order and types;
 * a small Julian layer: `Plan` (finalized automatically), `FlashAttnError`,
-  `forward!` / `backward!` on host `Array`s for the CPU backend.
+  `forward!` / `backward!` on host `Array`s for the CPU backend, and inference:
+  `set_kvcache!` / `forward_kvcache!` (KV cache, paged KV, append, rotary) and `combine!`.
 
 Memory layout: Julia arrays are column-major, so a dense `Array{T,4}` of size
 `(dim, heads, seq, batch)` is exactly the library's contiguous row-major
@@ -25,7 +26,8 @@ using Libdl
 
 export Plan, FlashAttnError, forward!, backward!, set_shape!, set_dtype!, set_strides!, set_scale!,
        set_algorithm!, set_varlen!, set_deterministic!, set_band_mask!, set_causal!, set_softcap!, set_bias!,
-       set_dropout!, set_block_sparse!, workspace_size, backend, library_version, destroy!
+       set_alibi_batch_stride!, set_dropout!, set_block_sparse!, set_kvcache!, forward_kvcache!, combine!,
+       workspace_size, backend, library_version, destroy!
 
 "Path or SONAME of libflashattn."
 const libflashattn = get(ENV, "FLASHATTN_LIBRARY", "libflashattn.so.0")
@@ -248,6 +250,21 @@ struct flashattn_combine_args_t
     lse::Ptr{Cfloat}
 end
 
+"""
+    kvcache_args(; q, k_cache, v_cache, o, lse, cache_seqlens, cache_batch_idx, block_table, k_new, v_new,
+                 rotary_cos, rotary_sin, alibi_slopes)
+
+FLASHATTN_KVCACHE_ARGS_INIT with the given pointers (anything not given is NULL).
+"""
+kvcache_args(; q=C_NULL, k_cache=C_NULL, v_cache=C_NULL, o=C_NULL, lse=C_NULL, cache_seqlens=C_NULL,
+             cache_batch_idx=C_NULL, block_table=C_NULL, k_new=C_NULL, v_new=C_NULL, rotary_cos=C_NULL,
+             rotary_sin=C_NULL, alibi_slopes=C_NULL) =
+    flashattn_kvcache_args_t(Csize_t(sizeof(flashattn_kvcache_args_t)), Ptr{Cvoid}(q), Ptr{Cvoid}(k_cache),
+                             Ptr{Cvoid}(v_cache), Ptr{Cvoid}(o), Ptr{Cfloat}(lse), Ptr{Int32}(cache_seqlens),
+                             Ptr{Int32}(cache_batch_idx), Ptr{Int32}(block_table), Ptr{Cvoid}(k_new),
+                             Ptr{Cvoid}(v_new), Ptr{Cvoid}(rotary_cos), Ptr{Cvoid}(rotary_sin),
+                             Ptr{Cfloat}(alibi_slopes))
+
 # ---------------------------------------------------------------- raw C functions
 
 flashattn_get_version(major, minor, patch) =
@@ -304,6 +321,10 @@ flashattn_plan_set_softcap(plan, softcap) =
 flashattn_plan_set_bias(plan, kind, strides) =
     @ccall libflashattn.flashattn_plan_set_bias(plan::flashattn_plan_t, kind::flashattn_bias_t,
                                                 strides::Ptr{Int64})::flashattn_status_t
+
+flashattn_plan_set_alibi_batch_stride(plan, batch_stride) =
+    @ccall libflashattn.flashattn_plan_set_alibi_batch_stride(plan::flashattn_plan_t,
+                                                              batch_stride::Int64)::flashattn_status_t
 
 flashattn_plan_set_dropout(plan, p, seed, offset) =
     @ccall libflashattn.flashattn_plan_set_dropout(plan::flashattn_plan_t, p::Cfloat, seed::UInt64,
@@ -403,11 +424,12 @@ mutable struct Plan
     shape::NTuple{7,Int64}
     dtype::Cint
     varlen::Union{Nothing,Tuple{Int64,Int64}}
+    kvcache::Union{Nothing,NamedTuple}
     function Plan(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim_qk, head_dim_v=head_dim_qk;
                   dtype=FLASHATTN_DTYPE_FP32, backend=FLASHATTN_BACKEND_CPU, device=0)
         h = Ref{flashattn_plan_t}(C_NULL)
         check(flashattn_plan_create(h, Cint(backend), Cint(device)), :flashattn_plan_create)
-        p = new(h[], (0, 0, 0, 0, 0, 0, 0), FLASHATTN_DTYPE_FP16, nothing)
+        p = new(h[], (0, 0, 0, 0, 0, 0, 0), FLASHATTN_DTYPE_FP16, nothing, nothing)
         finalizer(destroy!, p)
         set_shape!(p, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim_qk, head_dim_v)
         set_dtype!(p, dtype)
@@ -496,6 +518,11 @@ function set_bias!(p::Plan, kind, strides=nothing)
     return p
 end
 
+"ALiBi slopes per (sequence, head), rows `batch_stride` elements apart (0: one per head); after set_bias!."
+set_alibi_batch_stride!(p::Plan, batch_stride::Integer) =
+    (check(flashattn_plan_set_alibi_batch_stride(handle(p), Int64(batch_stride)),
+           :flashattn_plan_set_alibi_batch_stride); p)
+
 set_dropout!(p::Plan, prob, seed::Integer=0, offset::Integer=0) =
     (check(flashattn_plan_set_dropout(handle(p), Cfloat(prob), UInt64(seed), UInt64(offset)),
            :flashattn_plan_set_dropout); p)
@@ -520,7 +547,38 @@ function set_block_sparse!(p::Plan, layout, block_q=0, block_k=0)
     return p
 end
 
-"Workspace bytes of a pass (FLASHATTN_PASS_FORWARD or FLASHATTN_PASS_BACKWARD)."
+"""
+    set_kvcache!(p, num_rows; page_size=0, max_pages_per_seq=0, seqlen_new=0, rotary=FLASHATTN_ROTARY_NONE,
+                 rotary_dim=0, rotary_rows=0, num_splits=0)
+    set_kvcache!(p, nothing)
+
+KV-cache mode (docs/inference.md) with dense caches and new keys/values: the plan's
+seqlen_q is the new query tokens per sequence, its seqlen_k the capacity of one sequence.
+`num_rows` cache rows, or pages in the pool with `page_size >= 1` (then
+`max_pages_per_seq` is the block table's width); `seqlen_new` tokens appended per run;
+`rotary` (FLASHATTN_ROTARY_HALF or _INTERLEAVED) with `rotary_dim` and `rotary_rows`;
+`num_splits` 0 lets the library choose. `nothing` leaves KV-cache mode.
+"""
+function set_kvcache!(p::Plan, num_rows::Integer; page_size=0, max_pages_per_seq=0, seqlen_new=0,
+                      rotary=FLASHATTN_ROTARY_NONE, rotary_dim=0, rotary_rows=0, num_splits=0)
+    none = Ptr{Int64}(C_NULL)
+    cfg = Ref(flashattn_kvcache_config_t(Csize_t(sizeof(flashattn_kvcache_config_t)), Int64(page_size),
+                                         Int64(num_rows), Int64(max_pages_per_seq), none, none, Int64(seqlen_new),
+                                         none, none, Cint(rotary), Int64(rotary_dim), Int64(rotary_rows),
+                                         Int64(num_splits)))
+    check(flashattn_plan_set_kvcache(handle(p), cfg), :flashattn_plan_set_kvcache)
+    p.kvcache = (page_size=Int64(page_size), num_rows=Int64(num_rows), max_pages=Int64(max_pages_per_seq),
+                 seqlen_new=Int64(seqlen_new), rotary_dim=Int64(rotary_dim), rotary_rows=Int64(rotary_rows))
+    return p
+end
+
+function set_kvcache!(p::Plan, ::Nothing)
+    check(flashattn_plan_set_kvcache(handle(p), Ptr{flashattn_kvcache_config_t}(C_NULL)), :flashattn_plan_set_kvcache)
+    p.kvcache = nothing
+    return p
+end
+
+"Workspace bytes of a pass (FLASHATTN_PASS_FORWARD, FLASHATTN_PASS_BACKWARD or FLASHATTN_PASS_FORWARD_KVCACHE)."
 function workspace_size(p::Plan, pass=FLASHATTN_PASS_FORWARD)
     n = Ref{Csize_t}(0)
     check(flashattn_plan_get_workspace_size(handle(p), Cint(pass), n), :flashattn_plan_get_workspace_size)
@@ -552,6 +610,15 @@ end
 
 ptr_or_null(x) = x === nothing ? C_NULL : pointer(x)
 
+require_host(p::Plan) = backend(p) == FLASHATTN_BACKEND_CPU ||
+    binding_error(FLASHATTN_STATUS_WRONG_MEMORY_SPACE, "Arrays are host memory; this plan runs on CUDA")
+
+function check_float32(name, x, want)
+    x === nothing && return nothing
+    expect_size(name, x, want)
+    eltype(x) === Float32 || binding_error(FLASHATTN_STATUS_INVALID_ARGUMENT, "$(name) must be Float32")
+end
+
 """
     forward!(p, out, q, k, v; lse=nothing, bias=nothing, alibi_slopes=nothing,
              cu_seqlens_q=nothing, cu_seqlens_k=nothing)
@@ -562,17 +629,14 @@ Writes `out` and, if given, `lse`. Returns `out`.
 """
 function forward!(p::Plan, out::Array, q::Array, k::Array, v::Array; lse=nothing, bias=nothing,
                   alibi_slopes=nothing, cu_seqlens_q=nothing, cu_seqlens_k=nothing)
-    backend(p) == FLASHATTN_BACKEND_CPU ||
-        binding_error(FLASHATTN_STATUS_WRONG_MEMORY_SPACE, "Arrays are host memory; this plan runs on CUDA")
+    require_host(p)
     sz = julia_sizes(p)
     for (name, x, want) in ((:q, q, sz.q), (:k, k, sz.k), (:v, v, sz.v), (:out, out, sz.o))
         expect_size(name, x, want)
         check_element(p, name, x)
     end
-    lse === nothing || (expect_size(:lse, lse, sz.lse); eltype(lse) === Float32 ||
-                        binding_error(FLASHATTN_STATUS_INVALID_ARGUMENT, "lse must be Float32"))
-    alibi_slopes === nothing || eltype(alibi_slopes) === Float32 ||
-        binding_error(FLASHATTN_STATUS_INVALID_ARGUMENT, "alibi_slopes must be Float32")
+    check_float32(:lse, lse, sz.lse)
+    check_float32(:alibi_slopes, alibi_slopes, (p.shape[4],))
     for (name, c) in ((:cu_seqlens_q, cu_seqlens_q), (:cu_seqlens_k, cu_seqlens_k))
         c === nothing || (eltype(c) === Int32 && length(c) == p.shape[1] + 1) ||
             binding_error(FLASHATTN_STATUS_INVALID_SHAPE, "$(name) must be Int32 of length batch+1")
@@ -597,8 +661,7 @@ Backward pass on dense host `Array`s (CPU backend). Returns `(dq, dk, dv)`.
 function backward!(p::Plan, dq::Array, dk::Array, dv::Array, q::Array, k::Array, v::Array, out::Array,
                    lse::Array{Float32}, dout::Array; bias=nothing, dbias=nothing, alibi_slopes=nothing,
                    cu_seqlens_q=nothing, cu_seqlens_k=nothing)
-    backend(p) == FLASHATTN_BACKEND_CPU ||
-        binding_error(FLASHATTN_STATUS_WRONG_MEMORY_SPACE, "Arrays are host memory; this plan runs on CUDA")
+    require_host(p)
     sz = julia_sizes(p)
     for (name, x, want) in ((:q, q, sz.q), (:k, k, sz.k), (:v, v, sz.v), (:out, out, sz.o), (:dout, dout, sz.o),
                             (:dq, dq, sz.q), (:dk, dk, sz.k), (:dv, dv, sz.v))
@@ -617,6 +680,94 @@ function backward!(p::Plan, dq::Array, dk::Array, dv::Array, q::Array, k::Array,
         check(flashattn_bwd(handle(p), args, wp, Csize_t(length(ws)), CUstream(C_NULL)), :flashattn_bwd)
     end
     return dq, dk, dv
+end
+
+# Julia sizes (column-major) of the KV-cache run's arrays for the plan's configuration.
+function kvcache_sizes(p::Plan)
+    kv = p.kvcache
+    kv === nothing && binding_error(FLASHATTN_STATUS_PLAN_INCOMPLETE,
+                                    "the plan has no KV-cache configuration: call set_kvcache! first")
+    b, sq, sk, hq, hkv, dqk, dv = p.shape
+    tokens = kv.page_size > 0 ? kv.page_size : sk
+    return (k_cache=(dqk, hkv, tokens, kv.num_rows), v_cache=(dv, hkv, tokens, kv.num_rows),
+            k_new=(dqk, hkv, kv.seqlen_new, b), v_new=(dv, hkv, kv.seqlen_new, b),
+            rotary=(kv.rotary_dim ÷ 2, kv.rotary_rows), per_seq=(b,), block_table=(kv.max_pages, b))
+end
+
+"""
+    forward_kvcache!(p, out, q, k_cache, v_cache, cache_seqlens; lse=nothing, cache_batch_idx=nothing,
+                     block_table=nothing, k_new=nothing, v_new=nothing, rotary_cos=nothing,
+                     rotary_sin=nothing, alibi_slopes=nothing)
+
+One KV-cache run on dense host `Array`s (CPU backend): append `k_new`/`v_new` (rotated)
+into the caches at each sequence's `cache_seqlens`, rotate q, attend to the first
+`cache_seqlens[b] + seqlen_new` keys. Julia sizes: q `(head_dim_qk, heads_q, seqlen_q,
+batch)`; caches `(head_dim, heads_kv, seqlen_k or page_size, num_rows)`; `k_new`/`v_new`
+`(head_dim, heads_kv, seqlen_new, batch)`; `cache_seqlens`/`cache_batch_idx` Int32
+`(batch,)`; `block_table` Int32 `(max_pages_per_seq, batch)`; rotary tables
+`(rotary_dim / 2, rotary_rows)`. Writes `out` (and `lse`); returns `out`.
+"""
+function forward_kvcache!(p::Plan, out::Array, q::Array, k_cache::Array, v_cache::Array, cache_seqlens::Array;
+                          lse=nothing, cache_batch_idx=nothing, block_table=nothing, k_new=nothing, v_new=nothing,
+                          rotary_cos=nothing, rotary_sin=nothing, alibi_slopes=nothing)
+    require_host(p)
+    sz, kz = julia_sizes(p), kvcache_sizes(p)
+    for (name, x, want) in ((:q, q, sz.q), (:out, out, sz.o), (:k_cache, k_cache, kz.k_cache),
+                            (:v_cache, v_cache, kz.v_cache), (:k_new, k_new, kz.k_new), (:v_new, v_new, kz.v_new),
+                            (:rotary_cos, rotary_cos, kz.rotary), (:rotary_sin, rotary_sin, kz.rotary))
+        x === nothing && continue
+        expect_size(name, x, want)
+        check_element(p, name, x)
+    end
+    for (name, x, want) in ((:cache_seqlens, cache_seqlens, kz.per_seq),
+                            (:cache_batch_idx, cache_batch_idx, kz.per_seq), (:block_table, block_table, kz.block_table))
+        x === nothing && continue
+        expect_size(name, x, want)
+        eltype(x) === Int32 || binding_error(FLASHATTN_STATUS_INVALID_ARGUMENT, "$(name) must be Int32")
+    end
+    check_float32(:lse, lse, sz.lse)
+    check_float32(:alibi_slopes, alibi_slopes, (p.shape[4],))
+    ws = Vector{UInt8}(undef, workspace_size(p, FLASHATTN_PASS_FORWARD_KVCACHE))
+    GC.@preserve(out, q, k_cache, v_cache, cache_seqlens, lse, cache_batch_idx, block_table, k_new, v_new, rotary_cos,
+                 rotary_sin, alibi_slopes, ws, begin
+        args = Ref(kvcache_args(q=pointer(q), k_cache=pointer(k_cache), v_cache=pointer(v_cache), o=pointer(out),
+                                lse=ptr_or_null(lse), cache_seqlens=pointer(cache_seqlens),
+                                cache_batch_idx=ptr_or_null(cache_batch_idx), block_table=ptr_or_null(block_table),
+                                k_new=ptr_or_null(k_new), v_new=ptr_or_null(v_new),
+                                rotary_cos=ptr_or_null(rotary_cos), rotary_sin=ptr_or_null(rotary_sin),
+                                alibi_slopes=ptr_or_null(alibi_slopes)))
+        wp = isempty(ws) ? C_NULL : pointer(ws)
+        check(flashattn_fwd_kvcache(handle(p), args, wp, Csize_t(length(ws)), CUstream(C_NULL)),
+              :flashattn_fwd_kvcache)
+    end)
+    return out
+end
+
+"""
+    combine!(o, o_partial, lse_partial; lse=nothing, dtype=nothing)
+
+Merge partial results over a split of the keys on the CPU (`flashattn_combine`): per row,
+over the parts whose LSE is not -Inf, lse = log(sum(exp(lse_i))) and
+O = sum(exp(lse_i - lse) * O_i); a row with no part gets O = 0 and LSE = -Inf.
+Julia sizes: `o_partial` Float32 `(head_dim, heads, seqlen_q, batch, num_splits)`,
+`lse_partial` Float32 `(seqlen_q, heads, batch, num_splits)`, `o` `(head_dim, heads,
+seqlen_q, batch)` of Float32 or Float16 (UInt16 bfloat16 bits with
+`dtype=FLASHATTN_DTYPE_BF16`), `lse` Float32 `(seqlen_q, heads, batch)`. Returns `o`.
+"""
+function combine!(o::Array, o_partial::Array{Float32,5}, lse_partial::Array{Float32,4}; lse=nothing, dtype=nothing)
+    d, h, sq, b, n = size(o_partial)
+    expect_size(:lse_partial, lse_partial, (sq, h, b, n))
+    expect_size(:o, o, (d, h, sq, b))
+    check_float32(:lse, lse, (sq, h, b))
+    dt = dtype === nothing ? dtype_of(eltype(o)) : Cint(dtype)
+    none = Ptr{Int64}(C_NULL)
+    GC.@preserve o o_partial lse_partial lse begin
+        args = Ref(flashattn_combine_args_t(Csize_t(sizeof(flashattn_combine_args_t)), Int64(n), Int64(b), Int64(sq),
+                                            Int64(h), Int64(d), pointer(o_partial), none, pointer(lse_partial), none,
+                                            dt, Ptr{Cvoid}(pointer(o)), none, Ptr{Cfloat}(ptr_or_null(lse))))
+        check(flashattn_combine(FLASHATTN_BACKEND_CPU, Cint(0), args, CUstream(C_NULL)), :flashattn_combine)
+    end
+    return o
 end
 
 end # module

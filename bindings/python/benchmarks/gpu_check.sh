@@ -3,7 +3,9 @@
 #   sh bindings/python/benchmarks/gpu_check.sh build/default/libflashattn.so.0
 # 1. per-call cost beside SDPA (forward, forward + backward; target <= 1.2x);
 # 2. the CUDA pytest cases: CUDA-graph capture, torch.compile(mode="reduce-overhead"),
-#    the FA2 functions and autocast against SDPA, the older GPU cases of test_torch.py;
+#    the FA2 functions and autocast against SDPA, flash_attn_with_kvcache against the CPU
+#    backend (a visible skip while CUDA answers NOT_SUPPORTED), the older GPU cases of
+#    test_torch.py;
 # 3. the tiny Llama trained with SDPA and with libfa under bf16 autocast (losses within
 #    1e-3 relative), without and with padded batches, when transformers imports.
 set -u

@@ -13,8 +13,10 @@ import sys
 
 from ._lib import (ABI_MAJOR, ABI_MINOR, MAX_HEAD_DIM, SONAME, WINDOW_UNBOUNDED, Algorithm, Align, Backend, Bias,
                    DType, DeviceError, FlashAttnError, InternalError, InvalidArgumentError, LibraryNotFoundError,
-                   NotSupportedError, Pass, ResourceError, Status, Tensor, error_class, last_error, library_path,
-                   library_version, status_string)
+                   NotSupportedError, Pass, ResourceError, Rotary, Status, Tensor, error_class, last_error,
+                   library_path, library_version, status_string)
+from ._combine import combine
+from ._kvcache import forward_kvcache, make_kvcache_plan
 from ._plan import Plan, backward, forward, make_plan
 
 __version__ = "0.1.0"
@@ -61,7 +63,7 @@ def _load_torch_attention():
 __all__ = [
     "ABI_MAJOR", "ABI_MINOR", "MAX_HEAD_DIM", "SONAME", "WINDOW_UNBOUNDED", "Algorithm", "Align", "Backend", "Bias",
     "DType", "DeviceError", "FlashAttnError", "InternalError", "InvalidArgumentError", "LibraryNotFoundError",
-    "NotSupportedError", "Pass", "Plan", "ResourceError", "Status", "Tensor", "attention", "backward",
-    "cuda_device_count", "error_class", "forward", "has_cuda_backend", "last_error", "library_path",
-    "library_version", "make_plan", "status_string", "version",
+    "NotSupportedError", "Pass", "Plan", "ResourceError", "Rotary", "Status", "Tensor", "attention", "backward",
+    "combine", "cuda_device_count", "error_class", "forward", "forward_kvcache", "has_cuda_backend", "last_error",
+    "library_path", "library_version", "make_kvcache_plan", "make_plan", "status_string", "version",
 ]

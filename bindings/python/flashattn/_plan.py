@@ -7,7 +7,7 @@ import sys
 
 from . import _arrays as A
 from . import _lib as L
-from ._lib import Algorithm, Align, Backend, Bias, DType, Pass, Status, Tensor, make_error
+from ._lib import Algorithm, Align, Backend, Bias, DType, Pass, Rotary, Status, Tensor, make_error
 
 _TENSOR_NAMES = {
     "q": Tensor.Q, "k": Tensor.K, "v": Tensor.V, "o": Tensor.O, "out": Tensor.O,
@@ -16,7 +16,9 @@ _TENSOR_NAMES = {
 _BACKEND_NAMES = {"auto": Backend.AUTO, "cpu": Backend.CPU, "cuda": Backend.CUDA}
 _ALIGN_NAMES = {"top_left": Align.TOP_LEFT, "bottom_right": Align.BOTTOM_RIGHT}
 _ALGO_NAMES = {"flash": Algorithm.FLASH, "standard": Algorithm.STANDARD}
-_PASS_NAMES = {"forward": Pass.FORWARD, "fwd": Pass.FORWARD, "backward": Pass.BACKWARD, "bwd": Pass.BACKWARD}
+_PASS_NAMES = {"forward": Pass.FORWARD, "fwd": Pass.FORWARD, "backward": Pass.BACKWARD, "bwd": Pass.BACKWARD,
+               "forward_kvcache": Pass.FORWARD_KVCACHE}
+_ROTARY_NAMES = {"none": Rotary.NONE, "half": Rotary.HALF, "interleaved": Rotary.INTERLEAVED}
 
 
 def _enum(table, enum_type, value, what):
@@ -206,8 +208,10 @@ class Plan:
         self._varlen = None
         self._bias_kind = Bias.NONE
         self._bias_strides = None
+        self._alibi_batch_stride = 0
         self._dropout = (0.0, 0, 0)
         self._layout = None
+        self._kv = None
         try:
             self.set_shape(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim_qk, head_dim_v)
             self.set_dtype(dtype)
@@ -274,7 +278,7 @@ class Plan:
         return self._strides[tensor_id(tensor)]
 
     def workspace_size(self, pass_="forward"):
-        """Workspace bytes a pass ('forward' or 'backward') needs."""
+        """Workspace bytes a pass ('forward', 'backward' or 'forward_kvcache') needs."""
         p = _enum(_PASS_NAMES, Pass, pass_, "pass")
         n = ctypes.c_size_t()
         self._call("flashattn_plan_get_workspace_size", int(p), ctypes.byref(n))
@@ -372,11 +376,22 @@ class Plan:
         self._call("flashattn_plan_set_bias", int(k), arr)
         self._bias_kind = k
         self._bias_strides = tuple(arr) if arr is not None else None
+        self._alibi_batch_stride = 0
         return self
 
-    def set_alibi(self, symmetric=False):
-        """ALiBi bias slope[h] * (j - i') (or -slope[h] * |i' - j| when symmetric)."""
-        return self.set_bias("alibi_symmetric" if symmetric else "alibi")
+    def set_alibi(self, symmetric=False, batch_stride=0):
+        """ALiBi bias slope[b, h] * (j - i') (or -slope[b, h] * |i' - j| when symmetric). Slopes
+        are fp32 (heads_q,) with batch_stride 0, else (batch, heads_q) with rows batch_stride
+        elements apart."""
+        self.set_bias("alibi_symmetric" if symmetric else "alibi")
+        return self.set_alibi_batch_stride(batch_stride) if batch_stride else self
+
+    def set_alibi_batch_stride(self, batch_stride):
+        """Elements between consecutive sequences' ALiBi slopes (0: one slope per head);
+        after set_alibi/set_bias, which reset it to 0."""
+        self._call("flashattn_plan_set_alibi_batch_stride", int(batch_stride))
+        self._alibi_batch_stride = int(batch_stride)
+        return self
 
     def set_dropout(self, p, seed=0, offset=0):
         """Dropout with drop probability p in [0, 1) and the Philox (seed, offset); p = 0 disables."""
@@ -404,6 +419,35 @@ class Plan:
         h, r, c = lay.shape
         self._call("flashattn_plan_set_block_sparse", lay.ctypes.data, h, r, c, int(block_q), int(block_k))
         self._layout = (lay, int(block_q), int(block_k))
+        return self
+
+    def set_kvcache(self, num_rows=None, *, page_size=0, max_pages_per_seq=0, k_cache_strides=None,
+                    v_cache_strides=None, seqlen_new=0, k_new_strides=None, v_new_strides=None, rotary=None,
+                    rotary_dim=0, rotary_rows=0, num_splits=0):
+        """KV-cache mode (flashattn_plan_set_kvcache; docs/inference.md): the plan's seqlen_q is
+        the new query tokens per sequence, its seqlen_k the capacity of one sequence. num_rows:
+        cache rows, or pages in the pool when page_size >= 1 (then max_pages_per_seq is the
+        block table's width). Strides (row or page, token, head, dim) in elements, None =
+        contiguous. seqlen_new: tokens appended per sequence and run. rotary: None, 'half' or
+        'interleaved', with rotary_dim (even) and rotary_rows (positions in the tables).
+        num_splits: key splits, 0 = the library chooses. No arguments leaves KV-cache mode."""
+        if num_rows is None:
+            self._call("flashattn_plan_set_kvcache", None)
+            self._kv = None
+            return self
+        rot = Rotary.NONE if rotary is None else _enum(_ROTARY_NAMES, Rotary, rotary, "rotary")
+        given = {}
+        for name, st in (("k_cache_strides", k_cache_strides), ("v_cache_strides", v_cache_strides),
+                         ("k_new_strides", k_new_strides), ("v_new_strides", v_new_strides)):
+            given[name] = None if st is None else _i64x4(st, name)
+        cfg = L.KvcacheConfig(page_size=int(page_size), num_rows=int(num_rows),
+                              max_pages_per_seq=int(max_pages_per_seq), seqlen_new=int(seqlen_new), rotary=int(rot),
+                              rotary_dim=int(rotary_dim), rotary_rows=int(rotary_rows), num_splits=int(num_splits),
+                              **given)
+        self._call("flashattn_plan_set_kvcache", ctypes.byref(cfg))
+        self._kv = dict(page_size=cfg.page_size, num_rows=cfg.num_rows, max_pages=cfg.max_pages_per_seq,
+                        seqlen_new=cfg.seqlen_new, rotary=rot, rotary_dim=cfg.rotary_dim, rotary_rows=cfg.rotary_rows,
+                        **{name: None if st is None else tuple(st) for name, st in given.items()})
         return self
 
     def configure(self, *, scale=None, causal=None, window=None, align=None, softcap=None, bias=None,
@@ -486,27 +530,29 @@ class Plan:
                 raise make_error(Status.WRONG_MEMORY_SPACE, "%s is on CUDA device %d but the plan runs on device %d"
                                  % (v.name, v.device[1], self.device))
 
-    def _check_tensor(self, v, tensor, backend, output=False):
-        t = tensor_id(tensor)
-        want = self.expected_shape(t)
+    def _check_array(self, v, want, strides, kind, backend, output=False, dims="", stride_hint=""):
+        """v has shape `want` (dims: how they are named), element kind `kind`, the element
+        `strides` along every dim of size > 1, and lives where the plan runs."""
         if v.shape != want:
-            layout = "(tokens, heads, dim)" if self._varlen else "(batch, seq, heads, dim)"
-            raise make_error(Status.INVALID_SHAPE, "%s has shape %s; the plan needs %s %s"
-                             % (v.name, v.shape, want, layout))
-        if v.kind != self._want_kind():
-            raise make_error(Status.INVALID_ARGUMENT, "%s has element type %s; the plan's dtype is %s"
-                             % (v.name, v.kind, self._want_kind()))
+            raise make_error(Status.INVALID_SHAPE, "%s has shape %s; the plan needs %s%s"
+                             % (v.name, v.shape, want, dims))
+        if v.kind != kind:
+            raise make_error(Status.INVALID_ARGUMENT, "%s has element type %s; the plan needs %s"
+                             % (v.name, v.kind, kind))
         self._check_device(v, backend)
         if output and v.readonly:
             raise make_error(Status.INVALID_ARGUMENT, "%s is read-only" % v.name)
-        ps = self._strides[t]
-        ps = ps[1:] if self._varlen else ps
-        for n, got, exp in zip(v.shape, v.strides, ps):
+        for n, got, exp in zip(v.shape, v.strides, strides):
             if n > 1 and got != exp:
-                raise make_error(Status.INVALID_STRIDE, "%s has element strides %s; the plan's %s strides are %s "
-                                 "(set them with plan.set_strides(%r, ...) or pass arrays with that layout)"
-                                 % (v.name, v.strides, t.name, ps if not self._varlen else ("-",) + ps,
-                                    t.name.lower()))
+                raise make_error(Status.INVALID_STRIDE, "%s has element strides %s; the plan's are %s%s"
+                                 % (v.name, v.strides, tuple(strides), stride_hint))
+
+    def _check_tensor(self, v, tensor, backend, output=False):
+        t = tensor_id(tensor)
+        ps = self._strides[t]
+        hint = " (set them with plan.set_strides(%r, ...) or pass arrays with that layout)" % t.name.lower()
+        self._check_array(v, self.expected_shape(t), ps[1:] if self._varlen else ps, self._want_kind(), backend,
+                          output, " (tokens, heads, dim)" if self._varlen else " (batch, seq, heads, dim)", hint)
 
     def _check_lse(self, v, backend, output):
         want = self.lse_shape()
@@ -525,6 +571,16 @@ class Plan:
                              % (v.name, kind, n, v.kind, v.shape))
         if n > 1 and v.strides != (1,):
             raise make_error(Status.INVALID_STRIDE, "%s must be contiguous (stride %s)" % (v.name, v.strides))
+        self._check_device(v, backend)
+
+    def _check_slopes_per_batch(self, v, b, hq, backend):
+        st = self._alibi_batch_stride
+        if v.kind != A.F32 or v.shape != (b, hq):
+            raise make_error(Status.INVALID_SHAPE, "%s must be %s of shape (%d, %d) with the plan's ALiBi batch stride "
+                             "%d (got %s %s)" % (v.name, A.F32, b, hq, st, v.kind, v.shape))
+        if (b > 1 and v.strides[0] != st) or (hq > 1 and v.strides[1] != 1):
+            raise make_error(Status.INVALID_STRIDE, "%s has element strides %s; the plan wants (%d, 1)"
+                             % (v.name, v.strides, st))
         self._check_device(v, backend)
 
     def bias_shape(self):
@@ -564,7 +620,10 @@ class Plan:
             if alibi_slopes is None:
                 raise make_error(Status.NULL_POINTER, "alibi_slopes: the plan uses ALiBi but no slopes were given")
             out["alibi_slopes"] = A.view("alibi_slopes", alibi_slopes, None, stream)
-            self._check_vector(out["alibi_slopes"], A.F32, hq, backend, "alibi_slopes")
+            if self._alibi_batch_stride == 0 and len(out["alibi_slopes"].shape) == 1:
+                self._check_vector(out["alibi_slopes"], A.F32, hq, backend, "alibi_slopes")
+            else:  # (batch, heads_q); with batch stride 0 its rows are one (size 1 or broadcast)
+                self._check_slopes_per_batch(out["alibi_slopes"], b, hq, backend)
         elif alibi_slopes is not None:
             raise make_error(Status.INVALID_ARGUMENT, "alibi_slopes was given but the plan's bias kind is %s; call "
                              "plan.set_alibi() first" % self._bias_kind.name.lower())
@@ -590,6 +649,23 @@ class Plan:
             s = _default_stream(views)
         return backend, s
 
+    def _forward_outputs(self, qv, out, lse, want_lse, backend, sv):
+        """(out, its view, lse, its view or None) of a forward run: given arrays checked,
+        missing ones allocated like q (lse only when want_lse)."""
+        kind = self._want_kind()
+        if out is None:
+            st = self._strides[Tensor.O]
+            out = alloc(qv, self.expected_shape(Tensor.O), st[1:] if self._varlen else st, kind)
+        ov = A.view("out", out, kind, sv)
+        self._check_tensor(ov, Tensor.O, backend, output=True)
+        lv = None
+        if lse is None and want_lse:
+            lse = alloc(qv, self.lse_shape(), A._c_strides(self.lse_shape()), A.F32)
+        if lse is not None:
+            lv = A.view("lse", lse, None, sv)
+            self._check_lse(lv, backend, output=True)
+        return out, ov, lse, lv
+
     # ---- passes ----
     def forward(self, q, k, v, out=None, lse=None, bias=None, alibi_slopes=None, cu_seqlens_q=None,
                 cu_seqlens_k=None, stream=None, workspace=None, want_lse=True):
@@ -607,17 +683,7 @@ class Plan:
         self._check_tensor(kv, Tensor.K, backend)
         self._check_tensor(vv, Tensor.V, backend)
         extra = self._common_inputs(backend, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, sv)
-        if out is None:
-            st = self._strides[Tensor.O]
-            out = alloc(qv, self.expected_shape(Tensor.O), st[1:] if self._varlen else st, kind)
-        ov = A.view("out", out, kind, sv)
-        self._check_tensor(ov, Tensor.O, backend, output=True)
-        lv = None
-        if lse is None and want_lse:
-            lse = alloc(qv, self.lse_shape(), A._c_strides(self.lse_shape()), A.F32)
-        if lse is not None:
-            lv = A.view("lse", lse, None, sv)
-            self._check_lse(lv, backend, output=True)
+        out, ov, lse, lv = self._forward_outputs(qv, out, lse, want_lse, backend, sv)
         need = self.workspace_size(Pass.FORWARD)
         ws, wptr, wbytes = self._workspace(workspace, need, qv, backend)
         args = L.FwdArgs(q=qv.ptr, k=kv.ptr, v=vv.ptr, o=ov.ptr, lse=lv.ptr if lv else None,
@@ -687,6 +753,84 @@ class Plan:
         if backend == "cuda":
             _keep_alive_on_stream(list(res) + [dbias, ws], s)
         return res + (dbias,) if want_dbias else res
+
+    def kvcache_layouts(self):
+        """{argument: (shape, element strides)} of every array a KV-cache run may take, for
+        the plan's shape and KV-cache configuration (contiguous where no strides were set)."""
+        if self._kv is None:
+            raise make_error(Status.PLAN_INCOMPLETE, "the plan has no KV-cache configuration: call "
+                             "plan.set_kvcache(...) first")
+        kv = self._kv
+        b, sq, sk, hq, hkv, dqk, dv = self._shape
+        tokens = kv["page_size"] if kv["page_size"] else sk
+        half = kv["rotary_dim"] // 2
+        shapes = {"k_cache": ((kv["num_rows"], tokens, hkv, dqk), kv["k_cache_strides"]),
+                  "v_cache": ((kv["num_rows"], tokens, hkv, dv), kv["v_cache_strides"]),
+                  "k_new": ((b, kv["seqlen_new"], hkv, dqk), kv["k_new_strides"]),
+                  "v_new": ((b, kv["seqlen_new"], hkv, dv), kv["v_new_strides"]),
+                  "rotary_cos": ((kv["rotary_rows"], half), None), "rotary_sin": ((kv["rotary_rows"], half), None),
+                  "cache_seqlens": ((b,), None), "cache_batch_idx": ((b,), None),
+                  "block_table": ((b, kv["max_pages"]), None)}
+        return {name: (shp, st if st is not None else A._c_strides(shp)) for name, (shp, st) in shapes.items()}
+
+    def _kvcache_views(self, backend, arrays, stream):
+        """Checked views of the KV-cache run's inputs (a dict name -> array or None). An
+        array the configuration does not use is passed on unchecked: the C call refuses it
+        (INCOMPATIBLE_OPTIONS) before touching memory."""
+        kv = self._kv
+        lay = self.kvcache_layouts()
+        used = {"k_cache": True, "v_cache": True, "cache_seqlens": True, "k_new": kv["seqlen_new"] > 0,
+                "v_new": kv["seqlen_new"] > 0, "rotary_cos": kv["rotary"] != Rotary.NONE,
+                "rotary_sin": kv["rotary"] != Rotary.NONE, "cache_batch_idx": not kv["page_size"],
+                "block_table": kv["page_size"] > 0}
+        dims = {"k_cache": " (row or page, token, head, dim)", "v_cache": " (row or page, token, head, dim)",
+                "k_new": " (batch, seqlen_new, heads_kv, dim)", "v_new": " (batch, seqlen_new, heads_kv, dim)",
+                "rotary_cos": " (rotary_rows, rotary_dim / 2)", "rotary_sin": " (rotary_rows, rotary_dim / 2)",
+                "cache_seqlens": " (batch,)", "cache_batch_idx": " (batch,)",
+                "block_table": " (batch, max_pages_per_seq)"}
+        views = {}
+        for name, x in arrays.items():
+            if x is None:
+                if name in ("k_cache", "v_cache", "cache_seqlens"):
+                    raise make_error(Status.NULL_POINTER, "%s is required by a KV-cache run" % name)
+                continue
+            kind = A.I32 if name in ("cache_seqlens", "cache_batch_idx", "block_table") else self._want_kind()
+            v = views[name] = A.view(name, x, kind, stream)
+            if used[name]:
+                shp, st = lay[name]
+                written = name in ("k_cache", "v_cache") and kv["seqlen_new"] > 0
+                self._check_array(v, shp, st, kind, backend, written, dims[name])
+        return views
+
+    def forward_kvcache(self, q, k_cache, v_cache, cache_seqlens, out=None, lse=None, cache_batch_idx=None,
+                        block_table=None, k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
+                        alibi_slopes=None, stream=None, workspace=None, want_lse=True):
+        """One KV-cache run (flashattn_fwd_kvcache): append k_new/v_new (rotated) into the
+        caches at each sequence's cache_seqlens, rotate q, attend to the first
+        cache_seqlens[b] + seqlen_new keys. Returns (out, lse) as :meth:`forward` does; the
+        caches are written in place when appending. Arrays live where the plan runs; the
+        layouts are those of :meth:`kvcache_layouts`."""
+        sv = None if stream is None else _stream_value(stream)
+        kind = self._want_kind()
+        qv = A.view("q", q, kind, sv)
+        views = self._kvcache_views(
+            self.backend, dict(k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
+                               cache_batch_idx=cache_batch_idx, block_table=block_table, k_new=k_new, v_new=v_new,
+                               rotary_cos=rotary_cos, rotary_sin=rotary_sin), sv)
+        backend, s = self._run_prep([qv] + list(views.values()), stream)
+        self._check_tensor(qv, Tensor.Q, backend)
+        extra = self._common_inputs(backend, None, alibi_slopes, None, None, sv)
+        out, ov, lse, lv = self._forward_outputs(qv, out, lse, want_lse, backend, sv)
+        need = self.workspace_size(Pass.FORWARD_KVCACHE)
+        ws, wptr, wbytes = self._workspace(workspace, need, qv, backend)
+        ptrs = {name: v.ptr for name, v in views.items()}
+        args = L.KvcacheArgs(q=qv.ptr, o=ov.ptr, lse=lv.ptr if lv else None,
+                             alibi_slopes=extra["alibi_slopes"].ptr if "alibi_slopes" in extra else None, **ptrs)
+        L.check(self._lib.flashattn_fwd_kvcache(self.handle, ctypes.byref(args), wptr, wbytes, s or None),
+                "flashattn_fwd_kvcache")
+        if backend == "cuda":
+            _keep_alive_on_stream([out, lse, ws], s)
+        return out, lse
 
     def _workspace(self, workspace, need, like, backend):
         if workspace is None:
@@ -877,7 +1021,7 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
             bst, _ = bias_strides_from(bias_view, (batch, qh, sq, sk))
             plan.set_bias("tensor", bst)
         elif alibi_slopes is not None:
-            plan.set_alibi(symmetric=alibi_symmetric)
+            plan.set_alibi(symmetric=alibi_symmetric, batch_stride=_alibi_batch_stride(alibi_slopes, batch, qh))
         if dropout_p:
             if seed is None:
                 seed = random.getrandbits(64)
@@ -892,6 +1036,18 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
         plan.close()
         raise
     return plan, {"q": qv, "layout": layout, "bias_view": bias_view, "varlen": varlen, "seed": seed}
+
+
+def _alibi_batch_stride(alibi_slopes, batch, heads):
+    """The plan's ALiBi batch stride for slopes of shape (heads,) or (batch, heads), FlashAttention's
+    two forms: 0 for the first (and for rows that cannot differ), else the row stride in elements."""
+    sv = A.view("alibi_slopes", alibi_slopes)
+    if len(sv.shape) == 1:
+        return 0
+    if len(sv.shape) != 2 or sv.shape != (batch, heads):
+        raise make_error(Status.INVALID_SHAPE, "alibi_slopes has shape %s; it must be (heads,) = (%d,) or (batch, "
+                         "heads) = (%d, %d)" % (sv.shape, heads, batch, heads))
+    return sv.strides[0] if batch > 1 else 0
 
 
 def _dense_like(shape_bshd, strides_bshd):

@@ -103,11 +103,17 @@ class _Entry:
         except BaseException:
             plan.close()
             raise
-        self.plan = plan
-        self.handle = plan.handle.value
-        self.cuda = backend == "cuda"
-        self.dropout_p = dropout_p
-        self.lock = threading.Lock()
+        adopt(self, plan, backend, dropout_p)
+
+
+def adopt(entry, plan, backend, dropout_p):
+    """Give a cache entry the plan and the fields :func:`_run` reads (handle, cuda,
+    dropout_p, lock)."""
+    entry.plan = plan
+    entry.handle = plan.handle.value
+    entry.cuda = backend == "cuda"
+    entry.dropout_p = dropout_p
+    entry.lock = threading.Lock()
 
 
 def entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
@@ -118,9 +124,15 @@ def entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
         key += (_desc(bias), _desc(alibi_slopes), _desc(cu_q), _desc(cu_k))
     if block_layout is not None:
         key += (bytes(block_layout.detach().cpu().to(torch.uint8).contiguous().numpy()), tuple(block_layout.shape))
+    return cached(key, lambda: _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts))
+
+
+def cached(key, build):
+    """The cache's entry under key; on a miss build() makes it, and the oldest entry is
+    dropped when the cache is full."""
     e = _cache.get(key)
     if e is None:
-        e = _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
+        e = build()
         while len(_cache) >= CACHE_SIZE:
             _cache.pop(next(iter(_cache)), None)
         _cache[key] = e

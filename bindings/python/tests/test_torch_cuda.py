@@ -1,5 +1,7 @@
 """The torch path on a GPU: CUDA-graph capture of forward + backward, torch.compile with
-CUDA graphs (mode="reduce-overhead"), the FA2 interface and autocast against SDPA. Skipped
+CUDA graphs (mode="reduce-overhead"), the FA2 interface and autocast against SDPA,
+flash_attn_with_kvcache against the CPU backend (skipped, visibly, while the CUDA backend
+answers NOT_SUPPORTED). Skipped
 without torch with CUDA and a CUDA build of libflashattn (run them on a GPU machine:
 FLASHATTN_LIBRARY=build/default/libflashattn.so.0 python3 -m pytest -rs
 bindings/python/tests/test_torch_cuda.py)."""
@@ -8,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not importable: the CUDA torch tests need it")
 
 import flashattn  # noqa: E402
-from flashattn.flash_attn_interface import flash_attn_func  # noqa: E402
+from flashattn.flash_attn_interface import flash_attn_func, flash_attn_with_kvcache  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and flashattn.has_cuda_backend() and flashattn.cuda_device_count() > 0),
@@ -90,3 +92,44 @@ def test_autocast_fp32_inputs_run_in_bf16_like_sdpa():
         ref = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
     assert out.dtype == ref.dtype == torch.bfloat16
     assert (out.float() - ref.float()).abs().max().item() < 3e-2
+
+
+def _kvcache_inputs(device, dtype=torch.bfloat16, b=3, page=16, per_seq=8, hq=8, hk=2, d=128):
+    g = torch.Generator().manual_seed(5)
+    mk = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    pool = b * per_seq + 2
+    angle = mk(page * per_seq, d // 2)
+    t = dict(q=mk(b, 1, hq, d), k_cache=mk(pool, page, hk, d), v_cache=mk(pool, page, hk, d), k=mk(b, 1, hk, d),
+             v=mk(b, 1, hk, d), rotary_cos=angle.cos(), rotary_sin=angle.sin(),
+             cache_seqlens=torch.tensor([0, 37, page * per_seq - 1], dtype=torch.int32),
+             block_table=torch.randperm(pool, generator=g)[:b * per_seq].reshape(b, per_seq).to(torch.int32))
+    return {n: x.to(device) for n, x in t.items()}
+
+
+def _kvcache_run(t, **kw):
+    return flash_attn_with_kvcache(t["q"], t["k_cache"], t["v_cache"], t["k"], t["v"], t["rotary_cos"],
+                                   t["rotary_sin"], cache_seqlens=t["cache_seqlens"], block_table=t["block_table"],
+                                   causal=True, return_softmax_lse=True, **kw)
+
+
+def test_kvcache_paged_decode_matches_the_cpu_backend_or_is_refused_untouched():
+    cpu, gpu = _kvcache_inputs("cpu"), _kvcache_inputs("cuda")
+    want = _kvcache_run(cpu)
+    before = (gpu["k_cache"].clone(), gpu["v_cache"].clone())
+    try:
+        got = _kvcache_run(gpu)
+    except flashattn.NotSupportedError as e:
+        assert torch.equal(gpu["k_cache"], before[0]) and torch.equal(gpu["v_cache"], before[1])
+        pytest.skip("the CUDA backend of this build does not serve KV-cache runs: %s" % e)
+    torch.cuda.synchronize()
+    assert (got[0].float().cpu() - want[0].float()).abs().max().item() < 2e-2
+    assert (got[1].cpu() - want[1]).abs().max().item() < 1e-2
+    assert (gpu["k_cache"].float().cpu() - cpu["k_cache"].float()).abs().max().item() < 2e-2  # rotated
+    assert torch.equal(gpu["v_cache"].cpu(), cpu["v_cache"])
+
+
+def test_kvcache_host_tables_for_a_cuda_run_are_refused():
+    t = _kvcache_inputs("cuda")
+    with pytest.raises(flashattn.FlashAttnError) as e:
+        _kvcache_run(dict(t, cache_seqlens=t["cache_seqlens"].cpu()))
+    assert e.value.status == flashattn.Status.WRONG_MEMORY_SPACE and "cache_seqlens" in str(e.value)

@@ -19,6 +19,10 @@
 //! Slices are CPU tensors (the CPU backend); their lengths are checked against the
 //! memory the plan's shape and strides address before every call. Device memory (the
 //! CUDA backend) goes through the `unsafe` [`Plan::forward_raw`] / [`Plan::backward_raw`].
+//!
+//! Inference (docs/inference.md): [`Plan::set_kvcache`] and [`Plan::forward_kvcache`] run
+//! new query tokens against a contiguous or paged KV cache, appending new keys and values
+//! (optionally rotated) first; [`combine`] merges partial (O, LSE) results.
 use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -27,6 +31,8 @@ pub use flashattn_sys as sys;
 
 mod half;
 pub use half::{Bf16, F16};
+mod kvcache;
+pub use kvcache::{combine, combine_raw, CombineShape, KvCacheConfig, KvCacheRun, Rotary, RotaryConfig};
 
 // ------------------------------------------------------------------ status and errors
 
@@ -225,6 +231,8 @@ pub enum BiasKind {
 pub enum Pass {
     Forward,
     Backward,
+    /// [`Plan::forward_kvcache`] (needs [`Plan::set_kvcache`]).
+    ForwardKvCache,
 }
 
 /// Element types a plan can run on slices of: `f32`, [`F16`], [`Bf16`].
@@ -408,6 +416,8 @@ pub struct Plan {
     strides: [[i64; 4]; 8],
     varlen: Option<(i64, i64)>,
     bias: BiasKind,
+    kvcache: Option<KvCacheConfig>,
+    alibi_batch_stride: i64,
 }
 
 // SAFETY: the C API allows using a plan from any thread; concurrent runs (&self) are allowed
@@ -454,6 +464,8 @@ impl Plan {
             strides: [[0; 4]; 8],
             varlen: None,
             bias: BiasKind::None,
+            kvcache: None,
+            alibi_batch_stride: 0,
         };
         check(st, "flashattn_plan_get_backend")?;
         plan.set_shape(shape)?;
@@ -503,6 +515,7 @@ impl Plan {
         let p = match pass {
             Pass::Forward => sys::FLASHATTN_PASS_FORWARD,
             Pass::Backward => sys::FLASHATTN_PASS_BACKWARD,
+            Pass::ForwardKvCache => sys::FLASHATTN_PASS_FORWARD_KVCACHE,
         };
         // SAFETY: valid plan and out-pointer.
         check(
@@ -638,6 +651,19 @@ impl Plan {
         // SAFETY: valid plan; p is NULL or 4 i64.
         check(unsafe { sys::flashattn_plan_set_bias(self.as_raw(), raw, p) }, "flashattn_plan_set_bias")?;
         self.bias = kind;
+        self.alibi_batch_stride = 0;
+        Ok(self)
+    }
+
+    /// ALiBi slopes per (sequence, head): `alibi_slopes[b * batch_stride + h]`; 0 (the
+    /// default) is one slope per head. Call after `set_bias` with an ALiBi kind (which resets it).
+    pub fn set_alibi_batch_stride(&mut self, batch_stride: i64) -> Result<&mut Self> {
+        // SAFETY: valid plan.
+        check(
+            unsafe { sys::flashattn_plan_set_alibi_batch_stride(self.as_raw(), batch_stride) },
+            "flashattn_plan_set_alibi_batch_stride",
+        )?;
+        self.alibi_batch_stride = batch_stride;
         Ok(self)
     }
 
@@ -765,7 +791,9 @@ impl Plan {
             ));
         }
         if let Some(a) = x.alibi_slopes {
-            self.check_len("alibi_slopes", a.len(), self.shape.heads_q as usize)?;
+            let rows = if self.alibi_batch_stride == 0 { 1 } else { self.shape.batch };
+            let need = (rows - 1) * self.alibi_batch_stride + self.shape.heads_q;
+            self.check_len("alibi_slopes", a.len(), need as usize)?;
         }
         for (name, cu) in [("cu_seqlens_q", x.cu_seqlens_q), ("cu_seqlens_k", x.cu_seqlens_k)] {
             if let Some(c) = cu {
@@ -815,12 +843,11 @@ impl Plan {
             cu_seqlens_k: inputs.cu_seqlens_k.map_or(ptr::null(), |c| c.as_ptr()),
             ..Default::default()
         };
-        let bytes = self.workspace_size(Pass::Forward)?;
-        let mut ws = host_workspace(bytes);
-        let wp = if bytes == 0 { ptr::null_mut() } else { ws.as_mut_ptr().cast::<c_void>() };
         // SAFETY: every pointer covers what the plan addresses (checked above); host memory
         // for the CPU backend; the workspace has `bytes` bytes.
-        unsafe { self.forward_raw(&args, wp, bytes, ptr::null_mut()) }
+        self.with_host_workspace(Pass::Forward, |wp, bytes| unsafe {
+            self.forward_raw(&args, wp, bytes, ptr::null_mut())
+        })
     }
 
     /// Backward pass on host slices (CPU backend): writes dq, dk, dv (and dbias).
@@ -871,11 +898,18 @@ impl Plan {
             cu_seqlens_k: inputs.cu_seqlens_k.map_or(ptr::null(), |c| c.as_ptr()),
             ..Default::default()
         };
-        let bytes = self.workspace_size(Pass::Backward)?;
+        // SAFETY: as in forward.
+        self.with_host_workspace(Pass::Backward, |wp, bytes| unsafe {
+            self.backward_raw(&args, wp, bytes, ptr::null_mut())
+        })
+    }
+
+    /// `run(workspace, bytes)` with a host workspace of the size `pass` needs (NULL if 0 bytes).
+    fn with_host_workspace(&self, pass: Pass, run: impl FnOnce(*mut c_void, usize) -> Result<()>) -> Result<()> {
+        let bytes = self.workspace_size(pass)?;
         let mut ws = host_workspace(bytes);
         let wp = if bytes == 0 { ptr::null_mut() } else { ws.as_mut_ptr().cast::<c_void>() };
-        // SAFETY: as in forward.
-        unsafe { self.backward_raw(&args, wp, bytes, ptr::null_mut()) }
+        run(wp, bytes)
     }
 
     /// `flashattn_fwd` with raw pointers (device pointers for CUDA plans).
