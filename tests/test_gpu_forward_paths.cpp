@@ -125,7 +125,15 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   std::vector<Config> cases;
   cases.push_back(fcase("paths d96", 100, 130, 96, FLASHATTN_DTYPE_FP16, 9401));
   cases.push_back(fcase("paths d32", 100, 130, 32, FLASHATTN_DTYPE_BF16, 9402));
-  Config c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
+  // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
+  // (the queried workspace), fa3 never.
+  cases.push_back(fcase("paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9410));
+  Config c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9411);
+  c.dv = 125;
+  c.band = true;
+  c.wr = 0;
+  cases.push_back(c);
+  c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
   c.dv = 128;
   cases.push_back(c);
   c = fcase("paths window", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9404);
@@ -138,6 +146,16 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   cases.push_back(c);
   c = fcase("paths alibi", 150, 170, 64, FLASHATTN_DTYPE_FP16, 9406);
   c.bias = FLASHATTN_BIAS_ALIBI;
+  cases.push_back(c);
+  c = fcase("paths alibi per (batch, head), causal", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9409);
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = c.hq + 3;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
   cases.push_back(c);
   c = fcase("paths dropout", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9407);
   c.p_drop = 0.1f;

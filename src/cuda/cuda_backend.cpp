@@ -204,7 +204,7 @@ void cuda_free(int device, void* device_ptr) {
 
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : fa2_fwd_workspace_size(p);
+  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
 }
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {

@@ -13,6 +13,15 @@
 namespace flashattn {
 namespace {
 
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: those need the
+// workspace fa3_fwd does not take (cuda_flash_fwd_workspace_size counts fa2's alone).
+constexpr bool no_staged_dims() {
+  for (int d : fa3::kFwdDims)
+    if (fa2_staged_dim(d)) return false;
+  return true;
+}
+static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
+
 // Index of p's head dim in fa3::kFwdDims, or -1.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
@@ -62,7 +71,8 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
   if (p.varlen) return refuse(why, why_size, "variable-length batches run on fa2");
   if (p.kv_enabled) return refuse(why, why_size, "KV-cache runs run on fa2");
   if (p.bias_kind != kBiasNone)
-    return refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi run on fa2", static_cast<int>(p.bias_kind));
+    return refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
+                  static_cast<int>(p.bias_kind));
   if (p.softcap > 0.f) return refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
   if (p.p_drop > 0.f) return refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
   if (p.layout != nullptr) return refuse(why, why_size, "block-sparse layouts run on fa2");

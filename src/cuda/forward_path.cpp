@@ -55,4 +55,6 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
   return fa2_fwd(p, workspace, workspace_bytes, stream);
 }
 
+CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) { return fa2_fwd_workspace_size(p); }
+
 }  // namespace flashattn

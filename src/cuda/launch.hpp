@@ -22,9 +22,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
 
 // ---- fa2 head dims not a multiple of 8 (src/cuda/fa2_staging.cu): zero-padded copies ----
 // The head dim the fa2 kernels run for a problem's head dim d: d rounded up to a multiple of 8.
-inline int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
+constexpr int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
 // Whether the tensors of head dim d run on workspace copies (d % 8 != 0).
-inline bool fa2_staged_dim(int64_t d) { return d % 8 != 0; }
+constexpr bool fa2_staged_dim(int64_t d) { return d % 8 != 0; }
 // p with the head dims the kernels run (its pointers and strides unchanged).
 AttnParams fa2_kernel_shape(const AttnParams& p);
 // Workspace bytes of the pass's staged copies, each 256-byte aligned (0 when none).
@@ -42,8 +42,9 @@ struct Fa3Fwd {
   fa3::FwdMaps maps;
 };
 // Whether fa3 serves p on the current device (then *run is ready for fa3_fwd); if not, `why`
-// (why_size bytes) says why: the device, an option or shape fa3 does not implement, or
-// tensors the copy engine cannot address. Nothing launched.
+// (why_size bytes) says why: the device, an option or shape fa3 does not implement (ALiBi
+// with any batch stride, head dims fa2 stages among them), or tensors the copy engine
+// cannot address. Nothing launched. fa3_fwd takes no workspace.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream);
 
