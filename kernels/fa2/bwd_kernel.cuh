@@ -125,12 +125,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     if constexpr (Arch::kSm90 && (Tr::kTmaQdo || Tr::kSkew)) {
       for (int i = 0; i < 2; ++i) {
-        bwd_mbar_init(smem_u32(&ctx.tma_bar[i]));
+        hopper::mbar_init(smem_u32(&ctx.tma_bar[i]));
         ctx.tma_state[i] = 0;
         ctx.tma_uses[i] = 0;
-        if constexpr (Tr::kSkew) bwd_mbar_init(smem_u32(&ctx.cpa_bar[i]), Tr::kThreads);
+        if constexpr (Tr::kSkew) hopper::mbar_init(smem_u32(&ctx.cpa_bar[i]), Tr::kThreads);
       }
-      if constexpr (Tr::kSkew && !Tr::kSkew2) bwd_mbar_init(smem_u32(&ctx.free_bar), Tr::kThreads);
+      if constexpr (Tr::kSkew && !Tr::kSkew2) hopper::mbar_init(smem_u32(&ctx.free_bar), Tr::kThreads);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     if constexpr (Arch::kSm90) {
@@ -206,18 +206,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // Q/dO by the engine or by cp.async with barrier arrivals (the first step's came
         // without: the barrier below); LSE/Delta visible since the last step's barrier.
         if ((tma_bits >> st) & 1u) {
-          bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), (tma_bits >> (st + 2)) & 1u);
+          hopper::mbar_wait(smem_u32(&ctx.tma_bar[st]), (tma_bits >> (st + 2)) & 1u);
           tma_bits ^= 4u << st;
           top_bar = false;
         } else if ((tma_bits >> (st + 5)) & 1u) {
-          bwd_mbar_wait(smem_u32(&ctx.cpa_bar[st]), (tma_bits >> (st + 7)) & 1u);
+          hopper::mbar_wait(smem_u32(&ctx.cpa_bar[st]), (tma_bits >> (st + 7)) & 1u);
           if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
           tma_bits ^= 128u << st;
           top_bar = false;
         }
       } else if constexpr (kTma) {
         const int ts = bwd_lds(ctx.tma_state[st]);
-        if (ts & 1) bwd_mbar_wait(smem_u32(&ctx.tma_bar[st]), static_cast<uint32_t>(ts >> 1));
+        if (ts & 1) hopper::mbar_wait(smem_u32(&ctx.tma_bar[st]), static_cast<uint32_t>(ts >> 1));
       }
     }
     // Stage st ready; without kSkew also: the previous step's readers of sP/sdS and of stage
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           bwd_warp_gemm<Arch, T, SL, kNTs, DV, false, false, Br, Bc>(acc_dp, k.sdO(st), ws_m0, sV, ws_n0);
         }
         if constexpr (kSkew1) {
-          if (free_wait && ms == 0) bwd_mbar_wait(smem_u32(&ctx.free_bar), ((tma_bits >> 4) & 1u) ^ 1u);
+          if (free_wait && ms == 0) hopper::mbar_wait(smem_u32(&ctx.free_bar), ((tma_bits >> 4) & 1u) ^ 1u);
         }
         if constexpr (kPF) {
 #pragma unroll
@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     if constexpr (kSkew1) {
       if (skew) {  // this thread's reads of sP/sdS are done (phase = this step)
-        bwd_mbar_arrive(smem_u32(&ctx.free_bar));
+        hopper::mbar_arrive(smem_u32(&ctx.free_bar));
         tma_bits ^= 16u;
       }
     }

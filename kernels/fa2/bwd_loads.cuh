@@ -106,15 +106,15 @@ __device__ __forceinline__ bool bwd_prefetch(const BwdKernel<Arch, Tr, T>& k, in
           ctx.tma_uses[ns] = uses + 1;
           ctx.tma_state[ns] = ((uses & 1) << 1) | 1;
         }
-        bwd_mbar_expect(bar, static_cast<uint32_t>(Tr::TileQ::kBytes + Tr::TileDO::kBytes));
+        hopper::mbar_expect(bar, static_cast<uint32_t>(Tr::TileQ::kBytes + Tr::TileDO::kBytes));
         const int row = static_cast<int>((p.varlen ? bwd_lds64(ctx.q_tok0) : 0) + nm * Br);
         const int b = p.varlen ? 0 : bwd_lds(ctx.b);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c)
-          bwd_tma_load(k.sQ(ns) + static_cast<uint32_t>(c * Br * 128), &k.qdo_map.q, c * 64, row, nh, b, bar);
+          hopper::tma_load(k.sQ(ns) + static_cast<uint32_t>(c * Br * 128), &k.qdo_map.q, c * 64, row, nh, b, bar);
 #pragma unroll
         for (int c = 0; c < DV / 64; ++c)
-          bwd_tma_load(k.sdO(ns) + static_cast<uint32_t>(c * Br * 128), &k.qdo_map.dout, c * 64, row, nh, b, bar);
+          hopper::tma_load(k.sdO(ns) + static_cast<uint32_t>(c * Br * 128), &k.qdo_map.dout, c * 64, row, nh, b, bar);
       } else if (!(kSkew && skew)) {
         ctx.tma_state[ns] = 0;
       }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "fa2/mma.cuh"
+#include "hopper/tma.cuh"
 
 namespace flashattn {
 namespace fa2 {
@@ -213,39 +214,11 @@ __device__ __forceinline__ void bwd_red_add2(float* dst, float a, float b) {
   }
 }
 
-// TMA and mbarrier helpers: sm_90 instructions, called only in the Sm90a policy's code.
-__device__ __forceinline__ void bwd_mbar_init(uint32_t bar, uint32_t count = 1) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
+// cp.async completion on an mbarrier (the TMA / mbarrier operations: hopper/tma.cuh):
+// sm_90 instructions, called only in the Sm90a policy's code.
 // Arrives on bar (count: one per thread) once this thread's earlier cp.async have landed.
 __device__ __forceinline__ void bwd_cpa_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void bwd_mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bwd_mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bwd_mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0u);
-}
-// Box (64 columns x rows) of a 4-D map (cols, rows, heads, batch) at (c, r, h, b) into
-// shared memory at dst, completing on bar.
-__device__ __forceinline__ void bwd_tma_load(uint32_t dst, const void* map, int c, int r, int h, int b, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(h), "r"(b), "r"(bar)
-      : "memory");
-}
-
 }  // namespace fa2
 }  // namespace flashattn

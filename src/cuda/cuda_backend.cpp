@@ -15,6 +15,7 @@
 
 #include "backends.hpp"
 #include "common/run_pointers.hpp"
+#include "cuda/forward_path.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
 
@@ -203,7 +204,7 @@ void cuda_free(int device, void* device_ptr) {
 
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : fa2_fwd_workspace_size(p);
+  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
 }
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {
@@ -283,7 +284,7 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
                                  : standard_fwd(p, workspace, workspace_bytes, st);
   else
     s = p.direction == kBackward ? fa2_bwd(p, workspace, workspace_bytes, st)
-                                 : fa2_fwd(p, workspace, workspace_bytes, st);
+                                 : cuda_flash_fwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 

@@ -559,11 +559,8 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
   a.qdo_maps = qdo_maps;
   if (kKernels[kc.kernel].tma_qdo && sm90 && kc.stages == 2) {
     const int64_t rows = p.varlen ? p.total_q : p.seqlen_q, nb = p.varlen ? 1 : p.batch;
-    // The stride of a dimension of extent 1 is never applied: any valid value (the row
-    // stride) stands in for it, so that e.g. a 0 there does not cost the copy-engine path.
     auto map_of = [&](TensorMap128* mp, const void* base, int64_t cols, const Strides4& s) {
-      return encode_rows_map_16bit(mp, base, cols, rows, p.heads_q, nb, s.s, p.heads_q == 1 ? s.s : s.h,
-                                   nb == 1 ? s.s : s.b, kc.br);
+      return encode_rows_map_16bit(mp, base, cols, rows, p.heads_q, nb, s, kc.br);
     };
     if (map_of(&qdo_maps[0], p.q, p.head_dim_qk, p.q_stride) && map_of(&qdo_maps[1], p.dout, p.head_dim_v, p.do_stride))
       a.qdo_map_ok = 1;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "backends.hpp"
+#include "fa3/fwd.h"
 
 namespace flashattn {
 
@@ -21,9 +22,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
 
 // ---- fa2 head dims not a multiple of 8 (src/cuda/fa2_staging.cu): zero-padded copies ----
 // The head dim the fa2 kernels run for a problem's head dim d: d rounded up to a multiple of 8.
-inline int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
+constexpr int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
 // Whether the tensors of head dim d run on workspace copies (d % 8 != 0).
-inline bool fa2_staged_dim(int64_t d) { return d % 8 != 0; }
+constexpr bool fa2_staged_dim(int64_t d) { return d % 8 != 0; }
 // p with the head dims the kernels run (its pointers and strides unchanged).
 AttnParams fa2_kernel_shape(const AttnParams& p);
 // Workspace bytes of the pass's staged copies, each 256-byte aligned (0 when none).
@@ -34,6 +35,18 @@ CheckedSize fa2_staging_bytes(const AttnParams& p);
 flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* kp, cudaStream_t stream);
 // Enqueues the copies of the staged outputs of a run of kp back into p's tensors.
 flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cudaStream_t stream);
+
+// ---- generation 2 (kernels/fa3, sm_90a): the FA3-design forward ----
+// What fa3_fwd launches with: the tensor maps of Q, K and V.
+struct Fa3Fwd {
+  fa3::FwdMaps maps;
+};
+// Whether fa3 serves p on the current device (then *run is ready for fa3_fwd); if not, `why`
+// (why_size bytes) says why: the device, an option or shape fa3 does not implement (ALiBi
+// with any batch stride, head dims fa2 stages among them), or tensors the copy engine
+// cannot address. Nothing launched. fa3_fwd takes no workspace.
+bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded

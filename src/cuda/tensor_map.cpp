@@ -86,4 +86,10 @@ bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, in
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box);
 }
 
+bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
+                           int64_t batch, const Strides4& s, int box_rows) {
+  return encode_rows_map_16bit(map, base, cols, rows, heads, batch, s.s, heads == 1 ? s.s : s.h, batch == 1 ? s.s : s.b,
+                               box_rows);
+}
+
 }  // namespace flashattn

@@ -5,6 +5,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/params.h"
 #include "common/tensor_map.h"
 
 namespace flashattn {
@@ -27,5 +28,11 @@ bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t h
 // past the kernels' signed 32-bit box coordinates.
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
                            int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows);
+
+// encode_rows_map_16bit with a plan's strides. The stride of a dimension of extent 1 is never
+// applied: the row stride stands in for it, so that e.g. a 0 there does not cost the
+// copy-engine path.
+bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
+                           int64_t batch, const Strides4& s, int box_rows);
 
 }  // namespace flashattn

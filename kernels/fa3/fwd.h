@@ -1,0 +1,37 @@
+// Host-side view of the FA3-design forward kernels (sm_90a): the tensor maps they load
+// through and the launcher template (instantiated in fa3/instances/fwd_<cfg>_<dtype>_sm90a.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "common/params.h"
+#include "common/tensor_map.h"
+
+namespace flashattn {
+namespace fa3 {
+
+// TMA maps of Q, K, V and O as 4-D tensors (head dim, seq, head, batch) over the plan's
+// strides, boxes of 64 columns x FwdTraits<D>::kBlockM (Q), kBlockN (K, V) or kOBoxRows (O)
+// rows, 128-byte swizzle; loads zero-fill rows past the sequence, stores skip them
+// (src/cuda/tensor_map.hpp encodes them).
+struct FwdMaps {
+  TensorMap128 q, k, v, o;
+};
+
+// The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.
+enum FwdLaunchStep : int {
+  kFwdSetSmem,  // cudaFuncSetAttribute(max dynamic shared memory = smem)
+  kFwdLaunch    // the launch of grid (query tiles, heads_q, batch)
+};
+struct FwdLaunchResult {
+  cudaError_t err;
+  FwdLaunchStep step;
+  int smem;
+  dim3 grid;
+};
+
+// Launches the kernel of head dim D for dtype kDtype (kFp16/kBf16).
+template <int D, int kDtype>
+FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t stream);
+
+}  // namespace fa3
+}  // namespace flashattn

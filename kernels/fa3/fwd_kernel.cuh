@@ -1,0 +1,374 @@
+// The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
+// pipeline and wgmma GEMMs.
+//
+// CTA = one 128-row query tile of one (query head, sequence); 384 threads:
+//   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
+//     the Q tile once and the K and V blocks into 2-stage rings with TMA (128-byte swizzle),
+//     K one block ahead of V. Every stage of each ring has a full barrier (transaction bytes)
+//     and an empty barrier that all 256 consumer threads arrive on once their GEMM of the
+//     stage is done (K after S, V after O += P V).
+//   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
+//     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
+//     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
+//     registers, O += P V (wgmma with P from registers, V an MN-major descriptor). Within a
+//     warpgroup the GEMMs of neighbouring blocks overlap: S of block j + 1 and O += P V of
+//     block j are issued together, and the softmax of block j + 1 runs under the second.
+//     Between the warpgroups, named barriers make them take turns issuing (ping-pong), so
+//     one's softmax runs under the other's GEMMs.
+// Blocks run from the last key block down, so the masked ones come first; key blocks a
+// causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
+// rows (16-bit) over its Q rows in shared memory and one thread stores them with TMA; LSE
+// (fp32) by plain stores from registers.
+//
+// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
+// layout, band mask only causal (window_right 0, window_left unbounded) with either
+// alignment, GQA (key head = h / (heads_q / heads_kv)). The host sends everything else to fa2.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa2/mma.cuh"
+#include "fa2/wgmma.cuh"
+#include "fa3/fwd.h"
+#include "fa3/fwd_traits.h"
+#include "hopper/tma.cuh"
+
+namespace flashattn {
+namespace fa3 {
+
+template <uint32_t kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <uint32_t kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
+// __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong), and each
+// one's O tile complete in shared memory before its TMA store.
+constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
+constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Key blocks this query tile attends to: [0, return value). Producer and consumers call it
+// with the same arguments, so both walk the same blocks.
+template <class Cfg>
+__device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q, int len_k, int shift) {
+  int end = len_k;
+  if (p.has_band) {
+    // Causal: the tile's last row (i < len_q) sees keys j <= i + shift.
+    const int last = min(m0 + Cfg::kBlockM, len_q) - 1 + shift;
+    end = last < 0 ? 0 : min(last + 1, len_k);
+  }
+  return (end + Cfg::kBlockN - 1) / Cfg::kBlockN;
+}
+
+// The element mask of key block n (keys n kBlockN ..): keys past len_k and, causal, keys
+// j > i + shift of this thread's rows row0 and row0 + 8. Only the blocks that need it call it.
+template <class Cfg>
+__device__ __forceinline__ void mask_block(const AttnParams& p, float (&acc_s)[1][Cfg::kBlockN / 8][4], int n, int row0,
+                                           int len_k, int shift) {
+  const int n0 = n * Cfg::kBlockN;
+  const int t = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = n0 + nt * 8 + 2 * t + (e & 1);
+      const int i = row0 + (e >> 1) * 8;
+      if (j >= len_k || (p.has_band && j > i + shift)) acc_s[0][nt][e] = -INFINITY;
+    }
+}
+
+// One step of the online softmax (base 2) on the scores of a block, rows g (hh 0) and g + 8
+// (hh 1): the new running max, the scores turned into probabilities in place, the running
+// sums updated, and alpha[hh], the factor the O accumulator still has to be scaled by (the
+// caller applies it once no GEMM writes O). A row with every score so far masked keeps max
+// -inf; its exps use 0 as the offset, so its probabilities and alpha are 0.
+template <int NT>
+__device__ __forceinline__ void softmax_step(float (&acc_s)[1][NT][4], float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2], float sl2) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = row_max[hh];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
+    mx = fa2::quad_max(mx);
+    const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
+    alpha[hh] = fa2::fast_exp2(row_max[hh] * sl2 - m_scaled);
+    row_max[hh] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = fa2::fast_exp2(fmaf(acc_s[0][nt][2 * hh + e], sl2, -m_scaled));
+        acc_s[0][nt][2 * hh + e] = pe;
+        sum += pe;
+      }
+    row_sum[hh] = row_sum[hh] * alpha[hh] + sum;
+  }
+}
+
+template <int NV>
+__device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nv = 0; nv < NV; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
+}
+
+// P (the probabilities in the S accumulator) as the A operand of O += P V: for k16 step kk,
+// the A-fragment layout of mma.sync m16n8k16 (rows g, g + 8; columns 16 kk + 2t.., + 8).
+template <typename T, int NT>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[NT / 2][4], const float (&acc_s)[1][NT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
+    pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
+    pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
+    pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
+  }
+}
+
+template <class Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
+  constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
+  constexpr int kNV = kD / 8;       // n8 tiles of O
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sk0 = sq + Cfg::kQBytes;
+  const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
+  const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
+  const uint32_t q_full = bar0;
+  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(1 + kind * kStages + s); };
+  auto k_full = [&](int s) { return bar(0, s); };
+  auto v_full = [&](int s) { return bar(1, s); };
+  auto k_empty = [&](int s) { return bar(2, s); };
+  auto v_empty = [&](int s) { return bar(3, s); };
+  // Block it of the walk lives in stage it % kStages, in that stage's use number it / kStages.
+  auto stage = [](int it) { return it % kStages; };
+  auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
+
+  // Query tiles in reverse launch order: under a causal mask the last tiles see the most key
+  // blocks, and starting them first leaves the short ones to fill the end of the grid.
+  const int m0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kBlockM;
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
+  const int shift = p.align == 1 ? len_k - len_q : 0;
+  const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+
+  if (threadIdx.x == 0) {
+    hopper::mbar_init(q_full);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbar_init(k_full(s));
+      hopper::mbar_init(v_full(s));
+      hopper::mbar_init(k_empty(s), 2 * 128);
+      hopper::mbar_init(v_empty(s), 2 * 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    // ---- producer: Q, then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
+    // consumers use them in ----
+    regs_dec<24>();
+    if (threadIdx.x != 0) return;
+    // O is stored through its map even when the tile sees no key block.
+    hopper::tma_prefetch_map(&maps.q);
+    hopper::tma_prefetch_map(&maps.k);
+    hopper::tma_prefetch_map(&maps.v);
+    hopper::tma_prefetch_map(&maps.o);
+    if (n_blocks == 0) return;
+    const int kvh = h / static_cast<int>(p.heads_q / p.heads_kv);
+    hopper::mbar_expect(q_full, Cfg::kQBytes);
+#pragma unroll
+    for (int c = 0; c < kD / 64; ++c)
+      hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, m0, h, b, q_full);
+    // Operand `which` (0 K, 1 V) of walk step it. A fresh barrier counts as having completed
+    // the phase before its first: the first round through the ring does not wait.
+    auto load = [&](int which, int it) {
+      const int s = stage(it), n = n_blocks - 1 - it;
+      const uint32_t full = which == 0 ? k_full(s) : v_full(s);
+      const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * Cfg::kKVBytes);
+      hopper::mbar_wait(which == 0 ? k_empty(s) : v_empty(s), parity(it) ^ 1u);
+      hopper::mbar_expect(full, Cfg::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < kD / 64; ++c)
+        hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * 128), which == 0 ? &maps.k : &maps.v, c * 64,
+                         n * kBlockN, kvh, b, full);
+    };
+    for (int it = 0; it < n_blocks; ++it) {
+      load(0, it);
+      if (it > 0) load(1, it - 1);
+    }
+    load(1, n_blocks - 1);
+    return;
+  }
+
+  // ---- consumers ----
+  regs_inc<240>();
+  const int cw = wg - 1;                                      // rows 64 cw .. 64 cw + 63 of the tile
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+  const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+  const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * 128);  // this warpgroup's Q rows
+
+  float acc_o[1][kNV][4];
+#pragma unroll
+  for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+  float acc_s[1][kNT][4];
+  uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
+
+  // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
+  // first row's diagonal; uniform per block.
+  auto needs_mask = [&](int n) {
+    const int n0 = n * kBlockN;
+    return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
+  };
+  // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
+  auto issue_s = [&](int it) {
+    fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(acc_s, sq_wg,
+                                                        sk0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes));
+  };
+  // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 2048 bytes
+  // further; N = kD across its 64-column blocks, kBlockN * 128 bytes apart).
+  auto issue_pv = [&](int it) {
+    const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes), kBlockN * 128);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+  };
+
+  // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
+  // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
+  // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
+  // between a GEMM's issue and its wait.
+  //
+  // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
+  // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
+  // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
+  // other has passed (128): warpgroup 0's first turn is passed by itself, and warpgroup 1
+  // skips its last pass (nobody waits for it), so both barriers end balanced. Both
+  // warpgroups walk the same n_blocks steps.
+  auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
+  auto turn_pass = [&](int it) {
+    if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
+  };
+  if (n_blocks > 0) {
+    if (cw == 0) bar_arrive(kBarTurn, 256);
+    hopper::mbar_wait(q_full, 0);
+    hopper::mbar_wait(k_full(stage(0)), parity(0));
+    turn_wait();
+    fa2::wg_fence();
+    issue_s(0);
+    fa2::wg_commit();
+    turn_pass(0);
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_s);
+    hopper::mbar_arrive(k_empty(stage(0)));
+    if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
+    softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
+    pack_p<T>(pa, acc_s);
+  }
+  for (int it = 1; it < n_blocks; ++it) {
+    const int n = n_blocks - 1 - it;
+    hopper::mbar_wait(k_full(stage(it)), parity(it));
+    hopper::mbar_wait(v_full(stage(it - 1)), parity(it - 1));
+    turn_wait();
+    fa2::wg_fence();
+    issue_s(it);
+    fa2::wg_commit();
+    issue_pv(it - 1);
+    fa2::wg_commit();
+    turn_pass(it);
+    fa2::wg_wait<1>();  // S(it) done; O += P V may still run
+    fa2::wg_hold(acc_s);
+    hopper::mbar_arrive(k_empty(stage(it)));
+    // The softmax sits in the two arms of this branch, the wait after it: within one basic
+    // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
+    // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
+    // softmax below the wait.
+    if (needs_mask(n)) {
+      mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+    } else {
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+    }
+    fa2::wg_hold(acc_s);
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_o);
+    hopper::mbar_arrive(v_empty(stage(it - 1)));
+    rescale_o(acc_o, alpha);
+    pack_p<T>(pa, acc_s);
+  }
+  if (n_blocks > 0) {
+    hopper::mbar_wait(v_full(stage(n_blocks - 1)), parity(n_blocks - 1));
+    fa2::wg_fence();
+    issue_pv(n_blocks - 1);
+    fa2::wg_commit();
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_o);
+    hopper::mbar_arrive(v_empty(stage(n_blocks - 1)));
+  }
+
+  // ---- epilogue: normalize; O through shared memory and a TMA store, LSE by plain stores ----
+  // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
+  // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it.
+  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q : nullptr;
+  float inv[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = fa2::quad_sum(row_sum[hh]);
+    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
+    const int i = row0 + hh * 8;
+    if (lse != nullptr && t == 0 && i < len_q)
+      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
+  }
+  // O goes over this warpgroup's own Q rows (its S GEMMs, the only readers, are done), in the
+  // layout of a TMA load: 64-column block cb at cb kBlockM 128 bytes, row r's 16-byte chunk c
+  // at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a warp hit 32 distinct banks.
+#pragma unroll
+  for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = warp * 16 + g + hh * 8;
+      const uint32_t a =
+          sq_wg + static_cast<uint32_t>((nv / 8) * kBlockM * 128 + r * 128 + (((nv % 8) ^ g) << 4) + t * 4);
+      const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+    }
+  hopper::fence_proxy_async_smem();
+  bar_sync(kBarEpilogue + cw, 128);
+  // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
+  static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
+  const int r0 = m0 + cw * 64;
+  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
+#pragma unroll
+    for (int cb = 0; cb < kD / 64; ++cb)
+      hopper::tma_store(&maps.o, sq_wg + static_cast<uint32_t>(cb * kBlockM * 128), cb * 64, r0, h, b);
+    hopper::tma_store_commit_and_wait_read();
+  }
+}
+
+}  // namespace fa3
+}  // namespace flashattn

@@ -1,0 +1,35 @@
+// Host launcher template of the FA3-design forward kernel; each generated translation unit
+// (kernels/fa3/instances/fwd_<cfg>_<dtype>_sm90a.cu) explicitly instantiates one run_fwd.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "fa2/fwd_launch.cuh"
+#include "fa3/fwd.h"
+#include "fa3/fwd_kernel.cuh"
+
+namespace flashattn {
+namespace fa3 {
+
+template <int D, int kDtype>
+FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t stream) {
+  using Cfg = FwdTraits<D>;
+  using T = typename fa2::DtypeToElem<kDtype>::type;
+  auto kernel = fwd_kernel<Cfg, T>;
+  FwdLaunchResult r{};
+  r.smem = Cfg::kSmemBytes;
+  // Idempotent and cheap; done on every call so it holds for whichever device is current.
+  r.step = kFwdSetSmem;
+  r.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r.smem);
+  if (r.err != cudaSuccess) return r;
+  // One CTA per (query tile, query head, sequence); the host sends heads_q or batch above
+  // the grid's y/z limit to fa2.
+  r.step = kFwdLaunch;
+  r.grid = dim3(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM), static_cast<unsigned>(p.heads_q),
+                static_cast<unsigned>(p.batch));
+  kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, maps);
+  r.err = cudaGetLastError();
+  return r;
+}
+
+}  // namespace fa3
+}  // namespace flashattn

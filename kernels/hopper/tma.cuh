@@ -1,0 +1,65 @@
+// The Hopper copy engine (TMA: loads, stores) and shared-memory barriers (mbarrier) as the sm_90a kernels
+// of every family use them: sm_90 instructions, called only from code compiled for sm_90a.
+// Tensor maps come from the host (common/tensor_map.h) as __grid_constant__ parameters.
+#pragma once
+#include <stdint.h>
+
+namespace flashattn {
+namespace hopper {
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count = 1) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0u);
+}
+// Starts fetching a tensor map into the copy engine's descriptor cache, so the first copy
+// through it does not wait for the fetch.
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// Box (64 columns x rows) of a 4-D map (cols, rows, heads, batch) at (c, r, h, b) into
+// shared memory at dst, completing on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int c, int r, int h, int b, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(h), "r"(b), "r"(bar)
+      : "memory");
+}
+
+// Box (64 columns x rows) of a 4-D map at (c, r, h, b) from shared memory at src to global
+// memory, in this thread's bulk group; elements outside the tensor are not written.
+__device__ __forceinline__ void tma_store(const void* map, uint32_t src, int c, int r, int h, int b) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c), "r"(r), "r"(h), "r"(b)
+               : "memory");
+}
+// Closes this thread's bulk group of stores, then waits until its stores have read their
+// shared-memory source (the memory may then be reused or the CTA exit).
+__device__ __forceinline__ void tma_store_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes visible to the async proxy (a TMA
+// store or a wgmma that reads them after a barrier).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+}  // namespace hopper
+}  // namespace flashattn

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The check of the FA3-design forward (kernels/fa3) on an H100/H200, in one device call of
+# about 6-8 minutes with 16 cores: builds through scripts/gpu_check.sh (its configure + build
+# steps only, ~1-2 min), then
+#   1. ptxas: registers and spills (-Xptxas -v) of every fa3 instance, compiled alone for
+#      sm_90a with the library's flags; fails on spills or on the wgmma serialization
+#      warnings C7508/C7515/C7517;
+#   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, UTMASTG, USETMAXREG (each must be
+#      > 0), local-memory accesses LDL/STL (must be 0), and MUFU.EX2 between the two wgmma
+#      waits of the main loop (must be > 0: the softmax overlaps O += P V);
+#   3. tests: test_gpu_forward_paths on fa3 first (a hung kernel stops at the per-test
+#      timeout), then on fa2 (ctest -R '^fa[23]:'), then (STEPS has suite) the whole non-slow
+#      GPU suite with the automatic choice, which sends the forward of every served case to
+#      fa3;
+#   4. bench/bench.py forward only, bf16 and fp16, d 64/128/256, causal and not, seqlen
+#      1k..16k: lib-flash beside SDPA cuDNN with FLASHATTN_CUDA_FORWARD=fa3, then lib-flash
+#      alone with fa2 (~3 min together);
+#   5. record: bench/record_h100.py measures the cuBLAS bf16 8192^3 rate and appends one row
+#      per configuration to bench/results/h100.csv (copied to OUT as well).
+# usage: scripts/gpu_fa3_check.sh
+# environment: BUILD_DIR (default <repo>/build-gpu), JOBS (default 16), OUT (receives
+#   fa3-check.log, bench-fa2/, bench-fa3/ and h100.csv), STEPS (default
+#   ptxas,sass,tests,suite,bench,record), BENCH_ARGS (extra arguments for bench/bench.py),
+#   TEST_TIMEOUT (seconds per test, default 120), BENCH_TIMEOUT (seconds per bench run,
+#   default 240).
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+JOBS=${JOBS:-16}
+STEPS=${STEPS:-ptxas,sass,tests,suite,bench,record}
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
+RESULTS=${OUT:-$BUILD/fa3-check}
+WORK=$BUILD/fa3-check-work
+mkdir -p "$RESULTS" "$WORK"
+exec > >(tee "$RESULTS/fa3-check.log") 2>&1
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+FAILED=0
+fail() { echo "FAIL: $*"; FAILED=1; }
+
+echo "==== build (scripts/gpu_check.sh, configure + build only)"
+BUILD_DIR=$BUILD JOBS=$JOBS FLASHATTN_CUDA_ARCHITECTURES=90a-real STEPS=none OUT='' "$ROOT/scripts/gpu_check.sh" quick ||
+  fail "gpu_check.sh build"
+LIB=$BUILD/libflashattn.so.0
+[[ -f "$LIB" ]] || { echo "no $LIB: stopping"; exit 1; }
+
+NVCC=${CUDACXX:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
+CUOBJDUMP=$(command -v cuobjdump || echo "$(dirname "$NVCC")/cuobjdump")
+UNITS=("$ROOT"/kernels/fa3/instances/*_sm90a.cu)
+
+if want ptxas || want sass; then
+  echo "==== ptxas -v of the fa3 instances (sm_90a)"
+  pids=()
+  for u in "${UNITS[@]}"; do
+    n=$(basename "$u" .cu)
+    "$NVCC" -std=c++17 -O3 -DNDEBUG --use_fast_math -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v \
+      -I"$ROOT/kernels" -I"$ROOT/include" -o "$WORK/$n.cubin" "$u" > "$WORK/$n.ptxas" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || fail "nvcc of an fa3 instance (see $WORK/*.ptxas)"; done
+  for u in "${UNITS[@]}"; do
+    n=$(basename "$u" .cu)
+    regs=$(grep -Eo 'Used [0-9]+ registers' "$WORK/$n.ptxas" | head -1)
+    spill=$(grep -Eo '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' "$WORK/$n.ptxas" | head -1)
+    printf '%-22s %s, %s\n' "$n" "$regs" "$spill"
+    grep -q ' 0 bytes spill stores, 0 bytes spill loads' "$WORK/$n.ptxas" || fail "$n spills"
+    if grep -E 'C7508|C7515|C7517' "$WORK/$n.ptxas"; then fail "$n: ptxas wgmma warning"; fi
+  done
+fi
+
+if want sass; then
+  echo "==== SASS of the fa3 kernels"
+  printf '%-22s %6s %8s %8s %11s %4s %4s\n' unit HGMMA UTMALDG UTMASTG USETMAXREG LDL STL
+  for u in "${UNITS[@]}"; do
+    n=$(basename "$u" .cu)
+    "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
+    c() { grep -c "$1" "$WORK/$n.sass"; }
+    h=$(c HGMMA) t=$(c UTMALDG) ts=$(c UTMASTG) s=$(c USETMAXREG) l=$(c 'LDL') st=$(c 'STL')
+    printf '%-22s %6s %8s %8s %11s %4s %4s\n' "$n" "$h" "$t" "$ts" "$s" "$l" "$st"
+    [[ $h -gt 0 && $t -gt 0 && $ts -gt 0 && $s -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, UTMASTG or USETMAXREG"
+    [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
+    # The intra-warpgroup overlap: the softmax's exponentials between the wait for S
+    # (DEPBAR.LE gsb0, 0x1) and the wait for O += P V (0x0).
+    ex2=$(awk '/DEPBAR.LE gsb0, 0x1/ { s = 1 } s && /MUFU.EX2/ { c++ } /DEPBAR.LE gsb0, 0x0/ { s = 0 }
+               END { print c + 0 }' "$WORK/$n.sass")
+    [[ $ex2 -gt 0 ]] || fail "$n: no MUFU.EX2 between the two wgmma waits (the softmax no longer overlaps O += P V)"
+  done
+  grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/*.sass | sort | uniq -c
+fi
+
+if want tests; then
+  for path in fa3 fa2; do
+    echo "==== test_gpu_forward_paths on $path"
+    ctest --test-dir "$BUILD" -R "^$path:" --output-on-failure --timeout "$TEST_TIMEOUT" ||
+      fail "forward-path tests ($path)"
+  done
+fi
+if want suite; then
+  echo "==== the GPU suite, automatic forward path (fa3 where it serves)"
+  ctest --test-dir "$BUILD" -L '^gpu$' -E '^fa[23]:' --output-on-failure --timeout "$TEST_TIMEOUT" ||
+    fail "GPU suite"
+fi
+
+# One bench run: $1 = the forced path, $2 = the implementations.
+bench() {
+  echo "==== bench, forward only, FLASHATTN_CUDA_FORWARD=$1, $2"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  FLASHATTN_CUDA_FORWARD=$1 timeout "$BENCH_TIMEOUT" python3 "$ROOT/bench/bench.py" --lib "$LIB" \
+    --out "$RESULTS/bench-$1" --record '' --no-bwd --no-memory --no-sparse --dtypes bf16,fp16 --hdims 64,128,256 \
+    --seqlens 1024,2048,4096,8192,16384 --impls "$2" ${BENCH_ARGS:-} || fail "bench ($1)"
+}
+if want bench; then
+  bench fa3 lib-flash,cudnn
+  bench fa2 lib-flash
+fi
+if want record; then
+  echo "==== record: bench/results/h100.csv"
+  if python3 "$ROOT/bench/record_h100.py" --ours "$RESULTS/bench-fa3/bench.csv" --fa2 "$RESULTS/bench-fa2/bench.csv"; then
+    cp "$ROOT/bench/results/h100.csv" "$RESULTS/h100.csv"
+  else
+    fail "record_h100.py"
+  fi
+fi
+
+[[ $FAILED == 0 ]] && echo "gpu_fa3_check: OK" || echo "gpu_fa3_check: FAILED (see above)"
+exit $FAILED

@@ -1,0 +1,116 @@
+// Host side of the FA3-design forward (kernels/fa3): which problems it serves, the TMA
+// maps of Q, K and V, and the launch of the (head dim, dtype) instance.
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
+#include "error.hpp"
+#include "fa3/fwd_traits.h"
+#include "fa3/launchers.h"
+
+namespace flashattn {
+namespace {
+
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: those need the
+// workspace fa3_fwd does not take (cuda_flash_fwd_workspace_size counts fa2's alone).
+constexpr bool no_staged_dims() {
+  for (int d : fa3::kFwdDims)
+    if (fa2_staged_dim(d)) return false;
+  return true;
+}
+static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
+
+// Index of p's head dim in fa3::kFwdDims, or -1.
+int fa3_config(const AttnParams& p) {
+  for (int i = 0; i < fa3::kNumFwd; ++i)
+    if (p.head_dim_qk == fa3::kFwdDims[i] && p.head_dim_v == fa3::kFwdDims[i]) return i;
+  return -1;
+}
+
+template <int D>
+bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
+  using Cfg = fa3::FwdTraits<D>;
+  return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
+         encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
+}
+
+// Writes the reason into why (printf format) and returns false.
+__attribute__((format(printf, 3, 4))) bool refuse(char* why, size_t why_size, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, why_size, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+}  // namespace
+
+bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
+  constexpr int64_t kMaxGridYZ = 65535;
+  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  if (!fa3::kBuilt) return refuse(why, why_size, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHITECTURES)");
+  int device = 0, major = 0, minor = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return refuse(why, why_size, "querying the device's compute capability failed: %s", cudaGetErrorString(err));
+  }
+  if (major != 9 || minor != 0)
+    return refuse(why, why_size, "device %d has compute capability %d.%d; fa3 runs on 9.0 only", device, major, minor);
+  if (p.dtype != kFp16 && p.dtype != kBf16)
+    return refuse(why, why_size, "dtype=%d: fa3 takes fp16 and bf16", static_cast<int>(p.dtype));
+  if (fa3_config(p) < 0)
+    return refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
+                  ll(p.head_dim_qk), ll(p.head_dim_v));
+  if (p.varlen) return refuse(why, why_size, "variable-length batches run on fa2");
+  if (p.kv_enabled) return refuse(why, why_size, "KV-cache runs run on fa2");
+  if (p.bias_kind != kBiasNone)
+    return refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
+                  static_cast<int>(p.bias_kind));
+  if (p.softcap > 0.f) return refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
+  if (p.p_drop > 0.f) return refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
+  if (p.layout != nullptr) return refuse(why, why_size, "block-sparse layouts run on fa2");
+  if (p.has_band && !(p.window_right == 0 && p.window_left < 0))
+    return refuse(why, why_size,
+                  "window_left=%lld, window_right=%lld: fa3 serves the causal mask only (right 0, left unbounded)",
+                  ll(p.window_left), ll(p.window_right));
+  if (p.heads_q > kMaxGridYZ || p.batch > kMaxGridYZ)
+    return refuse(why, why_size, "heads_q=%lld, batch=%lld: fa3 launches one grid of at most %lld heads and sequences",
+                  ll(p.heads_q), ll(p.batch), ll(kMaxGridYZ));
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
+  if (p.seqlen_k == 0) return refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
+  bool ok = false;
+  switch (p.head_dim_v) {
+    case 64: ok = encode_maps<64>(p, &run->maps); break;
+    case 128: ok = encode_maps<128>(p, &run->maps); break;
+    case 256: ok = encode_maps<256>(p, &run->maps); break;
+  }
+  if (!ok)
+    return refuse(why, why_size,
+                  "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
+                  "tensor-map encoder");
+  return true;
+}
+
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
+  const int cfg = fa3_config(p);
+  const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, run.maps, stream);
+  if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  if (r.step == fa3::kFwdSetSmem)
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+              "fa3 forward kernel (d=%d, grid %ux%ux%u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
+              fa3::kFwdDims[cfg], r.grid.x, r.grid.y, r.grid.z, r.smem, static_cast<void*>(stream),
+              cudaGetErrorName(r.err), cudaGetErrorString(r.err));
+}
+
+}  // namespace flashattn

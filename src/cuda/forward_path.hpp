@@ -1,0 +1,25 @@
+// Which kernel family runs a CUDA forward: fa3 (kernels/fa3, sm_90a) for the problems it
+// serves on a compute capability 9.0 device, fa2 for everything else, unless the
+// environment variable FLASHATTN_CUDA_FORWARD forces one (tests and benchmarks).
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "backends.hpp"
+
+namespace flashattn {
+
+// The forward pass of the fa2 algorithm (FLASHATTN_ALGORITHM_FLASH) on the family that serves p.
+// FLASHATTN_CUDA_FORWARD (read once per process): unset or empty picks automatically; `fa2`
+// never runs fa3; `fa3` runs fa3 and fails with NOT_SUPPORTED, naming the reason, for a
+// problem or device it does not serve; any other value fails with INVALID_ARGUMENT.
+// workspace, workspace_bytes: at least cuda_flash_fwd_workspace_size(p) bytes, passed on to fa2.
+flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Workspace bytes of cuda_flash_fwd(p) whichever family runs it (the choice depends on the
+// device and FLASHATTN_CUDA_FORWARD, which the size must not): fa2's, whose zero-padded
+// copies of head dims that are not a multiple of 8 live there. fa3 takes none, and never
+// serves such a head dim.
+CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p);
+
+}  // namespace flashattn

@@ -1,0 +1,43 @@
+// The GPU test programs' check of one configuration: run on the CUDA backend and the CPU
+// backend, both against the fp64 reference under the GPU tolerance (harness.hpp), and the
+// exact facts (fully masked rows: LSE -inf) equal between them.
+#pragma once
+#include <math.h>
+
+#include "catch_compat.hpp"
+#include "gpu_mem.hpp"
+#include "harness.hpp"
+
+namespace fat {
+
+inline constexpr flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
+
+// base_config with paddings that keep the CUDA kernels' 16-byte alignment.
+inline Config gbase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
+  Config c = base_config(name, sq, sk, d, t, seed);
+  c.pad16 = true;
+  return c;
+}
+
+// Runs c on the GPU and the CPU; both must match the reference, and the exact facts
+// (fully masked rows) must agree between them.
+inline void gpu_check(const Config& c) {
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult g = run_library(p, dev, 0);
+  INFO(describe(p.cfg));
+  INFO("GPU status create/setup/fwd/bwd = " << g.create << "/" << g.setup << "/" << g.fwd << "/" << g.bwd
+                                            << " error: " << g.error);
+  REQUIRE(g.ok());
+  const RefOutputs exact = reference_fp64(p.spec, p.in, p.cfg.backward);
+  const RefOutputs lowp = reference_lowp(p.spec, p.in, rounder_for(p.cfg.dtype), p.cfg.backward);
+  check_against_reference(p, g, exact, lowp, kGpuTolerance);
+  const LibResult cpu = run_cpu(p);
+  REQUIRE(cpu.ok());
+  // LSE -inf exactly where the CPU has -inf.
+  size_t lse_mismatch = 0;
+  for (size_t n = 0; n < g.lse.size(); ++n) lse_mismatch += std::isinf(g.lse[n]) != std::isinf(cpu.lse[n]);
+  CHECK(lse_mismatch == 0);
+}
+
+}  // namespace fat

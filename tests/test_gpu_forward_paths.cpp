@@ -1,0 +1,182 @@
+// The CUDA forward on each of its kernel families. CTest runs this program twice
+// (tests/CMakeLists.txt): with FLASHATTN_CUDA_FORWARD=fa3 (the FA3-design kernels of
+// kernels/fa3, which then must serve every served case here or the run fails) and with
+// FLASHATTN_CUDA_FORWARD=fa2; each result is checked against the fp64 reference and the
+// CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases.
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "catch_compat.hpp"
+#include "gpu_check.hpp"
+#include "gpu_mem.hpp"
+#include "harness.hpp"
+
+using namespace fat;
+
+namespace {
+
+// The path this process was started with ("" when FLASHATTN_CUDA_FORWARD is unset).
+std::string forced_path() {
+  const char* v = getenv("FLASHATTN_CUDA_FORWARD");
+  return v != nullptr ? v : "";
+}
+
+// fa3 runs on compute capability 9.0 only: elsewhere its cases are skipped.
+bool fa3_device() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 &&
+         prop.minor == 0;
+}
+
+#define REQUIRE_PATH()                                                                                            \
+  do {                                                                                                            \
+    REQUIRE_GPU();                                                                                                \
+    if (forced_path() == "fa3" && !fa3_device()) FA_SKIP_TEST("fa3 runs on compute capability 9.0 devices only"); \
+  } while (0)
+
+// Forward only unless the case asks for the backward too (which then reads this path's O and LSE).
+Config fcase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
+  Config c = gbase(name, sq, sk, d, t, seed);
+  c.backward = false;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
+  REQUIRE_GPU();
+  INFO("FLASHATTN_CUDA_FORWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
+  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
+}
+
+TEST_CASE("forward paths: awkward lengths at head dims 64, 128, 256, causal in both alignments", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // Lengths off every tile, and whole tiles (128 x 128, and 128 x 64 at d = 256): no key
+  // block then takes the element mask unless causal.
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17},  {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}};
+  uint64_t seed = 9000;
+  for (int64_t d : {64, 128, 256})
+    for (const auto& pr : pairs)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = fcase("paths dense", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
+        if (mask > 0) {
+          c.band = true;
+          c.wr = 0;
+          c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        }
+        gpu_check(c);
+      }
+}
+
+TEST_CASE("forward paths: GQA and MQA, several sequences, causal and not", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
+  uint64_t seed = 9100;
+  for (const auto& h : heads)
+    for (int64_t d : {64, 128, 256})
+      for (bool causal : {false, true}) {
+        ++seed;
+        Config c = fcase("paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
+        c.batch = 3;
+        c.hq = h[0];
+        c.hkv = h[1];
+        c.band = causal;
+        c.wr = causal ? 0 : -1;
+        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        gpu_check(c);
+      }
+}
+
+TEST_CASE("forward paths: strided layouts and the backward on this path's O and LSE", "[gpu][fwd][bwd]") {
+  REQUIRE_PATH();
+  uint64_t seed = 9200;
+  for (Layout lay : {Layout::BHSD, Layout::Padded})
+    for (int64_t d : {64, 128}) {
+      ++seed;
+      Config c = gbase("paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
+      c.batch = 2;
+      c.hq = 4;
+      c.hkv = 2;
+      c.layout = lay;
+      c.band = true;
+      c.wr = 0;
+      gpu_check(c);
+    }
+}
+
+TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  Config c = fcase("paths no lse", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9301);
+  c.with_lse = false;
+  gpu_check(c);
+  c = fcase("paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9302);
+  c.input_scale = 8.0;
+  gpu_check(c);
+}
+
+TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
+          "[gpu][fwd][errors]") {
+  REQUIRE_PATH();
+  std::vector<Config> cases;
+  cases.push_back(fcase("paths d96", 100, 130, 96, FLASHATTN_DTYPE_FP16, 9401));
+  cases.push_back(fcase("paths d32", 100, 130, 32, FLASHATTN_DTYPE_BF16, 9402));
+  // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
+  // (the queried workspace), fa3 never.
+  cases.push_back(fcase("paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9410));
+  Config c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9411);
+  c.dv = 125;
+  c.band = true;
+  c.wr = 0;
+  cases.push_back(c);
+  c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
+  c.dv = 128;
+  cases.push_back(c);
+  c = fcase("paths window", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9404);
+  c.band = true;
+  c.wl = 32;
+  c.wr = 0;
+  cases.push_back(c);
+  c = fcase("paths softcap", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9405);
+  c.softcap = 5.f;
+  cases.push_back(c);
+  c = fcase("paths alibi", 150, 170, 64, FLASHATTN_DTYPE_FP16, 9406);
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  cases.push_back(c);
+  c = fcase("paths alibi per (batch, head), causal", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9409);
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = c.hq + 3;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  cases.push_back(c);
+  c = fcase("paths dropout", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9407);
+  c.p_drop = 0.1f;
+  c.seed = 5;
+  cases.push_back(c);
+  c = fcase("paths varlen", 1, 1, 128, FLASHATTN_DTYPE_FP16, 9408);
+  c.seqlens_q = {5, 130, 0};
+  c.seqlens_k = {17, 129, 40};
+  cases.push_back(c);
+  for (const Config& cc : cases) {
+    if (forced_path() != "fa3") {
+      gpu_check(cc);
+      continue;
+    }
+    const Problem p = make_problem(cc);
+    DeviceMem dev;
+    const LibResult g = run_library(p, dev, 0);
+    INFO(describe(p.cfg) << " -> status " << flashattn_status_string(g.fwd) << ": " << g.error);
+    CHECK(g.setup == FLASHATTN_STATUS_SUCCESS);
+    CHECK(g.fwd == FLASHATTN_STATUS_NOT_SUPPORTED);
+    CHECK(g.error.find("FLASHATTN_CUDA_FORWARD=fa3") != std::string::npos);
+    CHECK(g.outputs_untouched);
+  }
+}
