@@ -708,7 +708,9 @@ typedef struct flashattn_kvcache_args_t {
  *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
  *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
  *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
- *         configuration does not use); DTYPE_NOT_SUPPORTED (CUDA: fp32); NOT_SUPPORTED (CUDA: a
+ *         configuration does not use); DTYPE_NOT_SUPPORTED (CUDA: fp32); HEAD_DIM_NOT_SUPPORTED
+ *         (CUDA: head dims above 128 on a device with less than 160 KB of shared memory per block,
+ *         such as sm_86/sm_89); NOT_SUPPORTED (CUDA: a
  *         device before sm_80, or more than 2^31-1 CTAs); WRONG_MEMORY_SPACE; LAUNCH_FAILED;
  *         OUT_OF_MEMORY.
  */

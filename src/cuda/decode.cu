@@ -34,6 +34,15 @@ int padded_dim(const AttnParams& p) {
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
+// Dynamic shared memory of the decode kernel for p (the same for fp16 and bf16).
+size_t smem_bytes(const AttnParams& p) {
+  switch (padded_dim(p)) {
+    case 64: return sizeof(decode::Smem<__half, 64>);
+    case 128: return sizeof(decode::Smem<__half, 128>);
+    default: return sizeof(decode::Smem<__half, 256>);
+  }
+}
+
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 // Whether every cache row starts 16 bytes aligned, so tiles load with 16-byte cp.async.
@@ -46,7 +55,7 @@ bool vector_loads(const AttnParams& p) {
 
 template <typename T, int D>
 flashattn_status_t launch_decode(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
-  const size_t smem = sizeof(decode::Smem<T, D>);
+  const size_t smem = smem_bytes(p);
   cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) {
@@ -122,6 +131,12 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=FP32: the CUDA KV-cache kernels take fp16/bf16 tensors; run fp32 KV-cache plans on the CPU "
                 "backend");
+  if (smem_bytes(p) > prop.sharedMemPerBlockOptin)
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA KV-cache kernel needs %zu bytes of shared memory per "
+                "block; device %s allows %zu",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p), prop.name,
+                static_cast<size_t>(prop.sharedMemPerBlockOptin));
   const int64_t blocks = p.kv_num_splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex || p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
