@@ -23,13 +23,12 @@ __global__ void __launch_bounds__(kAppendWarps * 32) append_kernel(const AttnPar
   const Sequence s = sequence(p, b);
   if (!s.ok) return;
   const int64_t j = s.used + i;
-  const int64_t k_off = cache_offset(p, p.k_stride, s, b, hk, j);
-  const int64_t v_off = cache_offset(p, p.v_stride, s, b, hk, j);
-  if (k_off < 0 || v_off < 0) return;
+  const KeyOffsets off = key_offsets(p, s, b, hk, j);
+  if (off.k < 0) return;
   const T* k_src = static_cast<const T*>(p.k_new) + b * p.k_new_stride.b + i * p.k_new_stride.s + hk * p.k_new_stride.h;
   const T* v_src = static_cast<const T*>(p.v_new) + b * p.v_new_stride.b + i * p.v_new_stride.s + hk * p.v_new_stride.h;
-  T* k_dst = static_cast<T*>(const_cast<void*>(p.k)) + k_off;
-  T* v_dst = static_cast<T*>(const_cast<void*>(p.v)) + v_off;
+  T* k_dst = static_cast<T*>(const_cast<void*>(p.k)) + off.k;
+  T* v_dst = static_cast<T*>(const_cast<void*>(p.v)) + off.v;
   const int64_t rotated = p.rotary != 0 ? p.rotary_dim : 0;
   for (int64_t k = lane; k < rotated / 2; k += 32) {
     int64_t da, db;

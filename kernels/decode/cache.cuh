@@ -47,16 +47,25 @@ __device__ __forceinline__ Sequence sequence(const AttnParams& p, int64_t b) {
   return s;
 }
 
-// Element offset of key j of kv head hk in a cache with strides st, or -1 when the
-// block-table entry of its page is outside the pool.
-__device__ __forceinline__ int64_t cache_offset(const AttnParams& p, const Strides4& st, const Sequence& s, int64_t b,
-                                                int64_t hk, int64_t j) {
+// Element offsets of key j (of kv head hk) in the K and V caches; both -1 when the
+// block-table entry of its page is outside the pool. Positions are below 2^31
+// (decode_check), so the page arithmetic is 32-bit.
+struct KeyOffsets {
+  int64_t k, v;
+};
+
+__device__ __forceinline__ KeyOffsets key_offsets(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk,
+                                                  int64_t j) {
+  int64_t row = s.row, slot = j;
   if (p.kv_block_table != nullptr) {
-    const int64_t page = p.kv_block_table[b * p.kv_max_pages + j / p.kv_page_size];
-    if (page < 0 || page >= p.kv_num_rows) return -1;
-    return page * st.b + (j % p.kv_page_size) * st.s + hk * st.h;
+    const int32_t ps = static_cast<int32_t>(p.kv_page_size), jj = static_cast<int32_t>(j);
+    const int32_t lp = jj / ps;
+    row = p.kv_block_table[b * p.kv_max_pages + lp];
+    if (row < 0 || row >= p.kv_num_rows) return {-1, -1};
+    slot = jj - lp * ps;
   }
-  return s.row * st.b + j * st.s + hk * st.h;
+  return {row * p.k_stride.b + slot * p.k_stride.s + hk * p.k_stride.h,
+          row * p.v_stride.b + slot * p.v_stride.s + hk * p.v_stride.h};
 }
 
 // The dims (a, b) of rotary pair k: (2k, 2k+1) interleaved, (k, k + rotary_dim/2) half-split.

@@ -43,27 +43,36 @@ struct Parts {
   float* lse;
 };
 
-// Gathers keys [t0, t0 + kTileK) of one cache (dim elements per row) into dst; rows at or
-// past k1 and elements past dim (to the next multiple of 8) are zero. Sets *bad for a
-// page entry outside the pool (its row zero).
+// One 8-element chunk of a cache row into shared memory: 16-byte cp.async when vec, else
+// element by element with zeros past dim; zeros when off < 0 (no row).
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T* base, int64_t off, int d0, int64_t dim, bool vec, T* out) {
+  if (off < 0) {
+    *reinterpret_cast<uint4*>(out) = make_uint4(0, 0, 0, 0);
+  } else if (vec) {
+    fa2::cp_async_16(fa2::smem_u32(out), base + off + d0, true);
+  } else {
+    for (int e = 0; e < 8; ++e) out[e] = d0 + e < dim ? base[off + d0 + e] : from_float<T>(0.f);
+  }
+}
+
+// Gathers the K and V rows of keys [t0, t0 + kTileK) into stage st; rows at or past k1
+// are zero. A page entry outside the pool sets *bad (its rows zero). Each key's page is
+// looked up once for both caches.
 template <typename T, int D>
-__device__ __forceinline__ void load_tile(const AttnParams& p, const T* base, const Strides4& st, const Sequence& s,
-                                          int64_t b, int64_t hk, int64_t t0, int64_t k1, int64_t dim, bool vec,
-                                          T (*dst)[Smem<T, D>::kStride], int* bad) {
-  const int chunks = static_cast<int>((dim + 7) / 8);
+__device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t t0,
+                                          int64_t k1, bool vec, Smem<T, D>& sm, int st) {
+  const int ck = static_cast<int>((p.head_dim_qk + 7) / 8), cv = static_cast<int>((p.head_dim_v + 7) / 8);
+  const int chunks = ck > cv ? ck : cv;
+  const T* kb = static_cast<const T*>(p.k);
+  const T* vb = static_cast<const T*>(p.v);
   for (int c = threadIdx.x; c < kTileK * chunks; c += kThreads) {
-    const int jj = c / chunks, d0 = (c % chunks) * 8;
+    const int jj = c / chunks, d0 = (c - jj * chunks) * 8;
     const int64_t j = t0 + jj;
-    T* out = &dst[jj][d0];
-    const int64_t off = j < k1 ? cache_offset(p, st, s, b, hk, j) : -1;
-    if (off < 0) {
-      if (j < k1) *bad = 1;
-      *reinterpret_cast<uint4*>(out) = make_uint4(0, 0, 0, 0);
-    } else if (vec) {
-      fa2::cp_async_16(fa2::smem_u32(out), base + off + d0, true);
-    } else {
-      for (int e = 0; e < 8; ++e) out[e] = d0 + e < dim ? base[off + d0 + e] : from_float<T>(0.f);
-    }
+    const KeyOffsets off = j < k1 ? key_offsets(p, s, b, hk, j) : KeyOffsets{-1, -1};
+    if (j < k1 && off.k < 0) sm.bad = 1;
+    if (d0 < p.head_dim_qk) load_chunk(kb, off.k, d0, p.head_dim_qk, vec, &sm.k[st][jj][d0]);
+    if (d0 < p.head_dim_v) load_chunk(vb, off.v, d0, p.head_dim_v, vec, &sm.v[st][jj][d0]);
   }
 }
 
@@ -131,22 +140,16 @@ __global__ void __launch_bounds__(kThreads)
   float2 acc[kAcc];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) acc[a] = make_float2(0.f, 0.f);
-  const T* kb = static_cast<const T*>(p.k);
-  const T* vb = static_cast<const T*>(p.v);
   const float* slopes = p.alibi_slopes;
 
   if (k0 < k1) {
-    load_tile<T, D>(p, kb, p.k_stride, s, b, hk, k0, k1, p.head_dim_qk, vec, sm.k[0], &sm.bad);
-    load_tile<T, D>(p, vb, p.v_stride, s, b, hk, k0, k1, p.head_dim_v, vec, sm.v[0], &sm.bad);
+    load_tile<T, D>(p, s, b, hk, k0, k1, vec, sm, 0);
     fa2::cp_async_commit();
   }
   const int qk_chunks = static_cast<int>((p.head_dim_qk + 7) / 8);
   int stage = 0;
   for (int64_t t0 = k0; t0 < k1; t0 += kTileK, stage ^= 1) {
-    if (t0 + kTileK < k1) {
-      load_tile<T, D>(p, kb, p.k_stride, s, b, hk, t0 + kTileK, k1, p.head_dim_qk, vec, sm.k[stage ^ 1], &sm.bad);
-      load_tile<T, D>(p, vb, p.v_stride, s, b, hk, t0 + kTileK, k1, p.head_dim_v, vec, sm.v[stage ^ 1], &sm.bad);
-    }
+    if (t0 + kTileK < k1) load_tile<T, D>(p, s, b, hk, t0 + kTileK, k1, vec, sm, stage ^ 1);
     fa2::cp_async_commit();
     fa2::cp_async_wait<1>();
     __syncthreads();

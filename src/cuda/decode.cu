@@ -137,6 +137,10 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
                 "block; device %s allows %zu",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p), prop.name,
                 static_cast<size_t>(prop.sharedMemPerBlockOptin));
+  if (p.seqlen_k > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
+                static_cast<long long>(p.seqlen_k));
   const int64_t blocks = p.kv_num_splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex || p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
