@@ -711,7 +711,8 @@ typedef struct flashattn_kvcache_args_t {
  *         configuration does not use); DTYPE_NOT_SUPPORTED (CUDA: fp32); HEAD_DIM_NOT_SUPPORTED
  *         (CUDA: head dims above 128 on a device with less than 160 KB of shared memory per block,
  *         such as sm_86/sm_89); NOT_SUPPORTED (CUDA: a
- *         device before sm_80, or more than 2^31-1 CTAs); WRONG_MEMORY_SPACE; LAUNCH_FAILED;
+ *         device before sm_80, more than 2^31-1 keys or CTAs); WRONG_MEMORY_SPACE; LAUNCH_FAILED;
+ *         CUDA_ERROR (a device or stream the runtime refuses);
  *         OUT_OF_MEMORY.
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,

@@ -383,3 +383,20 @@ TEST_CASE("gpu kvcache: device values out of range give NaN rows and write nothi
       }
     }
 }
+
+TEST_CASE("gpu kvcache: fp32 plans are refused before anything is written", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  KvCase c = gpu_decode_case("fp32", 16, 64, 5);
+  c.dtype = FLASHATTN_DTYPE_FP32;
+  append_to(c, 1, 137, FLASHATTN_ROTARY_NONE, 0);
+  const KvRun r = make_kv_run(c);
+  flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
+  const KvResult g = run_kv_gpu(r, plan);
+  flashattn_plan_destroy(plan);
+  INFO(g.error);
+  CHECK(g.status == FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED);
+  CHECK(g.error.find("FP32") != std::string::npos);
+  CHECK(same_bytes(g.k_cache, r.k_cache));
+  CHECK(same_bytes(g.v_cache, r.v_cache));
+  CHECK(std::count(g.o.begin(), g.o.end(), kPoison) == static_cast<std::ptrdiff_t>(g.o.size()));
+}
