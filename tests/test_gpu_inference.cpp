@@ -246,7 +246,7 @@ TEST_CASE("gpu kvcache: decode over contiguous and paged caches with used length
       }
 }
 
-TEST_CASE("gpu kvcache: head dims 64 to 256, dqk != dv and dims off the 16-byte grid", "[gpu][kvcache]") {
+TEST_CASE("gpu kvcache: head dims 64 to 256 with dqk unlike dv and dims off the 16-byte grid", "[gpu][kvcache]") {
   REQUIRE_GPU();
   const int64_t dims[][2] = {{64, 64}, {96, 96}, {128, 128}, {200, 200}, {256, 256}, {40, 24}, {13, 7}, {256, 72}};
   for (const auto& dd : dims) {
