@@ -77,7 +77,7 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<T, D>& sm = *reinterpret_cast<Smem<T, D>*>(smem_raw);
