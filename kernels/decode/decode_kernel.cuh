@@ -236,7 +236,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
   }
 
-  // Epilogue: O = acc / l, LSE = m + log l (0 and -inf without keys; NaN for bad values).
+  // Epilogue: O = acc / l, LSE = m + log l. As on the CPU, a row is empty (O = 0, LSE =
+  // -inf) iff l == 0 exactly; a NaN l (a NaN or +inf score) stays NaN, and bad device
+  // values give NaN.
   const bool bad = sm.bad != 0;
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) {
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (r >= nr) continue;
     const int64_t i = (r0 + r) / group, h = hk * group + (r0 + r) % group;
     const float l = sm.l[r];
-    const float inv = bad ? NAN : (l > 0.f ? 1.f / l : 0.f);
+    const float inv = bad ? NAN : (l == 0.f ? 0.f : 1.f / l);
     const float ox = acc[a].x * inv, oy = acc[a].y * inv;
     const int64_t row = (b * p.heads_q + h) * sq + i;
     for (int c = 0; c < 2; ++c) {
@@ -256,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       else parts.o[((static_cast<int64_t>(split) * p.batch * p.heads_q * sq) + row) * p.head_dim_v + d] = val;
     }
     if (dp == 0) {
-      const float lse = bad ? NAN : (l > 0.f ? sm.m[r] + logf(l) : -INFINITY);
+      const float lse = bad ? NAN : (l == 0.f ? -INFINITY : sm.m[r] + logf(l));
       if (splits > 1) parts.lse[static_cast<int64_t>(split) * p.batch * p.heads_q * sq + row] = lse;
       else if (p.lse != nullptr) p.lse[row] = lse;
     }
