@@ -142,12 +142,18 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
                 static_cast<long long>(p.seqlen_k));
   const int64_t blocks = p.kv_num_splits * row_chunks(p) * p.heads_kv * p.batch;
-  if (blocks > kMaxIndex || p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
+  if (blocks > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "num_splits=%lld x query-row chunks=%lld x heads_kv=%lld x batch=%lld CTAs exceed the CUDA grid "
                 "limit 2^31-1",
                 static_cast<long long>(p.kv_num_splits), static_cast<long long>(row_chunks(p)),
                 static_cast<long long>(p.heads_kv), static_cast<long long>(p.batch));
+  if (p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "batch=%lld x seqlen_new=%lld x heads_kv=%lld appended rows exceed the append kernel's grid (one "
+                "warp per row, at most 2^31-1 rows)",
+                static_cast<long long>(p.batch), static_cast<long long>(p.kv_seqlen_new),
+                static_cast<long long>(p.heads_kv));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
