@@ -181,6 +181,30 @@ size_t cache_mismatches(flashattn_dtype_t t, const std::vector<uint8_t>& got, co
   return bad;
 }
 
+// x and y agree: both NaN, or equal (infinities), or within tol * (1 + |y|). Both backends
+// accumulate in fp32 in different orders and round O once, so O may differ by an ulp.
+bool agree(double x, double y, double tol) {
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+  return x == y || fabs(x - y) <= tol * (1 + fabs(y));
+}
+
+// The CPU backend's run of r; CHECKs that the GPU's O and LSE (g) agree with it.
+void check_against_cpu(const KvRun& r, const KvResult& g) {
+  const KvCase& c = r.c;
+  flashattn_plan_t cpu_plan = make_kv_plan(r);
+  const KvResult h = run_kv(r, cpu_plan);
+  flashattn_plan_destroy(cpu_plan);
+  REQUIRE(h.status == FLASHATTN_STATUS_SUCCESS);
+  const size_t es = dtype_size(c.dtype);
+  size_t bad_o = 0, bad_lse = 0;
+  for (size_t n = 0; n < g.o.size(); n += es)
+    bad_o += !agree(load_elem(c.dtype, &g.o[n]), load_elem(c.dtype, &h.o[n]), 4 * dtype_eps(c.dtype));
+  if (c.with_lse)
+    for (size_t n = 0; n < h.lse.size(); ++n) bad_lse += !agree(g.lse[n], h.lse[n], 1e-4);
+  CHECK(bad_o == 0);
+  CHECK(bad_lse == 0);
+}
+
 // Runs c on the GPU and CHECKs it: status, caches after the append, O and LSE against the
 // fp64 reference and against the CPU backend's run of the same case.
 void gpu_check(const KvCase& c) {
@@ -193,21 +217,7 @@ void gpu_check(const KvCase& c) {
   CHECK(cache_mismatches(c.dtype, g.k_cache, r.k_cache_after) == 0);
   CHECK(cache_mismatches(c.dtype, g.v_cache, r.v_cache_after) == 0);
   check_against_reference(kv_problem(r), kv_lib_result(r, g), kGpuTolerance);
-  flashattn_plan_t cpu_plan = make_kv_plan(r);
-  const KvResult h = run_kv(r, cpu_plan);
-  flashattn_plan_destroy(cpu_plan);
-  REQUIRE(h.status == FLASHATTN_STATUS_SUCCESS);
-  const size_t es = dtype_size(c.dtype);
-  size_t bad_o = 0, bad_lse = 0;
-  for (size_t n = 0; n < g.o.size(); n += es) {
-    const double x = load_elem(c.dtype, &g.o[n]), y = load_elem(c.dtype, &h.o[n]);
-    bad_o += !(fabs(x - y) <= 4 * dtype_eps(c.dtype) * (1 + fabs(y)));
-  }
-  if (c.with_lse)
-    for (size_t n = 0; n < h.lse.size(); ++n)
-      bad_lse += !(g.lse[n] == h.lse[n] || fabs(g.lse[n] - h.lse[n]) <= 1e-4 * (1 + fabs(h.lse[n])));
-  CHECK(bad_o == 0);
-  CHECK(bad_lse == 0);
+  check_against_cpu(r, g);
 }
 
 KvCase gpu_decode_case(const char* name, int64_t page, int64_t d, uint64_t seed) {
@@ -382,6 +392,35 @@ TEST_CASE("gpu kvcache: device values out of range give NaN rows and write nothi
         else CHECK(written < appended);
       }
     }
+}
+
+TEST_CASE("gpu kvcache: an inf in q makes its rows NaN, as on the CPU", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  // q of sequence 2, token 1, head 5 holds +inf in dim 3: its scores are +-inf or NaN, so
+  // the row sum l is NaN (not 0: the row is not empty) and O and LSE of that row are NaN
+  // on both backends; every other row is unaffected.
+  for (int64_t splits : {1, 3}) {
+    KvCase c = gpu_decode_case("inf in q", 16, 64, static_cast<uint64_t>(60 + splits));
+    c.sq = 2;
+    c.causal = true;
+    c.num_splits = splits;
+    KvRun r = make_kv_run(c);
+    const size_t es = dtype_size(c.dtype);
+    const int64_t b = 2, i = 1, h = 5;
+    store_elem(c.dtype, &r.q[static_cast<size_t>((((b * c.sq + i) * c.hq + h) * c.dqk + 3)) * es],
+               std::numeric_limits<double>::infinity());
+    flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
+    const KvResult g = run_kv_gpu(r, plan);
+    flashattn_plan_destroy(plan);
+    INFO(describe(r.c) << " | " << g.error);
+    REQUIRE(g.status == FLASHATTN_STATUS_SUCCESS);
+    size_t nan_o = 0;
+    for (int64_t d = 0; d < c.dv; ++d)
+      nan_o += std::isnan(load_elem(c.dtype, &g.o[static_cast<size_t>(((b * c.sq + i) * c.hq + h) * c.dv + d) * es]));
+    CHECK(nan_o == static_cast<size_t>(c.dv));
+    CHECK(std::isnan(g.lse[static_cast<size_t>((b * c.hq + h) * c.sq + i)]));
+    check_against_cpu(r, g);
+  }
 }
 
 TEST_CASE("gpu kvcache: fp32 plans are refused before anything is written", "[gpu][kvcache]") {
