@@ -53,8 +53,10 @@ bool vector_loads(const AttnParams& p) {
   return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
 }
 
+// Append (with seqlen_new >= 1), then decode, for head dims padded to D. The decode
+// kernel's shared memory is granted first, so a refusal leaves the cache untouched.
 template <typename T, int D>
-flashattn_status_t launch_decode(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
+flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
   const size_t smem = smem_bytes(p);
   cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -62,6 +64,15 @@ flashattn_status_t launch_decode(const AttnParams& p, const decode::Parts& parts
     (void)cudaGetLastError();
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel: %zu bytes of shared memory refused: %s (%s)", smem,
                 cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  if (p.kv_seqlen_new > 0) {
+    const int64_t rows = p.batch * p.kv_seqlen_new * p.heads_kv;
+    decode::append_kernel<T><<<static_cast<unsigned>((rows + decode::kAppendWarps - 1) / decode::kAppendWarps),
+                               decode::kAppendWarps * 32, 0, st>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess)
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "KV-cache append kernel launch failed: %s (%s)",
+                  cudaGetErrorName(err), cudaGetErrorString(err));
   }
   const int64_t chunks = row_chunks(p);
   const int64_t blocks = p.kv_num_splits * chunks * p.heads_kv * p.batch;
@@ -76,19 +87,10 @@ flashattn_status_t launch_decode(const AttnParams& p, const decode::Parts& parts
 
 template <typename T>
 flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
-  if (p.kv_seqlen_new > 0) {
-    const int64_t rows = p.batch * p.kv_seqlen_new * p.heads_kv;
-    decode::append_kernel<T><<<static_cast<unsigned>((rows + decode::kAppendWarps - 1) / decode::kAppendWarps),
-                               decode::kAppendWarps * 32, 0, st>>>(p);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-      return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "KV-cache append kernel launch failed: %s (%s)",
-                  cudaGetErrorName(err), cudaGetErrorString(err));
-  }
   switch (padded_dim(p)) {
-    case 64: return launch_decode<T, 64>(p, parts, st);
-    case 128: return launch_decode<T, 128>(p, parts, st);
-    default: return launch_decode<T, 256>(p, parts, st);
+    case 64: return launch<T, 64>(p, parts, st);
+    case 128: return launch<T, 128>(p, parts, st);
+    default: return launch<T, 256>(p, parts, st);
   }
 }
 
