@@ -205,10 +205,10 @@ void check_against_cpu(const KvRun& r, const KvResult& g) {
   CHECK(bad_lse == 0);
 }
 
-// Runs c on the GPU and CHECKs it: status, caches after the append, O and LSE against the
+// Runs r on the GPU and CHECKs it: status, caches after the append, O and LSE against the
 // fp64 reference and against the CPU backend's run of the same case.
-void gpu_check(const KvCase& c) {
-  const KvRun r = make_kv_run(c);
+void gpu_check(const KvRun& r) {
+  const KvCase& c = r.c;
   flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
   const KvResult g = run_kv_gpu(r, plan);
   flashattn_plan_destroy(plan);
@@ -219,6 +219,8 @@ void gpu_check(const KvCase& c) {
   check_against_reference(kv_problem(r), kv_lib_result(r, g), kGpuTolerance);
   check_against_cpu(r, g);
 }
+
+void gpu_check(const KvCase& c) { gpu_check(make_kv_run(c)); }
 
 KvCase gpu_decode_case(const char* name, int64_t page, int64_t d, uint64_t seed) {
   KvCase c;
@@ -267,6 +269,24 @@ TEST_CASE("gpu kvcache: head dims 64 to 256 with dqk unlike dv and dims off the 
     c.page_size = 0;
     c.batch_idx = true;
     gpu_check(c);
+  }
+}
+
+TEST_CASE("gpu kvcache: any stride of a cache dim of extent 1", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  // One KV head: its head stride never multiplies a nonzero index, so an odd one (here 1)
+  // still lets the tiles load with 16-byte copies; pages of one token likewise for the
+  // token stride. Both caches are given (HND), with append.
+  for (int64_t page : {0, 1, 16}) {
+    KvCase c = gpu_decode_case("extent-1 strides", page, 64, static_cast<uint64_t>(80 + page));
+    c.hkv = 1;
+    c.hq = 4;
+    c.heads_outer = true;
+    append_to(c, 1, 137, FLASHATTN_ROTARY_NONE, 0);
+    KvRun r = make_kv_run(c);
+    r.kc_stride[2] = r.vc_stride[2] = 1;
+    if (page == 1) r.kc_stride[1] = r.vc_stride[1] = 3;
+    gpu_check(r);
   }
 }
 

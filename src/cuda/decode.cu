@@ -46,10 +46,13 @@ size_t smem_bytes(const AttnParams& p) {
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 // Whether every cache row starts 16 bytes aligned, so tiles load with 16-byte cp.async.
+// The stride of a cache dim of extent 1 (one row or page, pages of one token, one KV
+// head) never multiplies a nonzero index, so its value does not matter.
 bool vector_loads(const AttnParams& p) {
+  const int64_t rows = p.kv_num_rows, tokens = p.kv_block_table != nullptr ? p.kv_page_size : p.seqlen_k;
   const Strides4* st[2] = {&p.k_stride, &p.v_stride};
   for (const Strides4* s : st)
-    if (s->b % 8 != 0 || s->s % 8 != 0 || s->h % 8 != 0) return false;
+    if ((rows > 1 && s->b % 8 != 0) || (tokens > 1 && s->s % 8 != 0) || (p.heads_kv > 1 && s->h % 8 != 0)) return false;
   return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
 }
 
