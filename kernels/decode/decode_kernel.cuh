@@ -233,7 +233,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       float2 o = make_float2(acc[a].x * alpha, acc[a].y * alpha);
       for (int jj = 0; jj < keys; ++jj) {
         const float pj = sm.p[r][jj];
-        const T* v2 = &sm.v[stage][jj][2 * dp];
+        // One 4-byte shared load for the pair (2 * dp is even, rows are 16-byte aligned).
+        const uint32_t raw = *reinterpret_cast<const uint32_t*>(&sm.v[stage][jj][2 * dp]);
+        const T* v2 = reinterpret_cast<const T*>(&raw);
         o.x += pj * to_float(v2[0]);
         o.y += pj * to_float(v2[1]);
       }
