@@ -223,21 +223,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    // O += P V: thread -> (row, dim pair) accumulators.
-    const int keys = static_cast<int>(k1 - t0 < kTileK ? k1 - t0 : kTileK);
+    // O += P V: thread -> (row, dim pair) accumulators, over all kTileK keys of the tile:
+    // past k1 P is exactly 0 (masked) and the V rows are zeros (load_tile), so those terms
+    // add exact zeros, and the fixed trip count unrolls with four P values per load.
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) {
       const int e = tid + a * kThreads, r = e / (D / 2), dp = e % (D / 2);
       if (r >= nr || 2 * dp >= p.head_dim_v) continue;
       const float alpha = sm.alpha[r];
       float2 o = make_float2(acc[a].x * alpha, acc[a].y * alpha);
-      for (int jj = 0; jj < keys; ++jj) {
-        const float pj = sm.p[r][jj];
-        // One 4-byte shared load for the pair (2 * dp is even, rows are 16-byte aligned).
-        const uint32_t raw = *reinterpret_cast<const uint32_t*>(&sm.v[stage][jj][2 * dp]);
-        const T* v2 = reinterpret_cast<const T*>(&raw);
-        o.x += pj * to_float(v2[0]);
-        o.y += pj * to_float(v2[1]);
+#pragma unroll
+      for (int j4 = 0; j4 < kTileK; j4 += 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(&sm.p[r][j4]);
+        const float pj[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          // One 4-byte shared load for the pair (2 * dp is even, rows are 16-byte aligned).
+          const uint32_t raw = *reinterpret_cast<const uint32_t*>(&sm.v[stage][j4 + u][2 * dp]);
+          const T* v2 = reinterpret_cast<const T*>(&raw);
+          o.x += pj[u] * to_float(v2[0]);
+          o.y += pj[u] * to_float(v2[1]);
+        }
       }
       acc[a] = o;
     }
