@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The KV-cache / decode check on a GPU machine: build the library and test_gpu_inference,
 # run the inference GPU tests, compute-sanitizer memcheck on a few of them (paged gather,
-# append + rotary, device values out of range), then bench/decode.py on the small grid
+# append + rotary, device values out of range), the Python binding's CUDA KV-cache tests
+# (flash_attn_with_kvcache on torch CUDA tensors), then bench/decode.py on the small grid
 # (b 1/8/64, heads 32/8 and 32/32, d 128, 4k/32k keys, contiguous and pages of 16),
 # appending rows to bench/results/h100-decode.csv. Prints a summary last; exits nonzero
 # when a step fails.
@@ -11,7 +12,7 @@
 #   FLASHATTN_CUDA_ARCHITECTURES  CMake architecture list (default 90a-real)
 #   BUILD_DIR                     build folder (default <repo>/build-gpu)
 #   JOBS                          parallel build jobs (default 16)
-#   STEPS                         comma-separated subset of build,tests,memcheck,bench (default all)
+#   STEPS                         comma-separated subset of build,tests,memcheck,python,bench (default all)
 #   DECODE_GRID                   bench/decode.py --grid (default small; "issue" is the issue's grid)
 #   PYTHON                        interpreter with torch (default python3)
 #   OUT                           folder that receives the logs and the CSV when set
@@ -21,7 +22,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-90a-real}
 JOBS=${JOBS:-16}
-STEPS=${STEPS:-build,tests,memcheck,bench}
+STEPS=${STEPS:-build,tests,memcheck,python,bench}
 PY=${PYTHON:-python3}
 LOGS=$BUILD/gpu-decode-check
 CSV=$ROOT/bench/results/h100-decode.csv
@@ -73,6 +74,15 @@ if want memcheck; then
       record "$name" FAIL "$(grep -E 'ERROR SUMMARY|Invalid|failed' "$LOGS/$name.log" | head -2 | tr '\n' ' ' | cut -c1-200)"
     fi
   done
+fi
+
+if want python; then
+  if FLASHATTN_LIBRARY=$BUILD/libflashattn.so.0 logged python "$PY" -m pytest -q -rs \
+      "$ROOT/bindings/python/tests/test_torch_cuda.py" -k kvcache; then
+    record python OK "$(grep -Eo '[0-9]+ passed.*' "$LOGS/python.log" | tail -1)"
+  else
+    record python FAIL "$(grep -E 'FAILED|Error' "$LOGS/python.log" | head -2 | tr '\n' ' ' | cut -c1-200)"
+  fi
 fi
 
 if want bench; then
