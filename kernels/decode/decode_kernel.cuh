@@ -153,6 +153,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa2::cp_async_commit();
   }
   const int qk_chunks = static_cast<int>((p.head_dim_qk + 7) / 8);
+  // Scores: thread -> key jj of the tile and rows rg, rg + 4, ...; their aligned query
+  // positions and ALiBi slopes are fixed for the CTA (64-bit divisions, once).
+  const int jj = tid % kTileK, rg = tid / kTileK;
+  constexpr int kRowSteps = kRows / (kThreads / kTileK);
+  int64_t row_ip[kRowSteps];
+  float row_slope[kRowSteps];
+#pragma unroll
+  for (int m = 0; m < kRowSteps; ++m) {
+    const int64_t rr = r0 + rg + m * (kThreads / kTileK);
+    row_ip[m] = rr / group + shift;
+    row_slope[m] = slopes != nullptr && rr < r0 + nr ? slopes[hk * group + rr % group] : 0.f;
+  }
   int stage = 0;
   for (int64_t t0 = k0; t0 < k1; t0 += kTileK, stage ^= 1) {
     if (t0 + kTileK < k1) load_tile<T, D>(p, s, b, hk, t0 + kTileK, k1, vec, sm, stage ^ 1);
@@ -160,10 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa2::cp_async_wait<1>();
     __syncthreads();
 
-    // Scores: thread -> key jj, rows rg, rg + 4, ...
+    // Scores of key jj for rows rg, rg + 4, ...
     {
-      const int jj = tid % kTileK, rg = tid / kTileK;
-      constexpr int kRowSteps = kRows / (kThreads / kTileK);
       float dot[kRowSteps];
 #pragma unroll
       for (int m = 0; m < kRowSteps; ++m) dot[m] = 0.f;
@@ -189,11 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int m = 0; m < kRowSteps; ++m) {
         const int r = rg + m * (kThreads / kTileK);
         if (r >= nr) continue;
-        const int64_t i = (r0 + r) / group, ip = i + shift;
         float x = dot[m] * p.scale;
         if (p.softcap > 0.f) x = p.softcap * tanh_fp32(x / p.softcap);
-        if (slopes != nullptr) x += alibi_bias(p, slopes[hk * group + (r0 + r) % group], ip, j);
-        const bool keep = j < k1 && band_keep(p, ip, j);
+        if (slopes != nullptr) x += alibi_bias(p, row_slope[m], row_ip[m], j);
+        const bool keep = j < k1 && band_keep(p, row_ip[m], j);
         sm.p[r][jj] = keep ? x : -INFINITY;
       }
     }
