@@ -8,8 +8,8 @@
 // the workspace parts (then combine merges them), or, with one split, O in the dtype and
 // LSE directly. Tiles of kTileK keys are gathered row by row through the block table
 // (any page size, NHD or HND through strides) with 16-byte cp.async into a two-stage
-// shared-memory pipeline; `vec` is false when a dim, stride or pointer is not a multiple
-// of 16 bytes, and rows are then loaded element by element. Dot products on CUDA cores in
+// shared-memory pipeline; `vec` is false when a dim, pointer or stride (of a dim of extent
+// above 1) is not a multiple of 16 bytes, and rows are then loaded element by element. Dot products on CUDA cores in
 // fp32. Device values out of range (kernels/decode/cache.cuh) give NaN rows.
 #pragma once
 #include <math.h>
