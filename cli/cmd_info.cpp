@@ -95,6 +95,41 @@ void print_support(flashattn_backend_t backend, int device) {
   }
 }
 
+// The CPU kernels' instruction sets (FLASHATTN_CPU_ISA in flashattn.h): each name that a
+// CPU plan creation accepts is usable here; the library uses the forced one, else the
+// best usable (the last in this list). A first plan under the caller's environment fixes
+// the process's set as the library would; the variable is restored afterwards.
+void print_cpu_isa() {
+  const char* const names[] = {"baseline", "avx2", "avx512"};
+  const char* env = std::getenv("FLASHATTN_CPU_ISA");
+  const std::string forced = env ? env : "";
+  flashattn_plan_t plan = nullptr;
+  const bool forced_ok = flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS;
+  const std::string refusal = forced_ok ? "" : flashattn_last_error();
+  flashattn_plan_destroy(plan);
+  std::string usable, best;
+  for (const char* name : names) {
+    setenv("FLASHATTN_CPU_ISA", name, 1);
+    plan = nullptr;
+    if (flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS) {
+      usable += (usable.empty() ? "" : ", ") + std::string(name);
+      best = name;
+    }
+    flashattn_plan_destroy(plan);
+  }
+  if (env) {
+    setenv("FLASHATTN_CPU_ISA", forced.c_str(), 1);
+    if (forced_ok)
+      std::printf("cpu kernels  %s (forced by FLASHATTN_CPU_ISA; usable here: %s)\n", forced.c_str(), usable.c_str());
+    else
+      std::printf("cpu kernels  %s (FLASHATTN_CPU_ISA refused: %s; usable here: %s)\n", best.c_str(), refusal.c_str(),
+                  usable.c_str());
+  } else {
+    unsetenv("FLASHATTN_CPU_ISA");
+    std::printf("cpu kernels  %s (usable here: %s; FLASHATTN_CPU_ISA forces one)\n", best.c_str(), usable.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -125,6 +160,7 @@ int cmd_info(int argc, char** argv) {
   else
     std::printf("cpu threads  %u hardware threads (FLASHATTN_CPU_THREADS overrides)\n",
                 std::thread::hardware_concurrency());
+  print_cpu_isa();
 
   // CUDA devices: the library's count, and names/capabilities through the tool's own
   // CUDA runtime (the library has no query for them).

@@ -29,6 +29,10 @@
  * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
  *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
  *   plan's workspace sizes and runs use that value, whatever the variable says later.
+ * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2` or
+ *   `avx512` (unset: the best the CPU supports). For tests of every path; fixed for the
+ *   process by its first CPU ::flashattn_plan_create, which refuses a name that is no
+ *   set (INVALID_VALUE) or a set this CPU or build lacks (NOT_SUPPORTED).
  * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD
  *   algorithm loads (read once per process, at its first use). A relative path is
  *   refused with LIBRARY_UNAVAILABLE. Unset, cuBLAS is searched for as the documentation
@@ -90,7 +94,7 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
   FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
   FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
-  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (16 bytes on CUDA), or a CPU workspace to 16 bytes. */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (CUDA FLASH: 16 bytes, see ::flashattn_plan_set_strides), or a CPU workspace to 16 bytes. */
   FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
   FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
@@ -195,11 +199,14 @@ typedef enum flashattn_algorithm_t {
  * @param backend Backend to run on; AUTO resolves now (CUDA if usable, else CPU).
  * @param device CUDA device ordinal (>= 0); ignored (but must be >= 0) for the CPU backend.
  *
- * Reads `FLASHATTN_CPU_THREADS` (see the file's notes on environment variables): the
- * thread count of a CPU plan is fixed here.
- * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0);
+ * Reads `FLASHATTN_CPU_THREADS` and `FLASHATTN_CPU_ISA` (see the file's notes on
+ * environment variables): the thread count of a CPU plan is fixed here, and the CPU
+ * library's worker pool grown to it.
+ * @return SUCCESS; NULL_POINTER; INVALID_ENUM; INVALID_VALUE (device < 0, or
+ *         FLASHATTN_CPU_ISA naming no instruction set);
  *         BACKEND_UNAVAILABLE (CUDA requested but not built in or no driver);
- *         NO_DEVICE (device ordinal out of range); OUT_OF_MEMORY.
+ *         NO_DEVICE (device ordinal out of range); NOT_SUPPORTED (FLASHATTN_CPU_ISA naming
+ *         a set this CPU lacks); OUT_OF_MEMORY.
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, flashattn_backend_t backend,
                                                        int device);
@@ -237,7 +244,8 @@ FLASHATTN_API flashattn_status_t flashattn_plan_get_backend(flashattn_plan_t pla
  * @return SUCCESS; NULL_POINTER; INVALID_SHAPE (also when Q, K, V, O or a bias tensor of
  *         the shape would exceed 2^63-1 bytes in fp32); INVALID_HEADS; INVALID_LAYOUT (a
  *         block-sparse layout already set does not fit the new shape); INVALID_STRIDE
- *         (bias tensor strides already set overflow 64-bit offsets under the new shape).
+ *         (bias tensor strides or an ALiBi batch stride already set overflow 64-bit offsets
+ *         under the new shape).
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan, int64_t batch, int64_t seqlen_q,
                                                           int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
@@ -259,6 +267,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan,
  * elements may share an address. In varlen mode the batch stride is ignored and the
  * seq stride steps through packed tokens. Checked against the shape at each run, in
  * bytes of the plan's dtype: the tensor's extent must not exceed 2^63-1 bytes.
+ *
+ * CUDA, FLASH algorithm: a tensor whose head dim is a multiple of 8 is read and written by
+ * 16-byte vector accesses, so its pointer must be 16-byte aligned and its batch, seq and
+ * head strides multiples of 8 elements (else the run returns MISALIGNED_POINTER). A tensor
+ * whose head dim is not a multiple of 8 is copied through the workspace (zero-padded to
+ * the next multiple of 8; the workspace size includes the copies) and needs only element
+ * alignment.
  * @param plan The plan (shape must be set).
  * @param tensor Which tensor.
  * @param strides Host array of 4 strides.
@@ -359,8 +374,10 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_softcap(flashattn_plan_t pla
 typedef enum flashattn_bias_t {
   FLASHATTN_BIAS_NONE = 0,            /**< No bias (default). */
   FLASHATTN_BIAS_TENSOR = 1,          /**< bias[b, h, i, j] from args.bias, in the plan's dtype, strided. */
-  FLASHATTN_BIAS_ALIBI = 2,           /**< slope[h] * (j - i'), slopes fp32 [heads_q] from args.alibi_slopes. */
-  FLASHATTN_BIAS_ALIBI_SYMMETRIC = 3, /**< -slope[h] * |i' - j|, slopes as for ALIBI. */
+  FLASHATTN_BIAS_ALIBI = 2,           /**< slope[b, h] * (j - i'), slopes fp32 from args.alibi_slopes: [heads_q]
+                                           shared by every sequence, or [batch, heads_q] (see
+                                           ::flashattn_plan_set_alibi_batch_stride). */
+  FLASHATTN_BIAS_ALIBI_SYMMETRIC = 3, /**< -slope[b, h] * |i' - j|, slopes as for ALIBI. */
   FLASHATTN_BIAS_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_bias_t;
 
@@ -371,7 +388,7 @@ typedef enum flashattn_bias_t {
  * [batch, heads_q, seqlen_q, seqlen_k]; a stride of 0 broadcasts that dimension. In the
  * backward pass args.dbias (optional) receives dBias with the same strides: along a
  * broadcast dimension it holds the sum of the gradient. The k stride must be 0 or 1.
- * For NONE and the ALiBi kinds, strides must be NULL.
+ * For NONE and the ALiBi kinds, strides must be NULL. Resets the ALiBi batch stride to 0.
  * @param plan The plan.
  * @param kind Bias kind.
  * @param strides Host array of 4 strides for TENSOR, else NULL.
@@ -380,6 +397,23 @@ typedef enum flashattn_bias_t {
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, flashattn_bias_t kind,
                                                          const int64_t strides[4]);
+
+/**
+ * @brief Give ALiBi one slope per (sequence, head) instead of one per head.
+ *
+ * With batch_stride 0 (the default) args.alibi_slopes is fp32 [heads_q] and every sequence
+ * b uses slope[b, h] = alibi_slopes[h]. With batch_stride >= 1 it is fp32 [batch, heads_q],
+ * rows batch_stride elements apart and heads contiguous: slope[b, h] =
+ * alibi_slopes[b * batch_stride + h] (FlashAttention's (batch, nheads) slopes). b is the
+ * sequence (in varlen and KV-cache runs too). Rows may overlap: slopes are only read.
+ * Call it after ::flashattn_plan_set_bias with an ALiBi kind; set_bias resets it to 0.
+ * @param plan The plan.
+ * @param batch_stride Elements between the slopes of consecutive sequences, >= 0.
+ * @return SUCCESS; NULL_POINTER; INVALID_STRIDE (negative, or the slopes of the plan's
+ *         shape would span more than 2^63-1 bytes); INCOMPATIBLE_OPTIONS (the plan's bias
+ *         kind is not ALIBI or ALIBI_SYMMETRIC).
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_alibi_batch_stride(flashattn_plan_t plan, int64_t batch_stride);
 
 /** @} */
 
@@ -486,7 +520,9 @@ typedef struct flashattn_fwd_args_t {
   float* lse;                   /**< fp32 log-sum-exp (natural log) [batch, heads_q, seqlen_q] contiguous, or
                                      [heads_q, total_q] in varlen mode. Optional (NULL). -inf for fully masked rows. */
   const void* bias;             /**< Bias tensor (plan dtype, plan bias strides). Required iff bias kind is TENSOR. */
-  const float* alibi_slopes;    /**< fp32 [heads_q]. Required iff bias kind is ALIBI or ALIBI_SYMMETRIC. */
+  const float* alibi_slopes;    /**< fp32 [heads_q], or [batch, heads_q] with an ALiBi batch stride
+                                     (::flashattn_plan_set_alibi_batch_stride). Required iff bias kind is
+                                     ALIBI or ALIBI_SYMMETRIC. */
   const int32_t* cu_seqlens_q;  /**< int32 [batch+1] token offsets. Required iff varlen. */
   const int32_t* cu_seqlens_k;  /**< int32 [batch+1] token offsets. Required iff varlen. */
 } flashattn_fwd_args_t;
@@ -531,13 +567,13 @@ typedef struct flashattn_bwd_args_t {
  * strides and share no element; otherwise their extents [ptr, ptr + bytes) must be
  * disjoint. Overlap is INVALID_ARGUMENT naming both arguments.
  *
- * A CPU run starts min(the plan's threads, the workspace's per-thread slots, the
- * run's tasks) - 1 worker threads (the calling thread is the last member) and joins them
- * all before it returns; it allocates on the heap the task closure the workers share
- * (a few dozen bytes) and, when it starts workers, their handles (8 bytes each) and
- * each thread's start state, while the system maps each thread's stack. When a thread or
- * its handle cannot be had, the run goes on with fewer threads (bitwise the same
- * results); when the closure cannot be allocated it returns OUT_OF_MEMORY.
+ * A CPU run allocates nothing: its scratch is the workspace, and its team is the calling
+ * thread plus idle workers of the library's thread pool (one per process, started when
+ * CPU plans are created, joined when the library is unloaded or the process exits), at
+ * most min(the plan's threads, the workspace's per-thread slots, the run's tasks, one
+ * per 2^18 multiply-adds of work). Workers busy with runs of other threads are not
+ * waited for: the run goes on with fewer (bitwise the same results). OUT_OF_MEMORY is
+ * CUDA only.
  * @param plan The plan (shape set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD size (device for CUDA); may be
@@ -676,7 +712,8 @@ typedef struct flashattn_kvcache_args_t {
   const void* v_new;              /**< New values (config strides). Required iff seqlen_new >= 1. */
   const void* rotary_cos;         /**< cos table [rotary_rows, rotary_dim/2] contiguous. Required iff rotary. */
   const void* rotary_sin;         /**< sin table, like rotary_cos. Required iff rotary. */
-  const float* alibi_slopes;      /**< fp32 [heads_q]. Required iff the bias kind is ALiBi. */
+  const float* alibi_slopes;      /**< fp32 [heads_q] or [batch, heads_q], as in ::flashattn_fwd_args_t.
+                                       Required iff the bias kind is ALiBi. */
 } flashattn_kvcache_args_t;
 
 /** Initializer for ::flashattn_kvcache_args_t: sets struct_size, everything else NULL. */
@@ -713,7 +750,8 @@ typedef struct flashattn_kvcache_args_t {
  *         such as sm_86/sm_89); NOT_SUPPORTED (CUDA: a
  *         device before sm_80, more than 2^31-1 keys or CTAs); WRONG_MEMORY_SPACE; LAUNCH_FAILED;
  *         CUDA_ERROR (a device or stream the runtime refuses);
- *         OUT_OF_MEMORY.
+ *         OUT_OF_MEMORY (CUDA: the host-side cache of device properties; a CPU run allocates
+ *         nothing).
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,
                                                        void* workspace, size_t workspace_bytes,

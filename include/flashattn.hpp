@@ -172,6 +172,11 @@ class Plan {
     check(flashattn_plan_set_bias(plan_, kind, strides), "flashattn_plan_set_bias");
     return *this;
   }
+  /** @param batch_stride Elements between sequences' ALiBi slopes (0: per head only). @return *this. */
+  Plan& set_alibi_batch_stride(int64_t batch_stride) {
+    check(flashattn_plan_set_alibi_batch_stride(plan_, batch_stride), "flashattn_plan_set_alibi_batch_stride");
+    return *this;
+  }
   /** @param p Drop probability. @param seed Philox key. @param offset Philox offset. @return *this. */
   Plan& set_dropout(float p, uint64_t seed, uint64_t offset = 0) {
     check(flashattn_plan_set_dropout(plan_, p, seed, offset), "flashattn_plan_set_dropout");

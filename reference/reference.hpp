@@ -19,9 +19,9 @@
 //
 // Options: GQA/MQA (heads_q a multiple of heads_kv), head_dim_v != head_dim_qk, band masks
 // (causal, sliding window) in both alignments, softcap, bias tensors with broadcast
-// dimensions (and -inf entries), ALiBi (both kinds), dropout (the documented Philox keep
-// rule), block-sparse layouts (any block size, one or heads_q layouts), packed
-// variable-length batches (empty sequences included), fully masked rows.
+// dimensions (and -inf entries), ALiBi (both kinds; slopes per head or per (sequence, head)), dropout (the documented
+// Philox keep rule), block-sparse layouts (any block size, one or heads_q layouts), packed variable-length batches
+// (empty sequences included), fully masked rows.
 //
 // Layouts (all dense, "packed tokens", which covers varlen and fixed length alike; without
 // varlen token t = b * seqlen_q + i):
@@ -52,7 +52,7 @@ struct RefSpec {
   int bias_kind = 0;                                  // 0 none, 1 tensor, 2 ALiBi, 3 symmetric ALiBi
   std::vector<double> bias;                           // kind 1, expanded
   bool bias_bcast[4] = {false, false, false, false};  // (batch, head, q, k) broadcast flags
-  std::vector<double> slopes;                         // kinds 2, 3: [heads_q]
+  std::vector<double> slopes;                         // kinds 2, 3: [heads_q] or [batch][heads_q]
   float p_drop = 0.f;                                 // dropout (float, as passed to the library)
   uint64_t seed = 0, offset = 0;
   std::vector<uint8_t> layout;  // block-sparse, empty = dense

@@ -13,7 +13,7 @@ query or key sequences) inputs, GQA/MQA, head_dim_v != head_dim, band masks (cau
 window) in both alignments (per sequence in varlen mode), block-sparse layouts (one or
 per-head), softcap, a bias tensor broadcastable to [b, hq, sq, sk] (in varlen mode sq/sk
 are the longest sequence lengths) with dbias before the broadcast sums (reduce_like sums
-it), ALiBi (both kinds), dropout, fully masked rows (O = 0, LSE = -inf, zero gradients).
+it), ALiBi (both kinds; slopes [hq] or [b, hq]), dropout, fully masked rows (O = 0, LSE = -inf, zero gradients).
 """
 import numpy as np
 
@@ -113,7 +113,7 @@ def attention(q, k, v, do=None, *, causal=False, window=None, align="top_left", 
               bias=None, alibi_slopes=None, alibi_symmetric=False, dropout_p=0.0, seed=0, offset=0,
               layout=None, cu_seqlens_q=None, cu_seqlens_k=None):
     """Reference attention. Dense: q [b, sq, hq, d], k/v [b, sk, hkv, d]; varlen: q [tq, hq, d]
-    with cu_seqlens. bias broadcastable to [b, hq, sq, sk]. Returns dict with o, lse and,
+    with cu_seqlens. bias broadcastable to [b, hq, sq, sk]; alibi_slopes [hq] or [b, hq]. Returns dict with o, lse and,
     when do is given, dq, dk, dv, dbias (full [b, hq, sq, sk] before broadcast sums)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     if do is not None:
@@ -140,6 +140,7 @@ def attention(q, k, v, do=None, *, causal=False, window=None, align="top_left", 
     if do is not None:
         grads = dict(dq=np.zeros_like(q), dk=np.zeros_like(k), dv=np.zeros_like(v),
                      dbias=np.zeros((batch, hq, max_sq, max_sk)))
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, dtype=np.float64)  # [hq] or [b, hq]
     if bias is not None:
         bias = np.asarray(bias, dtype=np.float64)
         bias = np.broadcast_to(bias.reshape((1,) * (4 - bias.ndim) + bias.shape), (batch, hq, max_sq, max_sk))
@@ -160,7 +161,7 @@ def attention(q, k, v, do=None, *, causal=False, window=None, align="top_left", 
             drop = dropout_keep(dropout_p, seed, offset, b, hq, h, sq, sk) if dropout_p else None
             res = _one_head(qs, ks, vs, dos, scale=scale, softcap=softcap,
                             bias=bias[b, h, :sq, :sk] if bias is not None else None,
-                            slope=None if alibi_slopes is None else float(alibi_slopes[h]),
+                            slope=None if slopes is None else float(slopes[h] if slopes.ndim == 1 else slopes[b, h]),
                             alibi_sym=alibi_symmetric, keep_mask=keep_mask, drop_keep=drop, p=dropout_p, ip=ip)
             oo, ll, gg = res
             if varlen:

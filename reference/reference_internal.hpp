@@ -34,13 +34,18 @@ inline int64_t group_count(const RefSpec& s) {
          (s.bias_bcast[3] ? 1 : s.max_sk);
 }
 
+// ALiBi slope of sequence b, head h: slopes are [heads_q] (shared) or [batch][heads_q].
+inline double ref_slope(const RefSpec& s, int64_t b, int64_t h) {
+  return s.slopes[static_cast<size_t>(static_cast<int64_t>(s.slopes.size()) == s.heads_q ? h : b * s.heads_q + h)];
+}
+
 // Additive bias (tensor or ALiBi) in double; 0 without bias.
 inline double ref_bias(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j) {
   const int64_t ip = i + (s.align == 1 ? s.len_k(b) - s.len_q(b) : 0);
   switch (s.bias_kind) {
     case 1: return s.bias[bias_index(s, b, h, i, j)];
-    case 2: return s.slopes[h] * static_cast<double>(j - ip);
-    case 3: return -s.slopes[h] * static_cast<double>(llabs(ip - j));
+    case 2: return ref_slope(s, b, h) * static_cast<double>(j - ip);
+    case 3: return -ref_slope(s, b, h) * static_cast<double>(llabs(ip - j));
     default: return 0.0;
   }
 }

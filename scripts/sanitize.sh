@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (preset
-# `asan`) and the 8-thread concurrency test under ThreadSanitizer (preset `tsan`).
+# `asan`) and the concurrency and unload tests under ThreadSanitizer (preset `tsan`).
 #   bash scripts/sanitize.sh [asan|tsan|all]      (default: all)
 # Called by scripts/test.sh, so CI runs it; exits nonzero on any sanitizer report.
 set -euo pipefail
@@ -18,12 +18,12 @@ if [[ $what == asan || $what == all ]]; then
   cmake --build --preset asan --parallel "$jobs" \
     --target test_api test_sizes test_overlap test_contract test_cublas_search test_reference test_host_memory \
     test_attention test_dropout test_numerics test_kvcache \
-    test_concurrency
+    test_concurrency test_unload
   ctest --preset asan -LE "$exclude_labels"
 fi
 if [[ $what == tsan || $what == all ]]; then
   cmake --preset tsan
-  cmake --build --preset tsan --parallel "$jobs" --target test_concurrency
-  ctest --preset tsan -R 'reliability\.concurrency'
+  cmake --build --preset tsan --parallel "$jobs" --target test_concurrency test_unload
+  ctest --preset tsan -R 'reliability\.(concurrency|unload)'
 fi
 echo "sanitize: clean"

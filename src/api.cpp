@@ -100,11 +100,13 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
     flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
     FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
+    int cpu_threads = 1;
+    if (resolved == FLASHATTN_BACKEND_CPU) FA_TRY(flashattn::cpu_prepare_plan(&cpu_threads));
     flashattn_plan_s* p = new (std::nothrow) flashattn_plan_s();
     if (p == nullptr) return flashattn::fail_allocation("the plan state", sizeof(flashattn_plan_s));
     p->backend = resolved;
     p->device = device;
-    p->cpu_threads = flashattn::cpu_thread_count();
+    p->cpu_threads = cpu_threads;
     *plan = p;
     return FLASHATTN_STATUS_SUCCESS;
   });
@@ -195,6 +197,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
                                           next.block_k));
     if (next.bias_kind == FLASHATTN_BIAS_TENSOR)
       FA_TRY(flashattn::check_bias_strides(next, next.bias_stride, "bias strides"));
+    FA_TRY(flashattn::check_alibi_batch_stride(next, next.alibi_batch_stride));
     set_contiguous_strides(next);
     next.layout.swap(plan->layout);
     *plan = std::move(next);  // layout_device (if any) is carried over unchanged
@@ -325,6 +328,21 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_bias(flashattn_plan_t plan, 
       for (int i = 0; i < 4; ++i) plan->bias_stride[i] = 0;
     }
     plan->bias_kind = kind;
+    plan->alibi_batch_stride = 0;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
+FLASHATTN_API flashattn_status_t flashattn_plan_set_alibi_batch_stride(flashattn_plan_t plan, int64_t batch_stride) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    if (plan->bias_kind != FLASHATTN_BIAS_ALIBI && plan->bias_kind != FLASHATTN_BIAS_ALIBI_SYMMETRIC)
+      return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                  "batch_stride=%lld: the plan's bias kind is %d, not ALiBi (call flashattn_plan_set_bias with "
+                  "FLASHATTN_BIAS_ALIBI or FLASHATTN_BIAS_ALIBI_SYMMETRIC first)",
+                  static_cast<long long>(batch_stride), static_cast<int>(plan->bias_kind));
+    FA_TRY(flashattn::check_alibi_batch_stride(*plan, batch_stride));
+    plan->alibi_batch_stride = batch_stride;
     return FLASHATTN_STATUS_SUCCESS;
   });
 }

@@ -1,7 +1,7 @@
 // What every extern "C" entry point (api.cpp, api_kvcache.cpp) wraps its body in: the
 // thread's error message cleared, every C++ exception caught and mapped to a status
-// (an allocation failure -> OUT_OF_MEMORY naming the buffer, anything else ->
-// INTERNAL_ERROR), and enum parameters read
+// (std::bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL_ERROR; allocations that
+// can fail are caught where they are made and name their buffer), and enum parameters read
 // as the ints a C caller may pass.
 #pragma once
 #include <cstring>
@@ -19,8 +19,6 @@ flashattn_status_t guarded(F&& body) {
   clear_error();
   try {
     return body();
-  } catch (const AllocationFailure& a) {
-    return fail_allocation(a.buffer, a.bytes);
   } catch (const std::bad_alloc&) {
     // Every allocation of the library names its buffer; reaching this is a library bug.
     return fail(FLASHATTN_STATUS_OUT_OF_MEMORY,

@@ -20,8 +20,10 @@ namespace flashattn {
 constexpr size_t kCpuWorkspaceAlignment = 16;
 // Threads a CPU plan runs with: FLASHATTN_CPU_THREADS if set to a positive number, else
 // the hardware threads (at most 256). Read once per plan, when it is created, so the
-// workspace a caller queried and the run that uses it always agree.
-int cpu_thread_count();
+// workspace a caller queried and the run that uses it always agree; the process's worker
+// pool is grown for them then, so that the plan's runs start no thread. Also checks
+// FLASHATTN_CPU_ISA (isa.hpp), which the first call fixes for the process.
+flashattn_status_t cpu_prepare_plan(int* threads);
 // Scratch bytes for a pass run by `threads` threads; p holds shapes and options
 // (pointers may be null). Not ok() when the size overflows.
 CheckedSize cpu_workspace_size(const AttnParams& p, int threads);

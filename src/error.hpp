@@ -26,13 +26,6 @@ flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
 // OUT_OF_MEMORY with a message naming both.
 flashattn_status_t fail_allocation(const char* buffer, size_t bytes);
 
-// Thrown where a host allocation fails in code that cannot return a status (inside a CPU
-// algorithm); the API boundary turns it into fail_allocation(buffer, bytes).
-struct AllocationFailure {
-  const char* buffer;
-  size_t bytes;
-};
-
 // Clears the message (called at the start of every API entry point that returns a status).
 void clear_error();
 

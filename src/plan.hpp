@@ -7,6 +7,7 @@
 
 #include "common/params.h"
 #include "flashattn.h"
+#include "regions.hpp"
 
 // A KV-cache configuration as a plan keeps it: the caller's values, stride arrays copied
 // (given[t] false: contiguous, resolved against the shape whenever it is checked).
@@ -21,7 +22,7 @@ struct KvGeometry {
 struct flashattn_plan_s {
   flashattn_backend_t backend = FLASHATTN_BACKEND_CPU;  // resolved, never AUTO
   int device = 0;
-  int cpu_threads = 1;  // CPU plans: cpu_thread_count() at creation (workspace size and runs)
+  int cpu_threads = 1;  // CPU plans: cpu_prepare_plan() at creation (workspace size and runs)
 
   bool has_shape = false;
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim_qk = 0, head_dim_v = 0;
@@ -41,6 +42,7 @@ struct flashattn_plan_s {
 
   flashattn_bias_t bias_kind = FLASHATTN_BIAS_NONE;
   int64_t bias_stride[4] = {0, 0, 0, 0};
+  int64_t alibi_batch_stride = 0;  // ALiBi kinds: 0 = slopes [heads_q], else [batch, heads_q]
 
   float dropout_p = 0.f;
   uint64_t seed = 0, offset = 0;
@@ -68,6 +70,12 @@ flashattn_status_t check_tensor_strides(const flashattn_plan_s& plan, flashattn_
 
 // Checks the bias strides (kind TENSOR) against the plan.
 flashattn_status_t check_bias_strides(const flashattn_plan_s& plan, const int64_t strides[4], const char* what);
+
+// Checks an ALiBi batch stride against the plan (INVALID_STRIDE with a message).
+flashattn_status_t check_alibi_batch_stride(const flashattn_plan_s& plan, int64_t batch_stride);
+
+// The region of a run's ALiBi slopes: [batch, heads_q] floats, rows alibi_batch_stride apart.
+Region alibi_slopes_region(const flashattn_plan_s& plan, const float* slopes);
 
 // Checks that a block-sparse layout's dimensions match the plan's shape.
 flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layout_heads, int64_t n_row_blocks,

@@ -108,7 +108,7 @@ void run_regions(const flashattn_plan_s& plan, const AttnParams& p, const void* 
   out[n].name = "args.dbias";
   out[n].base = p.dbias;
   out[n++].written = true;
-  out[n++] = Region{"args.alibi_slopes", p.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false};
+  out[n++] = alibi_slopes_region(plan, p.alibi_slopes);
   out[n++] = Region{"args.cu_seqlens_q", p.cu_seqlens_q, 1, {plan.batch + 1}, {1}, 4, 4, false};
   out[n++] = Region{"args.cu_seqlens_k", p.cu_seqlens_k, 1, {plan.batch + 1}, {1}, 4, 4, false};
   const int64_t ws_align = plan.backend == FLASHATTN_BACKEND_CPU ? static_cast<int64_t>(kCpuWorkspaceAlignment) : 1;
@@ -210,6 +210,7 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
   // Strides (re-checked here: shape or varlen mode may have changed since they were set).
   for (int t = 0; t < n_tensors; ++t) FA_TRY(check_tensor_strides(plan, tensors[t], plan.strides[tensors[t]]));
   if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) FA_TRY(check_bias_strides(plan, plan.bias_stride, "bias strides"));
+  FA_TRY(check_alibi_batch_stride(plan, plan.alibi_batch_stride));
   // A block-sparse layout always fits the shape: set_shape and set_block_sparse check it.
 
   // Backend support checks that need no pointers first, so the workspace size is meaningful.
@@ -303,6 +304,26 @@ flashattn_status_t check_bias_strides(const flashattn_plan_s& plan, const int64_
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+Region alibi_slopes_region(const flashattn_plan_s& plan, const float* slopes) {
+  return Region{"args.alibi_slopes", slopes, 2, {plan.batch, plan.heads_q}, {plan.alibi_batch_stride, 1}, 4, 4, false};
+}
+
+flashattn_status_t check_alibi_batch_stride(const flashattn_plan_s& plan, int64_t batch_stride) {
+  if (batch_stride < 0)
+    return fail(FLASHATTN_STATUS_INVALID_STRIDE, "ALiBi batch_stride=%lld must be >= 0 (0: one slope per head)",
+                static_cast<long long>(batch_stride));
+  if (plan.has_shape) {
+    const int64_t e[2] = {plan.batch, plan.heads_q}, s[2] = {batch_stride, 1};
+    if (!extent_bytes(2, e, s, 4).ok())
+      return fail(FLASHATTN_STATUS_INVALID_STRIDE,
+                  "ALiBi batch_stride=%lld over the slopes' extents (batch=%lld, heads_q=%lld) spans more than "
+                  "2^63-1 bytes",
+                  static_cast<long long>(batch_stride), static_cast<long long>(plan.batch),
+                  static_cast<long long>(plan.heads_q));
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
 flashattn_status_t check_layout_dims(const flashattn_plan_s& plan, int64_t layout_heads, int64_t n_row_blocks,
                                      int64_t n_col_blocks, int64_t block_q, int64_t block_k) {
   if (block_q < 1)
@@ -364,6 +385,7 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   p.window_right = plan.window_right;
   p.bias_kind = static_cast<int32_t>(plan.bias_kind);
   for (int i = 0; i < 4; ++i) p.bias_stride[i] = plan.bias_stride[i];
+  p.alibi_batch_stride = plan.alibi_batch_stride;
   p.p_drop = plan.dropout_p;
   p.rp_keep = plan.dropout_p > 0.f ? static_cast<float>(1.0 / (1.0 - static_cast<double>(plan.dropout_p))) : 1.f;
   p.drop_threshold = dropout_threshold(plan.dropout_p);

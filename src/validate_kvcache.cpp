@@ -339,12 +339,13 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
                        false},
                       {"args.rotary_cos", a.rotary_cos, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
                       {"args.rotary_sin", a.rotary_sin, 2, {kv.rotary_rows, half}, {half, 1}, es, es, false},
-                      {"args.alibi_slopes", a.alibi_slopes, 1, {plan.heads_q}, {1}, 4, 4, false},
+                      alibi_slopes_region(plan, a.alibi_slopes),
                       {"workspace", workspace, 1, {0}, {1}, 1, ws_align, true}};
   const int n_regions = static_cast<int>(sizeof regions / sizeof regions[0]);
   for (const Region& r : regions) FA_TRY(check_alignment(r));
   FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_Q, plan.strides[FLASHATTN_TENSOR_Q]));
   FA_TRY(check_tensor_strides(plan, FLASHATTN_TENSOR_O, plan.strides[FLASHATTN_TENSOR_O]));
+  FA_TRY(check_alibi_batch_stride(plan, plan.alibi_batch_stride));
   FA_TRY(check_extents(regions, n_regions));
 
   AttnParams p = kvcache_params(plan, kv);

@@ -95,6 +95,20 @@ int64_t elem_offset(const TensorLayout& l, int64_t b, int64_t s, int64_t h, int6
 
 }  // namespace
 
+void make_alibi_slopes(int64_t batch, int64_t hq, int64_t batch_stride, std::vector<float>& buffer,
+                       std::vector<double>& spec_slopes) {
+  const int64_t rows = batch_stride == 0 ? 1 : batch;
+  buffer.assign(static_cast<size_t>((rows - 1) * batch_stride + hq), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t b = 0; b < rows; ++b)  // sequence b's slopes grow with b: a mixed-up b shows
+    for (int64_t h = 0; h < hq; ++h)
+      buffer[static_cast<size_t>(b * batch_stride + h)] =
+          static_cast<float>((1.0 + 0.75 * static_cast<double>(b)) *
+                             pow(2.0, -8.0 * static_cast<double>(h + 1) / static_cast<double>(hq)));
+  spec_slopes.clear();
+  for (int64_t b = 0; b < rows; ++b)  // read back: overlapping rows hold the last values written
+    for (int64_t h = 0; h < hq; ++h) spec_slopes.push_back(buffer[static_cast<size_t>(b * batch_stride + h)]);
+}
+
 std::string describe(const Config& c) {
   std::ostringstream o;
   o << (c.name.empty() ? "config" : c.name) << ": b=" << c.batch << " sq=" << c.sq << " sk=" << c.sk << " hq=" << c.hq
@@ -112,6 +126,7 @@ std::string describe(const Config& c) {
       << (c.bias_inf_row >= 0 ? " -inf row" : "");
   if (c.bias == FLASHATTN_BIAS_ALIBI) o << " alibi";
   if (c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC) o << " alibi-sym";
+  if (c.alibi_batch_stride != 0) o << " slopes[batch stride " << c.alibi_batch_stride << "]";
   if (c.p_drop != 0) o << " dropout p=" << c.p_drop << " seed=" << c.seed << " offset=" << c.offset;
   if (c.sparse)
     o << " sparse(" << c.block_q << "x" << c.block_k << ", heads " << c.layout_heads << ", zero row "
@@ -225,13 +240,8 @@ Problem make_problem(const Config& c0) {
                                    nj +
                                (c.bias_bcast[3] ? 0 : j)];
   }
-  if (c.bias == FLASHATTN_BIAS_ALIBI || c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC) {
-    for (int64_t h = 0; h < c.hq; ++h) {
-      const float slope = static_cast<float>(pow(2.0, -8.0 * static_cast<double>(h + 1) / static_cast<double>(c.hq)));
-      p.slopes.push_back(slope);
-      s.slopes.push_back(slope);
-    }
-  }
+  if (c.bias == FLASHATTN_BIAS_ALIBI || c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC)
+    make_alibi_slopes(c.batch, c.hq, c.alibi_batch_stride, p.slopes, s.slopes);
   if (c.sparse) {
     s.layout_heads = c.layout_heads;
     s.block_q = c.block_q;
@@ -373,6 +383,7 @@ flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p) {
   if (c.softcap != 0) FA_TRY(flashattn_plan_set_softcap(plan, c.softcap));
   if (c.bias != FLASHATTN_BIAS_NONE)
     FA_TRY(flashattn_plan_set_bias(plan, c.bias, c.bias == FLASHATTN_BIAS_TENSOR ? p.bias_strides : nullptr));
+  if (c.alibi_batch_stride != 0) FA_TRY(flashattn_plan_set_alibi_batch_stride(plan, c.alibi_batch_stride));
   if (c.p_drop != 0) FA_TRY(flashattn_plan_set_dropout(plan, c.p_drop, c.seed, c.offset));
   if (c.sparse)
     FA_TRY(flashattn_plan_set_block_sparse(plan, p.spec.layout.data(), p.spec.layout_heads, p.spec.n_row_blocks,

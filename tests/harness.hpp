@@ -71,6 +71,9 @@ struct Config {
   flashattn_mask_align_t align = FLASHATTN_ALIGN_TOP_LEFT;
   int64_t wl = -1, wr = -1;
   flashattn_bias_t bias = FLASHATTN_BIAS_NONE;
+  // ALiBi: 0 = slopes [hq]; else slopes [batch, hq] rows this far apart (gaps hold NaN; a
+  // stride below hq makes rows overlap), each sequence's different.
+  int64_t alibi_batch_stride = 0;
   bool bias_bcast[4] = {false, false, false, false};
   bool want_dbias = true;
   int64_t bias_inf_row = -1;  // query row whose bias is -inf for every key (fully masked row)
@@ -97,6 +100,11 @@ struct Config {
 
 std::string describe(const Config& c);
 
+// ALiBi slopes of `batch` sequences and hq heads: the buffer a run passes (batch_stride 0:
+// [hq]; else rows batch_stride apart, gaps NaN) and the reference's slopes read from it.
+void make_alibi_slopes(int64_t batch, int64_t hq, int64_t batch_stride, std::vector<float>& buffer,
+                       std::vector<double>& spec_slopes);
+
 struct TensorLayout {
   int64_t strides[4];  // (batch, seq, head, dim) in elements
   size_t elems;        // buffer size in elements
@@ -110,7 +118,7 @@ struct Problem {
   std::vector<double> bias_reduced;  // stored bias tensor values, reduced shape
   int64_t bias_strides[4] = {0, 0, 0, 0};
   size_t bias_elems = 0;
-  std::vector<float> slopes;
+  std::vector<float> slopes;  // the slopes buffer as passed (cfg.alibi_batch_stride)
   std::vector<int32_t> cu_q, cu_k;
   bool varlen = false;
   TensorLayout lay[8];  // indexed by flashattn_tensor_t

@@ -28,6 +28,7 @@ int flashattn_header_usage(void) {
   (void)flashattn_plan_set_band_mask(plan, FLASHATTN_ALIGN_BOTTOM_RIGHT, FLASHATTN_WINDOW_UNBOUNDED, 0);
   (void)flashattn_plan_set_softcap(plan, 30.0f);
   (void)flashattn_plan_set_bias(plan, FLASHATTN_BIAS_ALIBI_SYMMETRIC, NULL);
+  (void)flashattn_plan_set_alibi_batch_stride(plan, 0);
   (void)flashattn_plan_set_dropout(plan, 0.1f, (uint64_t)1, (uint64_t)2);
   (void)flashattn_plan_set_block_sparse(plan, NULL, 1, 1, 1, 128, 64);
   (void)flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_BACKWARD, &bytes);

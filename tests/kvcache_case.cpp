@@ -65,7 +65,7 @@ std::string describe(const KvCase& c) {
     << (c.heads_outer ? " HND" : " NHD") << (c.batch_idx ? " batch_idx" : "")
     << " rotary=" << static_cast<int>(c.rotary) << "/" << c.rotary_dim << (c.causal ? " causal" : "") << " window=("
     << c.wl << "," << c.wr << ") softcap=" << c.softcap << " bias=" << static_cast<int>(c.bias)
-    << " splits=" << c.num_splits << " used={";
+    << " slopes batch stride=" << c.alibi_batch_stride << " splits=" << c.num_splits << " used={";
   for (int u : c.used) o << u << ",";
   o << "} seed=" << c.seed;
   return o.str();
@@ -222,10 +222,7 @@ KvRun make_kv_run(const KvCase& c0) {
   s.window_left = c.causal ? -1 : c.wl;
   s.window_right = c.causal ? 0 : c.wr;
   s.bias_kind = c.bias == FLASHATTN_BIAS_ALIBI ? 2 : c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC ? 3 : 0;
-  for (int64_t h = 0; h < c.hq; ++h) {
-    r.slopes.push_back(static_cast<float>(pow(2.0, -8.0 * static_cast<double>(h + 1) / c.hq)));
-    s.slopes.push_back(r.slopes.back());
-  }
+  make_alibi_slopes(c.batch, c.hq, c.alibi_batch_stride, r.slopes, s.slopes);
   if (c.rotary != FLASHATTN_ROTARY_NONE)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < c.sq; ++i)
@@ -264,6 +261,8 @@ flashattn_plan_t make_kv_plan(const KvRun& r, flashattn_backend_t backend) {
   if (c.softcap > 0) CHECK(flashattn_plan_set_softcap(plan, c.softcap) == FLASHATTN_STATUS_SUCCESS);
   if (c.bias != FLASHATTN_BIAS_NONE) {
     CHECK(flashattn_plan_set_bias(plan, c.bias, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    if (c.alibi_batch_stride != 0)
+      CHECK(flashattn_plan_set_alibi_batch_stride(plan, c.alibi_batch_stride) == FLASHATTN_STATUS_SUCCESS);
     if (!r.spec.band)  // ALiBi's i' is aligned like the band mask: bottom-right
       CHECK(flashattn_plan_set_band_mask(plan, FLASHATTN_ALIGN_BOTTOM_RIGHT, -1, -1) == FLASHATTN_STATUS_SUCCESS);
   }

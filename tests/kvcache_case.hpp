@@ -28,6 +28,7 @@ struct KvCase {
   int64_t wl = -1, wr = -1;  // band mask (bottom-right) when causal or either is >= 0
   float softcap = 0.f;
   flashattn_bias_t bias = FLASHATTN_BIAS_NONE;  // NONE or ALiBi kinds
+  int64_t alibi_batch_stride = 0;               // as Config::alibi_batch_stride
   int64_t num_splits = 0;
   bool with_lse = true;
   uint64_t seed = 1;

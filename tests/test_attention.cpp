@@ -183,6 +183,81 @@ TEST_CASE("ALiBi both kinds and both alignments", "[fwd][bwd]") {
       }
 }
 
+TEST_CASE("ALiBi slopes per (batch, head) with every other option", "[fwd][bwd]") {
+  uint64_t seed = 950;
+  // Batch strides: packed rows, rows with NaN gaps, overlapping rows (stride below heads_q).
+  for (int64_t stride : {4, 7, 1})
+    for (auto kind : {FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC}) {
+      ++seed;
+      Config c =
+          base_config("alibi per batch", 29, 41, 24, seed % 2 ? FLASHATTN_DTYPE_FP16 : FLASHATTN_DTYPE_BF16, seed);
+      c.batch = 3;
+      c.hq = 4;
+      c.hkv = 2;
+      c.bias = kind;
+      c.alibi_batch_stride = stride;
+      c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+      run_and_check_cpu(c);
+      c.name = "alibi per batch, causal, softcap, dropout, mixed layout";
+      c.band = true;
+      c.wr = 0;
+      c.softcap = 6.f;
+      c.p_drop = 0.15f;
+      c.seed = seed;
+      c.layout = Layout::Mixed;
+      run_and_check_cpu(c);
+      c.name = "alibi per batch, window, block-sparse, deterministic, fp32";
+      c.dtype = FLASHATTN_DTYPE_FP32;
+      c.align = FLASHATTN_ALIGN_TOP_LEFT;
+      c.wl = 9;
+      c.wr = 3;
+      c.sparse = true;
+      c.block_q = 8;
+      c.block_k = 16;
+      c.layout_heads = 4;
+      c.deterministic = true;
+      c.layout = Layout::BcastBatch;
+      run_and_check_cpu(c);
+      c.name = "alibi per batch, varlen with empty sequences and an unannounced tail";
+      c.sparse = false;
+      c.layout = Layout::Padded;
+      c.seqlens_q = {12, 0, 29, 5, 0};
+      c.seqlens_k = {41, 3, 17, 0, 6};
+      c.batch = 5;
+      c.unannounced_tail = 2;
+      run_and_check_cpu(c);
+      c.name = "alibi per batch, STANDARD, MQA";
+      c.unannounced_tail = 0;
+      c.seqlens_q.clear();
+      c.seqlens_k.clear();
+      c.batch = 2;
+      c.hkv = 1;
+      c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+      run_and_check_cpu(c);
+    }
+}
+
+TEST_CASE("set_bias resets the ALiBi batch stride: per-head slopes again", "[fwd]") {
+  Config c = base_config("alibi reset", 17, 23, 16, FLASHATTN_DTYPE_FP32, 990);
+  c.batch = 3;
+  c.hq = 4;
+  c.hkv = 4;
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = 4;  // slopes [3, 4], each sequence's different
+  c.backward = false;
+  Problem p = make_problem(c);
+  p.spec.slopes.resize(4);  // expected after the reset: the first row for every sequence
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, p) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_bias(plan, FLASHATTN_BIAS_ALIBI, nullptr) == FLASHATTN_STATUS_SUCCESS);
+  HostMem mem;
+  const LibResult r = run_on_plan(plan, p, mem);
+  REQUIRE(r.ok());
+  check_against_reference(p, r);
+  flashattn_plan_destroy(plan);
+}
+
 TEST_CASE("block-sparse layouts", "[fwd][bwd]") {
   struct S {
     int64_t sq, sk, bq, bk, heads;
@@ -374,6 +449,8 @@ TEST_CASE("every option combined on generated configurations", "[fwd][bwd]") {
       case 3: c.bias = FLASHATTN_BIAS_ALIBI_SYMMETRIC; break;
       default: break;
     }
+    if (c.bias == FLASHATTN_BIAS_ALIBI || c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC)
+      c.alibi_batch_stride = static_cast<int64_t>(rnd(3)) * c.hq;  // per head, or per (batch, head) with gaps
     if (rnd(3) == 0) {
       c.p_drop = 0.05f + 0.2f * static_cast<float>(rnd(4));
       c.seed = rnd(1000000);

@@ -140,6 +140,24 @@ void drive_plan_create() {
   }
   record("flashattn_plan_create", "allocations fail",
          with_failing_allocations([&] { return flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0); }));
+  for (const char* isa : {"sse9", "AVX2", "", "avx512"}) {  // avx512: NOT_SUPPORTED where the CPU lacks it
+    REQUIRE(setenv("FLASHATTN_CPU_ISA", isa, 1) == 0);
+    p = nullptr;
+    CALL(flashattn_plan_create, std::string("FLASHATTN_CPU_ISA=") + isa, &p, FLASHATTN_BACKEND_CPU, 0);
+    flashattn_plan_destroy(p);
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_ISA") == 0);
+}
+
+// Whether this CPU has every instruction set of FLASHATTN_CPU_ISA (then forcing one
+// cannot fail).
+bool cpu_has_every_isa() {
+  REQUIRE(setenv("FLASHATTN_CPU_ISA", "avx512", 1) == 0);
+  flashattn_plan_t p = nullptr;
+  const flashattn_status_t st = flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0);
+  flashattn_plan_destroy(p);
+  REQUIRE(unsetenv("FLASHATTN_CPU_ISA") == 0);
+  return st == FLASHATTN_STATUS_SUCCESS;
 }
 
 void drive_plan_get_backend() {
@@ -266,6 +284,23 @@ void drive_plan_set_bias() {
   const int64_t broadcast[4] = {0, 0, 0, 0};
   CALL(flashattn_plan_set_bias, "good", f.plan, FLASHATTN_BIAS_TENSOR, good);
   CALL(flashattn_plan_set_bias, "good", f.plan, FLASHATTN_BIAS_TENSOR, broadcast);
+}
+
+void drive_plan_set_alibi_batch_stride() {
+  Fixture f;
+  CALL(flashattn_plan_set_alibi_batch_stride, "plan NULL", nullptr, 4);
+  const int64_t strides[4] = {4 * 9 * 11, 9 * 11, 11, 1};
+  REQUIRE(flashattn_plan_set_bias(f.plan, FLASHATTN_BIAS_TENSOR, strides) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_set_alibi_batch_stride, "bias TENSOR", f.plan, 4);
+  REQUIRE(flashattn_plan_set_bias(f.plan, FLASHATTN_BIAS_NONE, nullptr) == FLASHATTN_STATUS_SUCCESS);
+  CALL(flashattn_plan_set_alibi_batch_stride, "bias NONE", f.plan, 0);
+  for (auto k : {FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC}) {
+    REQUIRE(flashattn_plan_set_bias(f.plan, k, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    for (int64_t s : {INT64_C(-1), std::numeric_limits<int64_t>::min(), INT64_C(1) << 62})
+      CALL(flashattn_plan_set_alibi_batch_stride, "bad stride " + std::to_string(s), f.plan, s);
+    for (int64_t s : {INT64_C(0), INT64_C(1), INT64_C(4), INT64_C(1) << 60})
+      CALL(flashattn_plan_set_alibi_batch_stride, "good " + std::to_string(s), f.plan, s);
+  }
 }
 
 void drive_plan_set_block_sparse() {
@@ -400,7 +435,7 @@ void drive_fwd_kvcache() {
   call("good", f.plan, &good, f.ws(), f.ws_bytes(), nullptr);
   record("flashattn_fwd_kvcache", "allocations fail",
          with_failing_allocations([&] { return flashattn_fwd_kvcache(f.plan, &good, f.ws(), f.ws_bytes(), nullptr); }));
-  // Appending: the list of written rows is allocated.
+  // Appending: the list of written rows is sorted in the workspace.
   flashattn_kvcache_config_t append = c;
   append.seqlen_new = 1;
   REQUIRE(flashattn_plan_set_kvcache(f.plan, &append) == FLASHATTN_STATUS_SUCCESS);
@@ -583,9 +618,11 @@ bool injection_reaches_library() {
 std::set<int> cannot_provoke(const std::string& fn) {
   const bool gpu = flashattn_cuda_device_count() > 0;
   std::set<int> s = {FLASHATTN_STATUS_INTERNAL_ERROR};  // a library bug, never on purpose
-  if (fn == "flashattn_plan_create")
-    s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE                                // CUDA plans succeed
-                 : FLASHATTN_STATUS_NO_DEVICE);                                        // needs a CUDA device
+  if (fn == "flashattn_plan_create") {
+    s.insert(gpu ? FLASHATTN_STATUS_BACKEND_UNAVAILABLE  // CUDA plans succeed
+                 : FLASHATTN_STATUS_NO_DEVICE);          // needs a CUDA device
+    if (cpu_has_every_isa()) s.insert(FLASHATTN_STATUS_NOT_SUPPORTED);
+  }
   if (fn == "flashattn_plan_set_block_sparse") s.insert(FLASHATTN_STATUS_CUDA_ERROR);  // a CUDA plan's upload failing
   if (fn == "flashattn_fwd" || fn == "flashattn_bwd") {
     // CUDA-only refusals and failures (the runs here are CPU runs; tests/test_gpu*.cpp cover them).
@@ -595,6 +632,9 @@ std::set<int> cannot_provoke(const std::string& fn) {
       s.insert(st);
     // Device memory passed to a CPU run: needs a loaded CUDA driver (tests/test_host_memory.cpp).
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
+    // CUDA runs' host bookkeeping (property cache, cuBLAS handles); a CPU run allocates
+    // nothing (tests/test_no_allocation.cpp).
+    s.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);
   }
   if (fn == "flashattn_fwd_kvcache") {
     // CUDA-only refusals and failures: fp32 (tests/test_gpu_inference.cpp), a device before
@@ -604,6 +644,7 @@ std::set<int> cannot_provoke(const std::string& fn) {
           FLASHATTN_STATUS_CUDA_ERROR, FLASHATTN_STATUS_LAUNCH_FAILED})
       s.insert(st);
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);  // as for flashattn_fwd
+    s.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);       // as for flashattn_fwd: CUDA runs' property cache
   }
   if (fn == "flashattn_combine") {
     // Launch failures need a device (tests/test_gpu_inference.cpp).
@@ -637,6 +678,7 @@ TEST_CASE("the header documents a return list for every function that returns a 
                                           "flashattn_plan_set_band_mask",
                                           "flashattn_plan_set_softcap",
                                           "flashattn_plan_set_bias",
+                                          "flashattn_plan_set_alibi_batch_stride",
                                           "flashattn_plan_set_dropout",
                                           "flashattn_plan_set_block_sparse",
                                           "flashattn_plan_get_workspace_size",
@@ -694,6 +736,7 @@ TEST_CASE("every status a function returns is documented, and every documented o
   drive_plan_set_strides();
   drive_scalar_setters();
   drive_plan_set_bias();
+  drive_plan_set_alibi_batch_stride();
   drive_plan_set_block_sparse();
   drive_plan_get_workspace_size();
   drive_fwd();

@@ -165,6 +165,7 @@ TEST_CASE("every setter rejects a NULL plan", "[errors]") {
       {"set_band_mask", flashattn_plan_set_band_mask(nullptr, FLASHATTN_ALIGN_TOP_LEFT, -1, 0)},
       {"set_softcap", flashattn_plan_set_softcap(nullptr, 1.f)},
       {"set_bias", flashattn_plan_set_bias(nullptr, FLASHATTN_BIAS_NONE, nullptr)},
+      {"set_alibi_batch_stride", flashattn_plan_set_alibi_batch_stride(nullptr, 4)},
       {"set_dropout", flashattn_plan_set_dropout(nullptr, 0.1f, 1, 2)},
       {"set_block_sparse", flashattn_plan_set_block_sparse(nullptr, layout, 1, 1, 1, 8, 8)},
   };
@@ -314,6 +315,45 @@ TEST_CASE("set_bias rejects bad strides and argument mixes", "[errors]") {
                const int64_t st[4] = {0, 0, 11, 1};
                return flashattn_plan_set_bias(p, kind, st);
              });
+}
+
+TEST_CASE("set_alibi_batch_stride rejects bad strides and plans without ALiBi", "[errors]") {
+  SetterFixture f;  // ALiBi, batch 2, heads_q 4
+  f.expect("batch_stride=-1", FLASHATTN_STATUS_INVALID_STRIDE, {"batch_stride"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_alibi_batch_stride(p, -1); });
+  f.expect("batch_stride=INT64_MIN", FLASHATTN_STATUS_INVALID_STRIDE, {"batch_stride"}, [](flashattn_plan_t p) {
+    return flashattn_plan_set_alibi_batch_stride(p, std::numeric_limits<int64_t>::min());
+  });
+  f.expect("batch_stride=2^62 (the slopes would span more than 2^63-1 bytes)", FLASHATTN_STATUS_INVALID_STRIDE,
+           {"batch_stride"},
+           [](flashattn_plan_t p) { return flashattn_plan_set_alibi_batch_stride(p, int64_t{1} << 62); });
+  for (auto kind : {FLASHATTN_BIAS_NONE, FLASHATTN_BIAS_TENSOR}) {
+    INFO("bias kind " << kind);
+    flashattn_plan_t plan = nullptr;
+    REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 16, 8) == FLASHATTN_STATUS_SUCCESS);
+    const int64_t st[4] = {0, 0, 11, 1};
+    REQUIRE(flashattn_plan_set_bias(plan, kind, kind == FLASHATTN_BIAS_TENSOR ? st : nullptr) ==
+            FLASHATTN_STATUS_SUCCESS);
+    CHECK(status_name(flashattn_plan_set_alibi_batch_stride(plan, 4)) ==
+          status_name(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS));
+    CHECK(mentions(flashattn_last_error(), "batch_stride"));
+    flashattn_plan_destroy(plan);
+  }
+}
+
+TEST_CASE("set_shape rejects a shape under which the ALiBi batch stride overflows", "[errors]") {
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 16, 8) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_bias(plan, FLASHATTN_BIAS_ALIBI, nullptr) == FLASHATTN_STATUS_SUCCESS);
+  // (2 - 1) * 2^60 + 4 floats fit in 2^63-1 bytes; (3 - 1) * 2^60 floats do not.
+  REQUIRE(flashattn_plan_set_alibi_batch_stride(plan, int64_t{1} << 60) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(status_name(flashattn_plan_set_shape(plan, 3, 9, 11, 4, 2, 16, 8)) ==
+        status_name(FLASHATTN_STATUS_INVALID_STRIDE));
+  CHECK(mentions(flashattn_last_error(), "batch_stride"));
+  CHECK(flashattn_plan_set_shape(plan, 2, 9, 11, 4, 2, 16, 16) == FLASHATTN_STATUS_SUCCESS);
+  flashattn_plan_destroy(plan);
 }
 
 TEST_CASE("set_block_sparse rejects layouts of the wrong size", "[errors]") {
@@ -740,6 +780,43 @@ TEST_CASE("ALiBi runs need slopes", "[errors][fwd][bwd]") {
                [](RunFixture& x, flashattn_bwd_args_t& a) {
                  a.alibi_slopes = nullptr;
                  return x.bwd(a);
+               });
+}
+
+TEST_CASE("per-(batch, head) ALiBi slopes overlapping an output are rejected by their full extent",
+          "[errors][fwd][bwd]") {
+  Config c = run_config();  // batch 2, heads_q 4
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = 6;  // slopes span (6 + 4) floats = 40 bytes
+  RunFixture f(c);
+  // Slopes at the start of O's buffer and O 16 bytes (4 floats: one row of slopes) later:
+  // only the second sequence's slopes reach into O.
+  const std::vector<std::string> names = {"alibi_slopes"};
+  f.expect_fwd("slopes rows reaching into O", FLASHATTN_STATUS_INVALID_ARGUMENT, names,
+               [](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.alibi_slopes = reinterpret_cast<const float*>(x.o.data());
+                 a.o = x.o.data() + 16;
+                 return x.fwd(a);
+               });
+  f.expect_bwd("slopes rows reaching into dQ", FLASHATTN_STATUS_INVALID_ARGUMENT, names,
+               [](RunFixture& x, flashattn_bwd_args_t& a) {
+                 a.alibi_slopes = reinterpret_cast<const float*>(x.dq.data());
+                 a.dq = x.dq.data() + 16;
+                 return x.bwd(a);
+               });
+  {  // control: one row of slopes at the same place does not reach O
+    Config one = c;
+    one.alibi_batch_stride = 0;
+    RunFixture g(one);
+    flashattn_fwd_args_t a = g.fwd_args();
+    a.alibi_slopes = reinterpret_cast<const float*>(g.o.data());
+    a.o = g.o.data() + 16;
+    CHECK(g.fwd(a) == FLASHATTN_STATUS_SUCCESS);
+  }
+  f.expect_fwd("misaligned slopes", FLASHATTN_STATUS_MISALIGNED_POINTER, names,
+               [](RunFixture& x, flashattn_fwd_args_t& a) {
+                 a.alibi_slopes = reinterpret_cast<const float*>(reinterpret_cast<const char*>(x.slopes.data()) + 2);
+                 return x.fwd(a);
                });
 }
 

@@ -671,6 +671,45 @@ TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major a
     }
 }
 
+// Head dims that are not a multiple of 8 run on zero-padded workspace copies
+// (src/cuda/fa2_staging.cu) that read and write element by element: their tensors need only
+// element alignment (every buffer here starts 4 bytes past a 16-byte boundary: LSE and the
+// offsets stay float-aligned; and odd dims make every row stride odd). A tensor of a head dim that is a multiple of 8
+// keeps the 16-byte rule.
+TEST_CASE("gpu limits: element-aligned pointers and strides for head dims that are not a multiple of 8",
+          "[gpu][limits]") {
+  REQUIRE_GPU();
+  OffsetDeviceMem dev4(4);
+  uint64_t seed = 6350;
+  const Order mix[8] = {Order::SBHD, Order::HBSD,     Order::PadHead8, Order::HBSD,
+                        Order::SBHD, Order::PadHead8, Order::SBHD,     Order::HBSD};
+  const int64_t dim_pairs[3][2] = {{59, 111}, {3, 17}, {250, 5}};
+  for (int variant = 0; variant < 3; ++variant) {
+    Config c = gcfg("element-aligned, strided", 70, 90, dim_pairs[variant][0],
+                    variant % 2 ? FLASHATTN_DTYPE_BF16 : FLASHATTN_DTYPE_FP16, ++seed);
+    c.dv = dim_pairs[variant][1];
+    c.batch = 3;
+    c.hq = 4;
+    c.hkv = 2;
+    c.band = variant == 1;
+    c.wr = 0;
+    Problem p = make_problem(c);
+    const int64_t heads[8] = {c.hq, c.hkv, c.hkv, c.hq, c.hq, c.hq, c.hkv, c.hkv};
+    const int64_t lens[8] = {c.sq, c.sk, c.sk, c.sq, c.sq, c.sq, c.sk, c.sk};
+    const int64_t dims[8] = {c.dqk, c.dqk, c.dv, c.dv, c.dv, c.dqk, c.dqk, c.dv};
+    for (int t = 0; t < 8; ++t) p.lay[t] = layout_of(mix[(t + variant) % 8], c.batch, lens[t], heads[t], dims[t]);
+    check_problem(p, dev4);
+  }
+  Config c = gcfg("head_dim_qk 59 (copied), head_dim_v 64 (direct) at 4-byte offsets", 33, 40, 59, FLASHATTN_DTYPE_FP16,
+                  ++seed);
+  c.dv = 64;
+  const LibResult g = run_library(make_problem(c), dev4, 0);
+  INFO(g.error);
+  CHECK(flashattn_status_string(g.fwd) == std::string(flashattn_status_string(FLASHATTN_STATUS_MISALIGNED_POINTER)));
+  CHECK(g.error.rfind("v=", 0) == 0);
+  CHECK(g.outputs_untouched);
+}
+
 // ---------------------------------------------------------------------------------------
 // (f) Faults.
 

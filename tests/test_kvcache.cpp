@@ -120,6 +120,14 @@ TEST_CASE("kvcache long chunked prefill: q blocks, causal, windows, softcap, ALi
   c.rotary_dim = 16;
   c.seed = 23;
   run_and_check(c);
+  c.alibi_batch_stride = c.hq + 3;  // slopes per (sequence, head), NaN between the rows
+  c.seed = 24;
+  run_and_check(c);
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = 1;  // overlapping rows
+  c.page_size = 7;
+  c.seed = 25;
+  run_and_check(c);
 }
 
 TEST_CASE("kvcache split-KV: long caches, forced and chosen split counts, LSE optional") {

@@ -31,7 +31,13 @@ FA_HD bool layout_keep(const AttnParams& p, int64_t h, int64_t i, int64_t j) {
   return p.layout[(lh * p.n_row_blocks + i / p.block_q) * p.n_col_blocks + j / p.block_k] != 0;
 }
 
-// ALiBi bias for query head h at aligned row ip and column j (0 when not ALiBi).
+// ALiBi slope of sequence b, query head h (0 when the bias kind is not ALiBi).
+FA_HD float alibi_slope(const AttnParams& p, int64_t b, int64_t h) {
+  if (p.bias_kind != kBiasAlibi && p.bias_kind != kBiasAlibiSymmetric) return 0.f;
+  return p.alibi_slopes[b * p.alibi_batch_stride + h];
+}
+
+// ALiBi bias for a slope at aligned row ip and column j (0 when not ALiBi).
 FA_HD float alibi_bias(const AttnParams& p, float slope, int64_t ip, int64_t j) {
   if (p.bias_kind == kBiasAlibi) return slope * static_cast<float>(j - ip);
   if (p.bias_kind == kBiasAlibiSymmetric) {

@@ -63,7 +63,7 @@ struct AttnParams {
   const void* bias;   // kBiasTensor: strides (batch, head, q, k); k stride is 0 or 1
   void* dbias;        // backward, optional: same strides, summed over zero-stride dims
   int64_t bias_stride[4];
-  const float* alibi_slopes;  // [heads_q]
+  const float* alibi_slopes;  // [heads_q], or [batch, heads_q] rows alibi_batch_stride apart (below)
 
   // ---- dropout ----
   float p_drop;             // 0 = off
@@ -94,6 +94,9 @@ struct AttnParams {
   const void* rotary_cos;  // [rotary_rows, rotary_dim / 2], plan dtype
   const void* rotary_sin;
   int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1
+
+  // ---- added later, kept last: earlier fields keep their offsets in the kernels' parameters ----
+  int64_t alibi_batch_stride;  // ALiBi: 0 = one slope per head, shared by every sequence
 };
 
 }  // namespace flashattn

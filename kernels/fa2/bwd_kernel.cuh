@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                                                       static_cast<int64_t>(i) * p.bias_stride[2] +
                                                                       static_cast<int64_t>(j) * p.bias_stride[3]]);
                   } else if (has_alibi) {
-                    s += alibi_bias(p, p.alibi_slopes[h], i + bwd_lds(ctx.shift), j);
+                    s += alibi_bias(p, alibi_slope(p, b, h), i + bwd_lds(ctx.shift), j);
                   }
                 }
                 float x = s * kLog2e - lse2[e >> 1];

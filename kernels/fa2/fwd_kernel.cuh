@@ -26,6 +26,7 @@
 
 #include <type_traits>
 
+#include "common/mask.h"
 #include "common/params.h"
 #include "common/philox.h"
 #include "fa2/arch.h"
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   //   then + bias * log2e or + (slope * log2e) * distance.
   const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;
-  const float alibi_slope_l2 = alibi_on ? p.alibi_slopes[h] * kLog2e : 0.f;
+  const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
   const bool dropout = kExtras && p.p_drop > 0.f;
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;

@@ -55,7 +55,8 @@ flashattn_status_t cpu_combine(const CombineParams& c) {
   const int64_t n_rows = c.batch * c.seqlen_q * c.heads;
   const int threads = cpu::default_thread_count();
   cpu::TaskCounter tasks(n_rows);
-  cpu::run_team(threads > n_rows ? static_cast<int>(n_rows) : threads, [&](const cpu::TeamMember&) {
+  const double work = static_cast<double>(n_rows * c.num_splits * c.head_dim);
+  cpu::run_team(cpu::team_size(threads, n_rows, work), [&](const cpu::TeamMember&) {
     float out[FLASHATTN_MAX_HEAD_DIM];
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t h = t % c.heads, i = (t / c.heads) % c.seqlen_q, b = t / (c.heads * c.seqlen_q);

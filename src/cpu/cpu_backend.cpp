@@ -4,6 +4,7 @@
 
 #include "backends.hpp"
 #include "cpu/cpu_impl.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/kvcache.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/thread_pool.hpp"
@@ -20,7 +21,7 @@ CheckedSize slot_bytes(const AttnParams& p) {
 }
 
 CheckedSize shared_bytes(const AttnParams& p) {
-  if (p.kv_enabled) return p.kv_num_splits > 1 ? split_parts_bytes(p) : CheckedSize(0);
+  if (p.kv_enabled) return kv_shared_bytes(p);
   return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
 }
 
@@ -71,9 +72,19 @@ void write_uncovered_tokens(const AttnParams& p) {
   }
 }
 
+double attention_work(const AttnParams& p) {
+  return static_cast<double>(p.batch) * static_cast<double>(p.heads_q) * static_cast<double>(p.seqlen_q) *
+         static_cast<double>(p.seqlen_k) * static_cast<double>(p.head_dim_qk + p.head_dim_v);
+}
+
 }  // namespace cpu
 
-int cpu_thread_count() { return cpu::default_thread_count(); }
+flashattn_status_t cpu_prepare_plan(int* threads) {
+  FA_TRY(cpu::check_forced_isa());
+  *threads = cpu::default_thread_count();
+  cpu::reserve_workers(*threads);
+  return FLASHATTN_STATUS_SUCCESS;
+}
 
 CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {
   return cpu::shared_bytes(p) + CheckedSize(threads) * cpu::slot_bytes(p);
@@ -106,18 +117,15 @@ flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, si
   const size_t fit = (workspace_bytes - shared) / slot;
   if (fit < static_cast<size_t>(threads)) threads = static_cast<int>(fit);
   char* ws = static_cast<char*>(workspace);
-  try {
-    const bool standard = p.algorithm == FLASHATTN_ALGORITHM_STANDARD;
-    if (p.kv_enabled) {
-      cpu::append_new_rows(p, threads);
-      cpu::flash_forward(p, ws, threads);
-    } else if (p.direction == kForward) {
-      standard ? cpu::standard_forward(p, ws, threads) : cpu::flash_forward(p, ws, threads);
-    } else {
-      standard ? cpu::standard_backward(p, ws, threads) : cpu::flash_backward(p, ws, threads);
-    }
-  } catch (const AllocationFailure& a) {
-    return fail_allocation(a.buffer, a.bytes);
+  const bool standard = p.algorithm == FLASHATTN_ALGORITHM_STANDARD;
+  if (p.kv_enabled) {
+    FA_TRY(cpu::check_append_targets(p, cpu::append_targets_scratch(p, ws)));
+    cpu::append_new_rows(p, threads);
+    cpu::flash_forward(p, ws, threads);
+  } else if (p.direction == kForward) {
+    standard ? cpu::standard_forward(p, ws, threads) : cpu::flash_forward(p, ws, threads);
+  } else {
+    standard ? cpu::standard_backward(p, ws, threads) : cpu::flash_backward(p, ws, threads);
   }
   return FLASHATTN_STATUS_SUCCESS;
 }

@@ -5,7 +5,7 @@
 // standard path has one: S/P and friends) followed by one private slot per thread. The
 // sizes are pure functions of the shapes and options, so the size the user queried and
 // the layout the run uses always agree; a run uses as many threads as the workspace
-// has slots (and no more than the plan's thread count, cpu_thread_count()).
+// has slots (and no more than the plan's thread count, cpu_prepare_plan()).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +45,10 @@ CheckedSize flash_fwd_slot_bytes(const AttnParams& p);
 CheckedSize flash_bwd_slot_bytes(const AttnParams& p);
 CheckedSize standard_shared_bytes(const AttnParams& p);
 CheckedSize standard_slot_bytes(const AttnParams& p);
+
+// Multiply-adds of one pass over every (query, key) pair of p, ignoring masks: the
+// work estimate that sizes the team (team_size in thread_pool.hpp).
+double attention_work(const AttnParams& p);
 
 // Runs with `threads` team members; workspace holds shared + threads * slot bytes.
 void flash_forward(const AttnParams& p, char* workspace, int threads);

@@ -247,7 +247,7 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
   const DqGrouping g = dq_grouping(p);
   const int64_t n_tasks2 = g.nb * g.nh * g.nqt;
   const int64_t max_tasks = n_tasks1 > n_tasks2 ? n_tasks1 : n_tasks2;
-  if (threads > max_tasks) threads = static_cast<int>(max_tasks > 0 ? max_tasks : 1);
+  threads = team_size(threads, max_tasks, 2 * attention_work(p));
   TaskCounter tasks1(n_tasks1), tasks2(n_tasks2);
 
   run_team(threads, [&](const TeamMember& me) {

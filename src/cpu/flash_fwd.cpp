@@ -28,9 +28,15 @@ namespace cpu {
 namespace {
 
 // A task covers kSub consecutive query tiles that share each converted K/V tile: the
-// conversion (and the transposed K store) is paid once per kSub * kBr query rows while
-// the mask/sparsity skipping stays at kBr x kBc granularity.
-constexpr int kSub = 2;
+// conversion (and the K panel packing) is paid once per kSub * kBr query rows while the
+// mask/sparsity skipping stays at kBr x kBc granularity. 4 (256 rows) halves the share
+// of the packing against 2 (profiled: from ~20% of a d=64 forward to ~10%).
+constexpr int kSub = 4;
+
+// Blocks of at most this many query rows (decode, short chunks) compute scores as dot
+// products with K rows kept row-major: transposing a K tile costs more than the GEMM
+// saves when few rows share it. A block's path depends only on its row count.
+constexpr int64_t kDotRows = 8;
 
 struct RowState {
   float* q;    // [kBr x dqk]
@@ -41,7 +47,7 @@ struct RowState {
 
 struct FwdSlot {
   RowState sub[kSub];
-  float* kt;    // [dqk x kBc]   K tile transposed: S = Q * Kt
+  float* kt;    // K tile: kBc / kTileN panels of [dqk x kTileN] (gemm_panels), or [kBc x dqk] row-major (dot blocks)
   float* v;     // [kBc x dvp]
   float* s;     // [kBr x kBc]   scores, then probabilities
   float* drop;  // [kBr x kBc]   dropout multipliers (dropout only)
@@ -69,9 +75,13 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-                 const RowState& st, const FwdSlot& w) {
+                 bool dots, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
-  gemm(ni, kBc, dqk, st.q, dqk, w.kt, kBc, w.s, kBc, false);
+  if (dots) {
+    dot_rows(ni, nj, dqk, st.q, dqk, w.kt, dqk, w.s, kBc);  // padding columns: transform_scores
+  } else {
+    gemm_panels(ni, kBc, dqk, st.q, dqk, w.kt, w.s, kBc, false);
+  }
   transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
   if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
   for (int64_t r = 0; r < ni; ++r) {
@@ -120,6 +130,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
     memset(st.acc, 0, sizeof(float) * static_cast<size_t>(rows[sb] * dvp));
   }
 
+  int64_t block_rows = 0;
+  for (int sb = 0; sb < kSub; ++sb) block_rows += rows[sb];
+  const bool dots = block_rows <= kDotRows;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
     const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
     TileKind kind[kSub];
@@ -129,10 +142,14 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, kBc, true);
+    if (dots) {
+      load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, dqk, false);
+    } else {
+      load_key_panels(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt);
+    }
     load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
     for (int sb = 0; sb < kSub; ++sb) {
-      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], w.sub[sb], w);
+      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);
     }
   }
 
@@ -172,14 +189,14 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   // kv_num_splits key ranges of whole kBc tiles whose partial results are merged after;
   // the split count comes from the plan, never from the thread count.
   const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
-  const size_t shared = n_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0;
+  const size_t shared = p.kv_enabled ? static_cast<size_t>(kv_shared_bytes(p).value()) : 0;
   const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
   const int64_t rows_per_task = kSub * kBr;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
   // Both sizes are parts of the checked workspace size the API layer validated.
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
-  const int team = threads > n_tasks ? static_cast<int>(n_tasks > 0 ? n_tasks : 1) : threads;
+  const int team = team_size(threads, n_tasks, attention_work(p));
   TaskCounter tasks(n_tasks);
   run_team(team, [&](const TeamMember& me) {
     char* slot = workspace + shared + static_cast<size_t>(me.id) * slot_bytes;

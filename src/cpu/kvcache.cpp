@@ -37,7 +37,8 @@ void append_new_rows(const AttnParams& p, int threads) {
   const int64_t n_tasks = p.batch * p.heads_kv;
   const size_t es = dtype_size(p.dtype);
   TaskCounter tasks(n_tasks);
-  run_team(threads > n_tasks ? static_cast<int>(n_tasks) : threads, [&](const TeamMember&) {
+  const double work = static_cast<double>(n_tasks * p.kv_seqlen_new * (p.head_dim_qk + p.head_dim_v));
+  run_team(team_size(threads, n_tasks, work), [&](const TeamMember&) {
     float row[FLASHATTN_MAX_HEAD_DIM];
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t b = t / p.heads_kv, hk = t % p.heads_kv;
@@ -79,6 +80,15 @@ CheckedSize split_parts_bytes(const AttnParams& p) {
   return cv.used;
 }
 
+CheckedSize kv_shared_bytes(const AttnParams& p) {
+  return (p.kv_num_splits > 1 ? split_parts_bytes(p) : CheckedSize(0)) + append_targets_bytes(p);
+}
+
+char* append_targets_scratch(const AttnParams& p, char* shared) {
+  // A part of the checked size kv_shared_bytes.
+  return shared + (p.kv_num_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0);
+}
+
 SplitParts split_parts(const AttnParams& p, char* shared) {
   Carver cv{shared};
   return carve_split_parts(p, cv);
@@ -88,7 +98,8 @@ void combine_split_parts(const AttnParams& p, const SplitParts& parts, int threa
   const int64_t n_rows = p.batch * p.heads_q * p.seqlen_q, dv = p.head_dim_v;
   const int64_t lse_step = split_row(p, 1, 0, 0, 0);
   TaskCounter tasks(n_rows);
-  run_team(threads > n_rows ? static_cast<int>(n_rows) : threads, [&](const TeamMember&) {
+  const double work = static_cast<double>(n_rows * p.kv_num_splits * dv);
+  run_team(team_size(threads, n_rows, work), [&](const TeamMember&) {
     float out[FLASHATTN_MAX_HEAD_DIM];
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t i = t % p.seqlen_q, h = (t / p.seqlen_q) % p.heads_q, b = t / (p.seqlen_q * p.heads_q);

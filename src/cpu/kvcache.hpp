@@ -7,6 +7,7 @@
 
 #include "checked_size.hpp"
 #include "common/params.h"
+#include "flashattn.h"
 
 namespace flashattn {
 namespace cpu {
@@ -21,6 +22,14 @@ void rotate_row(const AttnParams& p, float* x, int64_t pos);
 inline int64_t query_rotary_position(const AttnParams& p, int64_t b, int64_t i) {
   return int64_t{p.kv_seqused[b]} + (p.has_band ? i : 0);
 }
+
+// Scratch of check_append_targets: a list of the cache rows or pages the run appends to
+// (0 without appended keys). Not ok() when the size overflows.
+CheckedSize append_targets_bytes(const AttnParams& p);
+// INVALID_VALUE naming both writers when one cache row or page would be appended to by
+// two sequences; writes only scratch (append_targets_bytes(p) bytes). The ranges were
+// checked by cpu_check_kvcache.
+flashattn_status_t check_append_targets(const AttnParams& p, char* scratch);
 
 // Writes the (rotated) new keys and the new values at each sequence's used length.
 void append_new_rows(const AttnParams& p, int threads);
@@ -39,6 +48,12 @@ SplitParts split_parts(const AttnParams& p, char* shared);
 inline int64_t split_row(const AttnParams& p, int64_t s, int64_t b, int64_t h, int64_t i) {
   return ((s * p.batch + b) * p.heads_q + h) * p.seqlen_q + i;
 }
+
+// Shared workspace region of a KV-cache forward: the split parts (kv_num_splits > 1),
+// then the scratch of check_append_targets. Not ok() when the size overflows.
+CheckedSize kv_shared_bytes(const AttnParams& p);
+// The scratch of check_append_targets inside that region.
+char* append_targets_scratch(const AttnParams& p, char* shared);
 
 // Merges n parts of one row: part i has O at o + i * o_step (dim floats) and LSE at
 // lse[i * lse_step]. Parts with LSE -inf are skipped; all -inf gives out = 0 and -inf.

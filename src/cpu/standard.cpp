@@ -275,7 +275,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
 // No phase has more work items than the larger of the row and key block counts.
 int useful_threads(const AttnParams& p, int threads) {
   const int64_t items = std::max(ceil_div(p.seqlen_q, kRows), ceil_div(p.seqlen_k, kCols));
-  return items < threads ? static_cast<int>(items) : threads;
+  return team_size(threads, items, attention_work(p));
 }
 
 }  // namespace
@@ -349,7 +349,8 @@ void standard_backward(const AttnParams& p, char* workspace, int threads) {
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t hk = 0; hk < p.heads_kv; ++hk) backward_kv_head(p, b, hk, sh, w, me);
     }
-    if (want_dbias) {  // every dBias element, including those no sequence reaches (zero)
+    if (want_dbias) {      // every dBias element, including those no sequence reaches (zero)
+      me.barrier->wait();  // a static split: every member must have started (run_team)
       const int64_t* bs = p.bias_stride;
       for_members(me, e[0] * e[1] * e[2], [&](int64_t t) {
         const int64_t ii = t % e[2], hh = (t / e[2]) % e[1], bb = t / (e[2] * e[1]);

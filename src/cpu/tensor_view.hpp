@@ -12,6 +12,7 @@
 #include "common/mask.h"
 #include "common/params.h"
 #include "cpu/convert.hpp"
+#include "cpu/tile_math.hpp"
 
 namespace flashattn {
 namespace cpu {
@@ -23,7 +24,7 @@ struct HeadCtx {
   int64_t len_q, len_k;   // this sequence's lengths
   int64_t q0, k0;         // first token of the sequence (0 without varlen)
   int64_t shift;          // i' = i + shift (mask alignment)
-  float slope;            // ALiBi slope of head h (0 otherwise)
+  float slope;            // ALiBi slope of (b, h) (0 otherwise)
   uint64_t head_counter;  // Philox counter word: offset + b * heads_q + h
 };
 
@@ -45,7 +46,7 @@ inline HeadCtx make_head_ctx(const AttnParams& p, int64_t b, int64_t h) {
   c.q0 = p.varlen ? p.cu_seqlens_q[b] : 0;
   c.k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
   c.shift = align_shift(p, c.len_q, c.len_k);
-  c.slope = (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) ? p.alibi_slopes[h] : 0.f;
+  c.slope = alibi_slope(p, b, h);
   c.head_counter = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + static_cast<uint64_t>(h);
   return c;
 }
@@ -108,6 +109,16 @@ inline void load_key_rows(const AttnParams& p, const void* base, const Strides4&
     } else {
       row_to_float(src, p.dtype, dst + r * ld, dim);
     }
+  }
+}
+
+// Key rows [j0, j0+n) of context c as gemm_panels' B: dst[r / kTileN][d][r % kTileN]
+// for d < dim (panels of dim x kTileN floats; rows past n are left as they are).
+inline void load_key_panels(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
+                            int64_t n, int64_t dim, float* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    const char* src = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r));
+    row_to_float_strided(src, p.dtype, dst + (r / kTileN) * dim * kTileN + r % kTileN, kTileN, dim);
   }
 }
 

@@ -1,30 +1,47 @@
-// A team of worker threads for one backend call.
+// The CPU backend's worker threads: one pool per process, shared by every run and plan.
 //
-// Threads are started per call (no global state survives a call, so nothing has to be
-// torn down at library unload and concurrent calls from several user threads never
-// share workers). Every worker gets a dense id in [0, size) that selects its private
-// workspace slot. Work is distributed by the callers through atomic task counters, and
-// each output element is owned by exactly one task whose computation does not depend on
-// which thread runs it: results are bitwise identical for any thread count.
+// The pool is created on first use and grows (never shrinks) to the largest team any
+// plan asked for; plan creation grows it, so a run never starts a thread or allocates.
+// A run borrows the pool's idle workers for the length of one call: when several runs
+// from several user threads overlap, each gets the workers that are idle when it starts
+// and runs with fewer members otherwise (never waiting for a busy worker, so there is
+// no deadlock and no oversubscription). The workers are stopped and joined when the
+// library is unloaded (dlclose) or the process exits. In a child made by fork() the
+// workers do not exist: teams there run on the calling thread alone.
+//
+// Every member gets a dense id in [0, size) that selects its private workspace slot.
+// Work is distributed by the callers through atomic task counters, and each output
+// element is owned by exactly one task whose computation does not depend on which
+// thread runs it: results are bitwise identical for any team size.
 #pragma once
 #include <stdint.h>
 
 #include <atomic>
 #include <condition_variable>
-#include <functional>
 #include <mutex>
-#include <new>
-
-#include "error.hpp"
 
 namespace flashattn {
 namespace cpu {
 
 // Threads a plan may use: FLASHATTN_CPU_THREADS if set to a positive number, else
 // std::thread::hardware_concurrency(); capped at kMaxThreads. Read once per plan
-// (cpu_thread_count() in backends.hpp, called at plan creation).
+// (cpu_prepare_plan() in backends.hpp, called at plan creation).
 int default_thread_count();
 constexpr int kMaxThreads = 256;
+
+// Starts pool workers until teams of `threads` members (the caller plus threads - 1
+// workers) can be formed. The only function of the pool that allocates; a thread the
+// system refuses to start is left out (teams are then smaller).
+void reserve_workers(int threads);
+
+// Work (multiply-adds, or elements moved) one extra member must have to pay for waking
+// it: below it a second thread costs more than it saves (measured in
+// bench/cpu/tiny_problem.py: b=1, one query, 128 keys).
+constexpr double kWorkPerMember = 262144;
+
+// Members worth using for `tasks` independent tasks of `work` in total: at most
+// `threads`, at most `tasks`, and one per kWorkPerMember of work; at least 1.
+int team_size(int threads, int64_t tasks, double work);
 
 // Reusable barrier for the members of one team.
 class Barrier {
@@ -47,24 +64,22 @@ struct TeamMember {
   Barrier* barrier;
 };
 
-// Runs fn on up to `threads` members (the caller is member 0) and returns when all are
-// done. If the system refuses to start a thread (or to allocate the vector of thread
-// handles, or a thread's state), the team simply runs with fewer members; fn must
-// therefore only use member.size, never assume `threads`. fn must not throw.
-void run_team(int threads, const std::function<void(const TeamMember&)>& fn);
+using TeamFn = void (*)(const void* ctx, const TeamMember& member);
 
-// The same for any callable: the std::function holding it is allocated on the heap
-// (sizeof(F) bytes for the algorithms' closures); a failure to allocate it throws
-// AllocationFailure naming it (error.hpp), before any member starts.
+// Runs fn(ctx, member) on up to `threads` members (the caller is member 0) and returns
+// when all are done. The team may be smaller than asked (busy or missing workers): fn
+// must only use member.size, never assume `threads`. A member that no worker has
+// started when member 0's fn returns is not run at all: fn must hand out its work
+// through a TaskCounter, or make every member wait at the barrier before member 0 can
+// return (then all have started). fn must not throw. Allocates nothing once
+// reserve_workers(threads) has run.
+void run_team(int threads, TeamFn fn, const void* ctx);
+
+// The same for any callable, passed by address (no copy, no allocation).
 template <class F>
 void run_team(int threads, const F& fn) {
-  std::function<void(const TeamMember&)> task;
-  try {
-    task = fn;
-  } catch (const std::bad_alloc&) {
-    throw AllocationFailure{"the task closure of the CPU worker team", sizeof(F)};
-  }
-  run_team(threads, task);
+  run_team(
+      threads, [](const void* ctx, const TeamMember& m) { (*static_cast<const F*>(ctx))(m); }, &fn);
 }
 
 // Hands out task indices 0..n-1 to the members of a team, each exactly once.

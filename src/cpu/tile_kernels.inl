@@ -1,42 +1,52 @@
 // Bodies of the tile kernels (tile_math.hpp), included by tile_math.cpp once per
 // instruction set inside its own namespace, with FA_TARGET set to that instruction
-// set's target attribute (empty for the baseline). Not a standalone header: it relies
-// on <math.h>, <stdint.h> and <string.h> being included before the namespace opens.
+// set's target attribute (empty for the baseline), FA_LANES to its vector width in
+// floats (8: AVX2 or two SSE registers; 16: AVX-512) and FA_MR to the rows of its GEMM
+// register tile. Not a standalone header: it relies on <math.h>, <stdint.h> and
+// <string.h> being included before the namespace opens.
 //
-// GCC/Clang vector extension: 8 floats, one AVX register in the AVX2 build, two SSE
-// registers in the baseline build. Explicit vectors because the autovectorizer
-// turns the register-blocked loop nest below into shuffles instead of broadcasts.
-// Helpers take and return vectors by reference only: passing a 32-byte vector by
-// value is an ABI error in Clang (and a warning in GCC) when AVX is not enabled, which
-// is the case in the baseline build.
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
+// GCC/Clang vector extension: vf is one register of FA_LANES floats (two SSE registers
+// in the baseline build). Explicit vectors because the autovectorizer turns the
+// register-blocked loop nest below into shuffles instead of broadcasts. Helpers take and
+// return vectors by reference only: passing a 32-byte vector by value is an ABI error in
+// Clang (and a warning in GCC) when AVX is not enabled, which is the case in the
+// baseline build.
+typedef float vf __attribute__((vector_size(FA_LANES * 4)));
+typedef int32_t vi __attribute__((vector_size(FA_LANES * 4)));
+typedef uint32_t vu __attribute__((vector_size(FA_LANES * 4)));
+constexpr int kLanes = FA_LANES;
+constexpr int kVecs = static_cast<int>(kTileN) / kLanes;  // vectors per kTileN columns
 
-FA_TARGET FA_ALWAYS_INLINE void load8(v8f& v, const float* p) { memcpy(&v, p, sizeof v); }
-FA_TARGET FA_ALWAYS_INLINE void store8(float* p, const v8f& v) { memcpy(p, &v, sizeof v); }
+FA_TARGET FA_ALWAYS_INLINE void loadv(vf& v, const float* p) { memcpy(&v, p, sizeof v); }
+FA_TARGET FA_ALWAYS_INLINE void storev(float* p, const vf& v) { memcpy(p, &v, sizeof v); }
+FA_TARGET FA_ALWAYS_INLINE void splat(vf& v, float x) {
+  for (int l = 0; l < kLanes; ++l) v[l] = x;  // a broadcast ("vf{} + x" would keep an add)
+}
+FA_TARGET FA_ALWAYS_INLINE float lane_sum(const vf& v) {
+  float total = 0.f;
+  for (int l = 0; l < kLanes; ++l) total += v[l];
+  return total;
+}
 
 // m ? a : b for a lane mask m (all ones / all zeros per lane), as bit operations.
-#ifndef FA_SELECT
-#define FA_SELECT(m, a, b) ((v8f)((((v8i)(a)) & (m)) | (((v8i)(b)) & ~(m))))
-#endif
+#define FA_SELECT(m, a, b) ((vf)((((vi)(a)) & (m)) | (((vi)(b)) & ~(m))))
 
 // exp(x) = 2^n * e^r with n = round(x / ln2), r = x - n ln2 (Cody-Waite two-part ln2),
 // e^r by a degree-7 Taylor polynomial (|r| <= ln2/2: truncation < 4e-9 relative).
-// Branch-free on 8 lanes; inputs below -87.3 (including -inf) give 0, the subnormal
+// Branch-free on every lane; inputs below -87.3 (including -inf) give 0, the subnormal
 // range being irrelevant for softmax weights; NaN stays NaN.
-FA_TARGET FA_ALWAYS_INLINE void exp8(const v8f& x, v8f& out) {
-  const v8f lo = v8f{} - 87.3f, hi = v8f{} + 88.f;
-  const v8i under = x < lo;
-  v8f xc = FA_SELECT(under, lo, x);
-  const v8i over = xc > hi;
+FA_TARGET FA_ALWAYS_INLINE void expv(const vf& x, vf& out) {
+  const vf lo = vf{} - 87.3f, hi = vf{} + 88.f;
+  const vi under = x < lo;
+  vf xc = FA_SELECT(under, lo, x);
+  const vi over = xc > hi;
   xc = FA_SELECT(over, hi, xc);
-  const v8f shift = v8f{} + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const v8f t = xc * 1.44269504088896341f + shift;
-  const v8f n = t - shift;
-  v8f r = xc - n * 0.693145751953125f;
+  const vf shift = vf{} + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  const vf t = xc * 1.44269504088896341f + shift;
+  const vf n = t - shift;
+  vf r = xc - n * 0.693145751953125f;
   r = r - n * 1.42860682030941723212e-6f;
-  v8f q = v8f{} + 1.f / 5040.f;
+  vf q = vf{} + 1.f / 5040.f;
   q = q * r + 1.f / 720.f;
   q = q * r + 1.f / 120.f;
   q = q * r + 1.f / 24.f;
@@ -45,74 +55,91 @@ FA_TARGET FA_ALWAYS_INLINE void exp8(const v8f& x, v8f& out) {
   q = q * r + 1.f;
   q = q * r + 1.f;
   // The low mantissa bits of t hold n; (n + 127) << 23 is the fp32 bit pattern of 2^n.
-  const v8u bits = ((v8u)t + 127u) << 23;
-  const v8f e = q * (v8f)bits;
-  const v8f zero = v8f{};
+  const vu bits = ((vu)t + 127u) << 23;
+  const vf e = q * (vf)bits;
+  const vf zero = vf{};
   out = FA_SELECT(under, zero, e);
 }
 
-// Scalar version of the same computation (lane 0 of exp8), for per-row factors.
+// Scalar version of the same computation (lane 0 of expv), for per-row factors.
 FA_TARGET FA_ALWAYS_INLINE float exp1(float x) {
-  const v8f xv = {x, x, x, x, x, x, x, x};
-  v8f e;
-  exp8(xv, e);
+  vf xv, e;
+  splat(xv, x);
+  expv(xv, e);
   return e[0];
 }
 
-// Exact binary16 -> binary32 on 8 lanes (same cases as half_to_float in convert.hpp).
-FA_TARGET FA_ALWAYS_INLINE void half8_to_float(const uint16_t* src, v8f& out) {
-  v8u h;
-  for (int l = 0; l < 8; ++l) h[l] = src[l];
-  const v8u sign = (h & 0x8000u) << 16;
-  const v8u exp = (h >> 10) & 0x1fu;
-  const v8u mant = h & 0x3ffu;
-  const v8f sub = __builtin_convertvector((v8i)mant, v8f) * 5.9604644775390625e-08f;
-  const v8u normal = ((exp + 112u) << 23) | (mant << 13);
-  const v8u special = 0x7f800000u | (mant << 13);
-  const v8i is_sub = (v8i)(exp == 0u), is_special = (v8i)(exp == 31u);
-  v8f body = FA_SELECT(is_special, (v8f)special, (v8f)normal);
+// Exact binary16 -> binary32 on every lane (same cases as half_to_float in convert.hpp).
+FA_TARGET FA_ALWAYS_INLINE void halfv_to_float(const uint16_t* src, vf& out) {
+  vu h;
+  for (int l = 0; l < kLanes; ++l) h[l] = src[l];
+  const vu sign = (h & 0x8000u) << 16;
+  const vu exp = (h >> 10) & 0x1fu;
+  const vu mant = h & 0x3ffu;
+  const vf sub = __builtin_convertvector((vi)mant, vf) * 5.9604644775390625e-08f;
+  const vu normal = ((exp + 112u) << 23) | (mant << 13);
+  const vu special = 0x7f800000u | (mant << 13);
+  const vi is_sub = (vi)(exp == 0u), is_special = (vi)(exp == 31u);
+  vf body = FA_SELECT(is_special, (vf)special, (vf)normal);
   body = FA_SELECT(is_sub, sub, body);
-  out = (v8f)(sign | (v8u)body);
+  out = (vf)(sign | (vu)body);
 }
 
-// MR x 16 register tile of C: 2*MR accumulators + 2 B vectors + 1 broadcast (MR = 6
-// uses 15 of the 16 AVX registers). Each C element sums k in increasing order.
+// The GEMM's accumulators: fp32, or (FA_ACC_DOUBLE, the baseline build, which has no
+// FMA) fp64 lanes, where each product is exact and each sum is rounded once, like a
+// fused multiply-add: without it the baseline build misses the accuracy the tests
+// demand (dK under dropout p -> 1, tests/test_numerics.cpp).
+#if defined(FA_ACC_DOUBLE)
+typedef double vacc __attribute__((vector_size(FA_LANES * 8)));
+#else
+typedef vf vacc;
+#endif
+FA_TARGET FA_ALWAYS_INLINE void load_acc(vacc& v, const float* p) {
+  vf f;
+  loadv(f, p);
+  v = __builtin_convertvector(f, vacc);
+}
+FA_TARGET FA_ALWAYS_INLINE void store_acc(float* p, const vacc& v) {
+  const vf f = __builtin_convertvector(v, vf);
+  storev(p, f);
+}
+
+// MR x kTileN register tile of C: MR * kVecs accumulators, kVecs B vectors and one
+// broadcast (AVX2: 6 x 2 + 2 + 1 = 15 of 16 registers; AVX-512: 16 x 1 + 1 + 1 = 18 of
+// 32). Each C element sums k in increasing order.
 template <int MR>
 FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                                            float* C, int64_t ldc, bool accumulate) {
-  v8f c0[MR], c1[MR];
+  vacc c[MR][kVecs];
   for (int r = 0; r < MR; ++r) {
-    if (accumulate) {
-      load8(c0[r], C + r * ldc);
-      load8(c1[r], C + r * ldc + 8);
-    } else {
-      c0[r] = v8f{};
-      c1[r] = v8f{};
+    for (int v = 0; v < kVecs; ++v) {
+      if (accumulate) {
+        load_acc(c[r][v], C + r * ldc + v * kLanes);
+      } else {
+        c[r][v] = vacc{};
+      }
     }
   }
   for (int64_t k = 0; k < K; ++k) {
-    v8f b0, b1;
-    load8(b0, B + k * ldb);
-    load8(b1, B + k * ldb + 8);
+    vacc b[kVecs];
+    for (int v = 0; v < kVecs; ++v) load_acc(b[v], B + k * ldb + v * kLanes);
     for (int r = 0; r < MR; ++r) {
-      const float x = A[r * lda + k];
-      const v8f a = {x, x, x, x, x, x, x, x};  // a broadcast load ("0 + x" would keep an add)
-      c0[r] += a * b0;
-      c1[r] += a * b1;
+      const vacc a = vacc{} + A[r * lda + k];
+      for (int v = 0; v < kVecs; ++v) c[r][v] += a * b[v];
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    store8(C + r * ldc, c0[r]);
-    store8(C + r * ldc + 8, c1[r]);
-  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < kVecs; ++v) store_acc(C + r * ldc + v * kLanes, c[r][v]);
 }
 
 // Blocked over K (kKBlock) and N (kNBlock) so that the B panel being swept stays in L2
 // when the standard path multiplies whole rows of S (N, K up to seqlen); the sum over
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
-// does not change results. Flash tiles fit in one block.
-FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                    int64_t ldc, bool accumulate) {
+// does not change results. Flash tiles fit in one block. kPanels: B is packed in
+// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major.
+template <bool kPanels>
+FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                             const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
   if (K == 0) {
     if (!accumulate) {
@@ -120,118 +147,127 @@ FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
     }
     return;
   }
+  const int64_t ldp = kPanels ? kTileN : ldb;
   for (int64_t kb = 0; kb < K; kb += kKBlock) {
     const int64_t kc = K - kb < kKBlock ? K - kb : kKBlock;
     const bool acc = accumulate || kb > 0;
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
+      auto panel = [&](int64_t j) { return kPanels ? B + (j / kTileN) * K * kTileN + kb * kTileN : B + kb * ldb + j; };
       int64_t i = 0;
-      for (; i + 6 <= M; i += 6) {
-        for (int64_t j = jb; j < je; j += 16) {
-          micro_tile<6>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+      for (; i + FA_MR <= M; i += FA_MR) {
+        for (int64_t j = jb; j < je; j += kTileN) {
+          micro_tile<FA_MR>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 2 <= M; i += 2) {
-        for (int64_t j = jb; j < je; j += 16) {
-          micro_tile<2>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+        for (int64_t j = jb; j < je; j += kTileN) {
+          micro_tile<2>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i < M; ++i) {
-        for (int64_t j = jb; j < je; j += 16) {
-          micro_tile<1>(kc, A + i * lda + kb, lda, B + kb * ldb + j, ldb, C + i * ldc + j, ldc, acc);
+        for (int64_t j = jb; j < je; j += kTileN) {
+          micro_tile<1>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
     }
   }
 }
 
+FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                    int64_t ldc, bool accumulate) {
+  gemm_blocked<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,
+                           int64_t ldc, bool accumulate) {
+  gemm_blocked<true>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
+}
+
 FA_TARGET float row_max(const float* x, int64_t n) {
-  v8f m0 = v8f{} - INFINITY, m1 = m0;
-  for (int64_t j = 0; j < n; j += 16) {
-    v8f a, b;
-    load8(a, x + j);
-    load8(b, x + j + 8);
-    const v8i ga = a > m0, gb = b > m1;
-    m0 = FA_SELECT(ga, a, m0);
-    m1 = FA_SELECT(gb, b, m1);
+  vf m;
+  splat(m, -INFINITY);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    vf a;
+    loadv(a, x + j);
+    const vi g = a > m;
+    m = FA_SELECT(g, a, m);
   }
-  float m = m0[0];
-  for (int l = 0; l < 8; ++l) {
-    m = m0[l] > m ? m0[l] : m;
-    m = m1[l] > m ? m1[l] : m;
-  }
-  return m;
+  float out = m[0];
+  for (int l = 1; l < kLanes; ++l) out = m[l] > out ? m[l] : out;
+  return out;
 }
 
 FA_TARGET float exp_sub_sum(float* x, int64_t n, float m) {
-  // 16 lane sums combined in a fixed order: vectorized and deterministic.
-  v8f s0 = v8f{}, s1 = v8f{};
-  for (int64_t j = 0; j < n; j += 16) {
-    v8f a, b, e0, e1;
-    load8(a, x + j);
-    load8(b, x + j + 8);
-    a = a - m;
-    b = b - m;
-    exp8(a, e0);
-    exp8(b, e1);
-    store8(x + j, e0);
-    store8(x + j + 8, e1);
-    s0 += e0;
-    s1 += e1;
+  // kTileN lane sums combined in a fixed order: vectorized and deterministic.
+  vf s[kVecs] = {};
+  for (int64_t j = 0; j < n; j += kTileN) {
+    for (int v = 0; v < kVecs; ++v) {
+      vf a, e;
+      loadv(a, x + j + v * kLanes);
+      a = a - m;
+      expv(a, e);
+      storev(x + j + v * kLanes, e);
+      s[v] += e;
+    }
   }
-  const v8f s = s0 + s1;
-  float total = 0.f;
-  for (int l = 0; l < 8; ++l) total += s[l];
-  return total;
+  for (int v = 1; v < kVecs; ++v) s[0] += s[v];
+  return lane_sum(s[0]);
 }
 
 FA_TARGET void exp_sub_vec(float* x, const float* m, int64_t n) {
-  for (int64_t j = 0; j < n; j += 8) {
-    v8f a, b, e;
-    load8(a, x + j);
-    load8(b, m + j);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    vf a, b, e;
+    loadv(a, x + j);
+    loadv(b, m + j);
     a = a - b;
-    exp8(a, e);
-    store8(x + j, e);
+    expv(a, e);
+    storev(x + j, e);
   }
 }
 
 FA_TARGET void exp_sub(float* x, int64_t n, float m) {
-  for (int64_t j = 0; j < n; j += 8) {
-    v8f a, e;
-    load8(a, x + j);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    vf a, e;
+    loadv(a, x + j);
     a = a - m;
-    exp8(a, e);
-    store8(x + j, e);
+    expv(a, e);
+    storev(x + j, e);
   }
 }
 
 FA_TARGET void scale_row(float* y, int64_t n, float a) {
-  for (int64_t j = 0; j < n; j += 8) {
-    v8f v;
-    load8(v, y + j);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    vf v;
+    loadv(v, y + j);
     v = v * a;
-    store8(y + j, v);
+    storev(y + j, v);
   }
 }
 
-FA_TARGET float dot(const float* a, const float* b, int64_t n) {
-  v8f s0 = v8f{}, s1 = v8f{};
+FA_TARGET FA_ALWAYS_INLINE float dot_body(const float* a, const float* b, int64_t n) {
+  vf s[kVecs] = {};
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    v8f a0, a1, b0, b1;
-    load8(a0, a + j);
-    load8(a1, a + j + 8);
-    load8(b0, b + j);
-    load8(b1, b + j + 8);
-    s0 += a0 * b0;
-    s1 += a1 * b1;
+  for (; j + kTileN <= n; j += kTileN) {
+    for (int v = 0; v < kVecs; ++v) {
+      vf av, bv;
+      loadv(av, a + j + v * kLanes);
+      loadv(bv, b + j + v * kLanes);
+      s[v] += av * bv;
+    }
   }
-  const v8f s = s0 + s1;
-  float total = 0.f;
-  for (int l = 0; l < 8; ++l) total += s[l];
+  for (int v = 1; v < kVecs; ++v) s[0] += s[v];
+  float total = lane_sum(s[0]);
   for (; j < n; ++j) total += a[j] * b[j];
   return total;
+}
+
+FA_TARGET float dot(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
+
+FA_TARGET void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                        float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = dot_body(A + i * lda, B + j * ldb, K);
 }
 
 FA_TARGET void half_row_to_float(const uint16_t* src, float* dst, int64_t n) {
@@ -242,23 +278,31 @@ FA_TARGET void half_row_to_float(const uint16_t* src, float* dst, int64_t n) {
     _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
   }
 #else
-  for (; j + 8 <= n; j += 8) {
-    v8f v;
-    half8_to_float(src + j, v);
-    store8(dst + j, v);
+  for (; j + kLanes <= n; j += kLanes) {
+    vf v;
+    halfv_to_float(src + j, v);
+    storev(dst + j, v);
   }
 #endif
   if (j < n) {
-    uint16_t tail[8] = {};
+    uint16_t tail[kLanes] = {};
     for (int64_t l = j; l < n; ++l) tail[l - j] = src[l];
-    v8f v;
-    half8_to_float(tail, v);
+    vf v;
+    halfv_to_float(tail, v);
     for (int64_t l = j; l < n; ++l) dst[l] = v[l - j];
   }
 }
 
 FA_TARGET void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
+  typedef uint16_t vh __attribute__((vector_size(FA_LANES * 2)));
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {  // zero-extend and shift: bf16 is the top half of fp32
+    vh h;
+    memcpy(&h, src + j, sizeof h);
+    const vu u = __builtin_convertvector(h, vu) << 16;
+    memcpy(dst + j, &u, sizeof u);
+  }
+  for (; j < n; ++j) {
     const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
     memcpy(dst + j, &u, sizeof u);
   }

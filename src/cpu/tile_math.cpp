@@ -1,6 +1,6 @@
 // Instantiates the tile kernels (tile_kernels.inl) for the baseline instruction set and,
-// on x86-64 with GCC or Clang, for AVX2+FMA+F16C, and dispatches every call to the best set
-// the running CPU supports (decided once, on first use).
+// on x86-64 with GCC or Clang, for AVX2+FMA+F16C and for AVX-512F, and dispatches every
+// call to the set isa.hpp selected for the process.
 //
 // Manual dispatch rather than target_clones: Clang 14 silently ignores target_clones
 // on functions inside a namespace and names the resolver differently from GCC, so
@@ -11,10 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu/isa.hpp"
+
 #define FA_ALWAYS_INLINE inline __attribute__((always_inline))
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FA_HAVE_AVX2_BUILD 1
+#if FA_HAVE_X86_BUILDS
 #include <immintrin.h>  // F16C intrinsics, used only inside target("f16c") functions
 #endif
 
@@ -23,30 +24,54 @@ namespace cpu {
 
 namespace isa_base {
 #define FA_TARGET
+#define FA_LANES 8
+#define FA_MR 6
+#define FA_ACC_DOUBLE 1
 #include "cpu/tile_kernels.inl"
+#undef FA_ACC_DOUBLE
+#undef FA_MR
+#undef FA_LANES
 #undef FA_TARGET
 }  // namespace isa_base
 
-#if FA_HAVE_AVX2_BUILD
+#if FA_HAVE_X86_BUILDS
 namespace isa_avx2 {
 #define FA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define FA_LANES 8
+#define FA_MR 6
 #define FA_ISA_F16C 1
 #include "cpu/tile_kernels.inl"
 #undef FA_ISA_F16C
+#undef FA_MR
+#undef FA_LANES
 #undef FA_TARGET
 }  // namespace isa_avx2
+
+namespace isa_avx512 {
+#define FA_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define FA_LANES 16
+#define FA_MR 16  // a 64-row tile is 4 register tiles
+#define FA_ISA_F16C 1
+#include "cpu/tile_kernels.inl"
+#undef FA_ISA_F16C
+#undef FA_MR
+#undef FA_LANES
+#undef FA_TARGET
+}  // namespace isa_avx512
 #endif
 
 namespace {
 
 struct KernelTable {
   decltype(&isa_base::gemm) gemm;
+  decltype(&isa_base::gemm_panels) gemm_panels;
   decltype(&isa_base::row_max) row_max;
   decltype(&isa_base::exp_sub_sum) exp_sub_sum;
   decltype(&isa_base::exp_sub_vec) exp_sub_vec;
   decltype(&isa_base::exp_sub) exp_sub;
   decltype(&isa_base::scale_row) scale_row;
   decltype(&isa_base::dot) dot;
+  decltype(&isa_base::dot_rows) dot_rows;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
@@ -54,19 +79,20 @@ struct KernelTable {
   decltype(&isa_base::exp_scalar) exp_scalar;
 };
 
-#define FA_TABLE(ns)                                                                              \
-  KernelTable {                                                                                   \
-    ns::gemm, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
-        ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar    \
+#define FA_TABLE(ns)                                                                                               \
+  KernelTable {                                                                                                    \
+    ns::gemm, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
+        ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar       \
   }
 
 KernelTable pick_kernels() {
-#if FA_HAVE_AVX2_BUILD
-  __builtin_cpu_init();
-  // Every AVX2+FMA CPU also has F16C (x86-64-v3 requires all three).
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FA_TABLE(isa_avx2);
+  switch (selected_isa()) {
+#if FA_HAVE_X86_BUILDS
+    case Isa::kAvx512: return FA_TABLE(isa_avx512);
+    case Isa::kAvx2: return FA_TABLE(isa_avx2);
 #endif
-  return FA_TABLE(isa_base);
+    default: return FA_TABLE(isa_base);
+  }
 }
 
 // Function-local static: initialized once, thread-safely, on first use.
@@ -81,12 +107,20 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
           int64_t ldc, bool accumulate) {
   kernels().gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
+void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                 bool accumulate) {
+  kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, accumulate);
+}
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }
 void exp_sub_vec(float* x, const float* m, int64_t n) { kernels().exp_sub_vec(x, m, n); }
 void exp_sub(float* x, int64_t n, float m) { kernels().exp_sub(x, n, m); }
 void scale_row(float* y, int64_t n, float a) { kernels().scale_row(y, n, a); }
 float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
+void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+              int64_t ldc) {
+  kernels().dot_rows(M, N, K, A, lda, B, ldb, C, ldc);
+}
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().half_row_to_float(src, dst, n); }
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().bf16_row_to_float(src, dst, n); }
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {

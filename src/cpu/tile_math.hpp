@@ -22,6 +22,12 @@ constexpr int64_t kTileN = 16;  // column padding unit (two AVX registers)
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate);
 
+// The same with B packed in kTileN-column panels: Bp[j / kTileN][k][j % kTileN] (the
+// layout pack_key_panels writes), so that sweeping a panel reads consecutive cache lines.
+// Same results as gemm on the unpacked B.
+void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                 bool accumulate);
+
 // The vector loops below require n % kTileN == 0 unless stated.
 
 // max over x[0..n), n % kTileN == 0; -inf for an all -inf row.
@@ -41,6 +47,11 @@ void scale_row(float* y, int64_t n, float a);
 
 // sum a[j] * b[j] for any n (16 lane sums in a fixed order, then the tail).
 float dot(const float* a, const float* b, int64_t n);
+
+// C[i][j] = dot(A row i, B row j) for i < M, j < N over K elements (A B^T with B
+// row-major: the scores of a few query rows, without transposing K).
+void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+              int64_t ldc);
 
 // Exact conversions of n (any) elements to fp32.
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n);

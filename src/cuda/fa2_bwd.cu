@@ -10,6 +10,8 @@
 //   4. main kernel (+ zero dK/dV of varlen tokens outside every sequence);
 //   5. dQ convert (applies the softmax scale);
 //   6. dBias convert (broadcast mode) or, deterministic, the fixed-order slab reduction.
+// Head dims that are not a multiple of 8 run on zero-padded copies (fa2_staging.cu): the
+// inputs are copied before step 1, the gradients back after step 6.
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
@@ -440,23 +442,26 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
 // boundary inside it (the dQ accumulator takes float4 atomics), hence 255 bytes of slack.
 constexpr size_t kWsAlignSlack = 255;
 
-CheckedSize fa2_bwd_workspace_size(const AttnParams& p) {
+// The staged copies (fa2_staging.cu) follow the kernels' layout, at its 256-byte rounded end.
+CheckedSize fa2_bwd_workspace_size(const AttnParams& user) {
+  const AttnParams p = fa2_kernel_shape(user);
   const int cfg = fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  return fa2::ws_layout(p, cfg).total + CheckedSize(kWsAlignSlack);
+  return fa2::ws_layout(p, cfg).total + fa2_staging_bytes(user) + CheckedSize(kWsAlignSlack);
 }
 
-flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using namespace fa2;
+  AttnParams p = fa2_kernel_shape(user);
   // ---- every check before anything is written ----
   if (p.dtype != kFp16 && p.dtype != kBf16) {
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED, "dtype=%d: the CUDA fa2 backward supports fp16 and bf16 only",
                 static_cast<int>(p.dtype));
   }
   const int cfg = select_bwd_config(p.head_dim_qk, p.head_dim_v);
-  if (cfg < 0 || p.head_dim_qk % 8 != 0 || p.head_dim_v % 8 != 0) {
+  if (cfg < 0) {
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA fa2 backward needs multiples of 8 up to 256",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA fa2 backward serves head dims up to 256",
+                static_cast<long long>(user.head_dim_qk), static_cast<long long>(user.head_dim_v));
   }
   const DbiasLayout db = dbias_layout(p);
   const int32_t dbias_mode = p.dbias == nullptr ? kDbiasNone
@@ -492,8 +497,8 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA fa2 backward needs at least %d bytes of shared memory "
                 "per block for these head dims; device %d allows %d%s",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), min_smem(cfg, sm90), dev,
-                limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
+                static_cast<long long>(user.head_dim_qk), static_cast<long long>(user.head_dim_v), min_smem(cfg, sm90),
+                dev, limit, limit < optin ? " (capped by FLASHATTN_CUDA_SMEM_LIMIT)" : "");
   }
   const int64_t n_kblocks = (p.seqlen_k + kc.bc - 1) / kc.bc;
   const int64_t n_qblocks = (p.seqlen_q + kc.br - 1) / kc.br;
@@ -506,7 +511,8 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
   }
   const WsLayout wl = ws_layout(p, cfg);
   const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
-  const size_t total = static_cast<size_t>(wl.total.value());                     // ok(): checked by the API layer
+  // ok(): checked by the API layer
+  const size_t total = static_cast<size_t>((wl.total + fa2_staging_bytes(user)).value());
   if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
     return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
                 "workspace=%p with workspace_bytes=%zu: the CUDA fa2 backward needs %zu bytes from the first "
@@ -515,6 +521,7 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
   }
 
   char* ws = static_cast<char*>(workspace) + pad;
+  if (const flashattn_status_t s = fa2_stage_in(user, ws + wl.total.value(), &p, stream)) return s;
   BwdArgs a{};
   a.p = p;
   a.delta = reinterpret_cast<float*>(ws + wl.delta);
@@ -561,8 +568,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
     if (map_of(&qdo_maps[0], p.q, p.head_dim_qk, p.q_stride) && map_of(&qdo_maps[1], p.dout, p.head_dim_v, p.do_stride))
       a.qdo_map_ok = 1;
   }
-  if (p.dtype == kBf16) return run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl);
-  return run_aux<__half>(p, a, db, kc, stream, ws, wl);
+  const flashattn_status_t s = p.dtype == kBf16 ? run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl)
+                                                : run_aux<__half>(p, a, db, kc, stream, ws, wl);
+  return s != FLASHATTN_STATUS_SUCCESS ? s : fa2_stage_out(user, p, stream);
 }
 
 }  // namespace flashattn

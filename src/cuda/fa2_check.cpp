@@ -2,6 +2,8 @@
 // valid plan may still ask for that fa2 cannot run is refused here, before any launch.
 #include <stdint.h>
 
+#include <utility>
+
 #include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -54,14 +56,10 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                 "dtype=%s: the fa2 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
                 "the tensors to fp16/bf16",
                 p.dtype == kFp32 ? "FP32" : "unknown");
-  const int64_t dims[2] = {p.head_dim_qk, p.head_dim_v};
-  const char* dim_names[2] = {"head_dim_qk", "head_dim_v"};
-  for (int i = 0; i < 2; ++i)
-    if (dims[i] % 8 != 0 || dims[i] < 8 || dims[i] > 256)
-      return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                  "%s=%lld: the fa2 CUDA kernels need a head dim that is a multiple of 8 in [8, 256]", dim_names[i],
-                  static_cast<long long>(dims[i]));
-  if (fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v) < 0)
+  // Head dims 1..256 (the plan's limit); one that is not a multiple of 8 runs the kernels of
+  // the next multiple on zero-padded workspace copies (fa2_staging.cu).
+  const AttnParams kp = fa2_kernel_shape(p);
+  if (fa2::select_fwd_config(kp.head_dim_qk, kp.head_dim_v) < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: no fa2 kernel configuration", static_cast<long long>(p.head_dim_qk),
                 static_cast<long long>(p.head_dim_v));
@@ -75,15 +73,35 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                 "(at most %lld each)",
                 static_cast<long long>(p.batch), static_cast<long long>(p.heads_q), static_cast<long long>(kMaxIndex));
 
+  // The kernels' 16-byte vector loads and stores: tensors they access directly need 16-byte
+  // aligned pointers and strides; staged ones are copied element by element.
   const bool varlen = p.varlen != 0;
-  flashattn_status_t st;
-  if ((st = check_ptr(p.q, "q")) || (st = check_ptr(p.k, "k")) || (st = check_ptr(p.v, "v"))) return st;
-  if ((st = check_strides(p.q_stride, varlen, "q")) || (st = check_strides(p.k_stride, varlen, "k")) ||
-      (st = check_strides(p.v_stride, varlen, "v")))
-    return st;
-  if (p.direction == kForward) {
-    if ((st = check_ptr(p.o, "o")) || (st = check_strides(p.o_stride, varlen, "o"))) return st;
-    const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
+  const bool qk_direct = !fa2_staged_dim(p.head_dim_qk), v_direct = !fa2_staged_dim(p.head_dim_v);
+  const bool bwd = p.direction == kBackward;
+  const struct {
+    bool direct;
+    const void* ptr;
+    const Strides4& stride;
+    const char* name;
+  } tensors[] = {{qk_direct, p.q, p.q_stride, "q"},
+                 {qk_direct, p.k, p.k_stride, "k"},
+                 {v_direct, p.v, p.v_stride, "v"},
+                 {v_direct, bwd ? p.o_in : p.o, p.o_stride, "o"},
+                 {v_direct && bwd, p.dout, p.do_stride, "dout"},
+                 {qk_direct && bwd, p.dq, p.dq_stride, "dq"},
+                 {qk_direct && bwd, p.dk, p.dk_stride, "dk"},
+                 {v_direct && bwd, p.dv, p.dv_stride, "dv"}};
+  // Inputs q, k, v, then the pass's other tensors; pointers of a group before its strides.
+  for (const auto& group : {std::make_pair(0, 3), std::make_pair(3, 8)}) {
+    for (int i = group.first; i < group.second; ++i)
+      if (tensors[i].direct)
+        if (const flashattn_status_t st = check_ptr(tensors[i].ptr, tensors[i].name)) return st;
+    for (int i = group.first; i < group.second; ++i)
+      if (tensors[i].direct)
+        if (const flashattn_status_t st = check_strides(tensors[i].stride, varlen, tensors[i].name)) return st;
+  }
+  if (!bwd) {
+    const int cfg = fa2::select_fwd_config(kp.head_dim_qk, kp.head_dim_v);
     const int smem = fa2::fwd_tile(fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv).smem_bytes();
     if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
@@ -91,14 +109,6 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                   "block, device %s allows %zu",
                   static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem, prop.name,
                   static_cast<size_t>(prop.sharedMemPerBlockOptin));
-  } else {
-    if ((st = check_ptr(p.o_in, "o")) || (st = check_ptr(p.dout, "dout")) || (st = check_ptr(p.dq, "dq")) ||
-        (st = check_ptr(p.dk, "dk")) || (st = check_ptr(p.dv, "dv")))
-      return st;
-    if ((st = check_strides(p.o_stride, varlen, "o")) || (st = check_strides(p.do_stride, varlen, "dout")) ||
-        (st = check_strides(p.dq_stride, varlen, "dq")) || (st = check_strides(p.dk_stride, varlen, "dk")) ||
-        (st = check_strides(p.dv_stride, varlen, "dv")))
-      return st;
   }
   return FLASHATTN_STATUS_SUCCESS;
 }

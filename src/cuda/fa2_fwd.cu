@@ -1,5 +1,8 @@
 // Host side of the generation-1 forward pass: picks the (head_dim_qk, head_dim_v)
-// configuration and dtype and calls its launcher (kernels/fa2/launchers.h).
+// configuration and dtype and calls its launcher (kernels/fa2/launchers.h); head dims that
+// are not a multiple of 8 run on zero-padded workspace copies (fa2_staging.cu).
+#include <stdint.h>
+
 #include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -7,7 +10,12 @@
 
 namespace flashattn {
 
-CheckedSize fa2_fwd_workspace_size(const AttnParams&) { return 0; }
+// The staged copies (if any) start at the first 256-byte boundary of the caller's
+// workspace, hence 255 bytes of slack.
+CheckedSize fa2_fwd_workspace_size(const AttnParams& p) {
+  const CheckedSize staging = fa2_staging_bytes(p);
+  return staging.ok() && staging.value() == 0 ? staging : staging + CheckedSize(255);
+}
 
 namespace {
 // The status and message of a failed launch of configuration (D, DV).
@@ -34,7 +42,8 @@ flashattn_status_t report(const fa2::FwdLaunchResult& r, int D, int DV, cudaStre
 
 }  // namespace
 
-flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
+flashattn_status_t fa2_fwd(const AttnParams& user, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  AttnParams p = fa2_kernel_shape(user);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=%d: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
@@ -42,8 +51,8 @@ flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*wo
   const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
-                "head_dim_qk=%lld, head_dim_v=%lld: no fa2 forward kernel (head dims must be multiples of 8, <= 256)",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
+                "head_dim_qk=%lld, head_dim_v=%lld: no fa2 forward kernel (head dims must be at most 256)",
+                static_cast<long long>(user.head_dim_qk), static_cast<long long>(user.head_dim_v));
   // Nothing to compute for empty problems (possible in varlen mode with total_q = 0).
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   int device = 0;
@@ -58,9 +67,20 @@ flashattn_status_t fa2_fwd(const AttnParams& p, void* /*workspace*/, size_t /*wo
                 "fa2 forward: device %d: this build has no kernels for its compute capability "
                 "(FLASHATTN_CUDA_ARCHITECTURES)",
                 device);
+  const size_t staging = static_cast<size_t>(fa2_staging_bytes(user).value());  // ok(): the API layer checked it
+  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;
+  if (staging > 0) {
+    if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < staging)
+      return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
+                  "workspace=%p with workspace_bytes=%zu: the fa2 forward's zero-padded copies (head dims %lld, %lld) "
+                  "need %zu bytes from the first 256-byte boundary (%zu bytes in)",
+                  workspace, workspace_bytes, static_cast<long long>(user.head_dim_qk),
+                  static_cast<long long>(user.head_dim_v), staging, pad);
+    if (const flashattn_status_t s = fa2_stage_in(user, static_cast<char*>(workspace) + pad, &p, stream)) return s;
+  }
   const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
-  return r.err == cudaSuccess ? FLASHATTN_STATUS_SUCCESS
-                              : report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);
+  if (r.err != cudaSuccess) return report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);
+  return fa2_stage_out(user, p, stream);
 }
 
 }  // namespace flashattn

@@ -19,6 +19,22 @@ CheckedSize fa2_bwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa2_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- fa2 head dims not a multiple of 8 (src/cuda/fa2_staging.cu): zero-padded copies ----
+// The head dim the fa2 kernels run for a problem's head dim d: d rounded up to a multiple of 8.
+inline int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
+// Whether the tensors of head dim d run on workspace copies (d % 8 != 0).
+inline bool fa2_staged_dim(int64_t d) { return d % 8 != 0; }
+// p with the head dims the kernels run (its pointers and strides unchanged).
+AttnParams fa2_kernel_shape(const AttnParams& p);
+// Workspace bytes of the pass's staged copies, each 256-byte aligned (0 when none).
+CheckedSize fa2_staging_bytes(const AttnParams& p);
+// Enqueues the copies of p's staged inputs into `staging` (256-byte aligned,
+// fa2_staging_bytes(p) bytes) and points kp (fa2_kernel_shape(p)) at the copies of every
+// staged tensor, outputs included.
+flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* kp, cudaStream_t stream);
+// Enqueues the copies of the staged outputs of a run of kp back into p's tensors.
+flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cudaStream_t stream);
+
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded
 CheckedSize standard_workspace_size(const AttnParams& p);

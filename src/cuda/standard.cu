@@ -306,7 +306,7 @@ __device__ __forceinline__ Row<T> make_row(const AttnParams& p, int64_t row, int
   }
   r.valid = r.i < r.len_q;
   r.ip = r.i + align_shift(p, r.len_q, r.len_k);
-  r.slope = (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric) ? p.alibi_slopes[r.h] : 0.f;
+  r.slope = alibi_slope(p, r.b, r.h);
   r.bias_row = p.bias_kind == kBiasTensor ? static_cast<const T*>(p.bias) + r.b * p.bias_stride[0] +
                                                 r.h * p.bias_stride[1] + r.i * p.bias_stride[2]
                                           : nullptr;

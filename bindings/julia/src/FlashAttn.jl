@@ -26,8 +26,8 @@ using Libdl
 
 export Plan, FlashAttnError, forward!, backward!, set_shape!, set_dtype!, set_strides!, set_scale!,
        set_algorithm!, set_varlen!, set_deterministic!, set_band_mask!, set_causal!, set_softcap!, set_bias!,
-       set_dropout!, set_block_sparse!, set_kvcache!, forward_kvcache!, combine!, workspace_size, backend,
-       library_version, destroy!
+       set_alibi_batch_stride!, set_dropout!, set_block_sparse!, set_kvcache!, forward_kvcache!, combine!,
+       workspace_size, backend, library_version, destroy!
 
 "Path or SONAME of libflashattn."
 const libflashattn = get(ENV, "FLASHATTN_LIBRARY", "libflashattn.so.0")
@@ -322,6 +322,10 @@ flashattn_plan_set_bias(plan, kind, strides) =
     @ccall libflashattn.flashattn_plan_set_bias(plan::flashattn_plan_t, kind::flashattn_bias_t,
                                                 strides::Ptr{Int64})::flashattn_status_t
 
+flashattn_plan_set_alibi_batch_stride(plan, batch_stride) =
+    @ccall libflashattn.flashattn_plan_set_alibi_batch_stride(plan::flashattn_plan_t,
+                                                              batch_stride::Int64)::flashattn_status_t
+
 flashattn_plan_set_dropout(plan, p, seed, offset) =
     @ccall libflashattn.flashattn_plan_set_dropout(plan::flashattn_plan_t, p::Cfloat, seed::UInt64,
                                                    offset::UInt64)::flashattn_status_t
@@ -513,6 +517,11 @@ function set_bias!(p::Plan, kind, strides=nothing)
     end
     return p
 end
+
+"ALiBi slopes per (sequence, head), rows `batch_stride` elements apart (0: one per head); after set_bias!."
+set_alibi_batch_stride!(p::Plan, batch_stride::Integer) =
+    (check(flashattn_plan_set_alibi_batch_stride(handle(p), Int64(batch_stride)),
+           :flashattn_plan_set_alibi_batch_stride); p)
 
 set_dropout!(p::Plan, prob, seed::Integer=0, offset::Integer=0) =
     (check(flashattn_plan_set_dropout(handle(p), Cfloat(prob), UInt64(seed), UInt64(offset)),

@@ -15,6 +15,7 @@ from ._lib import (ABI_MAJOR, ABI_MINOR, MAX_HEAD_DIM, SONAME, WINDOW_UNBOUNDED,
                    DType, DeviceError, FlashAttnError, InternalError, InvalidArgumentError, LibraryNotFoundError,
                    NotSupportedError, Pass, ResourceError, Rotary, Status, Tensor, error_class, last_error,
                    library_path, library_version, status_string)
+from ._combine import combine
 from ._kvcache import forward_kvcache, make_kvcache_plan
 from ._plan import Plan, backward, forward, make_plan
 
@@ -63,6 +64,6 @@ __all__ = [
     "ABI_MAJOR", "ABI_MINOR", "MAX_HEAD_DIM", "SONAME", "WINDOW_UNBOUNDED", "Algorithm", "Align", "Backend", "Bias",
     "DType", "DeviceError", "FlashAttnError", "InternalError", "InvalidArgumentError", "LibraryNotFoundError",
     "NotSupportedError", "Pass", "Plan", "ResourceError", "Rotary", "Status", "Tensor", "attention", "backward",
-    "cuda_device_count", "error_class", "forward", "forward_kvcache", "has_cuda_backend", "last_error",
+    "combine", "cuda_device_count", "error_class", "forward", "forward_kvcache", "has_cuda_backend", "last_error",
     "library_path", "library_version", "make_kvcache_plan", "make_plan", "status_string", "version",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import _arrays as A
 from ._lib import DType, Status, Tensor, make_error
-from ._plan import Plan, _dense_like, _norm_strides
+from ._plan import Plan, _alibi_batch_stride, _dense_like, _norm_strides
 
 
 def _view4(name, x, kind=None):
@@ -69,7 +69,7 @@ def make_kvcache_plan(q, k_cache, v_cache, *, k=None, v=None, rotary_cos=None, r
         if softcap:
             plan.set_softcap(softcap)
         if alibi_slopes is not None:
-            plan.set_alibi(symmetric=alibi_symmetric)
+            plan.set_alibi(symmetric=alibi_symmetric, batch_stride=_alibi_batch_stride(alibi_slopes, batch, heads_q))
         plan.set_kvcache(rows, page_size=page_size, max_pages_per_seq=max_pages,
                          k_cache_strides=_norm_strides(kc.shape, kc.strides),
                          v_cache_strides=_norm_strides(vc.shape, vc.strides),

@@ -356,6 +356,7 @@ PROTOTYPES = {
     "flashattn_plan_set_band_mask": (_c_int, [_vp, _c_int, _c_i64, _c_i64]),
     "flashattn_plan_set_softcap": (_c_int, [_vp, _c_float]),
     "flashattn_plan_set_bias": (_c_int, [_vp, _c_int, ctypes.POINTER(_c_i64)]),
+    "flashattn_plan_set_alibi_batch_stride": (_c_int, [_vp, _c_i64]),
     "flashattn_plan_set_dropout": (_c_int, [_vp, _c_float, _c_u64, _c_u64]),
     "flashattn_plan_set_block_sparse": (_c_int, [_vp, _vp, _c_i64, _c_i64, _c_i64, _c_i64, _c_i64]),
     "flashattn_plan_get_workspace_size": (_c_int, [_vp, _c_int, _c_size_p]),

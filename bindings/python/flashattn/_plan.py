@@ -208,6 +208,7 @@ class Plan:
         self._varlen = None
         self._bias_kind = Bias.NONE
         self._bias_strides = None
+        self._alibi_batch_stride = 0
         self._dropout = (0.0, 0, 0)
         self._layout = None
         self._kv = None
@@ -375,11 +376,22 @@ class Plan:
         self._call("flashattn_plan_set_bias", int(k), arr)
         self._bias_kind = k
         self._bias_strides = tuple(arr) if arr is not None else None
+        self._alibi_batch_stride = 0
         return self
 
-    def set_alibi(self, symmetric=False):
-        """ALiBi bias slope[h] * (j - i') (or -slope[h] * |i' - j| when symmetric)."""
-        return self.set_bias("alibi_symmetric" if symmetric else "alibi")
+    def set_alibi(self, symmetric=False, batch_stride=0):
+        """ALiBi bias slope[b, h] * (j - i') (or -slope[b, h] * |i' - j| when symmetric). Slopes
+        are fp32 (heads_q,) with batch_stride 0, else (batch, heads_q) with rows batch_stride
+        elements apart."""
+        self.set_bias("alibi_symmetric" if symmetric else "alibi")
+        return self.set_alibi_batch_stride(batch_stride) if batch_stride else self
+
+    def set_alibi_batch_stride(self, batch_stride):
+        """Elements between consecutive sequences' ALiBi slopes (0: one slope per head);
+        after set_alibi/set_bias, which reset it to 0."""
+        self._call("flashattn_plan_set_alibi_batch_stride", int(batch_stride))
+        self._alibi_batch_stride = int(batch_stride)
+        return self
 
     def set_dropout(self, p, seed=0, offset=0):
         """Dropout with drop probability p in [0, 1) and the Philox (seed, offset); p = 0 disables."""
@@ -561,6 +573,16 @@ class Plan:
             raise make_error(Status.INVALID_STRIDE, "%s must be contiguous (stride %s)" % (v.name, v.strides))
         self._check_device(v, backend)
 
+    def _check_slopes_per_batch(self, v, b, hq, backend):
+        st = self._alibi_batch_stride
+        if v.kind != A.F32 or v.shape != (b, hq):
+            raise make_error(Status.INVALID_SHAPE, "%s must be %s of shape (%d, %d) with the plan's ALiBi batch stride "
+                             "%d (got %s %s)" % (v.name, A.F32, b, hq, st, v.kind, v.shape))
+        if (b > 1 and v.strides[0] != st) or (hq > 1 and v.strides[1] != 1):
+            raise make_error(Status.INVALID_STRIDE, "%s has element strides %s; the plan wants (%d, 1)"
+                             % (v.name, v.strides, st))
+        self._check_device(v, backend)
+
     def bias_shape(self):
         b, sq, sk, hq = self._shape[0], self._shape[1], self._shape[2], self._shape[3]
         return (b, hq, sq, sk)
@@ -598,7 +620,10 @@ class Plan:
             if alibi_slopes is None:
                 raise make_error(Status.NULL_POINTER, "alibi_slopes: the plan uses ALiBi but no slopes were given")
             out["alibi_slopes"] = A.view("alibi_slopes", alibi_slopes, None, stream)
-            self._check_vector(out["alibi_slopes"], A.F32, hq, backend, "alibi_slopes")
+            if self._alibi_batch_stride == 0 and len(out["alibi_slopes"].shape) == 1:
+                self._check_vector(out["alibi_slopes"], A.F32, hq, backend, "alibi_slopes")
+            else:  # (batch, heads_q); with batch stride 0 its rows are one (size 1 or broadcast)
+                self._check_slopes_per_batch(out["alibi_slopes"], b, hq, backend)
         elif alibi_slopes is not None:
             raise make_error(Status.INVALID_ARGUMENT, "alibi_slopes was given but the plan's bias kind is %s; call "
                              "plan.set_alibi() first" % self._bias_kind.name.lower())
@@ -996,7 +1021,7 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
             bst, _ = bias_strides_from(bias_view, (batch, qh, sq, sk))
             plan.set_bias("tensor", bst)
         elif alibi_slopes is not None:
-            plan.set_alibi(symmetric=alibi_symmetric)
+            plan.set_alibi(symmetric=alibi_symmetric, batch_stride=_alibi_batch_stride(alibi_slopes, batch, qh))
         if dropout_p:
             if seed is None:
                 seed = random.getrandbits(64)
@@ -1011,6 +1036,18 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
         plan.close()
         raise
     return plan, {"q": qv, "layout": layout, "bias_view": bias_view, "varlen": varlen, "seed": seed}
+
+
+def _alibi_batch_stride(alibi_slopes, batch, heads):
+    """The plan's ALiBi batch stride for slopes of shape (heads,) or (batch, heads), FlashAttention's
+    two forms: 0 for the first (and for rows that cannot differ), else the row stride in elements."""
+    sv = A.view("alibi_slopes", alibi_slopes)
+    if len(sv.shape) == 1:
+        return 0
+    if len(sv.shape) != 2 or sv.shape != (batch, heads):
+        raise make_error(Status.INVALID_SHAPE, "alibi_slopes has shape %s; it must be (heads,) = (%d,) or (batch, "
+                         "heads) = (%d, %d)" % (sv.shape, heads, batch, heads))
+    return sv.strides[0] if batch > 1 else 0
 
 
 def _dense_like(shape_bshd, strides_bshd):

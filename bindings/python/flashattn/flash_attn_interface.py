@@ -8,7 +8,8 @@ Same names, arguments, defaults and semantics as FlashAttention 2 (2.6+):
   of the attention matrix: query i attends to keys j with
   ``i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right``
   (-1 = unbounded; causal sets right = 0), per sequence for varlen;
-* ``alibi_slopes`` (heads,) fp32 adds ``-slope * |i + seqlen_k - seqlen_q - j|``;
+* ``alibi_slopes`` (heads,) or (batch, heads) fp32 adds
+  ``-slope * |i + seqlen_k - seqlen_q - j|`` (slope of the sequence and head);
 * ``softcap`` > 0 applies ``softcap * tanh(s / softcap)`` to the scores;
 * ``dropout_p`` drops attention probabilities (pass 0.0 in evaluation, as with FA2);
 * ``deterministic`` makes the backward pass reproducible.
@@ -19,8 +20,8 @@ through ``block_table`` with any page size), appending ``k``/``v`` in place (rot
 
 Differences, each refused with a :class:`flashattn.NotSupportedError` naming the
 argument: ``return_attn_probs=True`` (the probabilities are never materialized),
-``alibi_slopes`` of shape (batch, heads), ``block_table`` in the varlen functions (paged KV
-is served by ``flash_attn_with_kvcache``) and ``cache_leftpad``. float32 inputs are
+``block_table`` in the varlen functions (paged KV is served by ``flash_attn_with_kvcache``)
+and ``cache_leftpad``. float32 inputs are
 accepted as well as float16/bfloat16. Dropout masks come from libflashattn's
 own Philox stream, seeded from torch's default generator, so they differ from FA2's.
 """
@@ -37,9 +38,6 @@ def _check(alibi_slopes, return_attn_probs, block_table=None):
     if return_attn_probs:
         raise make_error(Status.NOT_SUPPORTED, "return_attn_probs=True: libflashattn never materializes the "
                          "attention probabilities; call with return_attn_probs=False (the output alone is returned)")
-    if alibi_slopes is not None and alibi_slopes.dim() != 1:
-        raise make_error(Status.NOT_SUPPORTED, "alibi_slopes has shape %s; libflashattn takes one slope per head, "
-                         "shape (heads,)" % (tuple(alibi_slopes.shape),))
     if block_table is not None:
         raise make_error(Status.NOT_SUPPORTED, "block_table: the varlen functions take contiguous k and v; a "
                          "paged KV cache is served by flash_attn_with_kvcache")

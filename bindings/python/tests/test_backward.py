@@ -84,6 +84,12 @@ def test_backward_varlen_alibi_window():
     q, k, v, do = rand(19, 4, 8), rand(26, 2, 8), rand(26, 2, 8), rand(19, 4, 8)
     slopes = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
     opts = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, alibi_slopes=slopes, window=(6, 2))
+    _check_backward(q, k, v, do, opts)
+    opts["alibi_slopes"] = slopes * np.array([[1.0], [0.3], [2.5]], np.float32)  # per (sequence, head)
+    _check_backward(q, k, v, do, opts)
+
+
+def _check_backward(q, k, v, do, opts):
     out, lse, (dq, dk, dv) = run(q, k, v, do, **opts)
     r = ref.attention(q, k, v, do, **opts)
     close(out, r["o"], 2e-5)

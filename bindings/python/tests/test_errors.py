@@ -149,6 +149,29 @@ def test_incompatible_options():
     assert ei.value.status == Status.INCOMPATIBLE_OPTIONS
 
 
+def test_alibi_batch_stride_errors():
+    plan = flashattn.Plan(2, 8, 8, 2, 2, 8, dtype="fp32", backend="cpu")
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        plan.set_alibi_batch_stride(2)  # no ALiBi yet
+    assert ei.value.status == Status.INCOMPATIBLE_OPTIONS and "batch_stride" in ei.value.message
+    plan.set_alibi()
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        plan.set_alibi_batch_stride(-1)
+    assert ei.value.status == Status.INVALID_STRIDE and "batch_stride" in ei.value.message
+    plan.set_alibi_batch_stride(2)
+    q = rand(2, 8, 2, 8)
+    for bad, status in ((np.ones(2, np.float32), Status.INVALID_SHAPE), (np.ones((2, 3), np.float32)[:, :2],
+                                                                         Status.INVALID_STRIDE)):
+        with pytest.raises(flashattn.FlashAttnError) as ei:
+            plan.forward(q, q, q, alibi_slopes=bad)
+        assert ei.value.status == status and "alibi_slopes" in ei.value.message
+    out, _ = plan.forward(q, q, q, alibi_slopes=np.ones((2, 2), np.float32))
+    assert np.isfinite(out).all()
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        flashattn.forward(q, q, q, alibi_slopes=np.ones((3, 2), np.float32))  # batch is 2
+    assert ei.value.status == Status.INVALID_SHAPE and "alibi_slopes" in ei.value.message
+
+
 def test_status_strings_and_error_classes():
     assert flashattn.status_string(102) == "FLASHATTN_STATUS_INVALID_SHAPE"
     assert flashattn.status_string(12345) == "FLASHATTN_STATUS_UNKNOWN"

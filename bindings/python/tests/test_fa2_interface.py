@@ -25,7 +25,8 @@ def fa2_reference(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alib
     i = torch.arange(sq, dtype=torch.float64)[:, None] + (sk - sq)  # bottom-right aligned row
     j = torch.arange(sk, dtype=torch.float64)[None, :]
     if alibi_slopes is not None:
-        s = s - alibi_slopes.double()[None, :, None, None] * (i - j).abs()
+        slopes = alibi_slopes.double()  # (h,) or (b, h)
+        s = s - (slopes[None] if slopes.dim() == 1 else slopes)[:, :, None, None] * (i - j).abs()
     left, right = window_size
     if causal:
         right = 0
@@ -65,6 +66,8 @@ CASES = [
     dict(softcap=2.0, softmax_scale=0.3),
     dict(alibi=True),
     dict(alibi=True, causal=True),
+    dict(alibi="batch"),
+    dict(alibi="batch", causal=True, softcap=3.0),
 ]
 
 
@@ -73,7 +76,10 @@ CASES = [
 def test_flash_attn_func_matches_fa2_semantics(sq, sk, case):
     case = dict(case)
     q, k, v = _inputs(2, sq, sk, 4, 2, 16)
-    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625]) if case.pop("alibi", False) else None
+    alibi = case.pop("alibi", False)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625]) if alibi else None
+    if alibi == "batch":  # (batch, heads): each sequence its own slopes
+        slopes = torch.stack([slopes, slopes.flip(0) * 1.5])
     out = fa.flash_attn_func(q, k, v, alibi_slopes=slopes, **case)
     _check(out, fa2_reference(q, k, v, alibi_slopes=slopes, **case), (q, k, v))
 
@@ -100,12 +106,18 @@ def _varlen_reference(q, k, v, cu_q, cu_k, **kw):
     pieces = []
     for b in range(len(cu_q) - 1):
         q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
-        pieces.append(fa2_reference(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], **kw)[0])
+        kb = dict(kw)
+        if kb.get("alibi_slopes") is not None and kb["alibi_slopes"].dim() == 2:
+            kb["alibi_slopes"] = kb["alibi_slopes"][b]
+        pieces.append(fa2_reference(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], **kb)[0])
     return torch.cat(pieces)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window_size=(2, 1)),
-                                dict(causal=True, alibi_slopes=torch.tensor([0.3, 0.1]))])
+                                dict(causal=True, alibi_slopes=torch.tensor([0.3, 0.1])),
+                                dict(alibi_slopes=torch.tensor([[0.3, 0.1], [0.05, 0.6], [1.0, 0.2]])),
+                                dict(causal=True, alibi_slopes=torch.tensor([[0.3, 0.1, 9.0], [0.05, 0.6, 9.0],
+                                                                              [1.0, 0.2, 9.0]])[:, :2])])
 def test_varlen_per_sequence_bottom_right(kw):
     cu_q = torch.tensor([0, 3, 10, 12], dtype=torch.int32)
     cu_k = torch.tensor([0, 8, 13, 25], dtype=torch.int32)
@@ -155,8 +167,8 @@ def test_refused_arguments_name_themselves():
     q, k, v = _inputs(1, 4, 4, 2, 2, 8)
     with pytest.raises(flashattn.NotSupportedError, match="return_attn_probs=True"):
         fa.flash_attn_func(q, k, v, return_attn_probs=True)
-    with pytest.raises(flashattn.NotSupportedError, match=r"alibi_slopes has shape \(1, 2\)"):
-        fa.flash_attn_func(q, k, v, alibi_slopes=torch.ones(1, 2))
+    with pytest.raises(flashattn.InvalidArgumentError, match=r"alibi_slopes has shape \(3, 2\)"):
+        fa.flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, 2))  # batch is 1
     cu = torch.tensor([0, 4], dtype=torch.int32)
     with pytest.raises(flashattn.NotSupportedError, match="block_table"):
         fa.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 4, 4, block_table=torch.zeros(1, 1, dtype=torch.int32))

@@ -96,6 +96,28 @@ def test_alibi(symmetric):
     close(out, r["o"], 2e-5)
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("form", ["packed", "strided rows", "broadcast rows"])
+def test_alibi_per_batch_and_head(symmetric, form):
+    q, k, v = qkv(3, 11, 17, 4, 2, 8)
+    per_head = (2.0 ** -np.arange(1, 5)).astype(np.float32)
+    if form == "packed":
+        slopes = per_head * np.array([[1.0], [2.0], [0.5]], np.float32)
+    elif form == "strided rows":  # rows 6 floats apart
+        slopes = np.full((3, 6), np.nan, np.float32)
+        slopes[:, :4] = per_head * np.array([[0.7], [1.9], [3.0]], np.float32)
+        slopes = slopes[:, :4]
+    else:  # batch stride 0: the per-head form written as (batch, heads)
+        slopes = np.broadcast_to(per_head, (3, 4))
+    out = flashattn.forward(q, k, v, alibi_slopes=slopes, alibi_symmetric=symmetric, window=(5, 2),
+                            align="bottom_right")
+    r = ref.attention(q, k, v, alibi_slopes=slopes, alibi_symmetric=symmetric, window=(5, 2), align="bottom_right")
+    close(out, r["o"], 2e-5)
+    plain = ref.attention(q, k, v, alibi_slopes=per_head, alibi_symmetric=symmetric, window=(5, 2),
+                          align="bottom_right")
+    assert (form == "broadcast rows") == np.allclose(out, plain["o"], atol=2e-5)  # the rows made a difference
+
+
 @pytest.mark.parametrize("heads", [1, 2])
 def test_block_sparse(heads):
     q, k, v = qkv(1, 24, 30, 2, 2, 8)

@@ -59,6 +59,28 @@ def test_fa2_interface_matches_reference(name, num_splits):
                             TOL[np.float32], **ref)
 
 
+def test_alibi_slopes_per_sequence_match_per_head_runs():
+    """(batch, heads) slopes, FA2's second form: each sequence's rows equal a run of that sequence
+    alone with its row of slopes as per-head slopes (paged cache, causal, two query tokens)."""
+    c = case(b=3, sq=2, page=3, capacity=20, lens=[7, 0, 18])
+    t = _torch(c)
+    slopes = torch.linspace(0.05, 1.2, 3 * 4, dtype=torch.float32).reshape(3, 4)
+    out = flash_attn_with_kvcache(t["q"], t["k_cache"], t["v_cache"], cache_seqlens=t["cache_seqlens"],
+                                  block_table=t["block_table"], causal=True, alibi_slopes=slopes)
+    for b in range(3):
+        one = flash_attn_with_kvcache(t["q"][b:b + 1], t["k_cache"], t["v_cache"],
+                                      cache_seqlens=t["cache_seqlens"][b:b + 1],
+                                      block_table=t["block_table"][b:b + 1], causal=True, alibi_slopes=slopes[b])
+        assert torch.equal(out[b:b + 1], one), b
+    # Broadcast rows (stride 0) are the per-head form.
+    same = flash_attn_with_kvcache(t["q"], t["k_cache"], t["v_cache"], cache_seqlens=t["cache_seqlens"],
+                                   block_table=t["block_table"], causal=True,
+                                   alibi_slopes=slopes[0].expand(3, 4))
+    ref = flash_attn_with_kvcache(t["q"], t["k_cache"], t["v_cache"], cache_seqlens=t["cache_seqlens"],
+                                  block_table=t["block_table"], causal=True, alibi_slopes=slopes[0])
+    assert torch.equal(same, ref)
+
+
 def test_bf16_paged_prefill_with_rotary():
     c = case(page=3, capacity=20, sq=3, sn=3, rotary_dim=8)
     t = _torch(c, torch.bfloat16)
@@ -148,7 +170,7 @@ def _refused(t, status, words, **kw):
 def test_bad_input_is_refused_with_the_caches_untouched():
     t = _torch(case(sn=1, rotary_dim=8))
     _refused(t, Status.NOT_SUPPORTED, ["cache_leftpad"], cache_leftpad=torch.zeros(3, dtype=torch.int32))
-    _refused(t, Status.NOT_SUPPORTED, ["alibi_slopes", "(3, 4)"], alibi_slopes=torch.ones(3, 4))
+    _refused(t, Status.INVALID_SHAPE, ["alibi_slopes", "(5, 4)"], alibi_slopes=torch.ones(5, 4))
     _refused(t, Status.NULL_POINTER, ["cache_seqlens"], cache_seqlens=None)
     _refused(t, Status.DTYPE_NOT_SUPPORTED, ["cache_seqlens", "int64"],
              cache_seqlens=t["cache_seqlens"].to(torch.int64))

@@ -98,6 +98,9 @@ CASES = {
     "bias broadcast over heads and keys": dict(bias="bq"),
     "alibi": dict(alibi="plain"),
     "alibi symmetric, bottom-right": dict(alibi="symmetric", align="bottom_right"),
+    "alibi per (batch, head)": dict(alibi="plain", alibi_batch=True),
+    "alibi symmetric per (batch, head), causal bottom-right": dict(alibi="symmetric", alibi_batch=True, causal=True,
+                                                                  align="bottom_right"),
     "dropout": dict(dropout_p=0.25, seed=0x1234567, offset=3),
     "block-sparse per head": dict(layout=(4, 3, 2)),
     "block-sparse shared, causal": dict(layout=(1, 2, 3), causal=True),
@@ -129,7 +132,8 @@ def test_python_reference_matches_cpp(name, varlen):
         full = (b, hq, max(lens_q), max(lens_k))
         opts["bias"] = rng.standard_normal(tuple(n if dim in c["bias"] else 1 for n, dim in zip(full, "bhqk")))
     if "alibi" in c:
-        opts["alibi_slopes"] = 2.0 ** -np.arange(1, hq + 1)
+        per_head = 2.0 ** -np.arange(1, hq + 1)
+        opts["alibi_slopes"] = per_head * (1.0 + np.arange(b))[:, None] if c.get("alibi_batch") else per_head
         opts["alibi_symmetric"] = c["alibi"] == "symmetric"
     if "layout" in c:
         lh, bq, bk = c["layout"]

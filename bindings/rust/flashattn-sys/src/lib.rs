@@ -389,6 +389,7 @@ extern "C" {
         kind: flashattn_bias_t,
         strides: *const i64,
     ) -> flashattn_status_t;
+    pub fn flashattn_plan_set_alibi_batch_stride(plan: flashattn_plan_t, batch_stride: i64) -> flashattn_status_t;
     pub fn flashattn_plan_set_dropout(plan: flashattn_plan_t, p: c_float, seed: u64, offset: u64)
         -> flashattn_status_t;
     pub fn flashattn_plan_set_block_sparse(

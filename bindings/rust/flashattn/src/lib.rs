@@ -417,6 +417,7 @@ pub struct Plan {
     varlen: Option<(i64, i64)>,
     bias: BiasKind,
     kvcache: Option<KvCacheConfig>,
+    alibi_batch_stride: i64,
 }
 
 // SAFETY: the C API allows using a plan from any thread; concurrent runs (&self) are allowed
@@ -464,6 +465,7 @@ impl Plan {
             varlen: None,
             bias: BiasKind::None,
             kvcache: None,
+            alibi_batch_stride: 0,
         };
         check(st, "flashattn_plan_get_backend")?;
         plan.set_shape(shape)?;
@@ -649,6 +651,19 @@ impl Plan {
         // SAFETY: valid plan; p is NULL or 4 i64.
         check(unsafe { sys::flashattn_plan_set_bias(self.as_raw(), raw, p) }, "flashattn_plan_set_bias")?;
         self.bias = kind;
+        self.alibi_batch_stride = 0;
+        Ok(self)
+    }
+
+    /// ALiBi slopes per (sequence, head): `alibi_slopes[b * batch_stride + h]`; 0 (the
+    /// default) is one slope per head. Call after `set_bias` with an ALiBi kind (which resets it).
+    pub fn set_alibi_batch_stride(&mut self, batch_stride: i64) -> Result<&mut Self> {
+        // SAFETY: valid plan.
+        check(
+            unsafe { sys::flashattn_plan_set_alibi_batch_stride(self.as_raw(), batch_stride) },
+            "flashattn_plan_set_alibi_batch_stride",
+        )?;
+        self.alibi_batch_stride = batch_stride;
         Ok(self)
     }
 
@@ -776,7 +791,9 @@ impl Plan {
             ));
         }
         if let Some(a) = x.alibi_slopes {
-            self.check_len("alibi_slopes", a.len(), self.shape.heads_q as usize)?;
+            let rows = if self.alibi_batch_stride == 0 { 1 } else { self.shape.batch };
+            let need = (rows - 1) * self.alibi_batch_stride + self.shape.heads_q;
+            self.check_len("alibi_slopes", a.len(), need as usize)?;
         }
         for (name, cu) in [("cu_seqlens_q", x.cu_seqlens_q), ("cu_seqlens_k", x.cu_seqlens_k)] {
             if let Some(c) = cu {

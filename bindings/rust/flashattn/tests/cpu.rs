@@ -328,3 +328,32 @@ fn dropout_is_reproducible_and_keyed_by_offset() {
     assert!(max_err(&plain, &r.o) < 2e-5);
     assert_ne!(a, plain);
 }
+
+#[test]
+fn alibi_slopes_per_batch_and_head() {
+    // q = 0, so the scores are the ALiBi bias alone: slope[b, h] * j (top-left, one query row).
+    let shape = Shape::new(2, 1, 3, 2, 2, 4);
+    let mut plan = Plan::cpu(shape, DType::F32).unwrap();
+    plan.set_bias(BiasKind::Alibi).unwrap().set_alibi_batch_stride(3).unwrap();
+    let q = vec![0f32; shape.q_len()];
+    let k = data(shape.k_len(), 31);
+    let v = data(shape.v_len(), 32);
+    let slopes = [0.5f32, -1.0, f32::NAN, 2.0, 0.25]; // rows 3 apart; slopes[2] is never read
+    let mut out = vec![0f32; shape.o_len()];
+    plan.forward(&q, &k, &v, &mut out, None, &Inputs { alibi_slopes: Some(&slopes), ..Default::default() }).unwrap();
+    for b in 0..2 {
+        for h in 0..2 {
+            let s = slopes[b * 3 + h] as f64;
+            let w: Vec<f64> = (0..3).map(|j| (s * j as f64).exp()).collect();
+            let sum: f64 = w.iter().sum();
+            for x in 0..4 {
+                let want: f64 = (0..3).map(|j| w[j] / sum * v[((b * 3 + j) * 2 + h) * 4 + x] as f64).sum();
+                assert!((out[(b * 2 + h) * 4 + x] as f64 - want).abs() < 1e-5, "b={b} h={h} x={x}");
+            }
+        }
+    }
+    // Too short for two rows 3 apart: refused by the wrapper before the call.
+    let e = plan.forward(&q, &k, &v, &mut out, None, &Inputs { alibi_slopes: Some(&slopes[..4]), ..Default::default() });
+    assert_eq!(e.unwrap_err().status, Status::INVALID_SHAPE);
+    assert_eq!(plan.set_alibi_batch_stride(-1).unwrap_err().status, Status::INVALID_STRIDE);
+}

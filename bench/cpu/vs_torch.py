@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""libflashattn's CPU backend beside PyTorch's CPU scaled_dot_product_attention, in one process.
+
+Times, for every (dtype, head_dim, N, causal, pass) of the sweep, the library's FLASH
+algorithm, its STANDARD algorithm and torch.nn.functional.scaled_dot_product_attention
+on the same inputs and the same number of threads (FLASHATTN_CPU_THREADS for the
+library's plans, torch.set_num_threads for torch), and appends one row per algorithm to
+bench/results/cpu.csv:
+  host,threads,dtype,d,N,causal,pass,ours_gflops,torch_gflops,commit,date
+pass is fwd, fwd+bwd or decode (1 query against N keys, forward), with ":standard"
+appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half of it
+under a causal mask) and 3.5 times that for forward+backward, for both libraries.
+
+usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--dims 64,128]
+                   [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
+                   [--dtypes fp32,bf16] [--passes fwd,fwd+bwd] [--repeats R]
+                   [--no-standard] [--csv PATH] [--host NAME]
+  --tiny  instead of the sweep: microseconds per forward of b=1, one query, 128 keys (and
+          larger key counts) with 1 and 2 threads: the small-problem cutoff's check.
+Inputs are BSHD for the library and BHSD (torch's own layout) for torch; bf16 runs use
+bf16 inputs in both. Needs torch; the library is found as the Python binding finds it
+(FLASHATTN_LIBRARY, or --lib).
+"""
+import argparse
+import ctypes
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+
+import torch  # noqa: E402
+
+COLUMNS = "host,threads,dtype,d,N,causal,pass,ours_gflops,torch_gflops,commit,date"
+DTYPES = {"fp32": (torch.float32, 2), "bf16": (torch.bfloat16, 1)}  # flashattn_dtype_t values
+FLASH, STANDARD = 0, 1  # flashattn_algorithm_t
+PASS_FWD, PASS_BWD = 0, 1  # flashattn_pass_t
+ALIGN_TOP_LEFT = 0  # torch's is_causal: query i sees keys 0..i
+
+
+def library(path):
+    if path:
+        os.environ["FLASHATTN_LIBRARY"] = path
+    from flashattn import _lib
+    return _lib, _lib.lib()
+
+
+def check(lib, status, what):
+    if status != 0:
+        raise RuntimeError("%s: status %d: %s" % (what, status, lib.flashattn_last_error().decode()))
+
+
+class Plan:
+    """A CPU plan of one problem with its workspace; threads fixed at creation."""
+
+    def __init__(self, fa, lib, threads, b, h, nq, nk, d, dtype_code, causal, algorithm):
+        self.fa, self.lib = fa, lib
+        os.environ["FLASHATTN_CPU_THREADS"] = str(threads)
+        self.plan = ctypes.c_void_p()
+        check(lib, lib.flashattn_plan_create(ctypes.byref(self.plan), 1, 0), "plan_create")
+        check(lib, lib.flashattn_plan_set_shape(self.plan, b, nq, nk, h, h, d, d), "set_shape")
+        check(lib, lib.flashattn_plan_set_dtype(self.plan, dtype_code), "set_dtype")
+        check(lib, lib.flashattn_plan_set_algorithm(self.plan, algorithm), "set_algorithm")
+        if causal:
+            check(lib, lib.flashattn_plan_set_band_mask(self.plan, ALIGN_TOP_LEFT, -1, 0), "set_band_mask")
+        sizes = []
+        for p in (PASS_FWD, PASS_BWD):
+            n = ctypes.c_size_t()
+            check(lib, lib.flashattn_plan_get_workspace_size(self.plan, p, ctypes.byref(n)), "workspace")
+            sizes.append(n.value)
+        self.ws = torch.empty(max(sizes) + 64, dtype=torch.uint8)
+        self.ws_ptr = (self.ws.data_ptr() + 63) // 64 * 64
+        self.ws_bytes = max(sizes)
+
+    def fwd(self, q, k, v, o, lse):
+        a = self.fa.FwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr())
+        check(self.lib, self.lib.flashattn_fwd(self.plan, ctypes.byref(a), self.ws_ptr, self.ws_bytes, None), "fwd")
+
+    def bwd(self, q, k, v, o, lse, do, dq, dk, dv):
+        a = self.fa.BwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(),
+                            dout=do.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr())
+        check(self.lib, self.lib.flashattn_bwd(self.plan, ctypes.byref(a), self.ws_ptr, self.ws_bytes, None), "bwd")
+
+    def close(self):
+        self.lib.flashattn_plan_destroy(self.plan)
+
+
+def best_seconds(fn, repeats):
+    """Fastest of `repeats` timed calls after a warm-up: on a shared machine the other
+    load only ever adds time, so the minimum is the least disturbed estimate."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def flops(b, h, nq, nk, d, causal, passname):
+    f = 4.0 * b * h * nq * nk * d
+    if causal:
+        f /= 2
+    return f * 3.5 if passname == "fwd+bwd" else f
+
+
+def time_ours(fa, lib, args, algorithm, x, passname, repeats):
+    b, h, nq, nk, d, dtype_code, causal, threads = args
+    plan = Plan(fa, lib, threads, b, h, nq, nk, d, dtype_code, causal, algorithm)
+    q, k, v, do = x
+    o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    lse = torch.empty(b * h * nq, dtype=torch.float32)
+    if passname == "fwd+bwd":
+        def step():
+            plan.fwd(q, k, v, o, lse)
+            plan.bwd(q, k, v, o, lse, do, dq, dk, dv)
+    else:
+        def step():
+            plan.fwd(q, k, v, o, lse)
+    try:
+        return best_seconds(step, repeats)
+    finally:
+        plan.close()
+
+
+def time_torch(x, causal, passname, repeats):
+    q, k, v, do = (t.transpose(1, 2).contiguous() for t in x)  # BSHD -> BHSD
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if passname == "fwd+bwd":
+        q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+
+        def step():
+            q.grad = k.grad = v.grad = None
+            sdpa(q, k, v, is_causal=causal).backward(do)
+    else:
+        def step():
+            with torch.no_grad():
+                sdpa(q, k, v, is_causal=causal)
+    return best_seconds(step, repeats)
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sweep(fa, lib, o):
+    torch.set_num_threads(o.threads)
+    rows = []
+    cases = []
+    for dt in o.dtypes:
+        for d in o.dims:
+            for n in o.n:
+                for causal in (False, True):
+                    for p in o.passes:
+                        cases.append((dt, d, 1, n, causal, p))
+            for n in o.decode:
+                cases.append((dt, d, 1, n, False, "decode"))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print("%-5s %4s %6s %6s %-8s %10s %10s %10s %6s" % ("dtype", "d", "N", "causal", "pass", "ours", "standard",
+                                                         "torch", "ratio"))
+    for dt, d, nq0, n, causal, p in cases:
+        torch_dtype, code = DTYPES[dt]
+        nq = 1 if p == "decode" else n
+        b, h = o.batch, o.heads
+        torch.manual_seed(0)
+        x = tuple(torch.randn(b, s, h, d).to(torch_dtype) for s in (nq, n, n, nq))
+        passname = "fwd" if p == "decode" else p
+        args = (b, h, nq, n, d, code, causal, o.threads)
+        f = flops(b, h, nq, n, d, causal, passname)
+        ours = f / time_ours(fa, lib, args, FLASH, x, passname, o.repeats) / 1e9
+        std = f / time_ours(fa, lib, args, STANDARD, x, passname, o.repeats) / 1e9 if o.standard else None
+        ref = f / time_torch(x, causal, passname, o.repeats) / 1e9
+        print("%-5s %4d %6d %6s %-8s %10.2f %10s %10.2f %6.2f" % (dt, d, n, causal, p, ours,
+                                                                   "%.2f" % std if std else "-", ref, ours / ref),
+              flush=True)
+        base = [o.host, o.threads, dt, d, n, int(causal)]
+        rows.append(base + [p, "%.3f" % ours, "%.3f" % ref, o.commit, stamp])
+        if std is not None:
+            rows.append(base + [p + ":standard", "%.3f" % std, "%.3f" % ref, o.commit, stamp])
+    return rows
+
+
+def tiny(fa, lib, o):
+    print("microseconds per forward, b=1, h=%d, one query, d=64, fp32 (best of %d)" % (o.heads, o.repeats))
+    print("%6s %10s %10s" % ("keys", "1 thread", "2 threads"))
+    for nk in (128, 512, 2048, 8192):
+        x = tuple(torch.randn(1, s, o.heads, 64) for s in (1, nk, nk, 1))
+        us = [time_ours(fa, lib, (1, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd", o.repeats) * 1e6
+              for t in (1, 2)]
+        print("%6d %10.1f %10.1f" % (nk, us[0], us[1]), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
+    ap.add_argument("--lib")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--dims", type=ints, default=[64, 128])
+    ap.add_argument("--n", type=ints, default=[1024, 2048, 4096])
+    ap.add_argument("--decode", type=ints, default=[4096, 8192, 16384, 32768])
+    ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32", "bf16"])
+    ap.add_argument("--passes", type=lambda s: s.split(","), default=["fwd", "fwd+bwd"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-standard", dest="standard", action="store_false")
+    ap.add_argument("--csv", default=os.path.join(REPO, "bench", "results", "cpu.csv"))
+    ap.add_argument("--host", default=socket.gethostname())
+    ap.add_argument("--tiny", action="store_true")
+    o = ap.parse_args()
+    o.commit = commit()
+    fa, lib = library(o.lib)
+    if o.tiny:
+        tiny(fa, lib, o)
+        return
+    rows = sweep(fa, lib, o)
+    new = not os.path.exists(o.csv)
+    with open(o.csv, "a") as f:
+        if new:
+            f.write(COLUMNS + "\n")
+        for r in rows:
+            f.write(",".join(str(c) for c in r) + "\n")
+    print("appended %d rows to %s" % (len(rows), o.csv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+// Head dims that are not a multiple of 8 on the fa2 kernels.
+//
+// The kernels move rows in 16-byte chunks (8 elements), so they serve head dims that are
+// multiples of 8 (each configuration every such dim up to its own). A head dim d with
+// d % 8 != 0 runs them at d rounded up to a multiple of 8, on copies in the workspace: the
+// tensors of that head dim (Q, K, dQ, dK for head_dim_qk; V, O, dO, dV for head_dim_v) are
+// copied into dense zero-padded buffers, and the outputs are copied back without the extra
+// columns. This is exact: zero columns add nothing to Q K^T, P V, rowsum(dO * O), dS K,
+// dS^T Q or P^T dO, and the columns they fill in the outputs are dropped. The copies cost
+// O(tokens x heads x d) memory traffic against the kernels' O(seqlen^2 x d) work, and they
+// free the staged tensors from the kernels' 16-byte alignment rule: any element-aligned
+// pointer and stride is read and written element by element.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/launch.hpp"
+#include "error.hpp"
+
+namespace flashattn {
+namespace {
+
+// One staged tensor: the caller's (pointer, strides), the dense copy's shape, and the
+// field of the kernels' params that points at the copy.
+struct Staged {
+  const void* src;         // the caller's input ...
+  void* dst;               // ... or output
+  Strides4 stride;         // its strides
+  int64_t rows, heads;     // tokens per batch entry (all tokens in varlen mode), heads
+  int64_t dim;             // the caller's head dim; the copy has fa2_kernel_dim(dim) columns
+  const void** kernel_in;  // kp's pointer to the copy (inputs) ...
+  void** kernel_out;       // ... (outputs)
+  Strides4* kernel_stride;
+};
+
+// The tensors a pass stages, in a fixed order (that of their workspace copies), with their
+// kernel-side fields in kp.
+int staged_tensors(const AttnParams& p, AttnParams& kp, Staged out[8]) {
+  const bool qk = p.head_dim_qk % 8 != 0, v = p.head_dim_v % 8 != 0, bwd = p.direction == kBackward;
+  const int64_t rq = p.varlen ? p.total_q : p.seqlen_q, rk = p.varlen ? p.total_k : p.seqlen_k;
+  const int64_t hq = p.heads_q, hk = p.heads_kv, dqk = p.head_dim_qk, dv = p.head_dim_v;
+  int n = 0;
+  auto in = [&](bool on, const void* src, Strides4 st, int64_t rows, int64_t heads, int64_t dim, const void** kptr,
+                Strides4* kst) {
+    if (on) out[n++] = Staged{src, nullptr, st, rows, heads, dim, kptr, nullptr, kst};
+  };
+  auto outp = [&](bool on, void* dst, Strides4 st, int64_t rows, int64_t heads, int64_t dim, void** kptr,
+                  Strides4* kst) {
+    if (on) out[n++] = Staged{nullptr, dst, st, rows, heads, dim, nullptr, kptr, kst};
+  };
+  in(qk, p.q, p.q_stride, rq, hq, dqk, &kp.q, &kp.q_stride);
+  in(qk, p.k, p.k_stride, rk, hk, dqk, &kp.k, &kp.k_stride);
+  in(v, p.v, p.v_stride, rk, hk, dv, &kp.v, &kp.v_stride);
+  if (bwd) {
+    in(v, p.o_in, p.o_stride, rq, hq, dv, &kp.o_in, &kp.o_stride);
+    in(v, p.dout, p.do_stride, rq, hq, dv, &kp.dout, &kp.do_stride);
+    outp(qk, p.dq, p.dq_stride, rq, hq, dqk, &kp.dq, &kp.dq_stride);
+    outp(qk, p.dk, p.dk_stride, rk, hk, dqk, &kp.dk, &kp.dk_stride);
+    outp(v, p.dv, p.dv_stride, rk, hk, dv, &kp.dv, &kp.dv_stride);
+  } else {
+    outp(v, p.o, p.o_stride, rq, hq, dv, &kp.o, &kp.o_stride);
+  }
+  return n;
+}
+
+// Tokens (batch entry, token) of a staged tensor.
+CheckedSize copy_tokens(const AttnParams& p, const Staged& t) {
+  return checked_product(p.varlen ? 1 : p.batch, t.rows);
+}
+
+// Workspace bytes of a staged copy: [batch extent, rows, heads, padded dim], 256-aligned.
+CheckedSize copy_bytes(const AttnParams& p, const Staged& t) {
+  return (copy_tokens(p, t) * checked_product(t.heads, fa2_kernel_dim(t.dim), 2)).round_up(256);
+}
+
+// Dense strides of a staged copy.
+Strides4 copy_strides(const Staged& t) {
+  const int64_t d8 = fa2_kernel_dim(t.dim);
+  return Strides4{t.rows * t.heads * d8, t.heads * d8, d8, 1};
+}
+
+// One warp per token (batch entry b, token s; tok = b * rows + s): the rows of its heads
+// in the caller's tensor, element by element (any alignment), to rows tok * heads + h of
+// the dense copy (d8 columns, zero past dim), or back (kOut: the first dim columns only).
+// The token index is split once per token, not per element.
+template <bool kOut>
+__global__ void __launch_bounds__(256) stage_kernel(const uint16_t* from, uint16_t* to, Strides4 st, int64_t rows,
+                                                    int64_t heads, int dim, int d8, int64_t n_tokens) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t tok = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5); tok < n_tokens;
+       tok += static_cast<int64_t>(gridDim.x) * 8) {
+    const int64_t user0 = (tok / rows) * st.b + (tok % rows) * st.s;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t user = user0 + h * st.h, dense = (tok * heads + h) * d8;
+      if (kOut) {
+        for (int c = lane; c < dim; c += 32) to[user + c] = from[dense + c];
+      } else {
+        for (int c = lane; c < d8; c += 32) to[dense + c] = c < dim ? from[user + c] : uint16_t{0};
+      }
+    }
+  }
+}
+
+// A grid-stride grid of 8-warp blocks for n_tokens tokens (at least one block).
+unsigned copy_grid(int64_t n_tokens) {
+  const int64_t blocks = (n_tokens + 7) / 8;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
+}
+
+flashattn_status_t launch_status(const char* what, const Staged& t) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+              "launching the fa2 head-dim %s copy (head dim %lld padded to %lld) failed: %s (%s)", what,
+              static_cast<long long>(t.dim), static_cast<long long>(fa2_kernel_dim(t.dim)), cudaGetErrorName(err),
+              cudaGetErrorString(err));
+}
+
+}  // namespace
+
+AttnParams fa2_kernel_shape(const AttnParams& p) {
+  AttnParams kp = p;
+  kp.head_dim_qk = fa2_kernel_dim(p.head_dim_qk);
+  kp.head_dim_v = fa2_kernel_dim(p.head_dim_v);
+  return kp;
+}
+
+CheckedSize fa2_staging_bytes(const AttnParams& p) {
+  AttnParams kp = p;
+  Staged t[8];
+  const int n = staged_tensors(p, kp, t);
+  CheckedSize total = 0;
+  for (int i = 0; i < n; ++i) total = total + copy_bytes(p, t[i]);
+  return total;
+}
+
+flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* kp, cudaStream_t stream) {
+  Staged t[8];
+  const int n = staged_tensors(p, *kp, t);
+  size_t off = 0;
+  for (int i = 0; i < n; ++i) {  // sizes are ok(): the API layer checked the workspace size
+    uint16_t* copy = reinterpret_cast<uint16_t*>(staging + off);
+    off += static_cast<size_t>(copy_bytes(p, t[i]).value());
+    *t[i].kernel_stride = copy_strides(t[i]);
+    if (t[i].kernel_out != nullptr) {
+      *t[i].kernel_out = copy;
+      continue;
+    }
+    *t[i].kernel_in = copy;
+    const int64_t n_tokens = copy_tokens(p, t[i]).value();
+    if (n_tokens == 0) continue;
+    stage_kernel<false><<<copy_grid(n_tokens), 256, 0, stream>>>(
+        static_cast<const uint16_t*>(t[i].src), copy, t[i].stride, t[i].rows, t[i].heads, static_cast<int>(t[i].dim),
+        static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
+    if (const flashattn_status_t s = launch_status("input", t[i])) return s;
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cudaStream_t stream) {
+  AttnParams fields = kp;  // staged_tensors points into it; its fields hold kp's copies
+  Staged t[8];
+  const int n = staged_tensors(p, fields, t);
+  for (int i = 0; i < n; ++i) {
+    const int64_t n_tokens = copy_tokens(p, t[i]).value();
+    if (t[i].kernel_out == nullptr || n_tokens == 0) continue;
+    stage_kernel<true><<<copy_grid(n_tokens), 256, 0, stream>>>(
+        static_cast<const uint16_t*>(*t[i].kernel_out), static_cast<uint16_t*>(t[i].dst), t[i].stride, t[i].rows,
+        t[i].heads, static_cast<int>(t[i].dim), static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
+    if (const flashattn_status_t s = launch_status("output", t[i])) return s;
+  }
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+}  // namespace flashattn
