@@ -351,6 +351,26 @@ TEST_CASE("gpu kvcache: softcap, ALiBi and rotary without a band mask", "[gpu][k
   }
 }
 
+TEST_CASE("gpu kvcache: ALiBi slopes per (batch, head), rows apart or overlapping", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  // Rows hq + 3 apart (NaN between them, never read) over a contiguous cache whose rows are
+  // permuted (the slopes follow the batch entry, not the cache row), and overlapping rows
+  // (stride 1) over a paged cache with forced splits.
+  uint64_t seed = 60;
+  for (flashattn_bias_t bias : {FLASHATTN_BIAS_ALIBI, FLASHATTN_BIAS_ALIBI_SYMMETRIC})
+    for (int64_t page : {0, 16}) {
+      KvCase c = gpu_decode_case("alibi per (batch, head)", page, 64, ++seed);
+      c.bias = bias;
+      c.alibi_batch_stride = page == 0 ? c.hq + 3 : 1;
+      c.batch_idx = page == 0;
+      c.sq = 2;
+      c.causal = bias == FLASHATTN_BIAS_ALIBI;
+      append_to(c, 2, 41, FLASHATTN_ROTARY_NONE, 0);
+      c.num_splits = page == 0 ? 0 : 4;
+      gpu_check(c);
+    }
+}
+
 TEST_CASE("gpu kvcache: device values out of range give NaN rows and write nothing", "[gpu][kvcache]") {
   REQUIRE_GPU();
   for (int what = 0; what < 4; ++what)

@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float2 acc[kAcc];
 #pragma unroll
   for (int a = 0; a < kAcc; ++a) acc[a] = make_float2(0.f, 0.f);
-  const float* slopes = p.alibi_slopes;
 
   if (k0 < k1) {
     load_tile<T, D>(p, s, b, hk, k0, k1, vec, sm, 0);
@@ -163,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int m = 0; m < kRowSteps; ++m) {
     const int64_t rr = r0 + rg + m * (kThreads / kTileK);
     row_ip[m] = rr / group + shift;
-    row_slope[m] = slopes != nullptr && rr < r0 + nr ? slopes[hk * group + rr % group] : 0.f;
+    row_slope[m] = alibi_slope(p, b, hk * group + rr % group);  // 0 without ALiBi
   }
   int stage = 0;
   for (int64_t t0 = k0; t0 < k1; t0 += kTileK, stage ^= 1) {
@@ -201,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (r >= nr) continue;
         float x = dot[m] * p.scale;
         if (p.softcap > 0.f) x = p.softcap * tanh_fp32(x / p.softcap);
-        if (slopes != nullptr) x += alibi_bias(p, row_slope[m], row_ip[m], j);
+        x += alibi_bias(p, row_slope[m], row_ip[m], j);
         const bool keep = j < k1 && band_keep(p, row_ip[m], j);
         sm.p[r][jj] = keep ? x : -INFINITY;
       }

@@ -111,10 +111,13 @@ def _kvcache_run(t, **kw):
                                    causal=True, return_softmax_lse=True, **kw)
 
 
-def test_kvcache_paged_decode_matches_the_cpu_backend():
+@pytest.mark.parametrize("alibi", [False, True], ids=["no-alibi", "alibi-per-batch-and-head"])
+def test_kvcache_paged_decode_matches_the_cpu_backend(alibi):
     cpu, gpu = _kvcache_inputs("cpu"), _kvcache_inputs("cuda")
-    want = _kvcache_run(cpu)
-    got = _kvcache_run(gpu)
+    # (batch, heads) slopes: each sequence has its own, as the decode kernel must read them.
+    slopes = torch.rand(3, 8, generator=torch.Generator().manual_seed(6)) if alibi else None
+    want = _kvcache_run(cpu, alibi_slopes=slopes)
+    got = _kvcache_run(gpu, alibi_slopes=None if slopes is None else slopes.cuda())
     torch.cuda.synchronize()
     assert (got[0].float().cpu() - want[0].float()).abs().max().item() < 2e-2
     assert (got[1].cpu() - want[1]).abs().max().item() < 1e-2
