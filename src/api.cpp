@@ -98,7 +98,7 @@ FLASHATTN_API flashattn_status_t flashattn_plan_create(flashattn_plan_t* plan, f
   return guarded([&]() -> flashattn_status_t {
     if (plan == nullptr) return fail(FLASHATTN_STATUS_NULL_POINTER, "plan (out-parameter) is NULL");
     flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
-    FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
+    FA_TRY(flashattn::resolve_backend(enum_value(backend), device, &resolved));
     if (resolved == FLASHATTN_BACKEND_CUDA) FA_TRY(flashattn::cuda_check_device(device));
     int cpu_threads = 1;
     if (resolved == FLASHATTN_BACKEND_CPU) FA_TRY(flashattn::cpu_prepare_plan(&cpu_threads));

@@ -50,7 +50,7 @@ FLASHATTN_API flashattn_status_t flashattn_combine(flashattn_backend_t backend, 
                                                    const flashattn_combine_args_t* args, struct CUstream_st* stream) {
   return guarded([&]() -> flashattn_status_t {
     flashattn_backend_t resolved = FLASHATTN_BACKEND_CPU;
-    FA_TRY(flashattn::resolve_backend(backend, device, &resolved));
+    FA_TRY(flashattn::resolve_backend(enum_value(backend), device, &resolved));
     flashattn::CombineParams c;
     FA_TRY(flashattn::validate_combine(args, &c));
     if (resolved == FLASHATTN_BACKEND_CPU) {

@@ -114,9 +114,10 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
 
 // Validation of a flashattn_combine call (shapes, strides, pointers, overlap).
 flashattn_status_t validate_combine(const flashattn_combine_args_t* args, CombineParams* params);
-// The backend a (backend, device) pair of flashattn_plan_create or flashattn_combine selects:
+// The backend a (backend, device) pair of flashattn_plan_create or flashattn_combine selects,
+// `backend` being the int the caller passed (read with enum_value: any int is well-defined):
 // INVALID_ENUM / INVALID_VALUE for bad values; AUTO resolves to CUDA when it is built in and
 // `device` exists, else to the CPU. *resolved untouched on failure.
-flashattn_status_t resolve_backend(flashattn_backend_t backend, int device, flashattn_backend_t* resolved);
+flashattn_status_t resolve_backend(int backend, int device, flashattn_backend_t* resolved);
 
 }  // namespace flashattn

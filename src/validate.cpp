@@ -476,14 +476,11 @@ flashattn_status_t validate_bwd(const flashattn_plan_s& plan, const flashattn_bw
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t resolve_backend(flashattn_backend_t backend, int device, flashattn_backend_t* resolved) {
-  int b;
-  static_assert(sizeof b == sizeof backend, "enums of the C ABI are int-sized");
-  std::memcpy(&b, &backend, sizeof b);  // a C caller may pass any int
-  if (b < FLASHATTN_BACKEND_AUTO || b > FLASHATTN_BACKEND_CUDA)
-    return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", b);
+flashattn_status_t resolve_backend(int backend, int device, flashattn_backend_t* resolved) {
+  if (backend < FLASHATTN_BACKEND_AUTO || backend > FLASHATTN_BACKEND_CUDA)
+    return fail(FLASHATTN_STATUS_INVALID_ENUM, "backend=%d is not a flashattn_backend_t value", backend);
   if (device < 0) return fail(FLASHATTN_STATUS_INVALID_VALUE, "device=%d must be >= 0", device);
-  *resolved = backend;
+  *resolved = static_cast<flashattn_backend_t>(backend);
   if (backend == FLASHATTN_BACKEND_AUTO)
     *resolved = (cuda_built() && device < cuda_device_count()) ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU;
   return FLASHATTN_STATUS_SUCCESS;
