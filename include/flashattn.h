@@ -660,8 +660,9 @@ typedef struct flashattn_kvcache_config_t {
   flashattn_rotary_t rotary;  /**< Rotary form applied to q and the appended k (needs seqlen_new >= 1). */
   int64_t rotary_dim;         /**< Leading dims rotated: even, 2..head_dim_qk with a rotary form, else 0. */
   int64_t rotary_rows;        /**< Rows (positions) of the cos/sin tables, >= 1 with a rotary form, else 0. */
-  int64_t num_splits;         /**< Key splits per (sequence, head) on the CPU backend: 0 (default) lets the
-                                   library choose from the shape; >= 1 forces. Never depends on thread count. */
+  int64_t num_splits;         /**< Key splits per (sequence, head): 0 (default) lets the library choose (CPU: from
+                                   the shape, never from the thread count; CUDA: from the shape and the device's SM
+                                   count); >= 1 forces. */
 } flashattn_kvcache_config_t;
 
 /** Initializer for ::flashattn_kvcache_config_t: contiguous cache, no append, no rotary. */
@@ -726,7 +727,9 @@ typedef struct flashattn_kvcache_args_t {
  * a band mask, else at cache_seqlens[b] for every row, as FlashAttention does; rotated
  * values are rounded to the plan's dtype); attend. Every value a CPU run reads from host
  * memory (lengths, cache rows, block-table entries) is checked before anything is
- * written. CUDA plans: not served yet (NOT_SUPPORTED after the host-side checks).
+ * written. CUDA plans (fp16/bf16): values in device memory are checked by the kernels, which
+ * never read or write outside the described buffers and give NaN rows for out-of-range
+ * values (docs/inference.md).
  * @param plan The plan (shape and KV-cache configuration set).
  * @param args Pointers of this run (host struct).
  * @param workspace Scratch of at least the queried FORWARD_KVCACHE size; may be NULL if 0.
@@ -742,7 +745,13 @@ typedef struct flashattn_kvcache_args_t {
  *         workspace not 16-byte aligned); WORKSPACE_TOO_SMALL;
  *         INCOMPATIBLE_OPTIONS (varlen, dropout, bias tensor, block-sparse layout, STANDARD
  *         algorithm or a TOP_LEFT band mask with KV cache; pointers given that the
- *         configuration does not use); NOT_SUPPORTED (CUDA plans); WRONG_MEMORY_SPACE.
+ *         configuration does not use); DTYPE_NOT_SUPPORTED (CUDA: fp32); HEAD_DIM_NOT_SUPPORTED
+ *         (CUDA: head dims above 128 on a device with less than 160 KB of shared memory per block,
+ *         such as sm_86/sm_89); NOT_SUPPORTED (CUDA: a
+ *         device before sm_80, more than 2^31-1 keys or CTAs); WRONG_MEMORY_SPACE; LAUNCH_FAILED;
+ *         CUDA_ERROR (a device or stream the runtime refuses);
+ *         OUT_OF_MEMORY (CUDA: the host-side cache of device properties; a CPU run allocates
+ *         nothing).
  */
 FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, const flashattn_kvcache_args_t* args,
                                                        void* workspace, size_t workspace_bytes,

@@ -40,11 +40,9 @@ FLASHATTN_API flashattn_status_t flashattn_fwd_kvcache(flashattn_plan_t plan, co
     FA_CHECK_PLAN(plan);
     flashattn::AttnParams p;
     FA_TRY(flashattn::validate_kvcache(*plan, args, workspace, workspace_bytes, stream, &p));
-    if (plan->backend != FLASHATTN_BACKEND_CPU)
-      return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                  "flashattn_fwd_kvcache: the CUDA backend has no KV-cache kernels yet (append, paged gather, "
-                  "split-KV); run KV-cache plans on FLASHATTN_BACKEND_CPU");
-    return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
+    if (plan->backend == FLASHATTN_BACKEND_CPU)
+      return flashattn::cpu_run(p, plan->cpu_threads, workspace, workspace_bytes);
+    return flashattn::cuda_run(p, plan->device, workspace, workspace_bytes, stream);
   });
 }
 

@@ -88,14 +88,14 @@ AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
   p.rotary = kv.rotary;
   p.rotary_dim = kv.rotary_dim;
   p.rotary_rows = kv.rotary_rows;
-  p.kv_num_splits = kv.num_splits > 0 ? kv.num_splits : choose_splits(plan);
+  if (kv.num_splits > 0) p.kv_num_splits = kv.num_splits;
+  else p.kv_num_splits = plan.backend == FLASHATTN_BACKEND_CPU ? choose_splits(plan) : cuda_kv_splits(p, plan.device);
   return p;
 }
 
 flashattn_status_t kvcache_workspace(const flashattn_plan_s& plan, const AttnParams& p, size_t* bytes) {
-  // CUDA plans run no KV-cache kernel yet and need no workspace.
-  const CheckedSize n =
-      plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads) : CheckedSize(0);
+  const CheckedSize n = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_workspace_size(p, plan.cpu_threads)
+                                                              : cuda_workspace_size(p, plan.device);
   if (!n.ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                 "the KV-cache forward workspace exceeds 2^63-1 bytes for batch=%lld seqlen_q=%lld heads_q=%lld "
@@ -327,7 +327,7 @@ flashattn_status_t validate_kvcache(const flashattn_plan_s& plan, const flashatt
   if (plan.backend == FLASHATTN_BACKEND_CPU) {
     FA_TRY(cpu_check(p));
   } else {
-    FA_TRY(cuda_check_device(plan.device));
+    FA_TRY(cuda_check(p, plan.device));
   }
   size_t needed = 0;
   FA_TRY(kvcache_workspace(plan, p, &needed));

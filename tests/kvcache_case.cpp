@@ -249,10 +249,10 @@ KvRun make_kv_run(const KvCase& c0) {
   return r;
 }
 
-flashattn_plan_t make_kv_plan(const KvRun& r) {
+flashattn_plan_t make_kv_plan(const KvRun& r, flashattn_backend_t backend) {
   const KvCase& c = r.c;
   flashattn_plan_t plan = nullptr;
-  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_create(&plan, backend, 0) == FLASHATTN_STATUS_SUCCESS);
   CHECK(flashattn_plan_set_shape(plan, c.batch, c.sq, c.cap, c.hq, c.hkv, c.dqk, c.dv) == FLASHATTN_STATUS_SUCCESS);
   CHECK(flashattn_plan_set_dtype(plan, c.dtype) == FLASHATTN_STATUS_SUCCESS);
   if (r.spec.band)

@@ -56,8 +56,9 @@ KvRun make_kv_run(const KvCase& c);
 // The KV-cache configuration of r (its stride pointers point into r).
 flashattn_kvcache_config_t kv_config(const KvRun& r);
 
-// Plan for c (shape, dtype, options, KV-cache configuration); CHECKs every setter.
-flashattn_plan_t make_kv_plan(const KvRun& r);
+// Plan for c (shape, dtype, options, KV-cache configuration) on `backend` (device 0);
+// CHECKs every setter.
+flashattn_plan_t make_kv_plan(const KvRun& r, flashattn_backend_t backend = FLASHATTN_BACKEND_CPU);
 
 struct KvResult {
   flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;

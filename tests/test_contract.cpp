@@ -637,8 +637,14 @@ std::set<int> cannot_provoke(const std::string& fn) {
     s.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);
   }
   if (fn == "flashattn_fwd_kvcache") {
-    s.insert(FLASHATTN_STATUS_NOT_SUPPORTED);       // CUDA plans only (tests/test_gpu_inference.cpp)
+    // CUDA-only refusals and failures: fp32 (tests/test_gpu_inference.cpp), a device before
+    // sm_80 or with too little shared memory, the grid limit, launch and runtime errors.
+    for (flashattn_status_t st :
+         {FLASHATTN_STATUS_NOT_SUPPORTED, FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED, FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
+          FLASHATTN_STATUS_CUDA_ERROR, FLASHATTN_STATUS_LAUNCH_FAILED})
+      s.insert(st);
     s.insert(FLASHATTN_STATUS_WRONG_MEMORY_SPACE);  // as for flashattn_fwd
+    s.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);       // as for flashattn_fwd: CUDA runs' property cache
   }
   if (fn == "flashattn_combine") {
     // Launch failures need a device (tests/test_gpu_inference.cpp).

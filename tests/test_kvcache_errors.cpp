@@ -499,23 +499,29 @@ TEST_CASE("combine rejects bad arguments and writes nothing") {
   CHECK(std::count(lse.begin(), lse.end(), 5.f) == static_cast<long>(lse.size()));
 }
 
-TEST_CASE("CUDA plans: KV-cache runs validate then report NOT_SUPPORTED, and combine refuses host memory") {
+TEST_CASE("CUDA plans: KV-cache workspace covers the split parts and host memory is refused") {
   if (flashattn_cuda_device_count() == 0) FA_SKIP_TEST("no CUDA device");
   const KvRun r = make_kv_run(paged_fixture());
   flashattn_plan_t plan = nullptr;
   REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CUDA, 0) == FLASHATTN_STATUS_SUCCESS);
   const KvCase& c = r.c;
   REQUIRE(flashattn_plan_set_shape(plan, c.batch, c.sq, c.cap, c.hq, c.hkv, c.dqk, c.dv) == FLASHATTN_STATUS_SUCCESS);
-  const flashattn_kvcache_config_t kv = kv_config(r);
+  flashattn_kvcache_config_t kv = kv_config(r);
+  // One split writes O directly: no workspace. Five: fp32 O and LSE parts of every row.
+  kv.num_splits = 1;
   REQUIRE(flashattn_plan_set_kvcache(plan, &kv) == FLASHATTN_STATUS_SUCCESS);
   size_t bytes = 1;
   REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes) == FLASHATTN_STATUS_SUCCESS);
   CHECK(bytes == 0);
+  kv.num_splits = 5;
+  REQUIRE(flashattn_plan_set_kvcache(plan, &kv) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &bytes) == FLASHATTN_STATUS_SUCCESS);
+  CHECK(bytes >= static_cast<size_t>(5 * c.batch * c.hq * c.sq * (c.dv + 1)) * sizeof(float));
   // Host-side checks still run: a missing pointer is reported as such.
   flashattn_kvcache_args_t a = FLASHATTN_KVCACHE_ARGS_INIT;
   CHECK(flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr) == FLASHATTN_STATUS_NULL_POINTER);
-  // Valid-looking pointers, one buffer each so that no output overlaps another argument
-  // (never dereferenced: nothing runs on the device yet).
+  // Valid-looking pointers, one buffer each so that no output overlaps another argument:
+  // host memory, refused before any launch.
   std::vector<std::vector<uint8_t>> bufs(9, std::vector<uint8_t>(size_t{1} << 16));
   a.q = bufs[0].data();
   a.k_cache = bufs[1].data();
@@ -528,10 +534,11 @@ TEST_CASE("CUDA plans: KV-cache runs validate then report NOT_SUPPORTED, and com
   std::vector<int32_t> seqlens(static_cast<size_t>(c.batch)), table(static_cast<size_t>(c.batch * r.max_pages));
   a.cache_seqlens = seqlens.data();
   a.block_table = table.data();
-  const flashattn_status_t st = flashattn_fwd_kvcache(plan, &a, nullptr, 0, nullptr);
+  std::vector<uint8_t> ws(bytes);
+  const flashattn_status_t st = flashattn_fwd_kvcache(plan, &a, ws.data(), bytes, nullptr);
   INFO(flashattn_last_error());
-  CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
-  CHECK(mentions(flashattn_last_error(), "CUDA"));
+  CHECK(st == FLASHATTN_STATUS_WRONG_MEMORY_SPACE);
+  CHECK(mentions(flashattn_last_error(), "args.q"));
   flashattn_plan_destroy(plan);
   std::vector<float> part(8, 0.f), o(4, 0.f);
   flashattn_combine_args_t ca = FLASHATTN_COMBINE_ARGS_INIT;

@@ -203,8 +203,16 @@ void cuda_free(int device, void* device_ptr) {
 }
 
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
+  if (p.kv_enabled) return decode_workspace_size(p);
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
   return p.direction == kBackward ? fa2_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
+}
+
+int64_t cuda_kv_splits(const AttnParams& p, int device) {
+  const cudaDeviceProp* prop = nullptr;
+  if (cuda_check_device(device) != FLASHATTN_STATUS_SUCCESS || device_prop(device, &prop) != FLASHATTN_STATUS_SUCCESS)
+    return 1;
+  return decode_splits(p, *prop);
 }
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {
@@ -219,7 +227,7 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  return fa2_check(p, *prop);
+  return p.kv_enabled ? decode_check(p, *prop) : fa2_check(p, *prop);
 }
 
 namespace {
@@ -278,6 +286,7 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
   if (const flashattn_status_t s = prepare_stream(st, device)) return s;
+  if (p.kv_enabled) return decode_fwd(p, workspace, workspace_bytes, st);
   flashattn_status_t s;
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)

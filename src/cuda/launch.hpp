@@ -56,6 +56,13 @@ flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t wor
 
 // ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
 flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
+// ---- KV-cache runs (kernels/decode, src/cuda/decode.cu): append, split-KV decode, combine ----
+// Splits the library chooses for p on a device with prop (FlashAttention's heuristic).
+int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop);
+CheckedSize decode_workspace_size(const AttnParams& p);
+flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop);
+flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 // ---- shared by both algorithms (src/cuda/varlen_tail.cu) ----
 // Varlen: writes the rows of tokens past the last offset (O = 0, LSE = -inf forward; zero
 // dQ, dK, dV backward); a no-op launch-free return without varlen.

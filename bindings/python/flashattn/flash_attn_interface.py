@@ -128,8 +128,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     causal/window/ALiBi are aligned bottom-right against cache_seqlens[b] + seqlen_new.
     num_splits: 0 lets the library choose the key splits. Returns out (batch, seqlen_q, heads,
     d), or (out, softmax_lse (batch, heads, seqlen_q) fp32) with return_softmax_lse=True.
-    On CUDA the library's answer is surfaced as is (NotSupportedError while the CUDA
-    backend does not serve KV-cache runs)."""
+    On CUDA the library's answer is surfaced as is (NotSupportedError for fp32, which the
+    CUDA kernels do not take)."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k_cache, v_cache)):
         raise make_error(Status.INVALID_ARGUMENT, "flash_attn_with_kvcache: q, k_cache and v_cache must be "
                          "torch.Tensors (flashattn.forward_kvcache takes numpy arrays)")

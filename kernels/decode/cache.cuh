@@ -1,0 +1,92 @@
+// What the decode kernels read about one sequence of a KV-cache run (kernels/decode): its
+// used length, cache row and whether its device-side values are in range, the address of a
+// cache key through the block table, and the rotary embedding of one pair of dims. Values
+// that live in device memory (used lengths, cache rows, block-table entries) are checked
+// here, in the kernels, so a bad value never makes a kernel read or write outside the
+// buffers the plan describes.
+#pragma once
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa2/mma.cuh"
+
+namespace flashattn {
+namespace decode {
+
+// Element conversions of the fa2 kernels (one definition for every family).
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  return fa2::ElemTraits<T>::to_float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float x) {
+  return fa2::ElemTraits<T>::from_float(x);
+}
+
+// One sequence: n keys attended (used + seqlen_new), its contiguous cache row, and ok
+// when the used length, the cache row and every rotary position are in range.
+struct Sequence {
+  int64_t used, n, row;
+  bool ok;
+};
+
+__device__ __forceinline__ Sequence sequence(const AttnParams& p, int64_t b) {
+  Sequence s;
+  s.used = p.kv_seqused[b];
+  s.n = s.used + p.kv_seqlen_new;
+  s.ok = s.used >= 0 && s.n <= p.seqlen_k;
+  s.row = b;
+  if (p.kv_block_table == nullptr) {
+    s.row = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;
+    s.ok = s.ok && s.row >= 0 && s.row < p.kv_num_rows;
+  }
+  if (p.rotary != 0) {
+    const int64_t last_k = p.kv_seqlen_new - 1, last_q = p.has_band ? p.seqlen_q - 1 : 0;
+    s.ok = s.ok && s.used + (last_k > last_q ? last_k : last_q) < p.rotary_rows;
+  }
+  return s;
+}
+
+// Element offsets of key j (of kv head hk) in the K and V caches; both -1 when the
+// block-table entry of its page is outside the pool. Positions are below 2^31
+// (decode_check), so the page arithmetic is 32-bit.
+struct KeyOffsets {
+  int64_t k, v;
+};
+
+__device__ __forceinline__ KeyOffsets key_offsets(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk,
+                                                  int64_t j) {
+  int64_t row = s.row, slot = j;
+  if (p.kv_block_table != nullptr) {
+    const int32_t ps = static_cast<int32_t>(p.kv_page_size), jj = static_cast<int32_t>(j);
+    const int32_t lp = jj / ps;
+    row = p.kv_block_table[b * p.kv_max_pages + lp];
+    if (row < 0 || row >= p.kv_num_rows) return {-1, -1};
+    slot = jj - lp * ps;
+  }
+  return {row * p.k_stride.b + slot * p.k_stride.s + hk * p.k_stride.h,
+          row * p.v_stride.b + slot * p.v_stride.s + hk * p.v_stride.h};
+}
+
+// The dims (a, b) of rotary pair k: (2k, 2k+1) interleaved, (k, k + rotary_dim/2) half-split.
+__device__ __forceinline__ void rotary_dims(const AttnParams& p, int64_t k, int64_t* a, int64_t* b) {
+  const bool interleaved = p.rotary == FLASHATTN_ROTARY_INTERLEAVED;
+  *a = interleaved ? 2 * k : k;
+  *b = interleaved ? 2 * k + 1 : k + p.rotary_dim / 2;
+}
+
+// Rotates the pair (xa, xb) of pair k at position pos in fp32 (no contraction, as the CPU
+// backend computes it) and rounds both to T.
+template <typename T>
+__device__ __forceinline__ void rotate_pair(const AttnParams& p, int64_t pos, int64_t k, float* xa, float* xb) {
+  const int64_t half = p.rotary_dim / 2;
+  const float c = to_float(static_cast<const T*>(p.rotary_cos)[pos * half + k]);
+  const float sn = to_float(static_cast<const T*>(p.rotary_sin)[pos * half + k]);
+  const float a = __fsub_rn(__fmul_rn(*xa, c), __fmul_rn(*xb, sn));
+  const float b = __fadd_rn(__fmul_rn(*xb, c), __fmul_rn(*xa, sn));
+  *xa = to_float(from_float<T>(a));
+  *xb = to_float(from_float<T>(b));
+}
+
+}  // namespace decode
+}  // namespace flashattn

@@ -1,0 +1,198 @@
+// Host side of KV-cache runs on CUDA (flashattn_fwd_kvcache): the split count, the
+// workspace (split parts), the support checks, and the launches on the caller's stream:
+// append (kernels/decode/append_kernel.cuh), decode (decode_kernel.cuh), then, with more
+// than one split, combine (kernels/combine). No allocation, no synchronization.
+#include <stdint.h>
+
+#include "cuda/launch.hpp"
+#include "decode/append_kernel.cuh"
+#include "decode/decode_kernel.cuh"
+#include "error.hpp"
+
+namespace flashattn {
+namespace {
+
+constexpr int64_t kMaxIndex = 2147483647;  // the grids are 1-D
+constexpr size_t kPartsAlign = 256;
+
+int64_t row_chunks(const AttnParams& p) {
+  return (p.heads_q / p.heads_kv * p.seqlen_q + decode::kRows - 1) / decode::kRows;
+}
+
+// fp32 parts of split-KV: O [splits, batch, heads_q, seqlen_q, head_dim_v], then LSE
+// [splits, batch, heads_q, seqlen_q].
+CheckedSize parts_o_floats(const AttnParams& p) {
+  return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q) *
+         CheckedSize(p.head_dim_v);
+}
+CheckedSize parts_lse_floats(const AttnParams& p) {
+  return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
+}
+
+int padded_dim(const AttnParams& p) {
+  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+// Dynamic shared memory of the decode kernel for p (the same for fp16 and bf16).
+size_t smem_bytes(const AttnParams& p) {
+  switch (padded_dim(p)) {
+    case 64: return sizeof(decode::Smem<__half, 64>);
+    case 128: return sizeof(decode::Smem<__half, 128>);
+    default: return sizeof(decode::Smem<__half, 256>);
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+// Whether every cache row starts 16 bytes aligned, so tiles load with 16-byte cp.async.
+// The stride of a cache dim of extent 1 (one row or page, pages of one token, one KV
+// head) never multiplies a nonzero index, so its value does not matter.
+bool vector_loads(const AttnParams& p) {
+  const int64_t rows = p.kv_num_rows, tokens = p.kv_block_table != nullptr ? p.kv_page_size : p.seqlen_k;
+  const Strides4* st[2] = {&p.k_stride, &p.v_stride};
+  for (const Strides4* s : st)
+    if ((rows > 1 && s->b % 8 != 0) || (tokens > 1 && s->s % 8 != 0) || (p.heads_kv > 1 && s->h % 8 != 0)) return false;
+  return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
+}
+
+// Append (with seqlen_new >= 1), then decode, for head dims padded to D. The decode
+// kernel's shared memory is granted first, so a refusal leaves the cache untouched.
+template <typename T, int D>
+flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
+  const size_t smem = smem_bytes(p);
+  cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel: %zu bytes of shared memory refused: %s (%s)", smem,
+                cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  if (p.kv_seqlen_new > 0) {
+    const int64_t rows = p.batch * p.kv_seqlen_new * p.heads_kv;
+    decode::append_kernel<T><<<static_cast<unsigned>((rows + decode::kAppendWarps - 1) / decode::kAppendWarps),
+                               decode::kAppendWarps * 32, 0, st>>>(p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess)
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "KV-cache append kernel launch failed: %s (%s)",
+                  cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  const int64_t chunks = row_chunks(p);
+  const int64_t blocks = p.kv_num_splits * chunks * p.heads_kv * p.batch;
+  decode::decode_kernel<T, D><<<static_cast<unsigned>(blocks), decode::kThreads, smem, st>>>(
+      p, parts, static_cast<int>(p.kv_num_splits), static_cast<int>(chunks), vector_loads(p));
+  err = cudaGetLastError();
+  if (err != cudaSuccess)
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel launch failed: %s (%s)", cudaGetErrorName(err),
+                cudaGetErrorString(err));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+template <typename T>
+flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
+  switch (padded_dim(p)) {
+    case 64: return launch<T, 64>(p, parts, st);
+    case 128: return launch<T, 128>(p, parts, st);
+    default: return launch<T, 256>(p, parts, st);
+  }
+}
+
+}  // namespace
+
+int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop) {
+  // FlashAttention's heuristic (num_splits_heuristic): with fewer CTAs than 80% of the SMs
+  // (two CTAs each), take the fewest splits whose efficiency (CTAs over whole waves) is
+  // within 85% of the best, keeping at least one tile of the capacity per split.
+  const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
+  const int64_t slots = 2 * static_cast<int64_t>(prop.multiProcessorCount);
+  if (ctas * 10 >= slots * 8) return 1;
+  const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
+  int64_t max_splits = slots < tiles ? slots : tiles;
+  if (max_splits > 128) max_splits = 128;
+  if (max_splits < 1) return 1;
+  double best = 0;
+  double eff[129];
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
+    eff[s] = waves / static_cast<double>(static_cast<int64_t>(waves + 0.999999));
+    if (eff[s] > best) best = eff[s];
+  }
+  for (int64_t s = 1; s <= max_splits; ++s)
+    if (eff[s] >= 0.85 * best) return s;
+  return 1;
+}
+
+CheckedSize decode_workspace_size(const AttnParams& p) {
+  if (p.kv_num_splits <= 1) return 0;
+  return (parts_o_floats(p) + parts_lse_floats(p)) * CheckedSize(sizeof(float)) + CheckedSize(kPartsAlign);
+}
+
+flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop) {
+  if (prop.major < 8)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "device %s has compute capability %d.%d; the CUDA KV-cache kernels need 8.0 (Ampere) or later",
+                prop.name, prop.major, prop.minor);
+  if (p.dtype != kFp16 && p.dtype != kBf16)
+    return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
+                "dtype=FP32: the CUDA KV-cache kernels take fp16/bf16 tensors; run fp32 KV-cache plans on the CPU "
+                "backend");
+  if (smem_bytes(p) > prop.sharedMemPerBlockOptin)
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: the CUDA KV-cache kernel needs %zu bytes of shared memory per "
+                "block; device %s allows %zu",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p), prop.name,
+                static_cast<size_t>(prop.sharedMemPerBlockOptin));
+  if (p.seqlen_k > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
+                static_cast<long long>(p.seqlen_k));
+  const int64_t blocks = p.kv_num_splits * row_chunks(p) * p.heads_kv * p.batch;
+  if (blocks > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "num_splits=%lld x query-row chunks=%lld x heads_kv=%lld x batch=%lld CTAs exceed the CUDA grid "
+                "limit 2^31-1",
+                static_cast<long long>(p.kv_num_splits), static_cast<long long>(row_chunks(p)),
+                static_cast<long long>(p.heads_kv), static_cast<long long>(p.batch));
+  if (p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+                "batch=%lld x seqlen_new=%lld x heads_kv=%lld appended rows exceed the append kernel's grid (one "
+                "warp per row, at most 2^31-1 rows)",
+                static_cast<long long>(p.batch), static_cast<long long>(p.kv_seqlen_new),
+                static_cast<long long>(p.heads_kv));
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  decode::Parts parts{nullptr, nullptr};
+  if (p.kv_num_splits > 1) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t start = (base + kPartsAlign - 1) / kPartsAlign * kPartsAlign;
+    if (workspace == nullptr || workspace_bytes < static_cast<size_t>(decode_workspace_size(p).value()))
+      return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "decode: workspace of %zu bytes is smaller than its query",
+                  workspace_bytes);
+    parts.o = reinterpret_cast<float*>(start);
+    parts.lse = parts.o + parts_o_floats(p).value();
+  }
+  flashattn_status_t s = p.dtype == kBf16 ? run_typed<__nv_bfloat16>(p, parts, st) : run_typed<__half>(p, parts, st);
+  if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
+  CombineParams c;
+  const int64_t sq = p.seqlen_q, dv = p.head_dim_v, rows = p.batch * p.heads_q * sq;
+  c.num_splits = p.kv_num_splits;
+  c.batch = p.batch;
+  c.seqlen_q = sq;
+  c.heads = p.heads_q;
+  c.head_dim = dv;
+  c.o_partial = parts.o;
+  const int64_t o_st[5] = {rows * dv, p.heads_q * sq * dv, dv, sq * dv, 1};
+  const int64_t l_st[4] = {rows, p.heads_q * sq, sq, 1};
+  for (int i = 0; i < 5; ++i) c.o_partial_stride[i] = o_st[i];
+  c.lse_partial = parts.lse;
+  for (int i = 0; i < 4; ++i) c.lse_partial_stride[i] = l_st[i];
+  c.dtype = p.dtype;
+  c.o = p.o;
+  c.o_stride = p.o_stride;
+  c.lse = p.lse;
+  return combine_launch(c, st);
+}
+
+}  // namespace flashattn
