@@ -10,7 +10,7 @@ GQA through enable_gqa). Inputs rotate over enough copies to exceed the L2 cache
 
     python bench/decode.py [--grid small|issue] [--out bench/results/h100-decode.csv]
 
-Appends b,heads_q,heads_kv,d,keys,page_size,ours_us,sdpa_best_us,bound_us,commit,date rows
+Appends b,heads_q,heads_kv,d,keys,page_size,ours_us,sdpa_best_us,bound_us,commit,date,device rows
 to --out and prints them with the ratios. The library is found as bench/bench.py finds it
 (bench/suite/library.py: --library, $FLASHATTN_LIBRARY, or this checkout's newest build).
 """
@@ -20,15 +20,14 @@ import csv
 import datetime
 import itertools
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite import library  # noqa: E402
+from suite import library, report  # noqa: E402
 from suite.timing import sdpa_backend, short, time_cuda  # noqa: E402
 
 COLUMNS = ["b", "heads_q", "heads_kv", "d", "keys", "page_size", "ours_us", "sdpa_best_us", "bound_us", "commit",
-           "date"]
+           "date", "device"]
 GRIDS = {
     # scripts/gpu_decode_check.sh: b 1/8/64, heads 32/8 and 32/32, d 128, 4k/32k keys, contiguous and pages of 16.
     "small": dict(b=[1, 8, 64], heads=[(32, 8), (32, 32)], d=[128], keys=[4096, 32768], page=[0, 16]),
@@ -156,8 +155,8 @@ def main(argv=None):
     print(f"library {fa.library_path()}; device {torch.cuda.get_device_name()}")
     rate = copy_rate(torch)
     print(f"device copy rate {rate / 1e12:.2f} TB/s (read + write)")
-    commit = subprocess.run(["git", "-C", library.REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = report.commit()
+    device = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     grid = GRIDS[args.grid]
     new_file = not os.path.exists(args.out)
@@ -181,7 +180,7 @@ def main(argv=None):
             bound = kv_bytes / rate * 1e3
             best = min(sdpa.values()) if sdpa else float("nan")
             row = [b, hq, hkv, d, keys, page, f"{ours * 1e3:.1f}", f"{best * 1e3:.1f}", f"{bound * 1e3:.1f}", commit,
-                   date]
+                   date, device]
             w.writerow(row)
             f.flush()
             print(f"b={b:<3} {hq}/{hkv} d={d} keys={keys:<6} page={page:<3} ours {ours * 1e3:8.1f} us  "

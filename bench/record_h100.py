@@ -20,7 +20,7 @@ from suite.timing import time_cuda
 HERE = os.path.dirname(os.path.abspath(__file__))
 # bench/results/README.md describes these columns.
 COLUMNS = ["pass", "dtype", "head_dim", "causal", "seqlen", "ours_tflops", "cudnn_tflops", "fa2_tflops",
-           "cublas_tflops", "commit", "date"]
+           "cublas_tflops", "commit", "date", "device"]
 
 
 def cublas_tflops(torch, n=8192):
@@ -54,6 +54,7 @@ def main(argv=None):
         print(f"{a.ours} has no lib-flash rows: nothing to record")
         return 1
     cublas = f"{cublas_tflops(torch):.1f}"
+    device = torch.cuda.get_device_name()
     stamp, commit = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), report.commit()
     new = not os.path.exists(a.record) or os.path.getsize(a.record) == 0
     with open(a.record, "a", newline="") as f:
@@ -61,7 +62,7 @@ def main(argv=None):
         if new:
             w.writerow(COLUMNS)
         for key, tf in ours.items():
-            w.writerow([*key, tf, cudnn.get(key, ""), fa2.get(key, ""), cublas, commit, stamp])
+            w.writerow([*key, tf, cudnn.get(key, ""), fa2.get(key, ""), cublas, commit, stamp, device])
     print(f"cuBLAS bf16 8192^3: {cublas} TFLOP/s; {len(ours)} rows appended to {a.record}")
     return 0
 

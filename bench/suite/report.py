@@ -14,7 +14,10 @@ RECORD_KEYS = ["time", "commit", "device", "library", "torch"] + SWEEP_KEYS
 
 
 def commit():
-    """The checkout's commit, with -dirty when tracked files outside bench/results differ."""
+    """The checkout's commit, with -dirty when tracked files outside bench/results differ;
+    FLASHATTN_COMMIT names it where the tree is no git checkout (an exported copy)."""
+    if os.environ.get("FLASHATTN_COMMIT"):
+        return os.environ["FLASHATTN_COMMIT"]
     try:
         head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
