@@ -7,7 +7,20 @@
 //                              common/mask.h and common/philox.h, the same semantics as
 //                              the CPU backend; P (input dtype, dropout applied, like a
 //                              PyTorch implementation) overwrites S in place; LSE out
-//   O = P V                    cuBLAS, written with the plan's O strides
+//   O = P V                    cuBLAS, written with the plan's O strides (fp32; for
+//                              fp16/bf16 see below)
+// For fp16/bf16 the forward keeps P to twice the dtype's precision (22 significant bits
+// for fp16, 16 for bf16), far below the output's rounding: the softmax stores each p as
+// P_hi = rd(p) over S and P_lo = rd(2^11 (p - P_hi)), and O = P_hi V + 2^-11 P_lo V
+// accumulates in an fp32 buffer (two GEMMs, the second with beta = 1) converted once
+// into the caller's O. A same-precision standard attention rounds S, P and O; this one
+// in effect rounds O alone, so it is at least as accurate. The factor 2^11 keeps P_lo
+// clear of fp16's subnormals (|p - P_hi| <= 2^-11 |p| in fp16, 2^-8 |p| in bf16, so P_lo
+// cannot overflow where P_hi does not). P_lo lives in the
+// second half of P's row (a row of ldS fp32 scores holds 2 ldS 16-bit elements, P_hi
+// takes the first Sk) when the row fits the cached softmax, which reads S only before it
+// writes; the uncached softmax (seqlen_k > kCachedRowMax) still reads S while it writes
+// P, and P_lo would overwrite unread scores there, so it gets a region of its own.
 // Backward, recomputing S and P from the forward's LSE:
 //   dP = dO V^T (fp32, second N^2 region); Delta_i = sum_j Pdrop_ij dP_ij (= dO_i . O_i);
 //   dS = P * (dP * keep/(1-p) - Delta) (* softcap derivative); dBias = dS before the
@@ -17,21 +30,25 @@
 //
 // Layouts: when every tensor's seq stride can serve as a cuBLAS leading dimension, the
 // GEMMs read and write the caller's tensors in place (one strided-batched call per batch
-// and group member, batched over kv heads). Otherwise, and always in varlen mode, the
-// tensors are first gathered into zero-padded [batch, heads, max_len, dim] buffers in the
-// workspace and results scattered back: cu_seqlens live in device memory and a run may not
-// synchronize, so the per-sequence lengths are only read by these kernels and by the
-// softmax kernels, which mask padded rows and columns. Varlen is therefore fully
-// supported, at the cost of batch * max_len padding (the plan's seqlen_q/k are the max
-// lengths).
+// and group member, batched over kv heads; the 16-bit forward's O is always converted
+// from its fp32 buffer, so its strides never matter). Otherwise, and always in varlen
+// mode, the tensors are first gathered into zero-padded [batch, heads, max_len, dim]
+// buffers in the workspace and results scattered back: cu_seqlens live in device memory
+// and a run may not synchronize, so the per-sequence lengths are only read by these
+// kernels and by the softmax kernels, which mask padded rows and columns. Varlen is
+// therefore fully supported, at the cost of batch * max_len padding (the plan's
+// seqlen_q/k are the max lengths).
 //
 // Workspace (standard_workspace_size): the fp32 score rows, 4 * batch * heads_q * Sq * ldS
 // bytes (ldS = Sk rounded up to 8) forward and twice that backward, plus the padded copies
-// (gathered mode), fp32 dK/dV accumulators (GQA or gathered), a per-element fp32 dBias
-// buffer when the bias broadcasts, and 32 MiB handed to cuBLAS (cublasSetWorkspace) so that
-// nothing is allocated during a run. Our kernels use no atomics, and cuBLAS GEMMs are
-// bitwise reproducible on one GPU model (its documented guarantee), so the gradients are
-// reproducible run to run whatever the plan's deterministic flag.
+// (gathered mode), for the 16-bit forward the fp32 O, 4 * batch * heads_q * Sq * Dv bytes
+// (in place of the padded O copy), and when seqlen_k > kCachedRowMax the P_lo rows,
+// 2 * batch * heads_q * Sq * ldS bytes, fp32 dK/dV accumulators (GQA or gathered), a
+// per-element fp32 dBias buffer when the bias broadcasts, and 32 MiB handed to cuBLAS
+// (cublasSetWorkspace) so that nothing is allocated during a run. Our kernels use no
+// atomics, and cuBLAS GEMMs are bitwise reproducible on one GPU model (its documented
+// guarantee), so the gradients are reproducible run to run whatever the plan's
+// deterministic flag.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,6 +73,8 @@ constexpr size_t kCublasWorkspace = size_t(32) << 20;
 constexpr size_t kAlign = 256;  // cublasSetWorkspace requires 256-byte alignment
 constexpr int kRowThreads = 256;
 constexpr int64_t kMaxGemmBatch = 32768;  // matrices per cublasGemmStridedBatchedEx call
+constexpr int64_t kCachedRowMax = 16384;  // longest row the cached forward softmax takes: 64 KiB of fp32 scores
+constexpr float kLoScale = 2048.f;        // P_lo = rd(kLoScale * (p - P_hi)), see the header comment
 
 int64_t elem_bytes(int32_t dtype) { return dtype == kFp32 ? 4 : 2; }
 
@@ -100,10 +119,12 @@ struct Geometry {
   bool gathered = false;   // tensors copied to padded BHSD buffers (varlen or unusable strides)
   bool acc_dkv = false;    // dK/dV accumulated in fp32 buffers, then converted
   bool dt_buffer = false;  // dBias over broadcast dims: per-element fp32 gradient, then reduced
+  bool split = false;      // 16-bit forward: P stored as P_hi + P_lo, O accumulated in fp32
+  bool cached = false;     // forward rows fit the cached softmax (Sk <= kCachedRowMax)
   int64_t B = 0, Hq = 0, Hkv = 0, G = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
   int64_t ldS = 0;  // fp32 elements per row of S / dP
-  size_t off_s = 0, off_dp = 0, off_q = 0, off_k = 0, off_v = 0, off_o = 0, off_dq = 0, off_dk = 0, off_dv = 0,
-         off_dt = 0, off_cublas = 0;
+  size_t off_s = 0, off_dp = 0, off_plo = 0, off_q = 0, off_k = 0, off_v = 0, off_o = 0, off_dq = 0, off_dk = 0,
+         off_dv = 0, off_dt = 0, off_cublas = 0;
   CheckedSize total;
 };
 
@@ -125,10 +146,12 @@ Geometry geometry(const AttnParams& p) {
   g.Dqk = p.head_dim_qk;
   g.Dv = p.head_dim_v;
   g.ldS = (g.Sk + 7) / 8 * 8;  // 16-bit P rows then start 32-byte aligned too
+  g.split = !bwd && p.dtype != kFp32;
+  g.cached = g.Sk <= kCachedRowMax;
   bool direct = !p.varlen && ld_ok(p.q_stride.s, g.Sq, g.Dqk) && ld_ok(p.k_stride.s, g.Sk, g.Dqk) &&
                 ld_ok(p.v_stride.s, g.Sk, g.Dv);
   if (!bwd) {
-    direct = direct && ld_ok(p.o_stride.s, g.Sq, g.Dv);
+    direct = direct && (g.split || ld_ok(p.o_stride.s, g.Sq, g.Dv));  // a split O is converted, never a GEMM operand
   } else {
     direct = direct && ld_ok(p.do_stride.s, g.Sq, g.Dv) && ld_ok(p.dq_stride.s, g.Sq, g.Dqk) &&
              ld_ok(p.dk_stride.s, g.Sk, g.Dqk) && ld_ok(p.dv_stride.s, g.Sk, g.Dv);
@@ -151,13 +174,18 @@ Geometry geometry(const AttnParams& p) {
   };
   g.off_s = take(n_s);
   if (bwd) g.off_dp = take(n_s);
+  if (g.split && !g.cached) g.off_plo = take(rows * checked_product(g.ldS, 2));
   if (g.gathered) {
     g.off_q = take(checked_product(g.B, g.Hq, g.Sq, g.Dqk, eb));
     g.off_k = take(checked_product(g.B, g.Hkv, g.Sk, g.Dqk, eb));
     g.off_v = take(checked_product(g.B, g.Hkv, g.Sk, g.Dv, eb));
-    g.off_o = take(checked_product(g.B, g.Hq, g.Sq, g.Dv, eb));  // O (forward) or dO (backward)
-    if (bwd) g.off_dq = take(checked_product(g.B, g.Hq, g.Sq, g.Dqk, eb));
   }
+  if (g.split) {
+    g.off_o = take(checked_product(g.B, g.Hq, g.Sq, g.Dv, 4));  // fp32 O
+  } else if (g.gathered) {
+    g.off_o = take(checked_product(g.B, g.Hq, g.Sq, g.Dv, eb));  // padded O (forward) or dO (backward)
+  }
+  if (g.gathered && bwd) g.off_dq = take(checked_product(g.B, g.Hq, g.Sq, g.Dqk, eb));
   if (g.acc_dkv) {
     g.off_dk = take(checked_product(g.B, g.Hkv, g.Sk, g.Dqk, 4));
     g.off_dv = take(checked_product(g.B, g.Hkv, g.Sk, g.Dv, 4));
@@ -348,18 +376,65 @@ __device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int
   return p.varlen ? h * p.total_q + q_start + i : (b * p.heads_q + h) * p.seqlen_q + i;
 }
 
+// ---------------------------------------------------------------- P stores
+// dst[0..3] = a, b, c, d rounded to T, in one 16-byte or 8-byte store (dst aligned to it).
+template <typename T>
+__device__ __forceinline__ void store4(T* dst, float a, float b, float c, float d) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    *reinterpret_cast<float4*>(dst) = make_float4(a, b, c, d);
+  } else {
+    alignas(8) const T v[4] = {from_f<T>(a), from_f<T>(b), from_f<T>(c), from_f<T>(d)};
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(v);
+  }
+}
+
+// P_hi = rd(p) and P_lo = rd(kLoScale * (p - P_hi)) as floats (p - P_hi is exact in fp32).
+// A P_hi that overflowed (dropout's 1/(1 - p_drop) can take p past fp16's range) is left
+// the only term, as in a single rounding; a NaN p gives NaN terms.
+template <typename T>
+__device__ __forceinline__ float2 split_p(float p) {
+  const float hi = to_f<T>(from_f<T>(p));
+  return make_float2(hi, isinf(hi) ? 0.f : kLoScale * (p - hi));
+}
+
+// Stores p_j of a P row: P_hi at hi[j] and P_lo at lo[j] for 16-bit T, P at hi[j] for fp32.
+template <typename T>
+__device__ __forceinline__ void store_p(T* hi, T* lo, int64_t j, float p) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    hi[j] = p;
+  } else {
+    const float2 t = split_p<T>(p);
+    hi[j] = from_f<T>(t.x);
+    lo[j] = from_f<T>(t.y);
+  }
+}
+
+// The same for p_j0 .. p_j0+3 (j0 % 4 == 0), with vector stores.
+template <typename T>
+__device__ __forceinline__ void store4_p(T* hi, T* lo, int64_t j0, const float (&p)[4]) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    store4<T>(hi + j0, p[0], p[1], p[2], p[3]);
+  } else {
+    const float2 a = split_p<T>(p[0]), b = split_p<T>(p[1]), c = split_p<T>(p[2]), d = split_p<T>(p[3]);
+    store4<T>(hi + j0, a.x, b.x, c.x, d.x);
+    store4<T>(lo + j0, a.y, b.y, c.y, d.y);
+  }
+}
+
 // ---------------------------------------------------------------- forward softmax
 // One CTA per row of S. Pass 1: online max / sum of exp. Pass 2: P = exp(s - lse) with
 // dropout, written in the input dtype over the row in place: chunk c writes bytes
 // [c*sizeof(T)*blockDim, ...) that only overlap fp32 elements already read by this chunk
 // or earlier ones, and the barrier between read and write of each chunk orders them.
+// A 16-bit P_lo goes to row `row` of lo (row stride ldLo), outside S.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    softmax_fwd_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk, int64_t ldS) {
+    softmax_fwd_kernel(AttnParams p, float* S, T* lo, int64_t ldLo, int64_t Sq, int64_t Sk, int64_t ldS) {
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
   float* srow = S + row * ldS;
   T* prow = reinterpret_cast<T*>(srow);
+  T* lrow = lo + row * ldLo;
 
   float m = -INFINITY, l = 0.f, th = 0.f;
   if (r.valid) {
@@ -386,48 +461,25 @@ __global__ void __launch_bounds__(kRowThreads)
       if (x != -INFINITY) pv = __expf(x - lse) * dropout_scale(p, r, j);
     }
     if (sizeof(T) != sizeof(float)) __syncthreads();
-    if (j < Sk) prow[j] = from_f<T>(pv);
+    if (j < Sk) store_p<T>(prow, lrow, j, pv);
   }
 }
 
 // The same, for rows that fit in shared memory (the common case, seqlen_k <= 16k): pass 1
 // reads S once with 16-byte loads and keeps the final scores in shared memory, pass 2
 // writes P from there with vector stores and one Philox call per 4 columns. S is read
-// once instead of twice (6 instead of 10 bytes of traffic per element for 16-bit P), and
-// since pass 2 reads no global S, the in-place write needs no per-chunk barrier.
-template <typename T>
-__device__ __forceinline__ void store4(T* dst, float a, float b, float c, float d);
-template <>
-__device__ __forceinline__ void store4<float>(float* dst, float a, float b, float c, float d) {
-  *reinterpret_cast<float4*>(dst) = make_float4(a, b, c, d);
-}
-template <>
-__device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, float c, float d) {
-  const __half2 lo = __floats2half2_rn(a, b), hi = __floats2half2_rn(c, d);
-  uint2 u;
-  u.x = *reinterpret_cast<const uint32_t*>(&lo);
-  u.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(dst) = u;
-}
-template <>
-__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float a, float b, float c, float d) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-  uint2 u;
-  u.x = *reinterpret_cast<const uint32_t*>(&lo);
-  u.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(dst) = u;
-}
-
-constexpr int64_t kCachedRowMax = 16384;  // 64 KiB of fp32 scores per CTA
-
+// once instead of twice (4 bytes of traffic per element less), and since pass 2 reads no
+// global S, the in-place write needs no per-chunk barrier and a 16-bit P_lo can go to the
+// row's second half (lo = P + ldS, ldLo = 2 ldS: 16-byte aligned rows).
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    softmax_fwd_cached_kernel(AttnParams p, float* S, int64_t Sq, int64_t Sk, int64_t ldS) {
+    softmax_fwd_cached_kernel(AttnParams p, float* S, T* lo, int64_t ldLo, int64_t Sq, int64_t Sk, int64_t ldS) {
   extern __shared__ float xs[];  // [round_up(Sk, 4)] final scores of this row
   const int64_t row = blockIdx.x;
   const Row<T> r = make_row<T>(p, row, Sq, Sk);
   float* srow = S + row * ldS;  // ldS % 8 == 0: 16-byte aligned rows, j0 + 3 < ldS
   T* prow = reinterpret_cast<T*>(srow);
+  T* lrow = lo + row * ldLo;
 
   float m = -INFINITY, l = 0.f, th = 0.f;
   if (r.valid) {
@@ -478,7 +530,7 @@ __global__ void __launch_bounds__(kRowThreads)
         }
       }
     }
-    store4<T>(prow + j0, pv[0], pv[1], pv[2], pv[3]);
+    store4_p<T>(prow, lrow, j0, pv);
   }
 }
 
@@ -617,10 +669,10 @@ struct Gemm {
   int64_t B, Hkv, G;
 };
 
-// C = alpha * op(A) op(B) (+ C for the 2nd..G-th query head of a group when C is a kv
-// operand: the GQA sum) for every (b, kv head, group member r).
+// C = alpha * op(A) op(B) (+ C when accumulating, and for the 2nd..G-th query head of a
+// group when C is a kv operand: the GQA sum) for every (b, kv head, group member r).
 flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                        const Mat& A, const Mat& B, const Mat& C) {
+                        const Mat& A, const Mat& B, const Mat& C, bool accumulate = false) {
   const Mat* ops[3] = {&A, &B, &C};
   auto hs = [&ctx](const Mat& x) { return x.kv ? x.hstride : x.hstride * ctx.G; };  // stride over kv heads
   bool combined = true;  // batches fold into the batched dimension
@@ -633,7 +685,7 @@ flashattn_status_t gemm(const Gemm& ctx, const char* what, int ta, int tb, int64
         const int64_t e = b * x.bstride + (x.kv ? 0 : r * x.hstride);
         return static_cast<char*>(x.ptr) + e * x.esize;
       };
-      const float beta = (C.kv && r > 0) ? 1.f : 0.f;
+      const float beta = accumulate || (C.kv && r > 0) ? 1.f : 0.f;
       // At most kMaxGemmBatch matrices per call: cuBLAS takes an int batch count, and some
       // cuBLAS versions/GPUs mishandle counts above the 65535 grid y/z limit.
       for (int64_t c0 = 0; c0 < count; c0 += kMaxGemmBatch) {
@@ -786,28 +838,58 @@ flashattn_status_t prologue(const AttnParams& p, void* workspace, size_t workspa
   return gemm(pr->ctx, "S = scale Q K^T", cublas::kOpT, cublas::kOpN, g.Sk, g.Sq, g.Dqk, p.scale, pr->K, pr->Q, pr->Sm);
 }
 
+// P_lo as a GEMM operand (split mode): the second half of each P row for the cached
+// softmax, else its own region of rows of ldS elements.
+Mat plo_mat(const AttnParams& p, const Prologue& pr) {
+  const Geometry& g = pr.g;
+  void* ptr = g.cached ? static_cast<void*>(reinterpret_cast<char*>(pr.S) + g.ldS * pr.eb) : pr.reg.at(g.off_plo);
+  const int64_t ld = g.cached ? pr.ldP : g.ldS;
+  return Mat{ptr, cuda_type(p.dtype), pr.eb, ld, g.Sq * ld, g.Hq * g.Sq * ld, false};
+}
+
+// P = softmax(options(S)) over every score row, P_lo (split mode) where plo_mat says.
+template <typename T>
+flashattn_status_t softmax_fwd(const AttnParams& p, const Prologue& pr, cudaStream_t stream) {
+  const Geometry& g = pr.g;
+  const Mat lo = g.split ? plo_mat(p, pr) : Mat{nullptr, CUDA_R_32F, 4, 0, 0, 0, false};
+  T* lp = static_cast<T*>(lo.ptr);
+  const unsigned rows = static_cast<unsigned>(g.B * g.Hq * g.Sq);
+  if (g.cached) {
+    const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * sizeof(float);
+    FA_TRY(allow_smem(softmax_fwd_cached_kernel<T>, smem, "softmax_fwd_cached_kernel"));
+    softmax_fwd_cached_kernel<T><<<rows, kRowThreads, smem, stream>>>(p, pr.S, lp, lo.ld, g.Sq, g.Sk, g.ldS);
+    return launch_status("softmax_fwd_cached_kernel");
+  }
+  softmax_fwd_kernel<T><<<rows, kRowThreads, 0, stream>>>(p, pr.S, lp, lo.ld, g.Sq, g.Sk, g.ldS);
+  return launch_status("softmax_fwd_kernel");
+}
+
+// Split mode: O = P_hi V + P_lo V / kLoScale in the fp32 buffer, then one rounding into
+// the caller's O (its strides, or the varlen packing).
+template <typename T>
+flashattn_status_t pv_split(const AttnParams& p, const Prologue& pr, cudaStream_t stream) {
+  const Geometry& g = pr.g;
+  float* o32 = reinterpret_cast<float*>(pr.reg.at(g.off_o));
+  const Mat O32{o32, CUDA_R_32F, 4, g.Dv, g.Sq * g.Dv, g.Hq * g.Sq * g.Dv, false};
+  // O^T[Dv x Sq] = V^T P^T, twice.
+  FA_TRY(gemm(pr.ctx, "O = P_hi V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, pr.V, pr.Pm, O32));
+  FA_TRY(gemm(pr.ctx, "O += P_lo V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f / kLoScale, pr.V, plo_mat(p, pr),
+              O32, true));
+  return scatter<float, T>(o32, p.o, p.o_stride, pr.cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream);
+}
+
 template <typename T>
 flashattn_status_t run_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   Prologue pr;
   FA_TRY(prologue<T>(p, workspace, workspace_bytes, stream, &pr));
+  FA_TRY(softmax_fwd<T>(p, pr, stream));
   const Geometry& g = pr.g;
+  if (g.split) return pv_split<T>(p, pr, stream);
   void* op = pr.reg.at(g.off_o);
   const Mat O = tensor_mat(g, p, p.o, op, p.o_stride, false, g.Sq, g.Dv);
-  float* S = pr.S;
-  const int32_t* cuq = pr.cuq;
-  const int64_t rows = g.B * g.Hq * g.Sq;
-  if (g.Sk <= kCachedRowMax) {
-    const size_t smem = static_cast<size_t>((g.Sk + 3) / 4 * 4) * sizeof(float);
-    FA_TRY(allow_smem(softmax_fwd_cached_kernel<T>, smem, "softmax_fwd_cached_kernel"));
-    softmax_fwd_cached_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
-    FA_TRY(launch_status("softmax_fwd_cached_kernel"));
-  } else {
-    softmax_fwd_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p, S, g.Sq, g.Sk, g.ldS);
-    FA_TRY(launch_status("softmax_fwd_kernel"));
-  }
   // O^T[Dv x Sq] = V^T P^T.
   FA_TRY(gemm(pr.ctx, "O = P V", cublas::kOpN, cublas::kOpN, g.Dv, g.Sq, g.Sk, 1.f, pr.V, pr.Pm, O));
-  if (g.gathered) FA_TRY((scatter<T, T>(op, p.o, p.o_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream)));
+  if (g.gathered) FA_TRY((scatter<T, T>(op, p.o, p.o_stride, pr.cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dv, stream)));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
