@@ -2,15 +2,25 @@
 // per sequence against a contiguous or paged cache, after the append (append_kernel.cuh).
 //
 // GQA packing: one CTA takes the query heads that share a KV head times the query tokens
-// (row r = token i * group + head g, kRows rows per CTA), so each K/V tile is read once
-// per KV head. Split-KV: the CTA's keys (the sequence's n keys, narrowed to the band of
-// its rows) are cut into `splits` ranges of whole tiles; split s writes fp32 O and LSE to
-// the workspace parts (then combine merges them), or, with one split, O in the dtype and
-// LSE directly. Tiles of kTileK keys are gathered row by row through the block table
-// (any page size, NHD or HND through strides) with 16-byte cp.async into a two-stage
-// shared-memory pipeline; `vec` is false when a dim, pointer or stride (of a dim of extent
-// above 1) is not a multiple of 16 bytes, and rows are then loaded element by element. Dot products on CUDA cores in
-// fp32. Device values out of range (kernels/decode/cache.cuh) give NaN rows.
+// (row r = token i * group + head g, kRows rows per CTA), so each K/V tile is read
+// once per KV head. Split-KV: the CTA's keys (the sequence's n keys, narrowed to the band
+// of its rows) are cut into `splits` ranges of whole tiles; split s writes fp32 O and LSE
+// to the workspace parts (then combine merges them), or, with one split, O in the dtype
+// and LSE directly.
+//
+// Memory: tiles of kTileK keys are gathered row by row through the block table (any
+// page size, NHD or HND through strides) with 16-byte cp.async into a three-stage
+// shared-memory ring (two where shared memory is smaller), so tiles are in flight while one
+// is computed; `vec` is false
+// when a dim, pointer or stride (of a dim of extent above 1) is not a multiple of 16
+// bytes, and rows are then loaded element by element. One barrier per tile.
+//
+// Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
+// the CTA's 16 query rows are the M of every product, so GQA groups and several query
+// tokens share each K/V element read. The four warps split each tile's keys and run
+// independent online softmaxes (flash-decoding inside the CTA), merged once at the end.
+// P is rounded to the dtype for P V, as in the flash kernels. Device values out of range
+// (kernels/decode/cache.cuh) give NaN rows.
 #pragma once
 #include <math.h>
 
@@ -20,21 +30,38 @@
 namespace flashattn {
 namespace decode {
 
-constexpr int kTileK = 64;
-constexpr int kRows = 16;
-constexpr int kThreads = 256;
-constexpr int kStages = 2;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;  // query rows per CTA: the M of the mma
 
-// Shared memory of a CTA for padded head dim D and element type T.
-template <typename T, int D>
+// Tiles of kTileK keys (18, 35 and 68 KiB of K and V with padding at head dims 64, 128 and
+// 256), kWarpKeys of them per warp.
+constexpr int kTileK = 64;
+constexpr int kWarpKeys = kTileK / kWarps;  // 16: one k16 step of P V
+// Shared memory of a CTA for padded head dim D, element type T and a ring of Stages tiles
+// (3, or 2 where the device's shared memory is smaller). Rows are padded by 16 bytes, so
+// ldmatrix of eight consecutive rows is free of bank conflicts. The K/V ring is reused for
+// the cross-warp merge once the last tile is done.
+template <typename T, int D, int Stages>
 struct Smem {
-  static constexpr int kStride = D + 8;  // elements per K/V row: 16 bytes of padding against bank conflicts
-  float q[kRows][D];
-  float p[kRows][kTileK];
-  float m[kRows], l[kRows], alpha[kRows];
+  static constexpr int kStride = D + 8;
+  struct Ring {
+    T k[Stages][kTileK][kStride];
+    T v[Stages][kTileK][kStride];
+  };
+  struct Merge {
+    float acc[kWarps][kRows][D];
+    float m[kWarps][kRows], l[kWarps][kRows];
+  };
+  static_assert(sizeof(Merge) <= sizeof(Ring), "the merge scratch must fit in the K/V ring");
+  union {
+    Ring ring;
+    Merge merge;
+  } u;
+  alignas(16) T q[kRows][kStride];  // query rows (rotated), zero past head_dim_qk and nr
+  int64_t ip[kRows];                // aligned query position of each row
+  float slope[kRows];
   int bad;
-  alignas(16) T k[kStages][kTileK][kStride];
-  alignas(16) T v[kStages][kTileK][kStride];
 };
 
 // Outputs of one split: fp32 parts [splits, batch, heads_q, seqlen_q, (head_dim_v)].
@@ -63,45 +90,48 @@ __device__ __forceinline__ void load_chunk(const T* base, int64_t off, int d0, i
 }
 
 // Gathers the K and V rows of keys [t0, t0 + kTileK) into stage st; rows at or past k1
-// are zero. A page entry outside the pool sets *bad (its rows zero). Each key's page is
-// looked up once for both caches.
-template <typename T, int D>
+// are zero. A page entry outside the pool sets sm.bad (its rows zero). Eight consecutive
+// threads copy one key's row, 16 bytes each per step: every warp instruction reads whole
+// 128-byte lines of four rows.
+template <typename T, int D, int Stages>
 __device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t t0,
-                                          int64_t k1, bool vec, Smem<T, D>& sm, int st) {
+                                          int64_t k1, bool vec, Smem<T, D, Stages>& sm, int st) {
+  constexpr int kPerKey = 8, kKeysPerPass = kThreads / kPerKey;
+  const int part = static_cast<int>(threadIdx.x) % kPerKey;
   const int ck = static_cast<int>((p.head_dim_qk + 7) / 8), cv = static_cast<int>((p.head_dim_v + 7) / 8);
-  const int chunks = ck > cv ? ck : cv;
   const T* kb = static_cast<const T*>(p.k);
   const T* vb = static_cast<const T*>(p.v);
-  for (int c = threadIdx.x; c < kTileK * chunks; c += kThreads) {
-    const int jj = c / chunks, d0 = (c - jj * chunks) * 8;
+#pragma unroll
+  for (int pass = 0; pass < kTileK / kKeysPerPass; ++pass) {
+    const int jj = pass * kKeysPerPass + static_cast<int>(threadIdx.x) / kPerKey;
     const int64_t j = t0 + jj;
     const KeyOffsets off = j < k1 ? key_offsets(p, s, b, hk, j) : KeyOffsets{-1, -1};
     if (j < k1 && off.k < 0) sm.bad = 1;
-    if (d0 < p.head_dim_qk) load_chunk(kb, off.k, d0, p.head_dim_qk, vec, &sm.k[st][jj][d0]);
-    if (d0 < p.head_dim_v) load_chunk(vb, off.v, d0, p.head_dim_v, vec, &sm.v[st][jj][d0]);
+    if (vec && off.k >= 0) {  // the common case: straight 16-byte copies, a fixed trip count
+#pragma unroll
+      for (int i = 0; i < D / 8 / kPerKey; ++i) {
+        const int c = part + i * kPerKey;
+        if (c < ck) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.k[st][jj][c * 8]), kb + off.k + c * 8, true);
+        if (c < cv) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.v[st][jj][c * 8]), vb + off.v + c * 8, true);
+      }
+      continue;
+    }
+    for (int c = part; c < ck; c += kPerKey)
+      load_chunk(kb, off.k, c * 8, p.head_dim_qk, vec, &sm.u.ring.k[st][jj][c * 8]);
+    for (int c = part; c < cv; c += kPerKey)
+      load_chunk(vb, off.v, c * 8, p.head_dim_v, vec, &sm.u.ring.v[st][jj][c * 8]);
   }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, 1)
-    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem<T, D>& sm = *reinterpret_cast<Smem<T, D>*>(smem_raw);
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  int64_t task = blockIdx.x;
-  const int split = static_cast<int>(task % splits);
-  task /= splits;
-  const int chunk = static_cast<int>(task % row_chunks);
-  task /= row_chunks;
-  const int64_t hk = task % p.heads_kv, b = task / p.heads_kv;
-  const int64_t group = p.heads_q / p.heads_kv, sq = p.seqlen_q;
-  const int64_t r0 = static_cast<int64_t>(chunk) * kRows;
-  const int nr = static_cast<int>(group * sq - r0 < kRows ? group * sq - r0 : kRows);
-  const Sequence s = sequence(p, b);
-  const int64_t shift = s.n - sq;  // bottom-right: query row i is row i + shift of the keys
+// Keys [k0, k1) of one split: the rows' band within [0, n) (query rows i_first..i_last,
+// aligned by shift), cut into `splits` ranges of whole tiles.
+struct KeyRange {
+  int64_t k0, k1;
+};
 
-  // Keys of this split: the rows' band within [0, n), cut into `splits` whole-tile ranges.
-  const int64_t i_first = r0 / group, i_last = (r0 + nr - 1) / group;
+template <int kTileK>
+__device__ __forceinline__ KeyRange split_keys(const AttnParams& p, const Sequence& s, int64_t i_first, int64_t i_last,
+                                               int64_t shift, int split, int splits) {
   int64_t lo = 0, hi = s.ok ? s.n : 0;
   if (p.has_band && p.window_right >= 0 && p.window_right < hi) {
     const int64_t h = i_last + shift + p.window_right + 1;
@@ -113,178 +143,297 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int64_t len = hi > lo ? hi - lo : 0;
   const int64_t per = ((len + splits - 1) / splits + kTileK - 1) / kTileK * kTileK;
-  const int64_t k0 = lo + split * per, k1 = k0 + per < hi ? k0 + per : hi;
+  const int64_t k0 = lo + split * per;
+  return {k0, k0 + per < hi ? k0 + per : hi};
+}
 
-  if (tid == 0) sm.bad = s.ok ? 0 : 1;
-  if (tid < kRows) {
-    sm.m[tid] = -INFINITY;
-    sm.l[tid] = 0.f;
-  }
-  // Query rows in fp32, rotated (rounded to T) at the used length (+ i under a band mask).
-  for (int64_t e = tid; e < static_cast<int64_t>(kRows) * D; e += kThreads) {
-    const int r = static_cast<int>(e / D), d = static_cast<int>(e % D);
-    float x = 0.f;
+// The CTA's query rows into shared memory (zero past nr and head_dim_qk), rotated and
+// rounded to T at the used length (+ i under a band mask), with each row's aligned
+// position and ALiBi slope. Ends with a barrier.
+template <typename T, int D, int Stages>
+__device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t r0, int nr,
+                           int64_t group, int64_t shift, Smem<T, D, Stages>& sm) {
+  const T* q = static_cast<const T*>(p.q);
+  for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
+    const int r = e / D, d = e % D;
+    T x = from_float<T>(0.f);
     if (r < nr && d < p.head_dim_qk) {
       const int64_t i = (r0 + r) / group, h = hk * group + (r0 + r) % group;
-      x = to_float(static_cast<const T*>(p.q)[b * p.q_stride.b + i * p.q_stride.s + h * p.q_stride.h + d]);
+      x = q[b * p.q_stride.b + i * p.q_stride.s + h * p.q_stride.h + d];
     }
     sm.q[r][d] = x;
+  }
+  if (threadIdx.x < kRows) {
+    const int64_t rr = r0 + threadIdx.x;
+    sm.ip[threadIdx.x] = rr / group + shift;
+    sm.slope[threadIdx.x] = alibi_slope(p, b, hk * group + rr % group);  // 0 without ALiBi
   }
   __syncthreads();
   if (p.rotary != 0 && s.ok) {
     const int64_t half = p.rotary_dim / 2;
-    for (int64_t e = tid; e < nr * half; e += kThreads) {
+    for (int64_t e = threadIdx.x; e < nr * half; e += kThreads) {
       const int r = static_cast<int>(e / half);
       const int64_t k = e % half, i = (r0 + r) / group;
       int64_t da, db;
       rotary_dims(p, k, &da, &db);
-      rotate_pair<T>(p, s.used + (p.has_band ? i : 0), k, &sm.q[r][da], &sm.q[r][db]);
+      float xa = to_float(sm.q[r][da]), xb = to_float(sm.q[r][db]);
+      rotate_pair<T>(p, s.used + (p.has_band ? i : 0), k, &xa, &xb);
+      sm.q[r][da] = from_float<T>(xa);
+      sm.q[r][db] = from_float<T>(xb);
     }
   }
+  __syncthreads();
+}
 
-  constexpr int kAcc = kRows * D / 2 / kThreads;  // (row, dim pair) accumulators per thread
-  float2 acc[kAcc];
-#pragma unroll
-  for (int a = 0; a < kAcc; ++a) acc[a] = make_float2(0.f, 0.f);
+// One warp's online softmax over its keys of every tile, in mma fragments (g = lane / 4,
+// t = lane % 4): O (16 rows x D) as D/8 m16n8 accumulators, and the running max and sum of
+// rows g and g + 8 (index h = 0, 1), the same in the four lanes of a quad; ip and slope of
+// those rows.
+template <int D>
+struct WarpState {
+  float o[D / 8][4];
+  float m[2], l[2];
+  int64_t ip[2];
+  float slope[2];
+};
 
-  if (k0 < k1) {
-    load_tile<T, D>(p, s, b, hk, k0, k1, vec, sm, 0);
-    fa2::cp_async_commit();
-  }
-  const int qk_chunks = static_cast<int>((p.head_dim_qk + 7) / 8);
-  // Scores: thread -> key jj of the tile and rows rg, rg + 4, ...; their aligned query
-  // positions and ALiBi slopes are fixed for the CTA (64-bit divisions, once).
-  const int jj = tid % kTileK, rg = tid / kTileK;
-  constexpr int kRowSteps = kRows / (kThreads / kTileK);
-  int64_t row_ip[kRowSteps];
-  float row_slope[kRowSteps];
-#pragma unroll
-  for (int m = 0; m < kRowSteps; ++m) {
-    const int64_t rr = r0 + rg + m * (kThreads / kTileK);
-    row_ip[m] = rr / group + shift;
-    row_slope[m] = alibi_slope(p, b, hk * group + rr % group);  // 0 without ALiBi
-  }
-  int stage = 0;
-  for (int64_t t0 = k0; t0 < k1; t0 += kTileK, stage ^= 1) {
-    if (t0 + kTileK < k1) load_tile<T, D>(p, s, b, hk, t0 + kTileK, k1, vec, sm, stage ^ 1);
-    fa2::cp_async_commit();
-    fa2::cp_async_wait<1>();
-    __syncthreads();
+using ScoreFrag = float[kWarpKeys / 8][4];
+using ProbFrag = uint32_t[kWarpKeys / 16][4];
 
-    // Scores of key jj for rows rg, rg + 4, ...
-    {
-      float dot[kRowSteps];
+// S = Q K^T for the warp's keys of stage st (kWarpKeys / 8 m16n8 tiles).
+template <typename T, int D, int Stages>
+__device__ __forceinline__ void warp_qk(const Smem<T, D, Stages>& sm, int st, ScoreFrag& s) {
+  const int lane = threadIdx.x % 32, key0 = threadIdx.x / 32 * kWarpKeys;
+  const int q_row = lane % 8 + 8 * (lane / 8 % 2), q_col = 8 * (lane / 16);
+  const int k_row = lane % 8 + 8 * (lane / 16), k_col = 8 * (lane / 8 % 2);
 #pragma unroll
-      for (int m = 0; m < kRowSteps; ++m) dot[m] = 0.f;
-      for (int c = 0; c < qk_chunks; ++c) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(&sm.k[stage][jj][c * 8]);
-        const T* kv = reinterpret_cast<const T*>(&raw);
-        float kf[8];
+  for (int nt = 0; nt < kWarpKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) kf[e] = to_float(kv[e]);
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    fa2::ldmatrix_x4(a, fa2::smem_u32(&sm.q[q_row][ks * 16 + q_col]));
 #pragma unroll
-        for (int m = 0; m < kRowSteps; ++m) {
-          const int r = rg + m * (kThreads / kTileK);
-          if (r < nr) {
-            const float4 qa = *reinterpret_cast<const float4*>(&sm.q[r][c * 8]);
-            const float4 qb = *reinterpret_cast<const float4*>(&sm.q[r][c * 8 + 4]);
-            dot[m] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
-                      qb.z * kf[6] + qb.w * kf[7];
-          }
-        }
-      }
-      const int64_t j = t0 + jj;
-#pragma unroll
-      for (int m = 0; m < kRowSteps; ++m) {
-        const int r = rg + m * (kThreads / kTileK);
-        if (r >= nr) continue;
-        float x = dot[m] * p.scale;
-        if (p.softcap > 0.f) x = p.softcap * tanh_fp32(x / p.softcap);
-        x += alibi_bias(p, row_slope[m], row_ip[m], j);
-        const bool keep = j < k1 && band_keep(p, row_ip[m], j);
-        sm.p[r][jj] = keep ? x : -INFINITY;
-      }
+    for (int np = 0; np < kWarpKeys / 16; ++np) {  // two n8 tiles of keys per ldmatrix
+      uint32_t b[4];
+      fa2::ldmatrix_x4(b, fa2::smem_u32(&sm.u.ring.k[st][key0 + np * 16 + k_row][ks * 16 + k_col]));
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      fa2::mma16816<T>(s[2 * np], a, b0);
+      fa2::mma16816<T>(s[2 * np + 1], a, b1);
     }
-    __syncthreads();
-
-    // Online softmax: warp w takes rows w and w + 8, lanes keys lane and lane + 32.
-    for (int r = warp; r < nr; r += kThreads / 32) {
-      const float x0 = sm.p[r][lane], x1 = sm.p[r][lane + 32];
-      float mx = fmaxf(x0, x1);
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = sm.m[r], m_new = fmaxf(m_old, mx);
-      const float p0 = m_new == -INFINITY ? 0.f : __expf(x0 - m_new);
-      const float p1 = m_new == -INFINITY ? 0.f : __expf(x1 - m_new);
-      float sum = p0 + p1;
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      sm.p[r][lane] = p0;
-      sm.p[r][lane + 32] = p1;
-      __syncwarp();
-      if (lane == 0) {
-        const float alpha = m_old == -INFINITY ? 0.f : __expf(m_old - m_new);
-        sm.alpha[r] = alpha;
-        sm.l[r] = sm.l[r] * alpha + sum;
-        sm.m[r] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // O += P V: thread -> (row, dim pair) accumulators, over all kTileK keys of the tile:
-    // past k1 P is exactly 0 (masked) and the V rows are zeros (load_tile), so those terms
-    // add exact zeros, and the fixed trip count unrolls with four P values per load.
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) {
-      const int e = tid + a * kThreads, r = e / (D / 2), dp = e % (D / 2);
-      if (r >= nr || 2 * dp >= p.head_dim_v) continue;
-      const float alpha = sm.alpha[r];
-      float2 o = make_float2(acc[a].x * alpha, acc[a].y * alpha);
-#pragma unroll
-      for (int j4 = 0; j4 < kTileK; j4 += 4) {
-        const float4 p4 = *reinterpret_cast<const float4*>(&sm.p[r][j4]);
-        const float pj[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          // One 4-byte shared load for the pair (2 * dp is even, rows are 16-byte aligned).
-          const uint32_t raw = *reinterpret_cast<const uint32_t*>(&sm.v[stage][j4 + u][2 * dp]);
-          const T* v2 = reinterpret_cast<const T*>(&raw);
-          o.x += pj[u] * to_float(v2[0]);
-          o.y += pj[u] * to_float(v2[1]);
-        }
-      }
-      acc[a] = o;
-    }
-    __syncthreads();
   }
+}
 
-  // Epilogue: O = acc / l, LSE = m + log l. As on the CPU, a row is empty (O = 0, LSE =
-  // -inf) iff l == 0 exactly; a NaN l (a NaN or +inf score) stays NaN, and bad device
-  // values give NaN.
-  const bool bad = sm.bad != 0;
+// Score x (already scaled) of key j for row h of the lane with softcap, ALiBi and the
+// masks (-inf past k1 or outside the band).
+template <int D>
+__device__ __forceinline__ float masked_score(const AttnParams& p, const WarpState<D>& ws, int h, int64_t j, int64_t k1,
+                                              float x) {
+  if (p.softcap > 0.f) x = p.softcap * tanh_fp32(x / p.softcap);
+  x += alibi_bias(p, ws.slope[h], ws.ip[h], j);
+  return j >= k1 || !band_keep(p, ws.ip[h], j) ? -INFINITY : x;
+}
+
+// Final scores of the warp's keys (first key j0; masked: -inf), the online-softmax update
+// of m, l and O, and P rounded to T as the A fragments of P V.
+template <typename T, int D>
+__device__ __forceinline__ void warp_softmax(const AttnParams& p, int64_t j0, int64_t k1, ScoreFrag& s,
+                                             WarpState<D>& ws, ProbFrag& pa) {
+  const int t = threadIdx.x % 4;
+  // Warp-uniform: no softcap, ALiBi or band mask, and every key of the warp in range.
+  const bool plain = p.softcap <= 0.f && p.bias_kind != kBiasAlibi && p.bias_kind != kBiasAlibiSymmetric &&
+                     !p.has_band && j0 + kWarpKeys <= k1;
+  float alpha[2];
 #pragma unroll
-  for (int a = 0; a < kAcc; ++a) {
-    const int e = tid + a * kThreads, r = e / (D / 2), dp = e % (D / 2);
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x = s[nt][2 * h + e] * p.scale;
+        if (!plain) x = masked_score(p, ws, h, j0 + nt * 8 + 2 * t + e, k1, x);
+        s[nt][2 * h + e] = x;
+        mx = fmaxf(mx, x);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(ws.m[h], mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kWarpKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = s[nt][2 * h + e];
+        const float pj = x == -INFINITY ? 0.f : __expf(x - m_new);  // a NaN score stays NaN
+        s[nt][2 * h + e] = pj;
+        sum += pj;
+      }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    alpha[h] = ws.m[h] == -INFINITY ? 0.f : __expf(ws.m[h] - m_new);
+    ws.l[h] = ws.l[h] * alpha[h] + sum;
+    ws.m[h] = m_new;
+  }
+  // Once the running maxima settle, most tiles leave them unchanged: skip the rescale then.
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      ws.o[dt][0] *= alpha[0];
+      ws.o[dt][1] *= alpha[0];
+      ws.o[dt][2] *= alpha[1];
+      ws.o[dt][3] *= alpha[1];
+    }
+  }
+#pragma unroll
+  for (int kp = 0; kp < kWarpKeys / 16; ++kp) {
+    pa[kp][0] = fa2::pack2<T>(s[2 * kp][0], s[2 * kp][1]);
+    pa[kp][1] = fa2::pack2<T>(s[2 * kp][2], s[2 * kp][3]);
+    pa[kp][2] = fa2::pack2<T>(s[2 * kp + 1][0], s[2 * kp + 1][1]);
+    pa[kp][3] = fa2::pack2<T>(s[2 * kp + 1][2], s[2 * kp + 1][3]);
+  }
+}
+
+// O += P V over the warp's keys of stage st (past k1 P is exactly 0 and the V rows are
+// zeros, so those terms add exact zeros).
+template <typename T, int D, int Stages>
+__device__ __forceinline__ void warp_pv(const Smem<T, D, Stages>& sm, int st, const ProbFrag& pa, WarpState<D>& ws) {
+  const int lane = threadIdx.x % 32, key0 = threadIdx.x / 32 * kWarpKeys;
+  const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_col = 8 * (lane / 16);
+#pragma unroll
+  for (int kp = 0; kp < kWarpKeys / 16; ++kp)
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {  // two n8 tiles of dims per ldmatrix
+      uint32_t b[4];
+      fa2::ldmatrix_x4_trans(b, fa2::smem_u32(&sm.u.ring.v[st][key0 + kp * 16 + v_row][dp * 16 + v_col]));
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      fa2::mma16816<T>(ws.o[2 * dp], pa[kp], b0);
+      fa2::mma16816<T>(ws.o[2 * dp + 1], pa[kp], b1);
+    }
+}
+
+// Where the final O / LSE of one split go.
+struct Dest {
+  int64_t b, hk, r0, group, sq;
+  int split, splits;
+};
+
+// Merges the warps' states and writes O = acc / l and LSE = m + log l (after the ring is
+// drained). As on the CPU, a row is empty (O = 0, LSE = -inf) iff l == 0 exactly; a NaN l
+// (a NaN or +inf score) stays NaN, and bad device values give NaN.
+template <typename T, int D, int Stages>
+__device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest& dst, int nr, Smem<T, D, Stages>& sm,
+                            const WarpState<D>& ws) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  fa2::cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the ring
+  auto& mg = sm.u.merge;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
     if (r >= nr) continue;
-    const int64_t i = (r0 + r) / group, h = hk * group + (r0 + r) % group;
-    const float l = sm.l[r];
-    const float inv = bad ? NAN : (l == 0.f ? 0.f : 1.f / l);
-    const float ox = acc[a].x * inv, oy = acc[a].y * inv;
-    const int64_t row = (b * p.heads_q + h) * sq + i;
-    for (int c = 0; c < 2; ++c) {
-      const int64_t d = 2 * dp + c;
-      if (d >= p.head_dim_v) break;
-      const float val = c == 0 ? ox : oy;
-      if (splits == 1)
-        static_cast<T*>(p.o)[b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h + d] = from_float<T>(val);
-      else parts.o[((static_cast<int64_t>(split) * p.batch * p.heads_q * sq) + row) * p.head_dim_v + d] = val;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      mg.acc[warp][r][dt * 8 + 2 * t] = ws.o[dt][2 * h];
+      mg.acc[warp][r][dt * 8 + 2 * t + 1] = ws.o[dt][2 * h + 1];
     }
-    if (dp == 0) {
-      const float lse = bad ? NAN : (l == 0.f ? -INFINITY : sm.m[r] + logf(l));
-      if (splits > 1) parts.lse[static_cast<int64_t>(split) * p.batch * p.heads_q * sq + row] = lse;
+    if (t == 0) {
+      mg.m[warp][r] = ws.m[h];
+      mg.l[warp][r] = ws.l[h];
+    }
+  }
+  __syncthreads();
+  const bool bad = sm.bad != 0;
+  const int64_t rows_total = p.batch * p.heads_q * dst.sq;
+  for (int e = threadIdx.x; e < nr * D; e += kThreads) {
+    const int r = e / D, d = e % D;
+    if (d >= p.head_dim_v) continue;
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mg.m[w][r]);
+    float l = 0.f, o = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = mg.m[w][r] == -INFINITY ? 0.f : __expf(mg.m[w][r] - mx);
+      l += mg.l[w][r] * f;
+      o += mg.acc[w][r][d] * f;
+    }
+    const int64_t i = (dst.r0 + r) / dst.group, h = dst.hk * dst.group + (dst.r0 + r) % dst.group;
+    const int64_t row = (dst.b * p.heads_q + h) * dst.sq + i;
+    const float val = bad ? NAN : (l == 0.f ? 0.f : o / l);
+    if (dst.splits == 1)
+      static_cast<T*>(p.o)[dst.b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h + d] = from_float<T>(val);
+    else parts.o[(dst.split * rows_total + row) * p.head_dim_v + d] = val;
+    if (d == 0) {
+      const float lse = bad ? NAN : (l == 0.f ? -INFINITY : mx + logf(l));
+      if (dst.splits > 1) parts.lse[dst.split * rows_total + row] = lse;
       else if (p.lse != nullptr) p.lse[row] = lse;
     }
   }
+}
+
+template <typename T, int D, int Stages>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem<T, D, Stages>& sm = *reinterpret_cast<Smem<T, D, Stages>*>(smem_raw);
+  int64_t task = blockIdx.x;
+  Dest dst;
+  dst.splits = splits;
+  dst.split = static_cast<int>(task % splits);
+  task /= splits;
+  const int chunk = static_cast<int>(task % row_chunks);
+  task /= row_chunks;
+  dst.hk = task % p.heads_kv;
+  dst.b = task / p.heads_kv;
+  dst.group = p.heads_q / p.heads_kv;
+  dst.sq = p.seqlen_q;
+  dst.r0 = static_cast<int64_t>(chunk) * kRows;
+  const int nr = static_cast<int>(dst.group * dst.sq - dst.r0 < kRows ? dst.group * dst.sq - dst.r0 : kRows);
+  const Sequence s = sequence(p, dst.b);
+  const int64_t shift = s.n - dst.sq;  // bottom-right: query row i is row i + shift of the keys
+  const KeyRange kr =
+      split_keys<kTileK>(p, s, dst.r0 / dst.group, (dst.r0 + nr - 1) / dst.group, shift, dst.split, splits);
+
+  if (threadIdx.x == 0) sm.bad = s.ok ? 0 : 1;
+  if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
+    uint4* ring = reinterpret_cast<uint4*>(&sm.u.ring);
+    for (int e = threadIdx.x; e < static_cast<int>(sizeof(sm.u.ring) / 16); e += kThreads)
+      ring[e] = make_uint4(0, 0, 0, 0);
+  }
+  load_query<T, D, Stages>(p, s, dst.b, dst.hk, dst.r0, nr, dst.group, shift, sm);
+
+  WarpState<D> ws;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = static_cast<int>(threadIdx.x % 32) / 4 + 8 * h;
+    ws.m[h] = -INFINITY;
+    ws.l[h] = 0.f;
+    ws.ip[h] = sm.ip[r];
+    ws.slope[h] = sm.slope[r];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) ws.o[dt][0] = ws.o[dt][1] = ws.o[dt][2] = ws.o[dt][3] = 0.f;
+  const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
+#pragma unroll
+  for (int t = 0; t < Stages - 1; ++t) {
+    if (t < tiles) load_tile<T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, vec, sm, t);
+    fa2::cp_async_commit();
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    fa2::cp_async_wait<Stages - 2>();
+    __syncthreads();  // tile t is in; every warp is done with tile t - 1, whose stage is refilled next
+    const int64_t next = t + Stages - 1;
+    if (next < tiles)
+      load_tile<T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + next * kTileK, kr.k1, vec, sm,
+                              static_cast<int>(next % Stages));
+    fa2::cp_async_commit();
+    const int st = static_cast<int>(t % Stages);
+    ScoreFrag sc;
+    ProbFrag pa;
+    warp_qk<T, D, Stages>(sm, st, sc);
+    warp_softmax<T, D>(p, kr.k0 + t * kTileK + threadIdx.x / 32 * kWarpKeys, kr.k1, sc, ws, pa);
+    warp_pv<T, D, Stages>(sm, st, pa, ws);
+  }
+  merge_store<T, D, Stages>(p, parts, dst, nr, sm, ws);
 }
 
 }  // namespace decode

@@ -15,6 +15,11 @@ namespace {
 constexpr int64_t kMaxIndex = 2147483647;  // the grids are 1-D
 constexpr size_t kPartsAlign = 256;
 
+int padded_dim(const AttnParams& p) {
+  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
 int64_t row_chunks(const AttnParams& p) {
   return (p.heads_q / p.heads_kv * p.seqlen_q + decode::kRows - 1) / decode::kRows;
 }
@@ -29,19 +34,23 @@ CheckedSize parts_lse_floats(const AttnParams& p) {
   return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
 }
 
-int padded_dim(const AttnParams& p) {
-  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
-  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+// Dynamic shared memory of the decode kernel for p with a ring of `stages` tiles (the same
+// for fp16 and bf16).
+template <int D>
+size_t smem_for(int stages) {
+  return stages == 3 ? sizeof(decode::Smem<__half, D, 3>) : sizeof(decode::Smem<__half, D, 2>);
 }
-
-// Dynamic shared memory of the decode kernel for p (the same for fp16 and bf16).
-size_t smem_bytes(const AttnParams& p) {
+size_t smem_bytes(const AttnParams& p, int stages) {
   switch (padded_dim(p)) {
-    case 64: return sizeof(decode::Smem<__half, 64>);
-    case 128: return sizeof(decode::Smem<__half, 128>);
-    default: return sizeof(decode::Smem<__half, 256>);
+    case 64: return smem_for<64>(stages);
+    case 128: return smem_for<128>(stages);
+    default: return smem_for<256>(stages);
   }
 }
+
+// Three stages where the device's opt-in shared memory allows, else two (decode_check has
+// refused what two do not fit).
+int ring_stages(const AttnParams& p, size_t optin) { return smem_bytes(p, 3) <= optin ? 3 : 2; }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
@@ -58,11 +67,11 @@ bool vector_loads(const AttnParams& p) {
 
 // Append (with seqlen_new >= 1), then decode, for head dims padded to D. The decode
 // kernel's shared memory is granted first, so a refusal leaves the cache untouched.
-template <typename T, int D>
+template <typename T, int D, int Stages>
 flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
-  const size_t smem = smem_bytes(p);
-  cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
+  const size_t smem = smem_bytes(p, Stages);
+  cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D, Stages>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel: %zu bytes of shared memory refused: %s (%s)", smem,
@@ -79,7 +88,7 @@ flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaS
   }
   const int64_t chunks = row_chunks(p);
   const int64_t blocks = p.kv_num_splits * chunks * p.heads_kv * p.batch;
-  decode::decode_kernel<T, D><<<static_cast<unsigned>(blocks), decode::kThreads, smem, st>>>(
+  decode::decode_kernel<T, D, Stages><<<static_cast<unsigned>(blocks), decode::kThreads, smem, st>>>(
       p, parts, static_cast<int>(p.kv_num_splits), static_cast<int>(chunks), vector_loads(p));
   err = cudaGetLastError();
   if (err != cudaSuccess)
@@ -88,13 +97,32 @@ flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaS
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+template <typename T, int D>
+flashattn_status_t launch_staged(const AttnParams& p, const decode::Parts& parts, int stages, cudaStream_t st) {
+  return stages == 3 ? launch<T, D, 3>(p, parts, st) : launch<T, D, 2>(p, parts, st);
+}
+
 template <typename T>
-flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
+flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, int stages, cudaStream_t st) {
   switch (padded_dim(p)) {
-    case 64: return launch<T, 64>(p, parts, st);
-    case 128: return launch<T, 128>(p, parts, st);
-    default: return launch<T, 256>(p, parts, st);
+    case 64: return launch_staged<T, 64>(p, parts, stages, st);
+    case 128: return launch_staged<T, 128>(p, parts, stages, st);
+    default: return launch_staged<T, 256>(p, parts, stages, st);
   }
+}
+
+// The current device's opt-in shared memory per block (capped by FLASHATTN_CUDA_SMEM_LIMIT).
+flashattn_status_t smem_optin(size_t* bytes) {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    const cudaError_t err = cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "decode: reading the device's shared memory per block failed: %s",
+                cudaGetErrorString(err));
+  }
+  const int cap = smem_cap_from_env();
+  *bytes = static_cast<size_t>(cap > 0 && cap < optin ? cap : optin);
+  return FLASHATTN_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -136,12 +164,12 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=FP32: the CUDA KV-cache kernels take fp16/bf16 tensors; run fp32 KV-cache plans on the CPU "
                 "backend");
-  if (smem_bytes(p) > prop.sharedMemPerBlockOptin)
+  if (smem_bytes(p, 2) > prop.sharedMemPerBlockOptin)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA KV-cache kernel needs %zu bytes of shared memory per "
                 "block; device %s allows %zu",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p), prop.name,
-                static_cast<size_t>(prop.sharedMemPerBlockOptin));
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p, 2),
+                prop.name, static_cast<size_t>(prop.sharedMemPerBlockOptin));
   if (p.seqlen_k > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
@@ -173,7 +201,11 @@ flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t works
     parts.o = reinterpret_cast<float*>(start);
     parts.lse = parts.o + parts_o_floats(p).value();
   }
-  flashattn_status_t s = p.dtype == kBf16 ? run_typed<__nv_bfloat16>(p, parts, st) : run_typed<__half>(p, parts, st);
+  size_t optin = 0;
+  FA_TRY(smem_optin(&optin));
+  const int stages = ring_stages(p, optin);
+  flashattn_status_t s =
+      p.dtype == kBf16 ? run_typed<__nv_bfloat16>(p, parts, stages, st) : run_typed<__half>(p, parts, stages, st);
   if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
   CombineParams c;
   const int64_t sq = p.seqlen_q, dv = p.head_dim_v, rows = p.batch * p.heads_q * sq;

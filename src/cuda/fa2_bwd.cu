@@ -98,20 +98,6 @@ int min_br(int cfg) {
   return br;
 }
 
-// FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count caps the opt-in
-// shared memory per block that the backward chooses its kernel for (e.g. 101376 takes
-// the sm_86/sm_89 path on an H100); unset or invalid (not a whole positive number):
-// no cap. Read at every call, so a process may change it between runs.
-int smem_cap_from_env() {
-  const char* env = getenv("FLASHATTN_CUDA_SMEM_LIMIT");
-  if (env == nullptr) return 0;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = strtoll(env, &end, 10);
-  if (end == env || *end != '\0' || errno != 0 || v <= 0 || v > INT32_MAX) return 0;
-  return static_cast<int>(v);
-}
-
 // ---------------------------------------------------------------------------------
 // Workspace layout
 // ---------------------------------------------------------------------------------

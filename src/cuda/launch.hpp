@@ -5,12 +5,30 @@
 // turns every CUDA error into a status through fail().
 #pragma once
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "backends.hpp"
 #include "fa3/fwd.h"
 
 namespace flashattn {
+
+// FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count caps the opt-in
+// shared memory per block that the fa2 backward chooses its kernel for and the decode
+// kernel sizes its ring for (e.g. 101376 takes the sm_86/sm_89 paths on an H100); unset or
+// invalid (not a whole positive number): no cap. Read at every call, so a process may
+// change it between runs.
+inline int smem_cap_from_env() {
+  const char* env = getenv("FLASHATTN_CUDA_SMEM_LIMIT");
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = strtoll(env, &end, 10);
+  if (end == env || *end != '\0' || errno != 0 || v <= 0 || v > INT32_MAX) return 0;
+  return static_cast<int>(v);
+}
 
 // ---- generation 1 (kernels/fa2, sm_80+): the FA2-design kernels ----
 // Whether fa2 can run p (head dims, dtype, option combination); nothing launched.
