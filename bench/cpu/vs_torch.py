@@ -145,6 +145,9 @@ def time_torch(x, causal, passname, repeats):
 
 
 def commit():
+    """git rev-parse --short HEAD; FLASHATTN_COMMIT names it where the tree is an exported copy."""
+    if os.environ.get("FLASHATTN_COMMIT"):
+        return os.environ["FLASHATTN_COMMIT"]
     try:
         return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()

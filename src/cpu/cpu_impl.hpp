@@ -22,6 +22,22 @@ namespace cpu {
 constexpr int64_t kBr = 64;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
+// The forward takes a sequence's query rows kFwdBlockRows at a time (flash_fwd.cpp); a
+// block of at most kDotRows rows (decode, short chunks, a short last block) computes its
+// scores as dot products (dot_rows) rather than GEMM tiles: transposing a K tile costs
+// more than the GEMM saves when few rows share it. The two sum in different orders, so the
+// backward recomputes each row's scores by the path the forward took, and P = exp(S - LSE)
+// sees the S that the LSE was computed from.
+constexpr int64_t kFwdBlockRows = 4 * kBr;
+constexpr int64_t kDotRows = 8;
+
+// The first of a sequence's len_q query rows whose forward scores are dot products (len_q
+// when there is none): the rows of its last block when that block is short enough.
+constexpr int64_t first_dot_row(int64_t len_q) {
+  const int64_t last = len_q > 0 ? (len_q - 1) / kFwdBlockRows * kFwdBlockRows : 0;
+  return len_q - last <= kDotRows ? last : len_q;
+}
+
 // Alignment of every buffer carved from the workspace (cache line).
 constexpr int64_t kAlign = 64;
 

@@ -108,6 +108,13 @@ void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t 
   }
 }
 
+// The first row, within query tile [i0, i0 + ni) of c, whose forward scores were dot
+// products (ni if none): the backward recomputes those rows' scores the same way.
+int64_t dot_rows_from(const HeadCtx& c, int64_t i0, int64_t ni) {
+  const int64_t d = first_dot_row(c.len_q) - i0;
+  return d < 0 ? 0 : (d > ni ? ni : d);
+}
+
 // ---- pass 1: dK, dV of key tile [j0, j0+nj) of kv head hk, sequence b ----
 void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
@@ -132,8 +139,11 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
       transpose_tile(w.dout, dvp, ni, dv, w.dot, kBr);
 
-      // S^T = K Q^T and dZ^T = V dO^T, both [nj x kBr].
+      // S^T = K Q^T and dZ^T = V dO^T, both [nj x kBr]; the forward's dot-product rows
+      // are recomputed as dot products (cpu_impl.hpp).
       gemm(nj, kBr, dqk, w.k, dqk, w.qt, kBr, w.s, kBr, false);
+      const int64_t d0 = dot_rows_from(c, i0, ni);
+      if (d0 < ni) dot_rows(nj, ni - d0, dqk, w.k, dqk, w.q + d0 * dqkp, dqkp, w.s + d0, kBr);
       transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, kBr, kind == kTilePartial, w.capg);
       gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
       if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
@@ -176,6 +186,8 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
     load_rows_t(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.vt, kBc);
 
     gemm(ni, kBc, dqk, w.q, dqkp, w.kt, kBc, w.s, kBc, false);
+    const int64_t d0 = dot_rows_from(c, i0, ni);
+    if (d0 < ni) dot_rows(ni - d0, nj, dqk, w.q + d0 * dqkp, dqkp, w.kr, dqkp, w.s + d0 * kBc, kBc);
     transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, w.capg);
     gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
     if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);

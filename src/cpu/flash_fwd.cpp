@@ -27,16 +27,13 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-// A task covers kSub consecutive query tiles that share each converted K/V tile: the
-// conversion (and the K panel packing) is paid once per kSub * kBr query rows while the
-// mask/sparsity skipping stays at kBr x kBc granularity. 4 (256 rows) halves the share
-// of the packing against 2 (profiled: from ~20% of a d=64 forward to ~10%).
-constexpr int kSub = 4;
-
-// Blocks of at most this many query rows (decode, short chunks) compute scores as dot
-// products with K rows kept row-major: transposing a K tile costs more than the GEMM
-// saves when few rows share it. A block's path depends only on its row count.
-constexpr int64_t kDotRows = 8;
+// A task covers kSub consecutive query tiles (kFwdBlockRows rows) that share each
+// converted K/V tile: the conversion (and the K panel packing) is paid once per
+// kFwdBlockRows query rows while the mask/sparsity skipping stays at kBr x kBc
+// granularity. 4 (256 rows) halves the share of the packing against 2 (profiled: from
+// ~20% of a d=64 forward to ~10%). Blocks of at most kDotRows rows compute their scores as
+// dot products (cpu_impl.hpp).
+constexpr int kSub = static_cast<int>(kFwdBlockRows / kBr);
 
 struct RowState {
   float* q;    // [kBr x dqk]
@@ -191,7 +188,7 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
   const size_t shared = p.kv_enabled ? static_cast<size_t>(kv_shared_bytes(p).value()) : 0;
   const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
-  const int64_t rows_per_task = kSub * kBr;
+  const int64_t rows_per_task = kFwdBlockRows;
   const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
   const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
   // Both sizes are parts of the checked workspace size the API layer validated.
