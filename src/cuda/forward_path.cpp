@@ -36,6 +36,10 @@ ForcedPath forced_path() {
   return ForcedPath::kInvalid;
 }
 
+// Where both families serve a run, fa3 is faster except at head dim 64 with at most 1024
+// keys (0.89-0.99x of fa2 on an H200; docs/internals/kernels-fa3-forward.md).
+bool fa2_is_faster(const AttnParams& p) { return p.head_dim_qk <= 64 && p.seqlen_k <= 1024; }
+
 }  // namespace
 
 flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -44,7 +48,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
     return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                 "FLASHATTN_CUDA_FORWARD=%s: expected fa2 or fa3 (or unset: the library picks the forward kernels)",
                 forced_path_value());
-  if (forced != ForcedPath::kFa2) {
+  if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
     Fa3Fwd fa3;
     char why[256];
     if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, stream);
