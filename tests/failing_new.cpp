@@ -5,6 +5,8 @@
 #include <atomic>
 #include <new>
 
+#include "flashattn.h"
+
 // The replaced operators allocate with malloc and release with free, as a complete set
 // (plain, array, nothrow, sized deletes), so every allocation is made and freed by one
 // allocator (the C library's, or a sanitizer's interceptor of it) whatever the C++ runtime
@@ -36,6 +38,20 @@ AllocationsFail::AllocationsFail() {
 }
 AllocationsFail::~AllocationsFail() { g_fail = false; }
 size_t AllocationsFail::refused() const { return g_refused.load(); }
+
+bool injection_reaches_library() {
+  static const bool reaches = [] {
+    flashattn_plan_t plan = nullptr;
+    flashattn_status_t st;
+    {
+      AllocationsFail fail;
+      st = flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0);
+    }
+    flashattn_plan_destroy(plan);
+    return st == FLASHATTN_STATUS_OUT_OF_MEMORY;
+  }();
+  return reaches;
+}
 }  // namespace fat
 
 void* operator new(size_t n) { return allocate_or_throw(n); }

@@ -5,6 +5,8 @@
 #pragma once
 #include <stddef.h>
 
+#include "catch_compat.hpp"
+
 namespace fat {
 
 // While an AllocationsFail is alive, operator new throws (and nothrow new returns NULL).
@@ -18,4 +20,17 @@ class AllocationsFail {
   size_t refused() const;
 };
 
+// Whether failing this program's operator new fails the library's allocations too: the
+// library binds to the program's operator new unless it carries its own C++ runtime (a
+// static libstdc++, hidden by its version script). Probed once, with a plan creation.
+bool injection_reaches_library();
+
 }  // namespace fat
+
+// Skips the current test case where the library's allocations cannot be failed from here
+// (its results would prove nothing).
+#define FA_REQUIRE_INJECTION()                                                                                \
+  do {                                                                                                        \
+    if (!fat::injection_reaches_library())                                                                    \
+      FA_SKIP_TEST("the library does not allocate through this program's operator new (static C++ runtime)"); \
+  } while (0)

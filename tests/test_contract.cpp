@@ -599,22 +599,6 @@ void drive_bwd() {
 
 // Documented statuses this program cannot provoke here, each with the reason; anything
 // else documented must have been returned above.
-// Whether failing this program's operator new fails the library's allocations too (the
-// library binds to the program's operator new unless it links its C++ runtime statically).
-bool injection_reaches_library() {
-  static const bool reaches = [] {
-    flashattn_plan_t plan = nullptr;
-    flashattn_status_t st;
-    {
-      fat::AllocationsFail fail;
-      st = flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0);
-    }
-    flashattn_plan_destroy(plan);
-    return st == FLASHATTN_STATUS_OUT_OF_MEMORY;
-  }();
-  return reaches;
-}
-
 std::set<int> cannot_provoke(const std::string& fn) {
   const bool gpu = flashattn_cuda_device_count() > 0;
   std::set<int> s = {FLASHATTN_STATUS_INTERNAL_ERROR};  // a library bug, never on purpose
@@ -749,7 +733,7 @@ TEST_CASE("every status a function returns is documented, and every documented o
     std::set<int> excused = cannot_provoke(d.first);
     // Where the library carries its own C++ runtime (libstdc++ linked statically), its
     // allocations do not reach this program's operator new: nothing can fail them.
-    if (!injection_reaches_library() && d.second.count(FLASHATTN_STATUS_OUT_OF_MEMORY) == 1)
+    if (!fat::injection_reaches_library() && d.second.count(FLASHATTN_STATUS_OUT_OF_MEMORY) == 1)
       excused.insert(FLASHATTN_STATUS_OUT_OF_MEMORY);
     std::set<int> missing;
     for (int st : d.second)

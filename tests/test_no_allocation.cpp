@@ -140,6 +140,7 @@ struct Decode {
 }  // namespace
 
 TEST_CASE("CPU forward and backward runs allocate nothing, both algorithms", "[oom][alloc]") {
+  FA_REQUIRE_INJECTION();
   for (auto alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
     INFO("algorithm " << alg);
     Dense d(alg);
@@ -158,6 +159,7 @@ TEST_CASE("CPU forward and backward runs allocate nothing, both algorithms", "[o
 }
 
 TEST_CASE("CPU KV-cache runs (paged, appending, rotary, split) allocate nothing", "[oom][alloc][kvcache]") {
+  FA_REQUIRE_INJECTION();
   Decode d;
   std::vector<uint16_t> o_want(Decode::B * Decode::HQ * Decode::D), o_got = o_want;
   std::vector<uint16_t> k_want = d.kc, v_want = d.vc, k_got = d.kc, v_got = d.vc;
@@ -171,6 +173,7 @@ TEST_CASE("CPU KV-cache runs (paged, appending, rotary, split) allocate nothing"
 }
 
 TEST_CASE("CPU combine allocates nothing once the worker pool is started", "[oom][alloc][kvcache]") {
+  FA_REQUIRE_INJECTION();
   const int64_t S = 4, B = 2, Q = 256, H = 4, D = 64;
   const std::vector<float> o_part = ramp(S * B * Q * H * D, 0.03f), lse_part = ramp(S * B * H * Q, 0.7f);
   const int64_t o_part_strides[5] = {B * Q * H * D, Q * H * D, H * D, D, 1}, lse_strides[4] = {B * H * Q, H * Q, Q, 1};

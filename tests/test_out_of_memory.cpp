@@ -74,6 +74,7 @@ struct Run {
 }  // namespace
 
 TEST_CASE("plan_create out of memory names the plan state and its size", "[oom]") {
+  FA_REQUIRE_INJECTION();
   flashattn_plan_t plan = reinterpret_cast<flashattn_plan_t>(uintptr_t{0x1234});
   const auto r = failing([&] { return flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0); });
   CHECK(r.first == FLASHATTN_STATUS_OUT_OF_MEMORY);
@@ -83,6 +84,7 @@ TEST_CASE("plan_create out of memory names the plan state and its size", "[oom]"
 }
 
 TEST_CASE("set_block_sparse out of memory names the layout copy and its size, and keeps the plan", "[oom]") {
+  FA_REQUIRE_INJECTION();
   Run run(FLASHATTN_ALGORITHM_FLASH);
   // 2 heads x 5 x 3 blocks of 16 x 32.
   std::vector<uint8_t> layout(2 * 5 * 3, 1);
@@ -100,6 +102,7 @@ TEST_CASE("set_block_sparse out of memory names the layout copy and its size, an
 }
 
 TEST_CASE("set_shape allocates nothing, even with a block-sparse layout set", "[oom]") {
+  FA_REQUIRE_INJECTION();
   Run run(FLASHATTN_ALGORITHM_FLASH);
   std::vector<uint8_t> layout(2 * 5 * 3, 1);
   REQUIRE(flashattn_plan_set_block_sparse(run.plan, layout.data(), 2, 5, 3, 16, 32) == FLASHATTN_STATUS_SUCCESS);
