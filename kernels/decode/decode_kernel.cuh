@@ -38,6 +38,7 @@ constexpr int kRows = 16;  // query rows per CTA: the M of the mma
 // 256), kWarpKeys of them per warp.
 constexpr int kTileK = 64;
 constexpr int kWarpKeys = kTileK / kWarps;  // 16: one k16 step of P V
+
 // Shared memory of a CTA for padded head dim D, element type T and a ring of Stages tiles
 // (3, or 2 where the device's shared memory is smaller). Rows are padded by 16 bytes, so
 // ldmatrix of eight consecutive rows is free of bank conflicts. The K/V ring is reused for
@@ -129,7 +130,6 @@ struct KeyRange {
   int64_t k0, k1;
 };
 
-template <int kTileK>
 __device__ __forceinline__ KeyRange split_keys(const AttnParams& p, const Sequence& s, int64_t i_first, int64_t i_last,
                                                int64_t shift, int split, int splits) {
   int64_t lo = 0, hi = s.ok ? s.n : 0;
@@ -390,8 +390,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int nr = static_cast<int>(dst.group * dst.sq - dst.r0 < kRows ? dst.group * dst.sq - dst.r0 : kRows);
   const Sequence s = sequence(p, dst.b);
   const int64_t shift = s.n - dst.sq;  // bottom-right: query row i is row i + shift of the keys
-  const KeyRange kr =
-      split_keys<kTileK>(p, s, dst.r0 / dst.group, (dst.r0 + nr - 1) / dst.group, shift, dst.split, splits);
+  const KeyRange kr = split_keys(p, s, dst.r0 / dst.group, (dst.r0 + nr - 1) / dst.group, shift, dst.split, splits);
 
   if (threadIdx.x == 0) sm.bad = s.ok ? 0 : 1;
   if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
