@@ -159,6 +159,46 @@ TEST_CASE("every row masked gives O = 0 and LSE = -inf and dQ and dK and dV exac
 
 // ---- 5. dropout extremes -----------------------------------------------------------------
 
+// With one key every probability is exp(S - LSE) = exp(0) = 1 exactly, provided the
+// backward recomputes the very S that the forward's LSE came from; dV then depends on dO
+// alone. So dV must be bitwise the same for any Q as for Q = 0 (where S = 0 whatever the
+// summation order). Query counts cover the forward's dot-product blocks (at most 8 rows,
+// also as a short last block: 263 = 256 + 7) and its GEMM tiles.
+namespace {
+std::vector<float> one_key_dv(int64_t sq, int64_t d, bool zero_q) {
+  const int64_t hq = 4, hkv = 2;
+  std::vector<float> q(sq * hq * d), k(hkv * d), v(hkv * d), o(sq * hq * d), lse(hq * sq), dout(sq * hq * d),
+      dq(q.size()), dk(k.size()), dv(v.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = zero_q ? 0.f : std::sin(0.37f * static_cast<float>(i)) * 3.f;
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11f * static_cast<float>(i)) * 2.f;
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.07f * static_cast<float>(i) + 1.f);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.29f * static_cast<float>(i)) * 1.7f;
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_shape(plan, 1, sq, 1, hq, hkv, d, d) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_set_dtype(plan, FLASHATTN_DTYPE_FP32) == FLASHATTN_STATUS_SUCCESS);
+  size_t wf = 0, wb = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD, &wf) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_BACKWARD, &wb) == FLASHATTN_STATUS_SUCCESS);
+  std::vector<unsigned char> ws(wf > wb ? wf : wb);
+  const flashattn_fwd_args_t fa = fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data());
+  REQUIRE(flashattn_fwd(plan, &fa, ws.data(), ws.size(), nullptr) == FLASHATTN_STATUS_SUCCESS);
+  const flashattn_bwd_args_t ba =
+      bwd_args(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
+  REQUIRE(flashattn_bwd(plan, &ba, ws.data(), ws.size(), nullptr) == FLASHATTN_STATUS_SUCCESS);
+  flashattn_plan_destroy(plan);
+  return dv;
+}
+}  // namespace
+
+TEST_CASE("with one key the backward sees the forward's scores: dV does not depend on Q", "[numerics]") {
+  for (int64_t sq : {1, 3, 8, 9, 70, 263})
+    for (int64_t d : {8, 16, 17, 40, 64, 100, 128}) {
+      INFO("sq=" << sq << " d=" << d);
+      CHECK(one_key_dv(sq, d, false) == one_key_dv(sq, d, true));
+    }
+}
+
 TEST_CASE("dropout p = 0 with a seed is bitwise identical to no dropout", "[numerics]") {
   HostMem mem;
   each_variant({FLASHATTN_DTYPE_FP32, FLASHATTN_DTYPE_BF16},
