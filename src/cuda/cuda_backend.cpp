@@ -286,7 +286,11 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   if (const flashattn_status_t s = guard.status()) return s;
   const cudaStream_t st = stream;
   if (const flashattn_status_t s = prepare_stream(st, device)) return s;
-  if (p.kv_enabled) return decode_fwd(p, workspace, workspace_bytes, st);
+  if (p.kv_enabled) {
+    const cudaDeviceProp* prop = nullptr;
+    if (const flashattn_status_t s = device_prop(device, &prop)) return s;
+    return decode_fwd(p, *prop, workspace, workspace_bytes, st);
+  }
   flashattn_status_t s;
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)

@@ -48,9 +48,11 @@ size_t smem_bytes(const AttnParams& p, int stages) {
   }
 }
 
-// Three stages where the device's opt-in shared memory allows, else two (decode_check has
-// refused what two do not fit).
-int ring_stages(const AttnParams& p, size_t optin) { return smem_bytes(p, 3) <= optin ? 3 : 2; }
+// Three stages where the device's opt-in shared memory (capped by FLASHATTN_CUDA_SMEM_LIMIT)
+// allows, else two (decode_check has refused what two do not fit).
+int ring_stages(const AttnParams& p, const cudaDeviceProp& prop) {
+  return smem_bytes(p, 3) <= static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin))) ? 3 : 2;
+}
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
@@ -109,20 +111,6 @@ flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, in
     case 128: return launch_staged<T, 128>(p, parts, stages, st);
     default: return launch_staged<T, 256>(p, parts, stages, st);
   }
-}
-
-// The current device's opt-in shared memory per block (capped by FLASHATTN_CUDA_SMEM_LIMIT).
-flashattn_status_t smem_optin(size_t* bytes) {
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    const cudaError_t err = cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "decode: reading the device's shared memory per block failed: %s",
-                cudaGetErrorString(err));
-  }
-  const int cap = smem_cap_from_env();
-  *bytes = static_cast<size_t>(cap > 0 && cap < optin ? cap : optin);
-  return FLASHATTN_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -190,7 +178,8 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t st) {
+flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
+                              cudaStream_t st) {
   decode::Parts parts{nullptr, nullptr};
   if (p.kv_num_splits > 1) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
@@ -201,9 +190,7 @@ flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t works
     parts.o = reinterpret_cast<float*>(start);
     parts.lse = parts.o + parts_o_floats(p).value();
   }
-  size_t optin = 0;
-  FA_TRY(smem_optin(&optin));
-  const int stages = ring_stages(p, optin);
+  const int stages = ring_stages(p, prop);
   flashattn_status_t s =
       p.dtype == kBf16 ? run_typed<__nv_bfloat16>(p, parts, stages, st) : run_typed<__half>(p, parts, stages, st);
   if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;

@@ -469,8 +469,7 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
     return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa2 backward: querying the shared memory limit failed: %s (%s)",
                 cudaGetErrorName(err), cudaGetErrorString(err));
   }
-  const int cap = smem_cap_from_env();
-  const int limit = cap > 0 && cap < optin ? cap : optin;
+  const int limit = smem_limit(optin);
   BwdChoice kc{};
   if (arch < 0) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,

@@ -15,18 +15,19 @@
 
 namespace flashattn {
 
-// FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count caps the opt-in
-// shared memory per block that the fa2 backward chooses its kernel for and the decode
-// kernel sizes its ring for (e.g. 101376 takes the sm_86/sm_89 paths on an H100); unset or
-// invalid (not a whole positive number): no cap. Read at every call, so a process may
-// change it between runs.
-inline int smem_cap_from_env() {
+// The opt-in shared memory per block that the fa2 backward chooses its kernel for and the
+// decode kernel sizes its ring for, on a device that allows `optin` bytes.
+// FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count below optin
+// caps it (e.g. 101376 takes the sm_86/sm_89 paths on an H100); unset or invalid (not a
+// whole positive number): no cap. Read at every call, so a process may change it between
+// runs.
+inline int smem_limit(int optin) {
   const char* env = getenv("FLASHATTN_CUDA_SMEM_LIMIT");
-  if (env == nullptr) return 0;
+  if (env == nullptr) return optin;
   char* end = nullptr;
   errno = 0;
   const long long v = strtoll(env, &end, 10);
-  if (end == env || *end != '\0' || errno != 0 || v <= 0 || v > INT32_MAX) return 0;
+  if (end == env || *end != '\0' || errno != 0 || v <= 0 || v >= optin) return optin;
   return static_cast<int>(v);
 }
 
@@ -79,7 +80,8 @@ flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
 int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop);
 CheckedSize decode_workspace_size(const AttnParams& p);
 flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop);
-flashattn_status_t decode_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
 
 // ---- shared by both algorithms (src/cuda/varlen_tail.cu) ----
 // Varlen: writes the rows of tokens past the last offset (O = 0, LSE = -inf forward; zero
