@@ -26,15 +26,16 @@ import ctypes
 import datetime
 import os
 import socket
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
 
 import torch  # noqa: E402
+from suite import report  # noqa: E402
 
 COLUMNS = "host,threads,dtype,d,N,causal,pass,ours_gflops,torch_gflops,commit,date"
 DTYPES = {"fp32": (torch.float32, 2), "bf16": (torch.bfloat16, 1)}  # flashattn_dtype_t values
@@ -144,17 +145,6 @@ def time_torch(x, causal, passname, repeats):
     return best_seconds(step, repeats)
 
 
-def commit():
-    """git rev-parse --short HEAD; FLASHATTN_COMMIT names it where the tree is an exported copy."""
-    if os.environ.get("FLASHATTN_COMMIT"):
-        return os.environ["FLASHATTN_COMMIT"]
-    try:
-        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def sweep(fa, lib, o):
     torch.set_num_threads(o.threads)
     rows = []
@@ -220,7 +210,7 @@ def main():
     ap.add_argument("--host", default=socket.gethostname())
     ap.add_argument("--tiny", action="store_true")
     o = ap.parse_args()
-    o.commit = commit()
+    o.commit = report.commit()
     fa, lib = library(o.lib)
     if o.tiny:
         tiny(fa, lib, o)
