@@ -9,11 +9,11 @@
 // and LSE directly.
 //
 // Memory: tiles of kTileK keys are gathered row by row through the block table (any
-// page size, NHD or HND through strides) with 16-byte cp.async into a three-stage
-// shared-memory ring (two where shared memory is smaller), so tiles are in flight while one
-// is computed; `vec` is false
-// when a dim, pointer or stride (of a dim of extent above 1) is not a multiple of 16
-// bytes, and rows are then loaded element by element. One barrier per tile.
+// page size, NHD or HND through strides) with 16-byte cp.async into a shared-memory
+// ring of kStages tiles (two where shared memory is smaller), so tiles are in flight while
+// one is computed; `vec` is false when a dim, pointer or stride (of a dim of extent above
+// 1) is not a multiple of 16 bytes, and rows are then loaded element by element. One
+// barrier per tile.
 //
 // Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
 // the CTA's 16 query rows are the M of every product, so GQA groups and several query
@@ -39,10 +39,20 @@ constexpr int kRows = 16;  // query rows per CTA: the M of the mma
 constexpr int kTileK = 64;
 constexpr int kWarpKeys = kTileK / kWarps;  // 16: one k16 step of P V
 
+// The kernel is bound by instruction latency (each warp waits on dependent math for
+// every 16 keys), so resident warps matter more than ring depth: at head dim 64 a ring of
+// two stages (39 KiB) lets four CTAs share an SM, registers budgeted for them by
+// __launch_bounds__ (kMinBlocks); above, three stages and two CTAs (one at d=256, by
+// shared memory). docs/internals/kernels-decode.md has the measurement.
+template <int D>
+constexpr int kStages = D <= 64 ? 2 : 3;
+template <int D>
+constexpr int kMinBlocks = D <= 64 ? 4 : 2;
+
 // Shared memory of a CTA for padded head dim D, element type T and a ring of Stages tiles
-// (3, or 2 where the device's shared memory is smaller). Rows are padded by 16 bytes, so
-// ldmatrix of eight consecutive rows is free of bank conflicts. The K/V ring is reused for
-// the cross-warp merge once the last tile is done.
+// (kStages<D>, or 2 where the device's shared memory is smaller). Rows are padded by 16
+// bytes, so ldmatrix of eight consecutive rows is free of bank conflicts. The K/V ring is
+// reused for the cross-warp merge once the last tile is done.
 template <typename T, int D, int Stages>
 struct Smem {
   static constexpr int kStride = D + 8;
@@ -371,7 +381,7 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
 }
 
 template <typename T, int D, int Stages>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<T, D, Stages>& sm = *reinterpret_cast<Smem<T, D, Stages>*>(smem_raw);

@@ -34,11 +34,11 @@ CheckedSize parts_lse_floats(const AttnParams& p) {
   return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
 }
 
-// Dynamic shared memory of the decode kernel for p with a ring of `stages` tiles (the same
-// for fp16 and bf16).
+// Dynamic shared memory of the decode kernel for p with a ring of `stages` tiles
+// (kStages of its head dim, or 2; the same for fp16 and bf16).
 template <int D>
 size_t smem_for(int stages) {
-  return stages == 3 ? sizeof(decode::Smem<__half, D, 3>) : sizeof(decode::Smem<__half, D, 2>);
+  return stages == 2 ? sizeof(decode::Smem<__half, D, 2>) : sizeof(decode::Smem<__half, D, decode::kStages<D>>);
 }
 size_t smem_bytes(const AttnParams& p, int stages) {
   switch (padded_dim(p)) {
@@ -47,11 +47,37 @@ size_t smem_bytes(const AttnParams& p, int stages) {
     default: return smem_for<256>(stages);
   }
 }
+int full_stages(const AttnParams& p) {
+  switch (padded_dim(p)) {
+    case 64: return decode::kStages<64>;
+    case 128: return decode::kStages<128>;
+    default: return decode::kStages<256>;
+  }
+}
 
-// Three stages where the device's opt-in shared memory (capped by FLASHATTN_CUDA_SMEM_LIMIT)
-// allows, else two (decode_check has refused what two do not fit).
+// The head dim's kStages where the device's opt-in shared memory (capped by
+// FLASHATTN_CUDA_SMEM_LIMIT) allows, else two (decode_check has refused what two do not
+// fit).
 int ring_stages(const AttnParams& p, const cudaDeviceProp& prop) {
-  return smem_bytes(p, 3) <= static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin))) ? 3 : 2;
+  const int full = full_stages(p);
+  const size_t limit = static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
+  return smem_bytes(p, full) <= limit ? full : 2;
+}
+
+// Decode CTAs resident on one SM: as many as its shared memory holds, at most the
+// kMinBlocks the kernel's registers are budgeted for.
+template <int D>
+int64_t ctas_for(int64_t smem_fit) {
+  return smem_fit < 1 ? 1 : smem_fit > decode::kMinBlocks<D> ? decode::kMinBlocks<D> : smem_fit;
+}
+int64_t ctas_per_sm(const AttnParams& p, const cudaDeviceProp& prop) {
+  const size_t per_cta = smem_bytes(p, ring_stages(p, prop)) + prop.reservedSharedMemPerBlock;
+  const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / per_cta);
+  switch (padded_dim(p)) {
+    case 64: return ctas_for<64>(fit);
+    case 128: return ctas_for<128>(fit);
+    default: return ctas_for<256>(fit);
+  }
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -101,7 +127,7 @@ flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaS
 
 template <typename T, int D>
 flashattn_status_t launch_staged(const AttnParams& p, const decode::Parts& parts, int stages, cudaStream_t st) {
-  return stages == 3 ? launch<T, D, 3>(p, parts, st) : launch<T, D, 2>(p, parts, st);
+  return stages == 2 ? launch<T, D, 2>(p, parts, st) : launch<T, D, decode::kStages<D>>(p, parts, st);
 }
 
 template <typename T>
@@ -116,11 +142,12 @@ flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, in
 }  // namespace
 
 int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop) {
-  // FlashAttention's heuristic (num_splits_heuristic): with fewer CTAs than 80% of the SMs
-  // (two CTAs each), take the fewest splits whose efficiency (CTAs over whole waves) is
-  // within 85% of the best, keeping at least one tile of the capacity per split.
+  // FlashAttention's heuristic (num_splits_heuristic): with fewer CTAs than 80% of the
+  // resident slots (ctas_per_sm on every SM), take the fewest splits whose efficiency (CTAs
+  // over whole waves) is within 85% of the best, keeping at least one tile of the capacity
+  // per split.
   const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
-  const int64_t slots = 2 * static_cast<int64_t>(prop.multiProcessorCount);
+  const int64_t slots = ctas_per_sm(p, prop) * static_cast<int64_t>(prop.multiProcessorCount);
   if (ctas * 10 >= slots * 8) return 1;
   const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
   int64_t max_splits = slots < tiles ? slots : tiles;
