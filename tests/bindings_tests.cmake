@@ -2,7 +2,9 @@
 # Included from tests/CMakeLists.txt. Every test uses this build tree's library.
 #   bindings.python         pytest suite (CPU backend, numpy; the Python fp64 reference against
 #                           the C++ one); skips (77) without numpy/pytest
-#   bindings.rust           cargo test --offline; skips (77) without cargo
+#   bindings.rust           cargo test --offline --features half; skips (77) without cargo
+#   bindings.rust_prefix    cargo run --example forward against a `cmake --install` prefix,
+#                           found through pkg-config and the run path; skips (77) without cargo
 #   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
 #   bindings.julia_checker  the checker detects deliberately broken copies
 #   bindings.julia_syntax   tree-sitter parse of the Julia files (skips without tree-sitter-julia)
@@ -16,7 +18,7 @@ set(_fa_bindings ${PROJECT_SOURCE_DIR}/bindings)
 if(FLASHATTN_SANITIZE)
   # A sanitized libflashattn cannot be dlopen'ed by an uninstrumented python3 or cargo test
   # binary (the sanitizer runtime must come first); these tests run in the plain builds.
-  foreach(_t python rust)
+  foreach(_t python rust rust_prefix)
     add_test(NAME bindings.${_t}
              COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: FLASHATTN_SANITIZE=${FLASHATTN_SANITIZE} build")
     set_tests_properties(bindings.${_t} PROPERTIES LABELS "bindings;${_t}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
@@ -35,6 +37,11 @@ else()
                    ${CMAKE_CURRENT_BINARY_DIR}/cargo-target)
   set_tests_properties(bindings.rust PROPERTIES
     LABELS "bindings;rust" SKIP_RETURN_CODE 77 TIMEOUT 1200)
+  add_test(NAME bindings.rust_prefix
+           COMMAND sh ${_fa_bindings}/rust/run_prefix_example.sh ${CMAKE_COMMAND} ${PROJECT_BINARY_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/rust-prefix)
+  set_tests_properties(bindings.rust_prefix PROPERTIES
+    LABELS "bindings;rust" SKIP_RETURN_CODE 77 TIMEOUT 600)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter QUIET)
