@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced (POSIX sh) by run_tests.sh and run_prefix_example.sh: finds cargo and picks where
 # the crates.io dependencies (only `half`, for the feature of that name) come from, offline.
 # Defines run_cargo ARGS..., or prints a skip line and exits 77 (CTest SKIP_RETURN_CODE)
