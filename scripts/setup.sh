@@ -15,6 +15,9 @@ if [[ "${1:-}" != "--minimal" ]]; then
   # clang + its runtimes: the libFuzzer target (tests/reliability) with ASan+UBSan;
   # clang-format-14: the format check (scripts/check_format.sh).
   packages+=(clang libclang-rt-14-dev clang-format-14)
+  # cargo (+ rustc) and librust-half-dev: the Rust binding's tests, offline (the half crate
+  # for its feature `half` comes from /usr/share/cargo/registry; bindings/rust/cargo_env.sh).
+  packages+=(cargo librust-half-dev)
 fi
 
 missing=()

@@ -6,8 +6,8 @@
 #   when nvcc exists, else `ci-cpu`, builds everything with Ninja;
 # - runs the whole CTest suite: unit and reference tests, packaging tests (exports,
 #   consumers of the installed library, ABI, Doxygen docs, Debian packages + lintian),
-#   bindings (Python, Rust when cargo exists, Julia header check), examples; GPU tests
-#   report "skipped" on a machine without a GPU.
+#   bindings (Python, Rust when cargo exists, Julia's tests when julia exists and its header
+#   check), examples; GPU tests report "skipped" on a machine without a GPU.
 # - then the CPU suite again under ASan+UBSan and the concurrency test under TSan
 #   (scripts/sanitize.sh).
 # Exits nonzero if anything fails.
@@ -41,6 +41,6 @@ step "sanitizers (CPU suite under ASan+UBSan, concurrency under TSan)"
 bash scripts/sanitize.sh all
 
 if ! command -v cargo >/dev/null 2>&1 && [[ ! -x "${CARGO_HOME:-${HOME:-/nonexistent}/.cargo}/bin/cargo" ]]; then
-  echo "NOTE: cargo not found: the Rust binding's tests (bindings.rust) were skipped"
+  echo "NOTE: cargo not found: the Rust binding's tests (bindings.rust, bindings.rust_prefix) were skipped"
 fi
 step "all tests passed"

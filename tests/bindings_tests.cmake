@@ -2,7 +2,10 @@
 # Included from tests/CMakeLists.txt. Every test uses this build tree's library.
 #   bindings.python         pytest suite (CPU backend, numpy; the Python fp64 reference against
 #                           the C++ one); skips (77) without numpy/pytest
-#   bindings.rust           cargo test --offline; skips (77) without cargo
+#   bindings.rust           cargo test --offline --features half; skips (77) without cargo
+#   bindings.rust_prefix    cargo run --example forward against a `cmake --install` prefix,
+#                           found through pkg-config and the run path; skips (77) without cargo
+#   bindings.julia          the package's tests (test/runtests.jl, CPU backend); skips (77) without julia
 #   bindings.julia_header   FlashAttn.jl checked against include/flashattn.h
 #   bindings.julia_checker  the checker detects deliberately broken copies
 #   bindings.julia_syntax   tree-sitter parse of the Julia files (skips without tree-sitter-julia)
@@ -14,9 +17,9 @@
 set(_fa_bindings ${PROJECT_SOURCE_DIR}/bindings)
 
 if(FLASHATTN_SANITIZE)
-  # A sanitized libflashattn cannot be dlopen'ed by an uninstrumented python3 or cargo test
-  # binary (the sanitizer runtime must come first); these tests run in the plain builds.
-  foreach(_t python rust)
+  # A sanitized libflashattn cannot be dlopen'ed by an uninstrumented python3, cargo test
+  # binary or julia (the sanitizer runtime must come first); these tests run in the plain builds.
+  foreach(_t python rust rust_prefix julia)
     add_test(NAME bindings.${_t}
              COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: FLASHATTN_SANITIZE=${FLASHATTN_SANITIZE} build")
     set_tests_properties(bindings.${_t} PROPERTIES LABELS "bindings;${_t}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
@@ -35,6 +38,14 @@ else()
                    ${CMAKE_CURRENT_BINARY_DIR}/cargo-target)
   set_tests_properties(bindings.rust PROPERTIES
     LABELS "bindings;rust" SKIP_RETURN_CODE 77 TIMEOUT 1200)
+  add_test(NAME bindings.rust_prefix
+           COMMAND sh ${_fa_bindings}/rust/run_prefix_example.sh ${CMAKE_COMMAND} ${PROJECT_BINARY_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/rust-prefix)
+  set_tests_properties(bindings.rust_prefix PROPERTIES
+    LABELS "bindings;rust" SKIP_RETURN_CODE 77 TIMEOUT 600)
+
+  add_test(NAME bindings.julia COMMAND sh ${_fa_bindings}/julia/run_tests.sh $<TARGET_FILE:flashattn>)
+  set_tests_properties(bindings.julia PROPERTIES LABELS "bindings;julia" SKIP_RETURN_CODE 77 TIMEOUT 900)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter QUIET)

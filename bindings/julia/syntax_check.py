@@ -3,7 +3,8 @@
 grammar (PyPI: tree-sitter, tree-sitter-julia). Exits 77 (skip) when those are not
 installed, 1 on any parse error (with its position), 0 otherwise.
 
-Usage: syntax_check.py [FILE.jl ...]   (default: src/FlashAttn.jl examples/attention.jl)
+Usage: syntax_check.py [FILE.jl ...]   (default: src/FlashAttn.jl examples/attention.jl
+                                        test/runtests.jl)
 """
 import os
 import sys
@@ -19,7 +20,8 @@ def main(argv):
         print("SKIPPED: tree-sitter and tree-sitter-julia are not installed (pip install tree-sitter tree-sitter-julia)")
         return 77
     parser = Parser(Language(tree_sitter_julia.language()))
-    files = argv or [os.path.join(HERE, "src", "FlashAttn.jl"), os.path.join(HERE, "examples", "attention.jl")]
+    files = argv or [os.path.join(HERE, *p) for p in (("src", "FlashAttn.jl"), ("examples", "attention.jl"),
+                                                      ("test", "runtests.jl"))]
     bad = 0
     for path in files:
         with open(path, "rb") as f:

@@ -5,9 +5,9 @@
 //! C enums are passed as `c_int` (their size and ABI on every supported platform); the
 //! enum values are the `FLASHATTN_*` constants below.
 #![allow(non_camel_case_types)]
-#![no_std]
 
-use core::ffi::{c_char, c_float, c_int, c_void};
+// std::os::raw rather than core::ffi (no_std), whose C types need Rust 1.64: Debian 12 has 1.63.
+use std::os::raw::{c_char, c_float, c_int, c_void};
 
 /// Major version; the SONAME is libflashattn.so.MAJOR.
 pub const FLASHATTN_VERSION_MAJOR: c_int = 0;

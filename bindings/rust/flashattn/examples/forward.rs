@@ -1,6 +1,8 @@
 //! Causal GQA attention forward and backward on the CPU backend.
 //!
-//! Run: FLASHATTN_LIB_DIR=<dir with libflashattn.so> LD_LIBRARY_PATH=<same> cargo run --example forward
+//! Run: FLASHATTN_LIB_DIR=<dir with libflashattn.so> cargo run --example forward, or for an
+//! installed library PKG_CONFIG_PATH=<prefix>/lib/pkgconfig cargo run --example forward (the
+//! run path flashattn's build.rs embeds loads the same library; README.md: Linking and running).
 use flashattn::{Align, DType, Grads, Inputs, Plan, Shape};
 
 fn main() -> Result<(), flashattn::Error> {

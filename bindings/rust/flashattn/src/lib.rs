@@ -29,8 +29,8 @@ use std::ptr::{self, NonNull};
 
 pub use flashattn_sys as sys;
 
-mod half;
-pub use half::{Bf16, F16};
+mod float16;
+pub use float16::{Bf16, F16};
 mod kvcache;
 pub use kvcache::{combine, combine_raw, CombineShape, KvCacheConfig, KvCacheRun, Rotary, RotaryConfig};
 
@@ -235,7 +235,8 @@ pub enum Pass {
     ForwardKvCache,
 }
 
-/// Element types a plan can run on slices of: `f32`, [`F16`], [`Bf16`].
+/// Element types a plan can run on slices of: `f32`, [`F16`], [`Bf16`], and with the cargo
+/// feature `half` the `half` crate's `f16` and `bf16`.
 ///
 /// # Safety
 /// Implementors must have exactly the size and bit layout of `DTYPE`'s C element type.
@@ -249,6 +250,18 @@ unsafe impl Element for F16 {
     const DTYPE: DType = DType::F16;
 }
 unsafe impl Element for Bf16 {
+    const DTYPE: DType = DType::Bf16;
+}
+// SAFETY: `half::f16` and `half::bf16` are `#[repr(transparent)]` wrappers of their u16 bits
+// (binary16 and bfloat16, as F16 and Bf16); the size is also checked at compile time.
+#[cfg(feature = "half")]
+const _: () = assert!(std::mem::size_of::<::half::f16>() == 2 && std::mem::size_of::<::half::bf16>() == 2);
+#[cfg(feature = "half")]
+unsafe impl Element for ::half::f16 {
+    const DTYPE: DType = DType::F16;
+}
+#[cfg(feature = "half")]
+unsafe impl Element for ::half::bf16 {
     const DTYPE: DType = DType::Bf16;
 }
 

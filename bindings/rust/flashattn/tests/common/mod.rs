@@ -1,4 +1,6 @@
 //! Helpers shared by the integration tests.
+// Each test crate includes this module and uses a part of it.
+#![allow(dead_code)]
 
 /// Deterministic pseudo-random values in [-1, 1).
 pub fn data(n: usize, seed: u64) -> Vec<f32> {

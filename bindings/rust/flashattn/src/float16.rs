@@ -1,7 +1,8 @@
 //! Minimal 16-bit float storage types: [`F16`] (IEEE binary16) and [`Bf16`] (bfloat16).
 //!
 //! They only store bits and convert to and from `f32` (round to nearest, ties to even);
-//! the library does the arithmetic in fp32.
+//! the library does the arithmetic in fp32. With the cargo feature `half` they convert
+//! losslessly (bit for bit) to and from the `half` crate's `f16` and `bf16`.
 
 /// IEEE 754 binary16, stored as its bits.
 #[repr(transparent)]
@@ -124,6 +125,34 @@ impl From<f32> for Bf16 {
 impl From<Bf16> for f32 {
     fn from(x: Bf16) -> f32 {
         x.to_f32()
+    }
+}
+
+#[cfg(feature = "half")]
+impl From<::half::f16> for F16 {
+    fn from(x: ::half::f16) -> Self {
+        F16(x.to_bits())
+    }
+}
+
+#[cfg(feature = "half")]
+impl From<F16> for ::half::f16 {
+    fn from(x: F16) -> Self {
+        ::half::f16::from_bits(x.0)
+    }
+}
+
+#[cfg(feature = "half")]
+impl From<::half::bf16> for Bf16 {
+    fn from(x: ::half::bf16) -> Self {
+        Bf16(x.to_bits())
+    }
+}
+
+#[cfg(feature = "half")]
+impl From<Bf16> for ::half::bf16 {
+    fn from(x: Bf16) -> Self {
+        ::half::bf16::from_bits(x.0)
     }
 }
 
