@@ -20,7 +20,8 @@ struct FwdMaps {
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.
 enum FwdLaunchStep : int {
   kFwdSetSmem,  // cudaFuncSetAttribute(max dynamic shared memory = smem)
-  kFwdLaunch    // the launch of grid (query tiles, heads_q, batch)
+  kFwdSmCount,  // cudaGetDevice / cudaDeviceGetAttribute(multiprocessor count)
+  kFwdLaunch    // the launch of grid (min(query tiles, SMs))
 };
 struct FwdLaunchResult {
   cudaError_t err;

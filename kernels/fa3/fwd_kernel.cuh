@@ -1,12 +1,16 @@
 // The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs.
 //
-// CTA = one 128-row query tile of one (query head, sequence); 384 threads:
+// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence))
+// blockIdx.x, + gridDim.x, ... in tile_at's order. 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
-//     the Q tile once and the K and V blocks into 2-stage rings with TMA (128-byte swizzle),
-//     K one block ahead of V. Every stage of each ring has a full barrier (transaction bytes)
-//     and an empty barrier that all 256 consumer threads arrive on once their GEMM of the
-//     stage is done (K after S, V after O += P V).
+//     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
+//     swizzle), K one block ahead of V. The rings run on across tiles, so the next tile's
+//     first blocks load while the consumers finish the last one. Every stage of each ring
+//     has a full barrier (transaction bytes) and an empty barrier that all 256 consumer
+//     threads arrive on once their GEMM of the stage is done (K after S, V after O += P V);
+//     the Q tile has a full barrier and an empty one (its last S GEMM is done, or at d = 256,
+//     where O leaves through it, both O stores have read it).
 //   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
 //     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
 //     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
@@ -17,8 +21,8 @@
 //     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
-// rows (16-bit) over its Q rows in shared memory and one thread stores them with TMA; LSE
-// (fp32) by plain stores from registers.
+// rows (16-bit) into the O buffer in shared memory (d = 256: over its Q rows) and one thread
+// stores them with TMA; LSE (fp32) by plain stores from registers.
 //
 // Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
@@ -141,6 +145,69 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[NT / 2][4], const float (&
   }
 }
 
+// The query tile `tile` of the persistent walk: tiles are numbered query block fastest,
+// from the last one down (under a causal mask the last query blocks see the most key
+// blocks, so the longest tiles of a head go first), then by head and sequence. The CTAs
+// running at once then work on few heads, whose K and V stay in L2.
+struct Tile {
+  int m0, h, b;
+};
+template <class Cfg>
+__device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles_m) {
+  const int m = tiles_m - 1 - tile % tiles_m, hb = tile / tiles_m;
+  return {m * Cfg::kBlockM, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
+}
+
+// ---- epilogue of a tile: normalize; O through shared memory and a TMA store, LSE by plain
+// stores ----
+// sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
+// LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. O goes to so_wg: the
+// warpgroup's rows of the O buffer, or (d = 256) of the Q tile (its S GEMMs, the only
+// readers, are done), in the layout of a TMA load: 64-column block cb at cb kBlockM 128 bytes, row r's 16-byte chunk c
+// at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a warp hit 32 distinct banks. The storing thread returns once
+// the store has read shared memory.
+template <class Cfg, typename T, int kNV>
+__device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int row0, int cw,
+                                         int warp, int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
+                                         const float (&row_max)[2], const float (&row_sum)[2], float sl2) {
+  constexpr int kBlockM = Cfg::kBlockM, kD = Cfg::kD;
+  const int len_q = static_cast<int>(p.seqlen_q);
+  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
+  // Own O buffer: the warpgroup's previous O store has read it (its storing thread waited
+  // for that before reaching this barrier).
+  if (Cfg::kOwnO) bar_sync(kBarEpilogue + cw, 128);
+  float inv[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = fa2::quad_sum(row_sum[hh]);
+    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
+    const int i = row0 + hh * 8;
+    if (lse != nullptr && t == 0 && i < len_q)
+      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
+  }
+#pragma unroll
+  for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = warp * 16 + g + hh * 8;
+      const uint32_t a =
+          so_wg + static_cast<uint32_t>((nv / 8) * kBlockM * 128 + r * 128 + (((nv % 8) ^ g) << 4) + t * 4);
+      const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+    }
+  hopper::fence_proxy_async_smem();
+  bar_sync(kBarEpilogue + cw, 128);
+  // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
+  static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
+  const int r0 = tl.m0 + cw * 64;
+  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
+#pragma unroll
+    for (int cb = 0; cb < kD / 64; ++cb)
+      hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * 128), cb * 64, r0, tl.h, tl.b);
+    hopper::tma_store_commit_and_wait_read();
+  }
+}
+
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
@@ -149,29 +216,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kNV = kD / 8;       // n8 tiles of O
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t sk0 = sq + Cfg::kQBytes;
+  const uint32_t so = Cfg::kOwnO ? sq + Cfg::kQBytes : sq;  // the O staging tile
+  const uint32_t sk0 = sq + Cfg::kQBytes + Cfg::kOBytes;
   const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
   const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
-  const uint32_t q_full = bar0;
-  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(1 + kind * kStages + s); };
+  const uint32_t q_full = bar0, q_empty = bar0 + 8u;
+  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(2 + kind * kStages + s); };
   auto k_full = [&](int s) { return bar(0, s); };
   auto v_full = [&](int s) { return bar(1, s); };
   auto k_empty = [&](int s) { return bar(2, s); };
   auto v_empty = [&](int s) { return bar(3, s); };
-  // Block it of the walk lives in stage it % kStages, in that stage's use number it / kStages.
+  // Block it of the CTA's walk (counted over all its tiles) lives in stage it % kStages, in
+  // that stage's use number it / kStages.
   auto stage = [](int it) { return it % kStages; };
   auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
 
-  // Query tiles in reverse launch order: under a causal mask the last tiles see the most key
-  // blocks, and starting them first leaves the short ones to fill the end of the grid.
-  const int m0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kBlockM;
-  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  // Persistent: the CTA takes tiles blockIdx.x, + gridDim.x, ... (tile_at's order).
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
-  const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+  const int tiles_m = (len_q + kBlockM - 1) / kBlockM;
+  const int num_tiles = tiles_m * static_cast<int>(p.heads_q * p.batch);
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full);
+    // Q is free for the next tile: own O buffer, once every consumer thread's last S GEMM is
+    // done; else once each warpgroup's O store has read it.
+    hopper::mbar_init(q_empty, Cfg::kOwnO ? 2 * 128 : 2);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(k_full(s));
       hopper::mbar_init(v_full(s));
@@ -184,39 +254,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    // ---- producer: Q, then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
-    // consumers use them in ----
+    // ---- producer: per tile, K of its first block, Q (once the previous tile's O has left
+    // the Q buffer), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
+    // consumers use them in. Every tile loads Q, so the Q barriers turn once per tile. ----
     regs_dec<24>();
     if (threadIdx.x != 0) return;
-    // O is stored through its map even when the tile sees no key block.
     hopper::tma_prefetch_map(&maps.q);
     hopper::tma_prefetch_map(&maps.k);
     hopper::tma_prefetch_map(&maps.v);
     hopper::tma_prefetch_map(&maps.o);
-    if (n_blocks == 0) return;
-    const int kvh = h / static_cast<int>(p.heads_q / p.heads_kv);
-    hopper::mbar_expect(q_full, Cfg::kQBytes);
+    const int kv_group = static_cast<int>(p.heads_q / p.heads_kv);
+    int base = 0;  // walk steps of the CTA's earlier tiles
+    int tc = 0;    // the CTA's tiles so far
+    for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+      const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+      const int n_blocks = key_blocks<Cfg>(p, tl.m0, len_q, len_k, shift);
+      const int kvh = tl.h / kv_group;
+      // Operand `which` (0 K, 1 V) of walk step it of this tile. A fresh barrier counts as
+      // having completed the phase before its first: the first round through a ring does not
+      // wait.
+      auto load = [&](int which, int it) {
+        const int s = stage(base + it), n = n_blocks - 1 - it;
+        const uint32_t full = which == 0 ? k_full(s) : v_full(s);
+        const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * Cfg::kKVBytes);
+        hopper::mbar_wait(which == 0 ? k_empty(s) : v_empty(s), parity(base + it) ^ 1u);
+        hopper::mbar_expect(full, Cfg::kKVBytes);
 #pragma unroll
-    for (int c = 0; c < kD / 64; ++c)
-      hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, m0, h, b, q_full);
-    // Operand `which` (0 K, 1 V) of walk step it. A fresh barrier counts as having completed
-    // the phase before its first: the first round through the ring does not wait.
-    auto load = [&](int which, int it) {
-      const int s = stage(it), n = n_blocks - 1 - it;
-      const uint32_t full = which == 0 ? k_full(s) : v_full(s);
-      const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * Cfg::kKVBytes);
-      hopper::mbar_wait(which == 0 ? k_empty(s) : v_empty(s), parity(it) ^ 1u);
-      hopper::mbar_expect(full, Cfg::kKVBytes);
+        for (int c = 0; c < kD / 64; ++c)
+          hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * 128), which == 0 ? &maps.k : &maps.v, c * 64,
+                           n * kBlockN, kvh, tl.b, full);
+      };
+      if (n_blocks > 0) load(0, 0);
+      hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+      hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kD / 64; ++c)
-        hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * 128), which == 0 ? &maps.k : &maps.v, c * 64,
-                         n * kBlockN, kvh, b, full);
-    };
-    for (int it = 0; it < n_blocks; ++it) {
-      load(0, it);
-      if (it > 0) load(1, it - 1);
+        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, tl.m0, tl.h, tl.b, q_full);
+      for (int it = 1; it < n_blocks; ++it) {
+        load(0, it);
+        load(1, it - 1);
+      }
+      if (n_blocks > 0) load(1, n_blocks - 1);
+      base += n_blocks;
     }
-    load(1, n_blocks - 1);
     return;
   }
 
@@ -226,147 +306,129 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
   const float sl2 = p.scale * static_cast<float>(M_LOG2E);
   const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * 128);  // this warpgroup's Q rows
+  const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * 128);  // and its O rows
+  // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
+  auto q_done = [&] {
+    if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
+  };
+  int base = 0, tc = 0;
+  for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+    const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+    const int m0 = tl.m0;
+    const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+    const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
 
-  float acc_o[1][kNV][4];
+    float acc_o[1][kNV][4];
 #pragma unroll
-  for (int nv = 0; nv < kNV; ++nv)
+    for (int nv = 0; nv < kNV; ++nv)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
-  float acc_s[1][kNT][4];
-  uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
+      for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+    float acc_s[1][kNT][4];
+    uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
 
-  // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
-  // first row's diagonal; uniform per block.
-  auto needs_mask = [&](int n) {
-    const int n0 = n * kBlockN;
-    return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
-  };
-  // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
-  auto issue_s = [&](int it) {
-    fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(acc_s, sq_wg,
-                                                        sk0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes));
-  };
-  // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 2048 bytes
-  // further; N = kD across its 64-column blocks, kBlockN * 128 bytes apart).
-  auto issue_pv = [&](int it) {
-    const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(stage(it) * Cfg::kKVBytes), kBlockN * 128);
+    // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
+    // first row's diagonal; uniform per block.
+    auto needs_mask = [&](int n) {
+      const int n0 = n * kBlockN;
+      return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
+    };
+    // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
+    auto issue_s = [&](int it) {
+      fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(
+          acc_s, sq_wg, sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKVBytes));
+    };
+    // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 2048 bytes
+    // further; N = kD across its 64-column blocks, kBlockN * 128 bytes apart).
+    auto issue_pv = [&](int it) {
+      const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKVBytes), kBlockN * 128);
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
-  };
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+    };
 
-  // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
-  // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
-  // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
-  // between a GEMM's issue and its wait.
-  //
-  // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
-  // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
-  // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
-  // other has passed (128): warpgroup 0's first turn is passed by itself, and warpgroup 1
-  // skips its last pass (nobody waits for it), so both barriers end balanced. Both
-  // warpgroups walk the same n_blocks steps.
-  auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
-  auto turn_pass = [&](int it) {
-    if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
-  };
-  if (n_blocks > 0) {
-    if (cw == 0) bar_arrive(kBarTurn, 256);
-    hopper::mbar_wait(q_full, 0);
-    hopper::mbar_wait(k_full(stage(0)), parity(0));
-    turn_wait();
-    fa2::wg_fence();
-    issue_s(0);
-    fa2::wg_commit();
-    turn_pass(0);
-    fa2::wg_wait<0>();
-    fa2::wg_hold(acc_s);
-    hopper::mbar_arrive(k_empty(stage(0)));
-    if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
-    softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
-    pack_p<T>(pa, acc_s);
-  }
-  for (int it = 1; it < n_blocks; ++it) {
-    const int n = n_blocks - 1 - it;
-    hopper::mbar_wait(k_full(stage(it)), parity(it));
-    hopper::mbar_wait(v_full(stage(it - 1)), parity(it - 1));
-    turn_wait();
-    fa2::wg_fence();
-    issue_s(it);
-    fa2::wg_commit();
-    issue_pv(it - 1);
-    fa2::wg_commit();
-    turn_pass(it);
-    fa2::wg_wait<1>();  // S(it) done; O += P V may still run
-    fa2::wg_hold(acc_s);
-    hopper::mbar_arrive(k_empty(stage(it)));
-    // The softmax sits in the two arms of this branch, the wait after it: within one basic
-    // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
-    // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
-    // softmax below the wait.
-    if (needs_mask(n)) {
-      mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
-      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
-    } else {
-      softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+    // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
+    // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
+    // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
+    // between a GEMM's issue and its wait.
+    //
+    // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
+    // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
+    // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
+    // other has passed (128): warpgroup 0's first turn of a tile is passed by itself, and
+    // warpgroup 1 skips its last pass (nobody waits for it), so both barriers end every tile
+    // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
+    // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
+    // both warpgroups' O stores.
+    auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
+    auto turn_pass = [&](int it) {
+      if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
+    };
+    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
+    if (n_blocks == 0) q_done();
+    if (n_blocks > 0) {
+      if (cw == 0) bar_arrive(kBarTurn, 256);
+      hopper::mbar_wait(k_full(stage(base)), parity(base));
+      turn_wait();
+      fa2::wg_fence();
+      issue_s(0);
+      fa2::wg_commit();
+      turn_pass(0);
+      fa2::wg_wait<0>();
+      fa2::wg_hold(acc_s);
+      hopper::mbar_arrive(k_empty(stage(base)));
+      if (n_blocks == 1) q_done();
+      if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
+      pack_p<T>(pa, acc_s);
     }
-    fa2::wg_hold(acc_s);
-    fa2::wg_wait<0>();
-    fa2::wg_hold(acc_o);
-    hopper::mbar_arrive(v_empty(stage(it - 1)));
-    rescale_o(acc_o, alpha);
-    pack_p<T>(pa, acc_s);
-  }
-  if (n_blocks > 0) {
-    hopper::mbar_wait(v_full(stage(n_blocks - 1)), parity(n_blocks - 1));
-    fa2::wg_fence();
-    issue_pv(n_blocks - 1);
-    fa2::wg_commit();
-    fa2::wg_wait<0>();
-    fa2::wg_hold(acc_o);
-    hopper::mbar_arrive(v_empty(stage(n_blocks - 1)));
-  }
-
-  // ---- epilogue: normalize; O through shared memory and a TMA store, LSE by plain stores ----
-  // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
-  // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it.
-  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q : nullptr;
-  float inv[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = fa2::quad_sum(row_sum[hh]);
-    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
-    const int i = row0 + hh * 8;
-    if (lse != nullptr && t == 0 && i < len_q)
-      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
-  }
-  // O goes over this warpgroup's own Q rows (its S GEMMs, the only readers, are done), in the
-  // layout of a TMA load: 64-column block cb at cb kBlockM 128 bytes, row r's 16-byte chunk c
-  // at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a warp hit 32 distinct banks.
-#pragma unroll
-  for (int nv = 0; nv < kNV; ++nv)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = warp * 16 + g + hh * 8;
-      const uint32_t a =
-          sq_wg + static_cast<uint32_t>((nv / 8) * kBlockM * 128 + r * 128 + (((nv % 8) ^ g) << 4) + t * 4);
-      const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+    for (int it = 1; it < n_blocks; ++it) {
+      const int n = n_blocks - 1 - it;
+      hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
+      hopper::mbar_wait(v_full(stage(base + it - 1)), parity(base + it - 1));
+      turn_wait();
+      fa2::wg_fence();
+      issue_s(it);
+      fa2::wg_commit();
+      issue_pv(it - 1);
+      fa2::wg_commit();
+      turn_pass(it);
+      fa2::wg_wait<1>();  // S(it) done; O += P V may still run
+      fa2::wg_hold(acc_s);
+      hopper::mbar_arrive(k_empty(stage(base + it)));
+      if (it == n_blocks - 1) q_done();
+      // The softmax sits in the two arms of this branch, the wait after it: within one basic
+      // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
+      // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
+      // softmax below the wait.
+      if (needs_mask(n)) {
+        mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
+        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+      } else {
+        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+      }
+      fa2::wg_hold(acc_s);
+      fa2::wg_wait<0>();
+      fa2::wg_hold(acc_o);
+      hopper::mbar_arrive(v_empty(stage(base + it - 1)));
+      rescale_o(acc_o, alpha);
+      pack_p<T>(pa, acc_s);
     }
-  hopper::fence_proxy_async_smem();
-  bar_sync(kBarEpilogue + cw, 128);
-  // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
-  static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
-  const int r0 = m0 + cw * 64;
-  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
-#pragma unroll
-    for (int cb = 0; cb < kD / 64; ++cb)
-      hopper::tma_store(&maps.o, sq_wg + static_cast<uint32_t>(cb * kBlockM * 128), cb * 64, r0, h, b);
-    hopper::tma_store_commit_and_wait_read();
+    if (n_blocks > 0) {
+      hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));
+      fa2::wg_fence();
+      issue_pv(n_blocks - 1);
+      fa2::wg_commit();
+      fa2::wg_wait<0>();
+      fa2::wg_hold(acc_o);
+      hopper::mbar_arrive(v_empty(stage(base + n_blocks - 1)));
+    }
+    base += n_blocks;
+    epilogue<Cfg, T>(p, maps, tl, row0, cw, warp, g, t, so_wg, acc_o, row_max, row_sum, sl2);
+    // O through the Q tile: Q is free once this warpgroup's O store has read it.
+    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
   }
 }
 

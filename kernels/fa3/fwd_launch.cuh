@@ -21,11 +21,17 @@ FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t s
   r.step = kFwdSetSmem;
   r.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r.smem);
   if (r.err != cudaSuccess) return r;
-  // One CTA per (query tile, query head, sequence); the host sends heads_q or batch above
-  // the grid's y/z limit to fa2.
+  // Without a mask every tile is as long: one persistent CTA per SM (or per tile where there
+  // are fewer). Causal tiles differ in length, and the hardware's CTA dispatch balances them
+  // best: one CTA per tile. (The host sends problems of more than 2^31 - 1 tiles to fa2.)
+  r.step = kFwdSmCount;
+  int device = 0, sms = 0;
+  r.err = cudaGetDevice(&device);
+  if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (r.err != cudaSuccess) return r;
   r.step = kFwdLaunch;
-  r.grid = dim3(static_cast<unsigned>((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM), static_cast<unsigned>(p.heads_q),
-                static_cast<unsigned>(p.batch));
+  const int64_t tiles = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * p.heads_q * p.batch;
+  r.grid = dim3(static_cast<unsigned>(p.has_band || tiles < sms ? tiles : sms));
   kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, maps);
   r.err = cudaGetLastError();
   return r;

@@ -50,7 +50,7 @@ __attribute__((format(printf, 3, 4))) bool refuse(char* why, size_t why_size, co
 }  // namespace
 
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
-  constexpr int64_t kMaxGridYZ = 65535;
+  constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3::kBuilt) return refuse(why, why_size, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHITECTURES)");
   int device = 0, major = 0, minor = 0;
@@ -80,9 +80,13 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     return refuse(why, why_size,
                   "window_left=%lld, window_right=%lld: fa3 serves the causal mask only (right 0, left unbounded)",
                   ll(p.window_left), ll(p.window_right));
-  if (p.heads_q > kMaxGridYZ || p.batch > kMaxGridYZ)
-    return refuse(why, why_size, "heads_q=%lld, batch=%lld: fa3 launches one grid of at most %lld heads and sequences",
-                  ll(p.heads_q), ll(p.batch), ll(kMaxGridYZ));
+  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;  // the same at every head dim
+  const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
+  if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
+    return refuse(why, why_size,
+                  "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
+                  "and tiles in 32 bits",
+                  ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
   if (p.seqlen_k == 0) return refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
   bool ok = false;
@@ -103,14 +107,17 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t 
   const int cfg = fa3_config(p);
   const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, run.maps, stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  if (r.step == fa3::kFwdSmCount)
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa3 forward: querying the device's multiprocessor count failed: %s (%s)",
+                cudaGetErrorName(r.err), cudaGetErrorString(r.err));
   if (r.step == fa3::kFwdSetSmem)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                 fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "fa3 forward kernel (d=%d, grid %ux%ux%u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg], r.grid.x, r.grid.y, r.grid.z, r.smem, static_cast<void*>(stream),
-              cudaGetErrorName(r.err), cudaGetErrorString(r.err));
+              "fa3 forward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
+              fa3::kFwdDims[cfg], r.grid.x, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
+              cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn
