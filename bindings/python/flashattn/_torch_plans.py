@@ -180,21 +180,23 @@ def _with_strides(t, shape, strides):
     return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def _workspace(e, nbytes, device):
-    """Scratch for one run: from torch's caching allocator on CUDA; on the CPU a buffer of
-    the calling thread, reused by its next run (a CPU run is synchronous)."""
+def _workspace(e, nbytes, like):
+    """Scratch for one run: from torch's caching allocator on CUDA (on the device of the
+    tensor `like`); on the CPU a buffer of the calling thread, reused by its next run (a
+    CPU run is synchronous)."""
     if e.cuda:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return like.new_empty_strided((nbytes,), (1,), dtype=torch.uint8)
     buf = getattr(_host, "workspace", None)
     if buf is None or buf.numel() < nbytes:
         buf = _host.workspace = torch.empty(nbytes, dtype=torch.uint8)
     return buf
 
 
-def _run(e, fn, name, args, ws_bytes, device, rng):
-    ws = _workspace(e, ws_bytes, device) if ws_bytes else None  # alive until the run is enqueued
+def _run(e, fn, name, args, ws_bytes, like, rng):
+    """One C run of e on the current torch stream of the device of the tensor `like`."""
+    ws = _workspace(e, ws_bytes, like) if ws_bytes else None  # alive until the run is enqueued
     ws_ptr = 0 if ws is None else ws.data_ptr()
-    stream = _raw_stream(device.index) if e.cuda else None
+    stream = _raw_stream(like.get_device()) if e.cuda else None
     if e.dropout_p:
         seed, offset = (int(x) for x in rng.tolist())
         with e.lock:
@@ -220,7 +222,7 @@ def run_forward(e, q, k, v, bias, alibi_slopes, cu_q, cu_k, rng, want_lse):
                           0 if lse is None else lse.data_ptr(), 0 if bias is None else bias.data_ptr(),
                           0 if alibi_slopes is None else alibi_slopes.data_ptr(),
                           0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr())
-    _run(e, _cfunc("flashattn_fwd"), "flashattn_fwd", args, e.ws_fwd, q.device, rng)
+    _run(e, _cfunc("flashattn_fwd"), "flashattn_fwd", args, e.ws_fwd, q, rng)
     return out, lse
 
 
@@ -252,5 +254,5 @@ def run_backward(e, dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng
                           0 if bias is None else bias.data_ptr(), 0 if dbias is None else dbias.data_ptr(),
                           0 if alibi_slopes is None else alibi_slopes.data_ptr(),
                           0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr())
-    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, q.device, rng)
+    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, q, rng)
     return dq, dk, dv, dbias
