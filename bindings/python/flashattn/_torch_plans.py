@@ -140,7 +140,9 @@ def entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
         key += (_desc(bias), _desc(alibi_slopes), _desc(cu_q), _desc(cu_k))
     if block_layout is not None:
         key += (bytes(block_layout.detach().cpu().to(torch.uint8).contiguous().numpy()), tuple(block_layout.shape))
-    return cached(key, lambda: _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts))
+    e = _cache.get(key)  # the hit path without a call to cached() or a closure
+    return e if e is not None else cached(key, lambda: _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k,
+                                                              block_layout, opts))
 
 
 def cached(key, build):
