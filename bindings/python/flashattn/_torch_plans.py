@@ -79,6 +79,11 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def _has_layout(t, layout):
+    """Whether tensor t has exactly this (shape, strides)."""
+    return tuple(t.shape) == layout[0] and t.stride() == layout[1]
+
+
 def _desc(t):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
@@ -86,7 +91,8 @@ def _desc(t):
 class _Entry:
     """One cached plan with the output layouts and workspace sizes of its passes."""
 
-    __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock")
+    __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
+                 "out_like_q", "grads_like_inputs")
 
     def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
         (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
@@ -107,6 +113,10 @@ class _Entry:
             self.out, dq, dk, dv, lse = layouts(q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
             self.lse = (lse, _contiguous_strides(lse))
             self.grads = (dq, dk, dv)
+            # torch.empty_like(t) parses less than new_empty_strided and gives t's strides
+            # when t is dense: used where those are exactly the layout wanted.
+            self.out_like_q = _has_layout(q, self.out)
+            self.grads_like_inputs = all(_has_layout(t, g) for t, g in ((q, dq), (k, dk), (v, dv)))
             packed = info["varlen"]
             for t, (shp, st) in ((Tensor.O, self.out), (Tensor.DO, self.out), (Tensor.DQ, dq), (Tensor.DK, dk),
                                  (Tensor.DV, dv)):
@@ -218,7 +228,7 @@ def forward(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, wa
 
 def run_forward(e, q, k, v, bias, alibi_slopes, cu_q, cu_k, rng, want_lse):
     """:func:`forward` on e, the entry of these tensors and options."""
-    out = q.new_empty_strided(e.out[0], e.out[1])
+    out = torch.empty_like(q) if e.out_like_q else q.new_empty_strided(e.out[0], e.out[1])
     lse = q.new_empty_strided(e.lse[0], e.lse[1], dtype=torch.float32) if want_lse else None
     args = _FWD_ARGS.pack(_FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                           0 if lse is None else lse.data_ptr(), 0 if bias is None else bias.data_ptr(),
@@ -242,10 +252,11 @@ def run_backward(e, dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng
         out = _with_strides(out, o_shape, o_strides)
     if dout.stride() != o_strides:
         dout = _with_strides(dout, o_shape, o_strides)
-    (qs, qst), (ks, kst), (vs, vst) = e.grads
-    dq = q.new_empty_strided(qs, qst)
-    dk = q.new_empty_strided(ks, kst)
-    dv = q.new_empty_strided(vs, vst)
+    if e.grads_like_inputs:
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    else:
+        (qs, qst), (ks, kst), (vs, vst) = e.grads
+        dq, dk, dv = q.new_empty_strided(qs, qst), q.new_empty_strided(ks, kst), q.new_empty_strided(vs, vst)
     dbias = None
     if want_dbias:
         if e.dbias is None:

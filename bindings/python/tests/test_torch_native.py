@@ -55,6 +55,7 @@ _CASES = {
     "other_shape": dict(shape=(1, 5, 2, 8, 5, 2)),
     "fp16": dict(shape=(2, 7, 4, 16, 9, 2), dtype=torch.float16),
     "bhsd_strides": dict(shape=(2, 7, 4, 16, 9, 2), layout="bhsd"),
+    "sliced_strides": dict(shape=(2, 7, 4, 16, 9, 2), sliced=True),  # not dense: grads get dense strides
     "bias": dict(shape=(2, 7, 4, 16, 9, 2), bias=True),
     "dropout": dict(shape=(2, 7, 4, 16, 9, 2), dropout_p=0.25, seed=11),
 }
@@ -68,6 +69,8 @@ def _case_inputs(name):
     do = _randn(b, sq, hq, d, seed=4)
     if c.get("layout") == "bhsd":
         q, k, v, do = (t.transpose(1, 2).contiguous() for t in (q, k, v, do))
+    if c.pop("sliced", False):
+        q, k, v = (torch.cat([t, t], -1)[..., :d] for t in (q, k, v))
     leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
     if c.pop("bias", False):
         c["bias"] = _randn(1, hq, sq, sk, seed=5, grad=True)
