@@ -73,7 +73,7 @@ def forward(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seq
     args = _ARGS.pack(_ARGS.size, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), p(lse),
                       p(cache_seqlens), p(cache_batch_idx), p(block_table), p(k_new), p(v_new), p(rotary_cos),
                       p(rotary_sin), p(alibi_slopes))
-    P._run(e, P._cfunc("flashattn_fwd_kvcache"), "flashattn_fwd_kvcache", args, e.ws, dev, None)
+    P._run(e, P._cfunc("flashattn_fwd_kvcache"), "flashattn_fwd_kvcache", args, e.ws, q, None)
     return out, lse
 
 

@@ -4,8 +4,13 @@ depends on (shapes, strides, dtypes, devices, options), and one C call per pass.
 A cache miss builds the plan through :func:`flashattn._plan.make_plan` and checks every
 argument once (shapes, dtypes, devices, strides); a hit only allocates the outputs
 through torch (the caching allocator on CUDA), packs the argument struct and calls
-``flashattn_fwd``/``flashattn_bwd`` on the current torch stream. Nothing here
-synchronizes with the device, so runs can be captured in a CUDA graph.
+``flashattn_fwd``/``flashattn_bwd`` on the current torch stream. An autograd backward
+runs on the entry its forward looked up (:func:`run_backward`), with no second lookup.
+Nothing here synchronizes with the device, so runs can be captured in a CUDA graph.
+
+Thread safety: lookups read the dict without a lock (one atomic ``dict.get``); a miss
+builds and inserts under a lock, so eviction never races another insertion. An entry
+stays valid after eviction for as long as a caller holds it.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ assert _FWD_ARGS.size == ctypes.sizeof(L.FwdArgs) and _BWD_ARGS.size == ctypes.s
 _FWD_SIZE, _BWD_SIZE = _FWD_ARGS.size, _BWD_ARGS.size
 
 _cache = {}
+_cache_lock = threading.Lock()
 _cfuncs = {}
 _host = threading.local()
 _raw_stream = torch._C._cuda_getCurrentRawStream  # cudaStream_t of torch's current stream on a device
@@ -64,6 +70,20 @@ def layouts(q_shape, q_stride, k_shape, k_stride, v_shape, v_stride):
     return res[0], res[1], res[2], res[3], lse
 
 
+def _contiguous_strides(shape):
+    """The strides torch gives a contiguous tensor of this shape."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _has_layout(t, layout):
+    """Whether tensor t has exactly this (shape, strides)."""
+    return tuple(t.shape) == layout[0] and t.stride() == layout[1]
+
+
 def _desc(t):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
@@ -71,7 +91,8 @@ def _desc(t):
 class _Entry:
     """One cached plan with the output layouts and workspace sizes of its passes."""
 
-    __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock")
+    __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
+                 "out_like_q", "grads_like_inputs")
 
     def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
         (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
@@ -89,8 +110,13 @@ class _Entry:
         try:
             backend = plan.backend
             plan._common_inputs(backend, bias, alibi_slopes, cu_q, cu_k, None)
-            self.out, dq, dk, dv, self.lse = layouts(q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+            self.out, dq, dk, dv, lse = layouts(q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+            self.lse = (lse, _contiguous_strides(lse))
             self.grads = (dq, dk, dv)
+            # torch.empty_like(t) parses less than new_empty_strided and gives t's strides
+            # when t is dense: used where those are exactly the layout wanted.
+            self.out_like_q = _has_layout(q, self.out)
+            self.grads_like_inputs = all(_has_layout(t, g) for t, g in ((q, dq), (k, dk), (v, dv)))
             packed = info["varlen"]
             for t, (shp, st) in ((Tensor.O, self.out), (Tensor.DO, self.out), (Tensor.DQ, dq), (Tensor.DK, dk),
                                  (Tensor.DV, dv)):
@@ -124,7 +150,9 @@ def entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
         key += (_desc(bias), _desc(alibi_slopes), _desc(cu_q), _desc(cu_k))
     if block_layout is not None:
         key += (bytes(block_layout.detach().cpu().to(torch.uint8).contiguous().numpy()), tuple(block_layout.shape))
-    return cached(key, lambda: _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts))
+    e = _cache.get(key)  # the hit path without a call to cached() or a closure
+    return e if e is not None else cached(key, lambda: _Entry(q, k, v, bias, alibi_slopes, cu_q, cu_k,
+                                                              block_layout, opts))
 
 
 def cached(key, build):
@@ -132,16 +160,20 @@ def cached(key, build):
     dropped when the cache is full."""
     e = _cache.get(key)
     if e is None:
-        e = build()
-        while len(_cache) >= CACHE_SIZE:
-            _cache.pop(next(iter(_cache)), None)
-        _cache[key] = e
+        with _cache_lock:
+            e = _cache.get(key)
+            if e is None:
+                e = build()
+                while len(_cache) >= CACHE_SIZE:
+                    del _cache[next(iter(_cache))]
+                _cache[key] = e
     return e
 
 
 def clear_cache():
     """Drop every cached plan."""
-    _cache.clear()
+    with _cache_lock:
+        _cache.clear()
 
 
 def cache_size():
@@ -160,27 +192,30 @@ def _with_strides(t, shape, strides):
     return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def _workspace(e, nbytes, device):
-    """Scratch for one run: from torch's caching allocator on CUDA; on the CPU a buffer of
-    the calling thread, reused by its next run (a CPU run is synchronous)."""
+def _workspace(e, nbytes, like):
+    """Scratch for one run: from torch's caching allocator on CUDA (on the device of the
+    tensor `like`); on the CPU a buffer of the calling thread, reused by its next run (a
+    CPU run is synchronous)."""
     if e.cuda:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return like.new_empty_strided((nbytes,), (1,), dtype=torch.uint8)
     buf = getattr(_host, "workspace", None)
     if buf is None or buf.numel() < nbytes:
         buf = _host.workspace = torch.empty(nbytes, dtype=torch.uint8)
     return buf
 
 
-def _run(e, fn, name, args, ws_bytes, device, rng):
-    ws = _workspace(e, ws_bytes, device) if ws_bytes else None
-    stream = _raw_stream(device.index) if e.cuda else None
+def _run(e, fn, name, args, ws_bytes, like, rng):
+    """One C run of e on the current torch stream of the device of the tensor `like`."""
+    ws = _workspace(e, ws_bytes, like) if ws_bytes else None  # alive until the run is enqueued
+    ws_ptr = 0 if ws is None else ws.data_ptr()
+    stream = _raw_stream(like.get_device()) if e.cuda else None
     if e.dropout_p:
         seed, offset = (int(x) for x in rng.tolist())
         with e.lock:
             e.plan.set_dropout(e.dropout_p, seed, offset)
-            st = fn(e.handle, args, _ptr(ws), ws_bytes, stream)
+            st = fn(e.handle, args, ws_ptr, ws_bytes, stream)
     else:
-        st = fn(e.handle, args, _ptr(ws), ws_bytes, stream)
+        st = fn(e.handle, args, ws_ptr, ws_bytes, stream)
     if st:
         L.check(st, name)
 
@@ -188,35 +223,49 @@ def _run(e, fn, name, args, ws_bytes, device, rng):
 def forward(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, want_lse):
     """(out, lse) of one forward run; lse is None unless want_lse."""
     e = entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
-    dev = q.device
-    out = torch.empty_strided(e.out[0], e.out[1], dtype=q.dtype, device=dev)
-    lse = torch.empty(e.lse, dtype=torch.float32, device=dev) if want_lse else None
-    args = _FWD_ARGS.pack(_FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse),
-                          _ptr(bias), _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
-    _run(e, _cfunc("flashattn_fwd"), "flashattn_fwd", args, e.ws_fwd, dev, rng)
+    return run_forward(e, q, k, v, bias, alibi_slopes, cu_q, cu_k, rng, want_lse)
+
+
+def run_forward(e, q, k, v, bias, alibi_slopes, cu_q, cu_k, rng, want_lse):
+    """:func:`forward` on e, the entry of these tensors and options."""
+    out = torch.empty_like(q) if e.out_like_q else q.new_empty_strided(e.out[0], e.out[1])
+    lse = q.new_empty_strided(e.lse[0], e.lse[1], dtype=torch.float32) if want_lse else None
+    args = _FWD_ARGS.pack(_FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                          0 if lse is None else lse.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                          0 if alibi_slopes is None else alibi_slopes.data_ptr(),
+                          0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr())
+    _run(e, _cfunc("flashattn_fwd"), "flashattn_fwd", args, e.ws_fwd, q, rng)
     return out, lse
 
 
 def backward(dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, want_dbias):
     """(dq, dk, dv, dbias) of one backward run; dbias is None unless want_dbias."""
     e = entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
-    dev, dt = q.device, q.dtype
+    return run_backward(e, dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng, want_dbias)
+
+
+def run_backward(e, dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng, want_dbias):
+    """:func:`backward` on e, the entry of these tensors and options (the one their forward
+    ran on)."""
     o_shape, o_strides = e.out
     if out.stride() != o_strides:
         out = _with_strides(out, o_shape, o_strides)
     if dout.stride() != o_strides:
         dout = _with_strides(dout, o_shape, o_strides)
-    (qs, qst), (ks, kst), (vs, vst) = e.grads
-    dq = torch.empty_strided(qs, qst, dtype=dt, device=dev)
-    dk = torch.empty_strided(ks, kst, dtype=dt, device=dev)
-    dv = torch.empty_strided(vs, vst, dtype=dt, device=dev)
+    if e.grads_like_inputs:
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    else:
+        (qs, qst), (ks, kst), (vs, vst) = e.grads
+        dq, dk, dv = q.new_empty_strided(qs, qst), q.new_empty_strided(ks, kst), q.new_empty_strided(vs, vst)
     dbias = None
     if want_dbias:
         if e.dbias is None:
             raise make_error(Status.INVALID_ARGUMENT, "want_dbias=True needs a bias tensor")
-        dbias = torch.empty_strided(e.dbias[0], e.dbias[1], dtype=dt, device=dev)
+        dbias = q.new_empty_strided(e.dbias[0], e.dbias[1])
     args = _BWD_ARGS.pack(_BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                           lse.contiguous().data_ptr(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                          _ptr(bias), _ptr(dbias), _ptr(alibi_slopes), _ptr(cu_q), _ptr(cu_k))
-    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, dev, rng)
+                          0 if bias is None else bias.data_ptr(), 0 if dbias is None else dbias.data_ptr(),
+                          0 if alibi_slopes is None else alibi_slopes.data_ptr(),
+                          0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr())
+    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, q, rng)
     return dq, dk, dv, dbias

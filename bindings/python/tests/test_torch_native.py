@@ -1,6 +1,8 @@
 """The torch path of flashattn.attention: the plan cache, masks as SDPA takes them,
 autocast and dtype rules as SDPA's, the padding helpers, and the custom ops under
 torch.compile (fullgraph) and torch.library.opcheck. CPU tensors (the CPU backend)."""
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not importable: the torch-path tests need it")
@@ -40,6 +42,126 @@ def test_plan_cache_hits_for_same_layout_and_misses_for_new_strides():
     assert qt.stride() != q.stride() and torch.allclose(a, c, atol=1e-6)
     flashattn.attention(q, k, v, causal=False)
     assert _torch_plans.cache_size() == 3
+
+
+# Calls that share the plan cache: each differs from the others in one thing a plan
+# depends on (shape, dtype, strides, an option, a bias or dropout seed).
+_CASES = {
+    "base": dict(shape=(2, 7, 4, 16, 9, 2)),
+    "causal": dict(shape=(2, 7, 4, 16, 9, 2), causal=True),
+    "bottom_right": dict(shape=(2, 7, 4, 16, 9, 2), causal=True, align="bottom_right"),
+    "window": dict(shape=(2, 7, 4, 16, 9, 2), window=(2, 1)),
+    "scale_softcap": dict(shape=(2, 7, 4, 16, 9, 2), scale=0.3, softcap=5.0),
+    "other_shape": dict(shape=(1, 5, 2, 8, 5, 2)),
+    "fp16": dict(shape=(2, 7, 4, 16, 9, 2), dtype=torch.float16),
+    "bhsd_strides": dict(shape=(2, 7, 4, 16, 9, 2), layout="bhsd"),
+    "sliced_strides": dict(shape=(2, 7, 4, 16, 9, 2), sliced=True),  # not dense: grads get dense strides
+    "bias": dict(shape=(2, 7, 4, 16, 9, 2), bias=True),
+    "dropout": dict(shape=(2, 7, 4, 16, 9, 2), dropout_p=0.25, seed=11),
+}
+
+
+def _case_inputs(name):
+    c = dict(_CASES[name])
+    b, sq, hq, d, sk, hk = c.pop("shape")
+    dtype = c.pop("dtype", torch.float32)
+    q, k, v = _randn(b, sq, hq, d, seed=1), _randn(b, sk, hk, d, seed=2), _randn(b, sk, hk, d, seed=3)
+    do = _randn(b, sq, hq, d, seed=4)
+    if c.get("layout") == "bhsd":
+        q, k, v, do = (t.transpose(1, 2).contiguous() for t in (q, k, v, do))
+    if c.pop("sliced", False):
+        q, k, v = (torch.cat([t, t], -1)[..., :d] for t in (q, k, v))
+    leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+    if c.pop("bias", False):
+        c["bias"] = _randn(1, hq, sq, sk, seed=5, grad=True)
+        leaves.append(c["bias"])
+    return leaves, do.to(dtype), c
+
+
+def _forward(name):
+    leaves, do, kw = _case_inputs(name)
+    return leaves, do, flashattn.attention(*leaves[:3], **kw)
+
+
+def _grads(leaves, do, out):
+    out.backward(do)
+    return [out.detach()] + [t.grad for t in leaves]
+
+
+def _fresh(name):
+    """Output and gradients of one call on an empty cache."""
+    _torch_plans.clear_cache()
+    return _grads(*_forward(name))
+
+
+def _assert_same(got, want, what):
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a, b), "%s: tensor %d differs from a fresh call" % (what, i)
+
+
+def test_calls_alternating_between_cached_plans_match_fresh_calls():
+    fresh = {name: _fresh(name) for name in _CASES}
+    _torch_plans.clear_cache()
+    for _ in range(2):
+        for name in _CASES:
+            _assert_same(_grads(*_forward(name)), fresh[name], name)
+    assert _torch_plans.cache_size() == len(_CASES)
+    # All forwards first, then the backwards in the opposite order: each backward runs on
+    # the plan of its own forward, whichever ran last.
+    graphs = {name: _forward(name) for name in _CASES}
+    for name in reversed(list(_CASES)):
+        _assert_same(_grads(*graphs[name]), fresh[name], name + " (interleaved)")
+
+
+def test_backward_uses_its_forwards_plan_after_the_cache_drops_it():
+    want = _fresh("causal")
+    _torch_plans.clear_cache()
+    leaves, do, out = _forward("causal")
+    _torch_plans.clear_cache()
+    _assert_same(_grads(leaves, do, out), want, "causal")
+    assert _torch_plans.cache_size() == 0  # the backward looked nothing up
+
+
+def test_cache_is_bounded_and_drops_the_oldest_plan(monkeypatch):
+    monkeypatch.setattr(_torch_plans, "CACHE_SIZE", 3)
+    _torch_plans.clear_cache()
+    qkv = [[_randn(1, n, 2, 8, seed=s) for s in (1, 2, 3)] for n in range(1, 6)]
+    opts = (0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
+
+    def lookup(i):
+        return _torch_plans.entry(*qkv[i], None, None, None, None, None, opts)
+
+    first = [lookup(i) for i in range(5)]
+    assert _torch_plans.cache_size() == 3
+    assert all(lookup(i) is first[i] for i in (2, 3, 4))  # the newest three stayed
+    assert lookup(0) is not first[0] and _torch_plans.cache_size() == 3
+    for i in range(5):
+        ref = _sdpa_bshd(*qkv[i])
+        assert (flashattn.attention(*qkv[i]) - ref).abs().max().item() < 1e-5
+
+
+def test_threads_sharing_a_small_cache_get_the_results_of_fresh_calls(monkeypatch):
+    names = ["base", "causal", "window", "other_shape", "fp16", "bias"]
+    fresh = {name: _fresh(name) for name in names}
+    monkeypatch.setattr(_torch_plans, "CACHE_SIZE", 2)  # every thread keeps evicting the others' plans
+    _torch_plans.clear_cache()
+    errors = []
+
+    def worker(offset):
+        try:
+            for i in range(24):
+                name = names[(i + offset) % len(names)]
+                _assert_same(_grads(*_forward(name)), fresh[name], name)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert _torch_plans.cache_size() <= 2
 
 
 def test_outputs_follow_the_dimension_order_of_q():
