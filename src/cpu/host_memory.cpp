@@ -15,6 +15,7 @@
 // CPU run leaves no failed driver call behind (compute-sanitizer reports each one).
 #include <dlfcn.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,14 +53,38 @@ int find_driver(struct dl_phdr_info* info, size_t, void* data) {
   return 1;
 }
 
+// The loader's counts of objects added and removed so far (dlpi_adds, dlpi_subs), read from
+// the first object a walk visits; valid where the C library reports them.
+struct LoaderCounts {
+  unsigned long long adds = 0, subs = 0;
+  bool valid = false;
+};
+int read_counts(struct dl_phdr_info* info, size_t size, void* data) {
+  auto* c = static_cast<LoaderCounts*>(data);
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    c->adds = info->dlpi_adds;
+    c->subs = info->dlpi_subs;
+    c->valid = true;
+  }
+  return 1;  // the first object is enough
+}
+
 // The driver's entry points once the process has loaded it; NULL before (checked again
-// at the next run: a process may start using CUDA after its first CPU run).
+// at the next run: a process may start using CUDA after its first CPU run). A search that
+// found no driver is repeated only once the loader has added or removed objects since, so
+// a process without CUDA pays one visit per check rather than a walk over every loaded
+// object (hundreds in a Python process with torch).
 const Driver* loaded_driver() {
   static std::mutex mutex;
   static Driver driver;
   static bool found = false;
+  static LoaderCounts searched;  // the counts at the last search that found no driver
   std::lock_guard<std::mutex> lock(mutex);
   if (!found) {
+    LoaderCounts now;
+    dl_iterate_phdr(read_counts, &now);
+    if (now.valid && searched.valid && now.adds == searched.adds && now.subs == searched.subs) return nullptr;
+    searched = now;
     const char* path = nullptr;
     dl_iterate_phdr(find_driver, &path);
     if (path == nullptr) return nullptr;
@@ -97,20 +122,24 @@ bool device_only(const Driver& d, const void* ptr, int* ordinal) {
   return true;
 }
 
-}  // namespace
-
-flashattn_status_t check_host_memory(const void* ptr, const char* name) {
-  if (ptr == nullptr) return FLASHATTN_STATUS_SUCCESS;
-  const Driver* d = loaded_driver();
+flashattn_status_t check_with(const Driver* d, const void* ptr, const char* name) {
   int ordinal = -1;
-  if (d == nullptr || !device_only(*d, ptr, &ordinal)) return FLASHATTN_STATUS_SUCCESS;
+  if (d == nullptr || ptr == nullptr || !device_only(*d, ptr, &ordinal)) return FLASHATTN_STATUS_SUCCESS;
   return fail(FLASHATTN_STATUS_WRONG_MEMORY_SPACE,
               "%s=%p is memory of CUDA device %d; the CPU backend needs host memory (or managed memory)", name, ptr,
               ordinal);
 }
 
+}  // namespace
+
+flashattn_status_t check_host_memory(const void* ptr, const char* name) {
+  return ptr == nullptr ? FLASHATTN_STATUS_SUCCESS : check_with(loaded_driver(), ptr, name);
+}
+
 flashattn_status_t check_host_memory(const AttnParams& p) {
-  for (const NamedPointer& n : run_pointers(p)) FA_TRY(check_host_memory(n.ptr, n.name));
+  const Driver* d = loaded_driver();  // once per run, not per pointer
+  if (d == nullptr) return FLASHATTN_STATUS_SUCCESS;
+  for (const NamedPointer& n : run_pointers(p)) FA_TRY(check_with(d, n.ptr, n.name));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
