@@ -163,9 +163,10 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
 // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. O goes to so_wg: the
 // warpgroup's rows of the O buffer, or (d = 256) of the Q tile (its S GEMMs, the only
-// readers, are done), in the layout of a TMA load: 64-column block cb at cb kBlockM 128 bytes, row r's 16-byte chunk c
-// at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a warp hit 32 distinct banks. The storing thread returns once
-// the store has read shared memory.
+// readers, are done), in the layout of a TMA load: 64-column block cb at cb kBlockM 128
+// bytes, row r's 16-byte chunk c at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a
+// warp hit 32 distinct banks. The storing thread returns once the store has read shared
+// memory.
 template <class Cfg, typename T, int kNV>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int row0, int cw,
                                          int warp, int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
@@ -254,9 +255,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    // ---- producer: per tile, K of its first block, Q (once the previous tile's O has left
-    // the Q buffer), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the order the
-    // consumers use them in. Every tile loads Q, so the Q barriers turn once per tile. ----
+    // ---- producer: per tile, K of its first block, Q (once the previous tile is done with
+    // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
+    // order the consumers use them in. Every tile loads Q, so the Q barriers turn once per
+    // tile. ----
     regs_dec<24>();
     if (threadIdx.x != 0) return;
     hopper::tma_prefetch_map(&maps.q);
@@ -361,7 +363,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // warpgroup 1 skips its last pass (nobody waits for it), so both barriers end every tile
     // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
     // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
-    // both warpgroups' O stores.
+    // both warpgroups' q_empty arrivals, which follow their last turns.
     auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
       if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
