@@ -2,11 +2,11 @@
 //! reference written from the header's semantics (scale, causal/bottom-right band mask,
 //! GQA, fully masked rows).
 use flashattn::{
-    Align, Backend, BiasKind, BlockSparse, DType, Error, Grads, Inputs, Pass, Plan, Shape, Status, TensorId, F16,
+    Align, Backend, BiasKind, BlockSparse, DType, Error, Inputs, Pass, Plan, Shape, Status, TensorId, F16,
 };
 
 mod common;
-use common::{data, max_err};
+use common::{data, forward_backward, max_err, FwdBwd};
 
 struct RefOut {
     o: Vec<f64>,
@@ -97,21 +97,7 @@ fn run_case(shape: Shape, causal: Option<Align>, scale: Option<f32>) {
     let k = data(shape.k_len(), 2);
     let v = data(shape.v_len(), 3);
     let dout = data(shape.o_len(), 4);
-    let mut out = vec![f32::NAN; shape.o_len()];
-    let mut lse = vec![f32::NAN; shape.lse_len()];
-    plan.forward(&q, &k, &v, &mut out, Some(&mut lse), &Inputs::default()).unwrap();
-    let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);
-    plan.backward(
-        &q,
-        &k,
-        &v,
-        &out,
-        &lse,
-        &dout,
-        Grads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbias: None },
-        &Inputs::default(),
-    )
-    .unwrap();
+    let FwdBwd { out, lse, dq, dk, dv } = forward_backward(&plan, shape, [&q, &k, &v, &dout], f32::NAN, 0.0);
     let sc = scale.map(|x| x as f64).unwrap_or(1.0 / (shape.head_dim_qk as f64).sqrt());
     let r = reference(shape, &q, &k, &v, &dout, causal, sc);
     assert!(max_err(&out, &r.o) < 2e-5, "out {}", max_err(&out, &r.o));
@@ -353,7 +339,8 @@ fn alibi_slopes_per_batch_and_head() {
         }
     }
     // Too short for two rows 3 apart: refused by the wrapper before the call.
-    let e = plan.forward(&q, &k, &v, &mut out, None, &Inputs { alibi_slopes: Some(&slopes[..4]), ..Default::default() });
+    let e =
+        plan.forward(&q, &k, &v, &mut out, None, &Inputs { alibi_slopes: Some(&slopes[..4]), ..Default::default() });
     assert_eq!(e.unwrap_err().status, Status::INVALID_SHAPE);
     assert_eq!(plan.set_alibi_batch_stride(-1).unwrap_err().status, Status::INVALID_STRIDE);
 }

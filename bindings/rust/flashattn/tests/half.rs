@@ -1,11 +1,11 @@
 //! The cargo feature `half`: the half crate's f16 and bf16 as element types of the safe API,
 //! run through the CPU backend against fp32, and their conversions to F16 and Bf16.
 #![cfg(feature = "half")]
-use flashattn::{Bf16, DType, Element, Grads, Inputs, Plan, Shape, Status, F16};
+use flashattn::{Bf16, DType, Element, Inputs, Plan, Shape, Status, F16};
 use half::{bf16, f16};
 
 mod common;
-use common::data;
+use common::{data, forward_backward, FwdBwd};
 
 struct Run {
     out: Vec<f32>,
@@ -28,21 +28,7 @@ fn run<T: Element>(
     let cast = |x: &[f32]| x.iter().map(|&y| to(y)).collect::<Vec<T>>();
     let back = |x: &[T]| x.iter().map(|&y| from(y)).collect::<Vec<f32>>();
     let (q, k, v, dout) = (cast(inputs[0]), cast(inputs[1]), cast(inputs[2]), cast(inputs[3]));
-    let mut out = vec![to(f32::NAN); shape.o_len()];
-    let mut lse = vec![f32::NAN; shape.lse_len()];
-    plan.forward(&q, &k, &v, &mut out, Some(&mut lse), &Inputs::default()).unwrap();
-    let (mut dq, mut dk, mut dv) = (vec![to(0.0); q.len()], vec![to(0.0); k.len()], vec![to(0.0); v.len()]);
-    plan.backward(
-        &q,
-        &k,
-        &v,
-        &out,
-        &lse,
-        &dout,
-        Grads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbias: None },
-        &Inputs::default(),
-    )
-    .unwrap();
+    let FwdBwd { out, lse, dq, dk, dv } = forward_backward(&plan, shape, [&q, &k, &v, &dout], to(f32::NAN), to(0.0));
     Run { out: back(&out), lse, dq: back(&dq), dk: back(&dk), dv: back(&dv) }
 }
 
