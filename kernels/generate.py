@@ -191,11 +191,11 @@ def hopper_units(spec):
         for dt in spec["dtypes"]:
             files[f"{fam}/instances/fwd_{cfg_name(d, d)}_{dt}_{pol.lower()}.cu"] = (
                 f"{gen}#include \"{fam}/fwd_launch.cuh\"\n\nnamespace flashattn {{\nnamespace {fam} {{\n"
-                f"template FwdLaunchResult run_fwd<{d}, {DTYPE_ENUM[dt]}>(const AttnParams& p, const FwdMaps& maps, "
+                f"template FwdLaunchResult run_fwd<{d}, {DTYPE_ENUM[dt]}>(const AttnParams& p, const FwdLaunch& launch, "
                 f"cudaStream_t stream);\n}}  // namespace {fam}\n}}  // namespace flashattn\n")
     macro = f"FLASHATTN_{fam.upper()}"
     fns = [[f"run_fwd<{d}, {DTYPE_ENUM[dt]}>" for dt in spec["dtypes"]] for d in hop["forward"]]
-    ext = "\n".join(f"extern template FwdLaunchResult {fn}(const AttnParams&, const FwdMaps&, cudaStream_t);"
+    ext = "\n".join(f"extern template FwdLaunchResult {fn}(const AttnParams&, const FwdLaunch&, cudaStream_t);"
                     for row in fns for fn in row)
     rows = ",\n    ".join("{" + ", ".join(f"{macro}_FN({fn})" for fn in row) + "}" for row in fns)
     files[f"{fam}/launchers.h"] = f"""{gen.rstrip()}
@@ -223,7 +223,7 @@ inline constexpr int kNumDtypes = {len(spec["dtypes"])};
 #endif
 inline constexpr bool kBuilt = {macro} != 0;
 
-using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdMaps&, cudaStream_t);
+using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdLaunch&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {{
     {rows}}};
 

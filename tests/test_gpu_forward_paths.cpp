@@ -180,3 +180,45 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
     CHECK(g.outputs_untouched);
   }
 }
+
+TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // 5 sequences x 8 heads x 7 query tiles of 128 rows: more tiles than a GPU has SMs, so
+  // fa3's persistent CTAs claim tiles from the counter in the workspace.
+  Config c = fcase("paths causal, tiles > SMs", 777, 1100, 64, FLASHATTN_DTYPE_BF16, 9501);
+  c.batch = 5;
+  c.hq = 8;
+  c.hkv = 2;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  gpu_check(c);
+  // Twice on one workspace, O poisoned in between: a counter the second run did not reset
+  // would leave tiles unwritten. Equal K, V rows make every output row V's row.
+  const Problem p = make_problem(c);
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CUDA, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, p) == FLASHATTN_STATUS_SUCCESS);
+  size_t ws_bytes = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD, &ws_bytes) == FLASHATTN_STATUS_SUCCESS);
+  const size_t es = 2;
+  void* buf[5] = {};
+  const size_t bytes[5] = {static_cast<size_t>(p.lay[0].elems) * es, static_cast<size_t>(p.lay[1].elems) * es,
+                           static_cast<size_t>(p.lay[2].elems) * es, static_cast<size_t>(p.lay[3].elems) * es,
+                           ws_bytes > 0 ? ws_bytes : 1};
+  for (int i = 0; i < 5; ++i) REQUIRE(cudaMalloc(&buf[i], bytes[i]) == cudaSuccess);
+  for (int i = 0; i < 3; ++i) REQUIRE(cudaMemset(buf[i], 0x3c, bytes[i]) == cudaSuccess);  // bf16 0x3c3c = 0.0115
+  std::vector<unsigned char> first(bytes[3]), second(bytes[3]);
+  flashattn_fwd_args_t a = fwd_args(buf[0], buf[1], buf[2], buf[3], nullptr);
+  for (std::vector<unsigned char>* out : {&first, &second}) {
+    REQUIRE(cudaMemset(buf[3], 0xff, bytes[3]) == cudaSuccess);
+    REQUIRE(flashattn_fwd(plan, &a, buf[4], ws_bytes, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(cudaMemcpy(out->data(), buf[3], bytes[3], cudaMemcpyDeviceToHost) == cudaSuccess);
+  }
+  size_t poisoned = 0;
+  for (size_t i = 0; i + 1 < first.size(); i += 2) poisoned += first[i] == 0xff && first[i + 1] == 0xff;
+  CHECK(poisoned == 0);
+  CHECK(first == second);
+  for (void* b : buf) cudaFree(b);
+  flashattn_plan_destroy(plan);
+}

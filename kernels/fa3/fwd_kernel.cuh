@@ -1,8 +1,16 @@
 // The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs.
 //
-// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence))
-// blockIdx.x, + gridDim.x, ... in tile_at's order. 384 threads:
+// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence)) in
+// tile_at's order: CTA c starts with tile c. Without a mask every tile is as long, and CTA c
+// goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
+// in length, and each CTA claims its next one from a counter in global memory (an atomic
+// add), so CTAs whose tiles were short take more of them and all finish together (at
+// d = 256 the host launches one CTA per causal tile instead: without an O buffer of its
+// own the next tile's loads cannot overlap, and a walk gains nothing). The
+// producer claims the next tile once it has issued the loads of the current one (it runs
+// ahead of the consumers by the rings' depth) and names it to the consumers through a
+// shared-memory slot that the Q tile's full barrier publishes. 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
 //     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
 //     swizzle), K one block ahead of V. The rings run on across tiles, so the next tile's
@@ -211,7 +219,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
 
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps, int* next_tile) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
   constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
   constexpr int kNV = kD / 8;       // n8 tiles of O
@@ -222,6 +230,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
   const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
   const uint32_t q_full = bar0, q_empty = bar0 + 8u;
+  const uint32_t tile_slot = bar0 + static_cast<uint32_t>(Cfg::kBarBytes);
   auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(2 + kind * kStages + s); };
   auto k_full = [&](int s) { return bar(0, s); };
   auto v_full = [&](int s) { return bar(1, s); };
@@ -232,7 +241,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto stage = [](int it) { return it % kStages; };
   auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
 
-  // Persistent: the CTA takes tiles blockIdx.x, + gridDim.x, ... (tile_at's order).
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
   const int tiles_m = (len_q + kBlockM - 1) / kBlockM;
@@ -266,11 +274,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::tma_prefetch_map(&maps.v);
     hopper::tma_prefetch_map(&maps.o);
     const int kv_group = static_cast<int>(p.heads_q / p.heads_kv);
+    // The CTA's tile after `tile`: with a counter (the host sets one for a causal walk),
+    // tiles gridDim.x, gridDim.x + 1, ... go to the CTAs in the order they ask; without, the
+    // next of the CTA's static stride (past the last tile where the grid has one CTA per tile).
+    auto claim = [&](int tile) {
+      const int grid = static_cast<int>(gridDim.x);
+      return next_tile != nullptr ? atomicAdd(next_tile, 1) + grid : tile + grid;
+    };
     int base = 0;  // walk steps of the CTA's earlier tiles
-    int tc = 0;    // the CTA's tiles so far
-    for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+    int tile = static_cast<int>(blockIdx.x);
+    for (int tc = 0;; ++tc) {  // tc: the CTA's tiles so far
+      // The consumers read the slot as the Q tile's full barrier completes, and are done with
+      // it once they release the Q tile (q_empty).
+      auto name_tile = [&] {
+        hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
+      };
+      if (tile >= num_tiles) {  // no tile left: the barrier completes with no bytes
+        name_tile();
+        hopper::mbar_arrive(q_full);
+        return;
+      }
       const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
-      const int n_blocks = key_blocks<Cfg>(p, tl.m0, len_q, len_k, shift);
+      // From p's fields, not the values above: in 24 registers, keeping those live spills.
+      const int n_blocks = key_blocks<Cfg>(p, tl.m0, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
+                                           p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
       const int kvh = tl.h / kv_group;
       // Operand `which` (0 K, 1 V) of walk step it of this tile. A fresh barrier counts as
       // having completed the phase before its first: the first round through a ring does not
@@ -287,7 +315,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            n * kBlockN, kvh, tl.b, full);
       };
       if (n_blocks > 0) load(0, 0);
-      hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+      name_tile();
       hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kD / 64; ++c)
@@ -298,8 +326,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if (n_blocks > 0) load(1, n_blocks - 1);
       base += n_blocks;
+      tile = claim(tile);
     }
-    return;
   }
 
   // ---- consumers ----
@@ -315,8 +343,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto q_done = [&] {
     if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
   };
-  int base = 0, tc = 0;
-  for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+  int base = 0;
+  for (int tc = 0;; ++tc) {
+    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
+    int tile;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
+    if (tile >= num_tiles) return;
     const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
@@ -368,7 +400,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto turn_pass = [&](int it) {
       if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
     };
-    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {
       if (cw == 0) bar_arrive(kBarTurn, 256);

@@ -16,19 +16,19 @@ inline constexpr int kNumDtypes = 2;
 // CMakeLists.txt defines FLASHATTN_FA3 to 1 when FLASHATTN_CUDA_ARCHITECTURES builds the Sm90a
 // policy; the launchers are null otherwise.
 #if FLASHATTN_FA3
-extern template FwdLaunchResult run_fwd<64, kFp16>(const AttnParams&, const FwdMaps&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<64, kBf16>(const AttnParams&, const FwdMaps&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<128, kFp16>(const AttnParams&, const FwdMaps&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<128, kBf16>(const AttnParams&, const FwdMaps&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<256, kFp16>(const AttnParams&, const FwdMaps&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<256, kBf16>(const AttnParams&, const FwdMaps&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<64, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<64, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<256, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<256, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 #define FLASHATTN_FA3_FN(...) &__VA_ARGS__
 #else
 #define FLASHATTN_FA3_FN(...) nullptr
 #endif
 inline constexpr bool kBuilt = FLASHATTN_FA3 != 0;
 
-using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdMaps&, cudaStream_t);
+using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdLaunch&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
     {FLASHATTN_FA3_FN(run_fwd<64, kFp16>), FLASHATTN_FA3_FN(run_fwd<64, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<128, kFp16>), FLASHATTN_FA3_FN(run_fwd<128, kBf16>)},

@@ -13,8 +13,8 @@
 namespace flashattn {
 namespace {
 
-// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: those need the
-// workspace fa3_fwd does not take (cuda_flash_fwd_workspace_size counts fa2's alone).
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
+// the workspace fa3 would use for its tile counter.
 constexpr bool no_staged_dims() {
   for (int d : fa3::kFwdDims)
     if (fa2_staged_dim(d)) return false;
@@ -57,9 +57,11 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&run->sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return refuse(why, why_size, "querying the device's compute capability failed: %s", cudaGetErrorString(err));
+    return refuse(why, why_size, "querying the device's compute capability and SM count failed: %s",
+                  cudaGetErrorString(err));
   }
   if (major != 9 || minor != 0)
     return refuse(why, why_size, "device %d has compute capability %d.%d; fa3 runs on 9.0 only", device, major, minor);
@@ -102,21 +104,40 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
   return true;
 }
 
-flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream) {
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
-  const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, run.maps, stream);
+  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;
+  const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;  // < 2^31 (prepare)
+  // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
+  // differ in length: up to d = 128, where O leaves through a buffer of its own and the next
+  // tile's loads overlap the last one's work, the CTAs claim tiles past the first grid from
+  // a zeroed counter; at d = 256 one CTA per tile, and the hardware's dispatch balances them
+  // (docs/internals/kernels-fa3-forward.md, the persistent walk).
+  static_assert(fa3::FwdTraits<128>::kOwnO && !fa3::FwdTraits<256>::kOwnO, "the own O buffer ends at d = 128");
+  const bool walk = !p.has_band || p.head_dim_v <= 128;
+  fa3::FwdLaunch launch{run.maps, static_cast<unsigned>(walk && tiles > run.sms ? run.sms : tiles), nullptr};
+  if (p.has_band && launch.grid < tiles) {
+    const auto at = (reinterpret_cast<uintptr_t>(workspace) + alignof(int) - 1) & ~uintptr_t{alignof(int) - 1};
+    if (workspace == nullptr || at + sizeof(int) > reinterpret_cast<uintptr_t>(workspace) + workspace_bytes)
+      return fail(FLASHATTN_STATUS_INTERNAL_ERROR,
+                  "fa3 forward: a workspace of %zu bytes has no room for its tile counter", workspace_bytes);
+    launch.next_tile = reinterpret_cast<int*>(at);
+    const cudaError_t err = cudaMemsetAsync(launch.next_tile, 0, sizeof(int), stream);
+    if (err != cudaSuccess)
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa3 forward: zeroing the tile counter on stream %p failed: %s (%s)",
+                  static_cast<void*>(stream), cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, launch, stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
-  if (r.step == fa3::kFwdSmCount)
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa3 forward: querying the device's multiprocessor count failed: %s (%s)",
-                cudaGetErrorName(r.err), cudaGetErrorString(r.err));
   if (r.step == fa3::kFwdSetSmem)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                 fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fa3 forward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg], r.grid.x, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
+              fa3::kFwdDims[cfg], launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
               cudaGetErrorString(r.err));
 }
 

@@ -51,7 +51,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
   if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
     Fa3Fwd fa3;
     char why[256];
-    if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, stream);
+    if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, workspace, workspace_bytes, stream);
     if (forced == ForcedPath::kFa3)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "FLASHATTN_CUDA_FORWARD=fa3: the fa3 forward does not serve this run: %s", why);
@@ -59,6 +59,12 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
   return fa2_fwd(p, workspace, workspace_bytes, stream);
 }
 
-CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) { return fa2_fwd_workspace_size(p); }
+// Either family may run (the choice is made at run time, on the run's device): the larger of
+// their workspaces.
+CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) {
+  const CheckedSize fa2 = fa2_fwd_workspace_size(p);
+  const int64_t fa3 = p.has_band ? static_cast<int64_t>(kFa3FwdWorkspaceBytes) : 0;
+  return fa2.ok() && fa2.value() < fa3 ? CheckedSize(fa3) : fa2;
+}
 
 }  // namespace flashattn

@@ -56,16 +56,21 @@ flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* 
 flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cudaStream_t stream);
 
 // ---- generation 2 (kernels/fa3, sm_90a): the FA3-design forward ----
-// What fa3_fwd launches with: the tensor maps of Q, K and V.
+// What fa3_fwd launches with: the tensor maps of Q, K, V and O, and the device's SM count.
 struct Fa3Fwd {
   fa3::FwdMaps maps;
+  int sms;
 };
 // Whether fa3 serves p on the current device (then *run is ready for fa3_fwd); if not, `why`
 // (why_size bytes) says why: the device, an option or shape fa3 does not implement (ALiBi
 // with any batch stride, head dims fa2 stages among them), or tensors the copy engine
-// cannot address. Nothing launched. fa3_fwd takes no workspace.
+// cannot address. Nothing launched.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
-flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream);
+// The workspace fa3_fwd takes under a band mask (p.has_band): its tile counter, an int at
+// the workspace's first 4-byte boundary. None without.
+constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded
