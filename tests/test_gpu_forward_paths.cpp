@@ -3,14 +3,12 @@
 // kernels/fa3, which then must serve every served case here or the run fails) and with
 // FLASHATTN_CUDA_FORWARD=fa2; each result is checked against the fp64 reference and the
 // CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases.
-#include <cuda_runtime_api.h>
-#include <stdlib.h>
-
 #include <string>
 
 #include "catch_compat.hpp"
 #include "gpu_check.hpp"
 #include "gpu_mem.hpp"
+#include "gpu_paths.hpp"
 #include "harness.hpp"
 
 using namespace fat;
@@ -18,24 +16,7 @@ using namespace fat;
 namespace {
 
 // The path this process was started with ("" when FLASHATTN_CUDA_FORWARD is unset).
-std::string forced_path() {
-  const char* v = getenv("FLASHATTN_CUDA_FORWARD");
-  return v != nullptr ? v : "";
-}
-
-// fa3 runs on compute capability 9.0 only: elsewhere its cases are skipped.
-bool fa3_device() {
-  int dev = 0;
-  cudaDeviceProp prop{};
-  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 &&
-         prop.minor == 0;
-}
-
-#define REQUIRE_PATH()                                                                                            \
-  do {                                                                                                            \
-    REQUIRE_GPU();                                                                                                \
-    if (forced_path() == "fa3" && !fa3_device()) FA_SKIP_TEST("fa3 runs on compute capability 9.0 devices only"); \
-  } while (0)
+std::string forced_path() { return forced_value("FLASHATTN_CUDA_FORWARD"); }
 
 // Forward only unless the case asks for the backward too (which then reads this path's O and LSE).
 Config fcase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
@@ -170,13 +151,6 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
       gpu_check(cc);
       continue;
     }
-    const Problem p = make_problem(cc);
-    DeviceMem dev;
-    const LibResult g = run_library(p, dev, 0);
-    INFO(describe(p.cfg) << " -> status " << flashattn_status_string(g.fwd) << ": " << g.error);
-    CHECK(g.setup == FLASHATTN_STATUS_SUCCESS);
-    CHECK(g.fwd == FLASHATTN_STATUS_NOT_SUPPORTED);
-    CHECK(g.error.find("FLASHATTN_CUDA_FORWARD=fa3") != std::string::npos);
-    CHECK(g.outputs_untouched);
+    check_fa3_refuses(cc, "FLASHATTN_CUDA_FORWARD", false);
   }
 }
