@@ -5,7 +5,7 @@
 //   warpgroup 0, the producer: drops to 32 registers (setmaxnreg); warp 0's first thread
 //     loads K and V once, then each step's Q and dO tiles with TMA into a 2-stage ring;
 //     warp 1 copies the step's LSE and Delta rows beside them (bwd_producer.cuh).
-//   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns keys
+//   warpgroups 1 and 2, the consumers: raised to 232 registers; warpgroup c owns keys
 //     64 c .. 64 c + 63 of the block and their dK, dV (fp32, registers). Per step (one query
 //     block of one query head of the GQA group):
 //       S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands, issued together);
@@ -138,14 +138,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    hopper::regs_dec<32>();  // 128 x 32 + 256 x 240 = 65536: the whole register file
+    hopper::regs_dec<Cfg::kProducerRegs>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (threadIdx.x == 0) bwd_load_tiles<Cfg>(maps, sm, w);
     if (warp == 1) bwd_load_rows<Cfg>(p, scratch, sm, w, static_cast<int>(threadIdx.x) % 32);
     return;
   }
 
-  hopper::regs_inc<240>();
+  hopper::regs_inc<Cfg::kConsumerRegs>();
   const int cw = wg - 1;
   BwdAcc<Cfg> acc;
 #pragma unroll

@@ -17,7 +17,13 @@ struct BwdTraits {
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
   static constexpr int kBlockM = 64;
   static constexpr int kStages = 2;
-  static constexpr int kThreads = 384;                    // warpgroup 0 loads, 1 and 2 compute
+  static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
+  // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
+  // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
+  // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232.
+  static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
+                "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
   static constexpr int kQBytes = kBlockM * D * 2;         // one Q or dO tile
   static constexpr int kKVBytes = kBlockN * D * 2;        // the K or the V tile
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of one step (two buffers)
