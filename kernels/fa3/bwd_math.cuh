@@ -25,8 +25,8 @@ __device__ __forceinline__ float2 bwd_row_pair(uint32_t rows, int nt, int t) {
 }
 
 // S^T -> P^T in place. kMask: zero the probabilities of queries past len_q, keys past len_k
-// and (causal) keys j > i + shift; the exponential is taken first, so a row whose LSE is
-// -inf (it sees no key: every one of its elements is masked) gives 0, not a NaN.
+// and (causal) keys j > i + shift. A query that sees no key has LSE_2 = +inf (bwd_load_rows):
+// its probabilities are 0 in every block.
 template <bool kMask, int NT>
 __device__ __forceinline__ void bwd_probs(float (&acc)[1][NT][4], uint32_t lse_rows, float sl2, const AttnParams& p,
                                           const BwdWork& w, int key0, int m0) {

@@ -45,8 +45,10 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSme
   }
 }
 
-// Warp 1: LSE * log2(e) and Delta of every step's queries (0 past len_q, where the
-// consumers mask the scores anyway), then each lane arrives on the stage's full barrier.
+// Warp 1: LSE * log2(e) and Delta of every step's queries, then each lane arrives on the
+// stage's full barrier. A query that sees no key (LSE -inf) gets +inf, so its probabilities
+// are exactly exp2(-inf) = 0 with or without the mask (as in fa2); queries past len_q get 0,
+// and the consumers mask them.
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScratch& scratch, const BwdSmem<Cfg>& sm,
                                               const BwdWork& w, int lane) {
@@ -58,7 +60,8 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
     const int valid = w.len_q - m0;
     hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
     for (int r = lane; r < Cfg::kBlockM; r += 32) {
-      const float lse = r < valid ? lse_in[r] * static_cast<float>(M_LOG2E) : 0.f;
+      const float l = r < valid ? lse_in[r] : 0.f;
+      const float lse = l == -INFINITY ? INFINITY : l * static_cast<float>(M_LOG2E);
       const float delta = r < valid ? delta_in[r] : 0.f;
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse(s) + 4u * r), "f"(lse) : "memory");
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta(s) + 4u * r), "f"(delta) : "memory");

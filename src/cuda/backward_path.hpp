@@ -1,6 +1,5 @@
-// Which kernel family runs a CUDA backward: fa3 (kernels/fa3, sm_90a) where it serves the run
-// on a compute capability 9.0 device and is the faster, fa2 for everything else, unless the
-// environment variable FLASHATTN_CUDA_BACKWARD forces one (tests and benchmarks).
+// Which kernel family runs a CUDA backward: fa2 (kernels/fa2), unless the environment variable
+// FLASHATTN_CUDA_BACKWARD forces fa3 (kernels/fa3, sm_90a; tests and benchmarks) or fa2.
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -10,9 +9,9 @@
 namespace flashattn {
 
 // The backward pass of the fa2 algorithm (FLASHATTN_ALGORITHM_FLASH) on the family chosen for p.
-// FLASHATTN_CUDA_BACKWARD (read once per process): unset or empty picks automatically; `fa2`
-// never runs fa3; `fa3` runs fa3 and fails with NOT_SUPPORTED, naming the reason, for a
-// problem or device it does not serve; any other value fails with INVALID_ARGUMENT.
+// FLASHATTN_CUDA_BACKWARD (read once per process): unset, empty or `fa2` runs fa2; `fa3` runs
+// fa3 and fails with NOT_SUPPORTED, naming the reason, for a problem or device it does not
+// serve; any other value fails with INVALID_ARGUMENT.
 // workspace, workspace_bytes: at least cuda_flash_bwd_workspace_size(p) bytes.
 flashattn_status_t cuda_flash_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
