@@ -6,8 +6,10 @@
 #include <stdlib.h>
 
 #include <string>
+#include <vector>
 
 #include "catch_compat.hpp"
+#include "gpu_check.hpp"
 #include "gpu_mem.hpp"
 #include "harness.hpp"
 
@@ -47,6 +49,38 @@ inline void check_fa3_refuses(const Config& c, const char* var, bool backward) {
   CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
   CHECK(g.error.find(std::string(var) + "=fa3") != std::string::npos);
   CHECK(g.outputs_untouched);
+}
+
+// One case per option that neither fa3 pass implements (a window, softcap, ALiBi, dropout,
+// a varlen batch), seeds seed + 1 .. seed + 5; the backward too if `backward`.
+inline std::vector<Config> fa3_unserved_option_cases(bool backward, uint64_t seed) {
+  auto make = [&](const char* name, int64_t d, flashattn_dtype_t t) {
+    Config c = gbase(name, 150, 170, d, t, ++seed);
+    c.backward = backward;
+    return c;
+  };
+  std::vector<Config> cases;
+  Config c = make("paths window", 128, FLASHATTN_DTYPE_FP16);
+  c.band = true;
+  c.wl = 32;
+  c.wr = 0;
+  cases.push_back(c);
+  c = make("paths softcap", 128, FLASHATTN_DTYPE_BF16);
+  c.softcap = 5.f;
+  cases.push_back(c);
+  c = make("paths alibi", 64, FLASHATTN_DTYPE_FP16);
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  cases.push_back(c);
+  c = make("paths dropout", 64, FLASHATTN_DTYPE_BF16);
+  c.p_drop = 0.1f;
+  c.seed = 5;
+  cases.push_back(c);
+  c = make("paths varlen", 128, FLASHATTN_DTYPE_FP16);
+  c.sq = c.sk = 1;
+  c.seqlens_q = {5, 130, 0};
+  c.seqlens_k = {17, 129, 40};
+  cases.push_back(c);
+  return cases;
 }
 
 }  // namespace fat

@@ -95,7 +95,7 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
 TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
           "[gpu][bwd][errors]") {
   REQUIRE_PATH();
-  std::vector<Config> cases;
+  std::vector<Config> cases = fa3_unserved_option_cases(true, 9820);
   cases.push_back(gbase("bwd paths d256", 100, 130, 256, FLASHATTN_DTYPE_FP16, 9801));
   cases.push_back(gbase("bwd paths d96", 100, 130, 96, FLASHATTN_DTYPE_BF16, 9802));
   cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
@@ -105,30 +105,11 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
   c = gbase("bwd paths deterministic", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9805);
   c.deterministic = true;
   cases.push_back(c);
-  c = gbase("bwd paths window", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9806);
-  c.band = true;
-  c.wl = 32;
-  c.wr = 0;
-  cases.push_back(c);
-  c = gbase("bwd paths softcap", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9807);
-  c.softcap = 5.f;
-  cases.push_back(c);
-  c = gbase("bwd paths alibi", 150, 170, 64, FLASHATTN_DTYPE_FP16, 9808);
-  c.bias = FLASHATTN_BIAS_ALIBI;
-  cases.push_back(c);
   c = gbase("bwd paths bias tensor", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9809);
   c.bias = FLASHATTN_BIAS_TENSOR;
   cases.push_back(c);
-  c = gbase("bwd paths dropout", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9810);
-  c.p_drop = 0.1f;
-  c.seed = 5;
-  cases.push_back(c);
   c = gbase("bwd paths block-sparse", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9811);
   c.sparse = true;
-  cases.push_back(c);
-  c = gbase("bwd paths varlen", 1, 1, 128, FLASHATTN_DTYPE_FP16, 9812);
-  c.seqlens_q = {5, 130, 0};
-  c.seqlens_k = {17, 129, 40};
   cases.push_back(c);
   for (const Config& cc : cases) {
     if (forced_path() != "fa3") {

@@ -103,7 +103,7 @@ TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]"
 TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
           "[gpu][fwd][errors]") {
   REQUIRE_PATH();
-  std::vector<Config> cases;
+  std::vector<Config> cases = fa3_unserved_option_cases(false, 9403);
   cases.push_back(fcase("paths d96", 100, 130, 96, FLASHATTN_DTYPE_FP16, 9401));
   cases.push_back(fcase("paths d32", 100, 130, 32, FLASHATTN_DTYPE_BF16, 9402));
   // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
@@ -117,17 +117,6 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
   c.dv = 128;
   cases.push_back(c);
-  c = fcase("paths window", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9404);
-  c.band = true;
-  c.wl = 32;
-  c.wr = 0;
-  cases.push_back(c);
-  c = fcase("paths softcap", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9405);
-  c.softcap = 5.f;
-  cases.push_back(c);
-  c = fcase("paths alibi", 150, 170, 64, FLASHATTN_DTYPE_FP16, 9406);
-  c.bias = FLASHATTN_BIAS_ALIBI;
-  cases.push_back(c);
   c = fcase("paths alibi per (batch, head), causal", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9409);
   c.batch = 2;
   c.hq = 4;
@@ -137,14 +126,6 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   c.band = true;
   c.wr = 0;
   c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
-  cases.push_back(c);
-  c = fcase("paths dropout", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9407);
-  c.p_drop = 0.1f;
-  c.seed = 5;
-  cases.push_back(c);
-  c = fcase("paths varlen", 1, 1, 128, FLASHATTN_DTYPE_FP16, 9408);
-  c.seqlens_q = {5, 130, 0};
-  c.seqlens_k = {17, 129, 40};
   cases.push_back(c);
   for (const Config& cc : cases) {
     if (forced_path() != "fa3") {

@@ -3,6 +3,6 @@
 
 namespace flashattn {
 namespace fa3 {
-template BwdLaunchResult run_bwd<64, kFp16>(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch, cudaStream_t stream);
+template BwdLaunchResult run_bwd<64, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 }  // namespace fa3
 }  // namespace flashattn
