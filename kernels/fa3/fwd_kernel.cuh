@@ -47,30 +47,16 @@
 #include "fa3/fwd.h"
 #include "fa3/fwd_traits.h"
 #include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
 
 namespace flashattn {
 namespace fa3 {
 
-template <uint32_t kRegs>
-__device__ __forceinline__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <uint32_t kRegs>
-__device__ __forceinline__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
-// Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
+// Named barriers (hopper::bar_sync / bar_arrive; id 0 is
 // __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong), and each
 // one's O tile complete in shared memory before its TMA store.
 constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
 constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Key blocks this query tile attends to: [0, return value). Producer and consumers call it
 // with the same arguments, so both walk the same blocks.
@@ -140,19 +126,6 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
     for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
 }
 
-// P (the probabilities in the S accumulator) as the A operand of O += P V: for k16 step kk,
-// the A-fragment layout of mma.sync m16n8k16 (rows g, g + 8; columns 16 kk + 2t.., + 8).
-template <typename T, int NT>
-__device__ __forceinline__ void pack_p(uint32_t (&pa)[NT / 2][4], const float (&acc_s)[1][NT][4]) {
-#pragma unroll
-  for (int kk = 0; kk < NT / 2; ++kk) {
-    pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
-    pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
-    pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
-    pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
-  }
-}
-
 // The query tile `tile` of the persistent walk: tiles are numbered query block fastest,
 // from the last one down (under a causal mask the last query blocks see the most key
 // blocks, so the longest tiles of a head go first), then by head and sequence. The CTAs
@@ -184,7 +157,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waited
   // for that before reaching this barrier).
-  if (Cfg::kOwnO) bar_sync(kBarEpilogue + cw, 128);
+  if (Cfg::kOwnO) hopper::bar_sync(kBarEpilogue + cw, 128);
   float inv[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -205,7 +178,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }
   hopper::fence_proxy_async_smem();
-  bar_sync(kBarEpilogue + cw, 128);
+  hopper::bar_sync(kBarEpilogue + cw, 128);
   // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
   static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
   const int r0 = tl.m0 + cw * 64;
@@ -267,7 +240,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
     // order the consumers use them in. Every tile loads Q, so the Q barriers turn once per
     // tile. ----
-    regs_dec<24>();
+    hopper::regs_dec<24>();
     if (threadIdx.x != 0) return;
     hopper::tma_prefetch_map(&maps.q);
     hopper::tma_prefetch_map(&maps.k);
@@ -331,7 +304,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- consumers ----
-  regs_inc<240>();
+  hopper::regs_inc<240>();
   const int cw = wg - 1;                                      // rows 64 cw .. 64 cw + 63 of the tile
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -396,13 +369,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
     // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
     // both warpgroups' q_empty arrivals, which follow their last turns.
-    auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
+    auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
-      if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
+      if (cw == 0 || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
     };
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {
-      if (cw == 0) bar_arrive(kBarTurn, 256);
+      if (cw == 0) hopper::bar_arrive(kBarTurn, 256);
       hopper::mbar_wait(k_full(stage(base)), parity(base));
       turn_wait();
       fa2::wg_fence();
@@ -415,7 +388,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (n_blocks == 1) q_done();
       if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
       softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
-      pack_p<T>(pa, acc_s);
+      hopper::pack_a<T>(pa, acc_s);
     }
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
@@ -447,7 +420,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fa2::wg_hold(acc_o);
       hopper::mbar_arrive(v_empty(stage(base + it - 1)));
       rescale_o(acc_o, alpha);
-      pack_p<T>(pa, acc_s);
+      hopper::pack_a<T>(pa, acc_s);
     }
     if (n_blocks > 0) {
       hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));

@@ -1,9 +1,8 @@
 // Host side of the FA3-design forward (kernels/fa3): which problems it serves, the TMA
 // maps of Q, K and V, and the launch of the (head dim, dtype) instance.
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 
+#include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "error.hpp"
@@ -38,59 +37,31 @@ bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
          encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
 }
 
-// Writes the reason into why (printf format) and returns false.
-__attribute__((format(printf, 3, 4))) bool refuse(char* why, size_t why_size, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, why_size, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
 }  // namespace
 
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
-  if (!fa3::kBuilt) return refuse(why, why_size, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHITECTURES)");
-  int device = 0, major = 0, minor = 0;
+  if (!fa3_serves_options(p, why, why_size)) return false;
+  int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&run->sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return refuse(why, why_size, "querying the device's compute capability and SM count failed: %s",
-                  cudaGetErrorString(err));
+    return fa3_refuse(why, why_size, "querying the device's SM count failed: %s", cudaGetErrorString(err));
   }
-  if (major != 9 || minor != 0)
-    return refuse(why, why_size, "device %d has compute capability %d.%d; fa3 runs on 9.0 only", device, major, minor);
-  if (p.dtype != kFp16 && p.dtype != kBf16)
-    return refuse(why, why_size, "dtype=%d: fa3 takes fp16 and bf16", static_cast<int>(p.dtype));
   if (fa3_config(p) < 0)
-    return refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
-                  ll(p.head_dim_qk), ll(p.head_dim_v));
-  if (p.varlen) return refuse(why, why_size, "variable-length batches run on fa2");
-  if (p.kv_enabled) return refuse(why, why_size, "KV-cache runs run on fa2");
-  if (p.bias_kind != kBiasNone)
-    return refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
-                  static_cast<int>(p.bias_kind));
-  if (p.softcap > 0.f) return refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
-  if (p.p_drop > 0.f) return refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
-  if (p.layout != nullptr) return refuse(why, why_size, "block-sparse layouts run on fa2");
-  if (p.has_band && !(p.window_right == 0 && p.window_left < 0))
-    return refuse(why, why_size,
-                  "window_left=%lld, window_right=%lld: fa3 serves the causal mask only (right 0, left unbounded)",
-                  ll(p.window_left), ll(p.window_right));
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
+                      ll(p.head_dim_qk), ll(p.head_dim_v));
   constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;  // the same at every head dim
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
-    return refuse(why, why_size,
-                  "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
-                  "and tiles in 32 bits",
-                  ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
+    return fa3_refuse(why, why_size,
+                      "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
+                      "and tiles in 32 bits",
+                      ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
-  if (p.seqlen_k == 0) return refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
+  if (p.seqlen_k == 0) return fa3_refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
   bool ok = false;
   switch (p.head_dim_v) {
     case 64: ok = encode_maps<64>(p, &run->maps); break;
@@ -98,9 +69,10 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     case 256: ok = encode_maps<256>(p, &run->maps); break;
   }
   if (!ok)
-    return refuse(why, why_size,
-                  "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
-                  "tensor-map encoder");
+    return fa3_refuse(
+        why, why_size,
+        "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
+        "tensor-map encoder");
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "backends.hpp"
+#include "fa3/bwd.h"
 #include "fa3/fwd.h"
 
 namespace flashattn {
@@ -38,6 +39,16 @@ CheckedSize fa2_fwd_workspace_size(const AttnParams& p);
 CheckedSize fa2_bwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa2_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// ---- shared by the fa2 and fa3 backward (src/cuda/fa2_bwd.cu) ----
+// Delta and the fp32 dQ accumulator in the caller's workspace, at the places of fa2's layout
+// (the workspace is fa2_bwd_workspace_size(p) bytes; WORKSPACE_TOO_SMALL, naming both sizes,
+// when it cannot hold them). p: a problem fa2 runs without staged copies.
+flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
+// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator (one kernel).
+flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
+// Enqueues dQ = scale * the accumulator, in p's dtype.
+flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 
 // ---- fa2 head dims not a multiple of 8 (src/cuda/fa2_staging.cu): zero-padded copies ----
 // The head dim the fa2 kernels run for a problem's head dim d: d rounded up to a multiple of 8.
@@ -70,6 +81,20 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
 // the workspace's first 4-byte boundary. None without.
 constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream);
+
+// ---- generation 2 (kernels/fa3, sm_90a): the FA3-design backward ----
+// What fa3_bwd launches with: the tensor maps of Q, K, V and dO.
+struct Fa3Bwd {
+  fa3::BwdMaps maps;
+};
+// Whether fa3 serves the backward p on the current device (then *run is ready for fa3_bwd);
+// if not, `why` (why_size bytes) says why: the device, an option or shape the fa3 backward
+// does not implement (deterministic mode among them), or tensors the copy engine or its
+// 4-byte gradient stores cannot address. Nothing launched.
+bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size);
+// Delta, the main kernel and the dQ conversion, in fa2's workspace layout (fa2_bwd_scratch).
+flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
