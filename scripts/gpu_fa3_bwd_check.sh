@@ -3,7 +3,7 @@
 # call: builds through scripts/gpu_check.sh (its configure + build steps only, ~1-2 min), then
 #   1. ptxas: registers and spills (-Xptxas -v) of every fa3 backward instance, compiled
 #      alone for sm_90a with the library's flags; fails on spills or on the wgmma
-#      serialization warnings C7508/C7515/C7517;
+#      serialization warnings (any C75xx);
 #   2. SASS of each: counts of HGMMA, UTMALDG, USETMAXREG, UTMAREDG (the dQ reduce-adds; each
 #      must be > 0) and local-memory accesses LDL/STL (must be 0);
 #   3. tests: test_gpu_backward_paths on fa3 first (a hung pipeline stops at the per-test

@@ -46,7 +46,8 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
     const uint32_t row = sdq + static_cast<uint32_t>(r * 128 + (t & 1) * 8);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const uint32_t a = row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
+      const uint32_t a =
+          row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? acc[0][nt][2 * hh] : 0.f),
                    "f"(keep ? acc[0][nt][2 * hh + 1] : 0.f)
                    : "memory");
