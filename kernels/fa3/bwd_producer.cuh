@@ -3,8 +3,8 @@
 // and Delta into shared memory. Both fill the same ring stage and complete its full barrier
 // (1 arrival with the TMA bytes + 32 of warp 1); both wait for its empty barrier (all 256
 // consumer threads arrive once their last GEMM of the stage is done). Warp 2 adds the dQ
-// pieces the consumers stage in shared memory into the fp32 workspace with bulk
-// reduce-adds (the dQ barriers of bwd_schedule.cuh).
+// pieces the consumers stage in shared memory into the fp32 workspace with the copy
+// engine's tensor reduce-adds (the dQ barriers of bwd_schedule.cuh).
 #pragma once
 #include <math.h>
 #include <stdint.h>
