@@ -27,8 +27,8 @@ CUOBJDUMP=$(command -v cuobjdump || echo "$(dirname "$NVCC")/cuobjdump")
 #
 # fa3_ptxas UNIT...: compiles each translation unit alone for sm_90a with the library's flags
 # and -Xptxas -v (in parallel) into $WORK/<name>.cubin and $WORK/<name>.ptxas, prints its
-# registers and spills, and calls fail on a compile error, on spills or on the wgmma
-# serialization warnings C7508/C7515/C7517.
+# registers and spills, and calls fail on a compile error, on spills or on any of ptxas's
+# C75xx warnings (setmaxnreg ignored, C7508; wgmma serialized, C7515/C7517/C7520 among them).
 fa3_ptxas() {
   local u n p regs spill pids=()
   for u in "$@"; do
@@ -44,6 +44,6 @@ fa3_ptxas() {
     spill=$(grep -Eo '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' "$WORK/$n.ptxas" | head -1)
     printf '%-22s %s, %s\n' "$n" "$regs" "$spill"
     grep -q ' 0 bytes spill stores, 0 bytes spill loads' "$WORK/$n.ptxas" || fail "$n spills"
-    if grep -E 'C7508|C7515|C7517' "$WORK/$n.ptxas"; then fail "$n: ptxas wgmma warning"; fi
+    if grep -E 'C75[0-9][0-9]' "$WORK/$n.ptxas"; then fail "$n: ptxas C75xx warning"; fi
   done
 }

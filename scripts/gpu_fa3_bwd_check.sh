@@ -3,9 +3,9 @@
 # call: builds through scripts/gpu_check.sh (its configure + build steps only, ~1-2 min), then
 #   1. ptxas: registers and spills (-Xptxas -v) of every fa3 backward instance, compiled
 #      alone for sm_90a with the library's flags; fails on spills or on the wgmma
-#      serialization warnings C7508/C7515/C7517;
-#   2. SASS of each: counts of HGMMA, UTMALDG, USETMAXREG, REDG (the dQ reductions; each must
-#      be > 0) and local-memory accesses LDL/STL (must be 0);
+#      serialization warnings (any C75xx);
+#   2. SASS of each: counts of HGMMA, UTMALDG, USETMAXREG, UTMAREDG (the dQ reduce-adds; each
+#      must be > 0) and local-memory accesses LDL/STL (must be 0);
 #   3. tests: test_gpu_backward_paths on fa3 first (a hung pipeline stops at the per-test
 #      timeout, and then the bench is skipped), then on fa2, then the refused value of the
 #      variable (ctest -R '^bwd-'), then (STEPS has suite) the non-slow GPU suite;
@@ -34,14 +34,14 @@ fi
 
 if want sass; then
   echo "==== SASS of the fa3 backward kernels"
-  printf '%-22s %6s %8s %11s %5s %4s %4s\n' unit HGMMA UTMALDG USETMAXREG REDG LDL STL
+  printf '%-22s %6s %8s %11s %8s %4s %4s\n' unit HGMMA UTMALDG USETMAXREG UTMAREDG LDL STL
   for u in "${UNITS[@]}"; do
     n=$(basename "$u" .cu)
     "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
     c() { grep -c "$1" "$WORK/$n.sass"; }
-    h=$(c HGMMA) t=$(c UTMALDG) s=$(c USETMAXREG) r=$(c REDG) l=$(c 'LDL') st=$(c 'STL')
-    printf '%-22s %6s %8s %11s %5s %4s %4s\n' "$n" "$h" "$t" "$s" "$r" "$l" "$st"
-    [[ $h -gt 0 && $t -gt 0 && $s -gt 0 && $r -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, USETMAXREG or REDG"
+    h=$(c HGMMA) t=$(c UTMALDG) s=$(c USETMAXREG) r=$(c UTMAREDG) l=$(c 'LDL') st=$(c 'STL')
+    printf '%-22s %6s %8s %11s %8s %4s %4s\n' "$n" "$h" "$t" "$s" "$r" "$l" "$st"
+    [[ $h -gt 0 && $t -gt 0 && $s -gt 0 && $r -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, USETMAXREG or UTMAREDG"
     [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
   done
   grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/bwd_*.sass | sort | uniq -c

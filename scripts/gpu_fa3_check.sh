@@ -4,7 +4,7 @@
 # steps only, ~1-2 min), then
 #   1. ptxas: registers and spills (-Xptxas -v) of every fa3 instance, compiled alone for
 #      sm_90a with the library's flags; fails on spills or on the wgmma serialization
-#      warnings C7508/C7515/C7517;
+#      warnings (any C75xx: setmaxnreg ignored, wgmma serialized);
 #   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, UTMASTG, USETMAXREG (each must be
 #      > 0), local-memory accesses LDL/STL (must be 0), and MUFU.EX2 between the two wgmma
 #      waits of the main loop (must be > 0: the softmax overlaps O += P V);

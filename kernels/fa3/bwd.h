@@ -11,14 +11,17 @@ namespace fa3 {
 
 // TMA maps of Q, dO (boxes of 64 columns x BwdTraits<D>::kBlockM rows) and K, V (64 x kBlockN)
 // as 4-D tensors (head dim, seq, head, batch) over the plan's strides, 128-byte swizzle;
-// loads zero-fill rows past the sequence (src/cuda/tensor_map.hpp encodes them).
+// loads zero-fill rows past the sequence. dq: the fp32 dQ accumulator of BwdScratch as a
+// 3-D tensor (head dim, head, batch * seqlen_q), boxes of kDqBoxCols x 1 x kBlockM, 128-byte
+// swizzle, for the reduce-adds. src/cuda/tensor_map.hpp encodes them.
 struct BwdMaps {
-  TensorMap128 q, k, v, dout;
+  TensorMap128 q, k, v, dout, dq;
 };
 
 // The workspace the kernel reads and adds to (laid out by the fa2 backward, which fills
 // Delta and zeroes the accumulator first): Delta = rowsum(dO * O) like the LSE
-// ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim].
+// ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
+// which the kernel adds to through BwdMaps::dq.
 struct BwdScratch {
   float* delta;
   float* dq_accum;

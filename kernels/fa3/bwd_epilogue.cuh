@@ -1,6 +1,6 @@
 // Where the FA3-design backward's results leave the registers of a consumer warpgroup:
-// dS^T of a step into shared memory (the dQ GEMM's operand), the step's dQ piece added
-// into the fp32 workspace, and at the end the CTA's dK (scaled) and dV to the outputs.
+// dS^T of a step into shared memory (the dQ GEMM's operand), the step's dQ piece into its
+// shared-memory staging buffer, and at the end the CTA's dK (scaled) and dV to the outputs.
 #pragma once
 #include <stdint.h>
 
@@ -29,20 +29,29 @@ __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint3
     }
 }
 
-// acc (queries q0 + 16 warp + g (+ 8) x head-dim columns c0 + 8 nt + 2t (+ 1)) added into the
-// dQ accumulator of head h; queries past len_q are skipped.
-__device__ __forceinline__ void bwd_add_dq(float* dq_accum, const AttnParams& p, const BwdWork& w, int h, int q0,
-                                           int c0, const float (&acc)[1][8][4], int warp, int g, int t) {
+// acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1)) into the
+// dQ staging buffer sdq in the layout of the dQ map's boxes (bwd_reduce_dq): columns 32 b ..
+// in box b (kDqBoxBytes apart), row r at r 128 bytes, its 16-byte chunk c at c ^ (r % 8)
+// (r % 8 = g): a warp's 8-byte stores hit every bank twice, the minimum. Rows at or past
+// rows_left (queries past len_q) are stored as 0: the reduce-add writes them into the next
+// sequence's accumulator rows, and they hold dS K of zero-filled dO rows, which NaN or Inf
+// values can make NaN.
+template <class Cfg>
+__device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1][8][4], int rows_left, int warp, int g,
+                                             int t) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int i = q0 + warp * 16 + g + hh * 8;
-    if (i >= w.len_q) continue;
-    float* const row = dq_accum + ((static_cast<int64_t>(w.b) * p.seqlen_q + i) * p.heads_q + h) * p.head_dim_qk;
+    const int r = warp * 16 + g + hh * 8;
+    const bool keep = r < rows_left;
+    const uint32_t row = sdq + static_cast<uint32_t>(r * 128 + (t & 1) * 8);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(row + c0 + nt * 8 + 2 * t), "f"(acc[0][nt][2 * hh]),
-                   "f"(acc[0][nt][2 * hh + 1])
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint32_t a =
+          row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? acc[0][nt][2 * hh] : 0.f),
+                   "f"(keep ? acc[0][nt][2 * hh + 1] : 0.f)
                    : "memory");
+    }
   }
 }
 

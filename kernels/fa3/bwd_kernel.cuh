@@ -4,17 +4,20 @@
 // One CTA per (key block of 128 rows, key head, sequence), 384 threads:
 //   warpgroup 0, the producer: drops to 32 registers (setmaxnreg); warp 0's first thread
 //     loads K and V once, then each step's Q and dO tiles with TMA into a 2-stage ring;
-//     warp 1 copies the step's LSE and Delta rows beside them (bwd_producer.cuh).
+//     warp 1 copies the step's LSE and Delta rows beside them; warp 2 adds the staged dQ
+//     pieces into the fp32 dQ workspace with the copy engine's tensor reduce-add
+//     (bwd_producer.cuh).
 //   warpgroups 1 and 2, the consumers: raised to 232 registers; warpgroup c owns keys
 //     64 c .. 64 c + 63 of the block and their dK, dV (fp32, registers). Per step (one query
 //     block of one query head of the GQA group):
 //       S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands, issued together);
 //       P^T = exp2(S^T scale log2(e) - LSE_2), masked; dS^T = P^T (dP^T - Delta);
-//       dS^T into shared memory; dV += P^T dO and dK += dS^T Q (wgmma, P^T and dS^T from
-//       registers); once both warpgroups' dS^T are stored (named barrier), dQ = dS K
-//       (wgmma, dS^T read transposed through its descriptor) in 64 x 64 pieces, one per
-//       warpgroup at d = 128 and, at d = 64, the one piece on each warpgroup in turn, is
-//       added into the fp32 dQ workspace (red.global.add.v2.f32).
+//       dS^T into shared memory; dV += P^T dO (wgmma, P^T from registers); once both
+//       warpgroups' dS^T are stored (named barrier), dQ = dS K (wgmma, dS^T read transposed
+//       through its descriptor) in 64 x 64 pieces, one per warpgroup at d = 128 and, at
+//       d = 64, the one piece on each warpgroup in turn; then dK += dS^T Q (wgmma, dS^T from
+//       registers), which runs while the warpgroup stages its dQ piece in shared memory for
+//       warp 2 (named barriers, bwd_schedule.cuh).
 //     Epilogue: dK * scale and dV straight from registers to the outputs.
 // dS^T has two buffers, so a warpgroup writes the next step's while the other still reads
 // this step's: one named barrier per step. A CTA whose keys no query sees (causal) writes
@@ -45,8 +48,6 @@
 namespace flashattn {
 namespace fa3 {
 
-constexpr int kBarDsReady = 1;  // named barrier: both consumer warpgroups' dS^T of the step are stored
-
 // The accumulators of one consumer warpgroup across the CTA's walk.
 template <class Cfg>
 struct BwdAcc {
@@ -54,14 +55,16 @@ struct BwdAcc {
   float dv[1][Cfg::kD / 8][4];
 };
 
-// One step of a consumer warpgroup (cw: 0 or 1), ring stage s = bwd_stage(it).
-template <class Cfg, typename T, bool kMask>
-__device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdScratch& scratch, const BwdSmem<Cfg>& sm,
-                                         const BwdWork& w, int it, int cw, BwdAcc<Cfg>& acc) {
+// One step of a consumer warpgroup (cw: 0 or 1), ring stage s = bwd_stage(it); kPiece =
+// bwd_has_dq_piece(it, cw), a template argument so that no wgmma is in flight across a
+// branch on it (ptxas would serialize the GEMMs: C7520).
+template <class Cfg, typename T, bool kMask, bool kPiece>
+__device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int it, int cw,
+                                         BwdAcc<Cfg>& acc) {
   constexpr int kNT = Cfg::kBlockM / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it), h = w.head(it);
+  const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it);
   const int key0 = w.n0 + cw * 64 + warp * 16 + g;              // this thread's keys: key0, key0 + 8
   const uint32_t krows = static_cast<uint32_t>(cw * 64 * 128);  // the warpgroup's first K / V row
   float acc_s[1][kNT][4], acc_dp[1][kNT][4];
@@ -87,36 +90,44 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdScratch& 
   bwd_store_ds<Cfg>(sds, cw * 64, dsa, warp, g, t);
   hopper::fence_proxy_async_smem();
 
-  // dV += P^T dO and dK += dS^T Q: B MN-major (k16 step kk = query rows 16 kk.., 2048 bytes
-  // further; N = kD across 64-column blocks kBlockM * 128 bytes apart).
+  // dV += P^T dO, then (once both halves of dS^T are stored) the dQ piece, then dK += dS^T Q,
+  // in that order so that dK runs on the tensor cores while this warpgroup stages the dQ
+  // piece (FA3's order). dV and dK: B MN-major (k16 step kk = query rows 16 kk.., 2048
+  // bytes further; N = kD across 64-column blocks kBlockM * 128 bytes apart). dQ piece cb
+  // (column block cb of the step's 64 x kD) = dS K: A = dS^T, MN-major (k = keys along its
+  // rows); B = K's column block cb, MN-major.
   fa2::wg_fence();
   const uint64_t ddo = fa2::wg_desc(sm.dout(s), kBlockM * 128), dq = fa2::wg_desc(sm.q(s), kBlockM * 128);
 #pragma unroll
   for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dv, pa[kk], ddo + static_cast<uint64_t>(kk * 128));
-#pragma unroll
-  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
   fa2::wg_commit();
-
-  // dQ piece cb (column block cb of the step's 64 x kD) = dS K: A = dS^T, MN-major (k = keys
-  // along its rows); B = K's column block cb, MN-major.
   hopper::bar_sync(kBarDsReady, 256);
-  const bool has_piece = Cfg::kDqPieces == 2 || cw == it % 2;
-  const int cb = Cfg::kDqPieces == 2 ? cw : 0;
+  const int cb = bwd_dq_col_block<Cfg>(cw);
   float acc_dq[1][8][4];
-  if (has_piece) {
+  if (kPiece) {
     fa2::wg_fence();
     fa2::wg_gemm<T, 8, kBlockN, 3, kBlockN, kBlockN, true>(acc_dq, sds,
                                                            sm.k() + static_cast<uint32_t>(cb * kBlockN * 128));
     fa2::wg_commit();
   }
+#pragma unroll
+  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
+  fa2::wg_commit();
+  if (kPiece) {
+    // dV and the dQ piece done (wgmma groups complete in order); dK may still run. The
+    // staging buffer is free once the writer warp arrived on its empty barrier (the protocol
+    // at bwd_reduce_dq).
+    fa2::wg_wait<1>();
+    fa2::wg_hold(acc_dq);
+    hopper::bar_sync(kBarDqEmpty + cw, kDqBarThreads);
+    bwd_stage_dq<Cfg>(sm.dq(cw), acc_dq, w.len_q - m0, warp, g, t);
+    hopper::fence_proxy_async_smem();
+    hopper::bar_arrive(kBarDqFull + cw, kDqBarThreads);
+  }
   fa2::wg_wait<0>();
   fa2::wg_hold(acc.dv);
   fa2::wg_hold(acc.dk);
   hopper::mbar_arrive(sm.q_empty(s));
-  if (has_piece) {
-    fa2::wg_hold(acc_dq);
-    bwd_add_dq(scratch.dq_accum, p, w, h, m0, cb * 64, acc_dq, warp, g, t);
-  }
 }
 
 template <class Cfg, typename T>
@@ -142,6 +153,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (threadIdx.x == 0) bwd_load_tiles<Cfg>(maps, sm, w);
     if (warp == 1) bwd_load_rows<Cfg>(p, scratch, sm, w, static_cast<int>(threadIdx.x) % 32);
+    if (warp == 2) bwd_reduce_dq<Cfg>(p, maps, sm, w, static_cast<int>(threadIdx.x) % 32);
     return;
   }
 
@@ -154,8 +166,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
   hopper::mbar_wait(sm.kv_full(), 0u);
   for (int it = 0; it < w.steps(); ++it) {
-    if (bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it))) bwd_step<Cfg, T, true>(p, scratch, sm, w, it, cw, acc);
-    else bwd_step<Cfg, T, false>(p, scratch, sm, w, it, cw, acc);
+    const bool mask = bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it));
+    if (bwd_has_dq_piece<Cfg>(it, cw)) {
+      if (mask) bwd_step<Cfg, T, true, true>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, true>(p, sm, w, it, cw, acc);
+    } else {
+      if (mask) bwd_step<Cfg, T, true, false>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, false>(p, sm, w, it, cw, acc);
+    }
   }
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;

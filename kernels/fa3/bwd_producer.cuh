@@ -2,7 +2,9 @@
 // once and each step's Q and dO tiles with TMA; warp 1 copies each step's LSE (in base 2)
 // and Delta into shared memory. Both fill the same ring stage and complete its full barrier
 // (1 arrival with the TMA bytes + 32 of warp 1); both wait for its empty barrier (all 256
-// consumer threads arrive once their last GEMM of the stage is done).
+// consumer threads arrive once their last GEMM of the stage is done). Warp 2 adds the dQ
+// pieces the consumers stage in shared memory into the fp32 workspace with the copy
+// engine's tensor reduce-adds (the dQ barriers of bwd_schedule.cuh).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +13,7 @@
 #include "fa3/bwd.h"
 #include "fa3/bwd_schedule.cuh"
 #include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
 
 namespace flashattn {
 namespace fa3 {
@@ -68,6 +71,46 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
     }
     hopper::mbar_arrive(sm.q_full(s));
   }
+}
+
+// Warp 2: every staged dQ piece, in the consumers' step order, added into the fp32 dQ
+// accumulator by the copy engine: lane 0 issues two tensor reduce-adds a piece (its 32-column
+// boxes, maps.dq: (column, head, batch * seqlen_q + query)).
+// The handshake with consumer warpgroup cw, per piece (kDqBarThreads = 128 + 32 each):
+//   the warp arrives on kBarDqEmpty + cw once lane 0's reduce-adds of the buffer's previous
+//     pieces have read it (cp.async.bulk.wait_group.read 0, then __syncwarp); the
+//     warpgroup's 128 threads sync there before they stage the piece, so that phase
+//     completes;
+//   the warpgroup's 128 threads arrive on kBarDqFull + cw after staging it (and
+//     fence.proxy.async: the generic-proxy stores become visible to the copy engine); the
+//     warp syncs there, so that phase completes, then lane 0 issues the piece.
+// Each side takes every phase of both barriers once per piece in the same order, so neither
+// runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
+// for its reduce-adds to complete.
+template <class Cfg>
+__device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdSmem<Cfg>& sm,
+                                              const BwdWork& w, int lane) {
+  hopper::tma_prefetch_map(&maps.dq);
+  for (int it = 0; it < w.steps(); ++it) {
+    if (lane == 0) hopper::bulk_wait_read_all();
+    __syncwarp();
+#pragma unroll
+    for (int cw = 0; cw < 2; ++cw)
+      if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+    const int h = w.head(it), row = w.b * static_cast<int>(p.seqlen_q) + w.m0<Cfg>(it);
+#pragma unroll
+    for (int cw = 0; cw < 2; ++cw) {
+      if (!bwd_has_dq_piece<Cfg>(it, cw)) continue;
+      hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
+      if (lane == 0)
+#pragma unroll
+        for (int box = 0; box < 2; ++box)
+          hopper::tma_reduce_add_3d(&maps.dq, sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes),
+                                    bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols, h, row);
+    }
+    if (lane == 0) hopper::bulk_commit();
+  }
+  if (lane == 0) hopper::bulk_wait_all();
 }
 
 }  // namespace fa3

@@ -20,7 +20,8 @@ struct BwdSmem {
   __device__ uint32_t q(int s) const { return base + 2 * Cfg::kKVBytes + s * Cfg::kQBytes; }
   __device__ uint32_t dout(int s) const { return q(Cfg::kStages) + s * Cfg::kQBytes; }
   __device__ uint32_t ds(int buf) const { return dout(Cfg::kStages) + buf * Cfg::kDsBytes; }
-  __device__ uint32_t lse(int s) const { return ds(2) + s * Cfg::kRowBytes; }
+  __device__ uint32_t dq(int cw) const { return ds(2) + cw * Cfg::kDqStageBytes; }
+  __device__ uint32_t lse(int s) const { return dq(2) + s * Cfg::kRowBytes; }
   __device__ uint32_t delta(int s) const { return lse(Cfg::kStages) + s * Cfg::kRowBytes; }
   __device__ uint32_t kv_full() const { return delta(Cfg::kStages); }
   __device__ uint32_t q_full(int s) const { return kv_full() + 8u * (1 + s); }
@@ -72,6 +73,32 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
   w.m_first = min(first_q / Cfg::kBlockM, tiles_m);
   w.per_head = tiles_m - w.m_first;
   return w;
+}
+
+// Named barriers (bar.sync / bar.arrive ids; 0 is __syncthreads):
+//   kBarDsReady (256 threads): both consumer warpgroups' dS^T of the step are stored; every
+//     consumer thread syncs once a step.
+//   kBarDqFull + cw (kDqBarThreads): consumer warpgroup cw's dQ piece is staged; its 128
+//     threads arrive, the dQ writer warp (32 threads, bwd_reduce_dq) syncs.
+//   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
+//     arrives (its bulk reads of the buffer's previous piece are done), the 128 threads of
+//     warpgroup cw sync.
+// Both dQ barriers complete once per piece of warpgroup cw (bwd_has_dq_piece), in the same
+// step order on both sides.
+constexpr int kBarDsReady = 1;
+constexpr int kBarDqFull = 2;
+constexpr int kBarDqEmpty = 4;
+constexpr int kDqBarThreads = 128 + 32;
+
+// Whether consumer warpgroup cw computes a dQ piece at step it: at d = 128 both (column
+// block cw), at d = 64 the one piece (column block 0) on warpgroup it % 2.
+template <class Cfg>
+__device__ __forceinline__ bool bwd_has_dq_piece(int it, int cw) {
+  return Cfg::kDqPieces == 2 || cw == it % 2;
+}
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_col_block(int cw) {
+  return Cfg::kDqPieces == 2 ? cw : 0;
 }
 
 // Whether the step's (query block, key block) pair takes the element mask: queries past

@@ -31,12 +31,20 @@ struct BwdTraits {
   // dQ of a step (64 x D) in 64 x 64 pieces (column blocks): at d = 128 warpgroup c takes
   // piece c; at d = 64 the one piece goes to warpgroup it % 2 at step it.
   static constexpr int kDqPieces = D / 64;
+  // A piece staged in shared memory for the copy engine's reduce-add into the fp32 dQ
+  // accumulator (one buffer per consumer warpgroup): two boxes of 32 columns (128 bytes, the
+  // widest row of the 128-byte swizzle) x 64 rows, each 1024-byte aligned.
+  static constexpr int kDqBoxCols = 32;
+  static constexpr int kDqBoxBytes = kBlockM * kDqBoxCols * 4;
+  static constexpr int kDqStageBytes = 2 * kDqBoxBytes;
   // Barriers: K/V full, then Q full and Q empty x kStages (8 bytes each).
   static constexpr int kBarBytes = 8 * (1 + 2 * kStages);
-  // Dynamic shared memory: K, V, Q and dO rings, two dS^T buffers, LSE and Delta rings,
-  // barriers; the tiles start at the first 1024-byte boundary (1024 bytes of slack).
-  static constexpr int kSmemBytes =
-      1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + 2 * kStages * kRowBytes + kBarBytes;
+  // Dynamic shared memory: K, V, Q and dO rings, two dS^T buffers, two dQ staging buffers,
+  // LSE and Delta rings, barriers; the tiles start at the first 1024-byte boundary (1024
+  // bytes of slack).
+  static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + 2 * kDqStageBytes +
+                                    2 * kStages * kRowBytes + kBarBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
 };

@@ -58,10 +58,11 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
                       ll(p.head_dim_qk), ll(p.head_dim_v));
   constexpr int64_t kBlockN = fa3::BwdTraits<64>::kBlockN;  // the same at every head dim
   const int64_t blocks = (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
-  if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || blocks > kMaxIndex)
+  // The dQ accumulator's rows (batch x seqlen_q) are coordinates of its TMA map.
+  if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || blocks > kMaxIndex || p.batch * p.seqlen_q > kMaxIndex)
     return fa3_refuse(why, why_size,
                       "seqlen_q=%lld, seqlen_k=%lld, %lld key blocks (heads_kv=%lld, batch=%lld): fa3 counts "
-                      "positions and blocks in 32 bits",
+                      "positions, query rows of the batch and blocks in 32 bits",
                       ll(p.seqlen_q), ll(p.seqlen_k), ll(blocks), ll(p.heads_kv), ll(p.batch));
   if (p.batch == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_bwd)
   if (p.seqlen_q == 0 || p.seqlen_k == 0)
@@ -90,7 +91,18 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
-  const fa3::BwdLaunchResult r = fa3::kBwdRun[cfg][p.dtype](p, run.maps, scratch, stream);
+  // The map of the dQ accumulator, which lives in this call's workspace. fa3_bwd_prepare
+  // checked what the encoder checks (extents within 32 bits; the accumulator is dense and
+  // 256-byte aligned): only a driver's refusal fails here.
+  fa3::BwdMaps maps = run.maps;
+  if (!encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q, p.batch * p.seqlen_q,
+                           fa3::BwdTraits<64>::kDqBoxCols, fa3::BwdTraits<64>::kBlockM))
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                "fa3 backward (d=%d): the driver refused the TMA map of the dQ accumulator (%lld rows x %lld heads x "
+                "%lld columns, fp32)",
+                fa3::kBwdDims[cfg], static_cast<long long>(p.batch * p.seqlen_q), static_cast<long long>(p.heads_q),
+                static_cast<long long>(p.head_dim_qk));
+  const fa3::BwdLaunchResult r = fa3::kBwdRun[cfg][p.dtype](p, maps, scratch, stream);
   if (r.err != cudaSuccess) {
     (void)cudaGetLastError();
     if (r.step == fa3::kBwdSetSmem)
