@@ -205,7 +205,8 @@ void cuda_free(int device, void* device_ptr) {
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.kv_enabled) return decode_workspace_size(p);
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
+  if (p.direction == kBackward) return simt_serves(p) ? simt_bwd_workspace_size(p) : fa2_bwd_workspace_size(p);
+  return cuda_flash_fwd_workspace_size(p);
 }
 
 int64_t cuda_kv_splits(const AttnParams& p, int device) {
@@ -227,7 +228,8 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  return p.kv_enabled ? decode_check(p, *prop) : fa2_check(p, *prop);
+  if (p.kv_enabled) return decode_check(p, *prop);
+  return simt_serves(p) ? simt_check(p, *prop) : fa2_check(p, *prop);
 }
 
 namespace {
@@ -296,8 +298,10 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
   else
-    s = p.direction == kBackward ? fa2_bwd(p, workspace, workspace_bytes, st)
-                                 : cuda_flash_fwd(p, workspace, workspace_bytes, st);
+  else if (p.direction == kForward)
+    s = cuda_flash_fwd(p, workspace, workspace_bytes, st);
+  else
+    s = simt_serves(p) ? simt_bwd(p, workspace, workspace_bytes, st) : fa2_bwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 

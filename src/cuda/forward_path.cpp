@@ -48,6 +48,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
     return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                 "FLASHATTN_CUDA_FORWARD=%s: expected fa2 or fa3 (or unset: the library picks the forward kernels)",
                 forced_path_value());
+  if (simt_serves(p)) return simt_fwd(p, stream);
   if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
     Fa3Fwd fa3;
     char why[256];
@@ -59,6 +60,8 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
   return fa2_fwd(p, workspace, workspace_bytes, stream);
 }
 
-CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) { return fa2_fwd_workspace_size(p); }
+CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) {
+  return simt_serves(p) ? CheckedSize(0) : fa2_fwd_workspace_size(p);
+}
 
 }  // namespace flashattn

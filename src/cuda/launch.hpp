@@ -12,6 +12,7 @@
 
 #include "backends.hpp"
 #include "fa3/fwd.h"
+#include "simt/traits.h"
 
 namespace flashattn {
 
@@ -66,6 +67,19 @@ struct Fa3Fwd {
 // cannot address. Nothing launched. fa3_fwd takes no workspace.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream);
+
+// ---- fp32 flash attention (kernels/simt, sm_80+): FA2 in fp32 registers, exact fp32 FMA ----
+// Whether the simt family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
+inline bool simt_serves(const AttnParams& p) { return p.dtype == kFp32; }
+// The head-dim bucket (64, 128 or 256) both of p's head dims run padded to.
+inline int simt_bucket(const AttnParams& p) {
+  return simt::bucket_dim(p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v);
+}
+// Whether simt can run p on a device with prop (sizes, alignment, shared memory); nothing launched.
+flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop);
+CheckedSize simt_bwd_workspace_size(const AttnParams& p);  // the forward takes none
+flashattn_status_t simt_fwd(const AttnParams& p, cudaStream_t stream);
+flashattn_status_t simt_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded
