@@ -41,7 +41,7 @@ def parse_args(argv=None):
                     help="CSV the sweep rows are appended to (default bench/results/sweep.csv; '' for none)")
     ap.add_argument("--quick", action="store_true",
                     help="defaults become bf16, d=64/128, seqlen 1k/4k/16k (explicit flags still win)")
-    ap.add_argument("--dtypes", help="comma list (default bf16,fp16; --profile: bf16)")
+    ap.add_argument("--dtypes", help="comma list of bf16, fp16, fp32 (default bf16,fp16; --profile: bf16)")
     ap.add_argument("--hdims", help="comma list (default 64,128,256; --profile: 128)")
     ap.add_argument("--seqlens", help="comma list (default 512,1024,2048,4096,8192,16384; --profile: 1024,16384)")
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per batch (b = tokens / seqlen)")

@@ -297,7 +297,6 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
-  else
   else if (p.direction == kForward)
     s = cuda_flash_fwd(p, workspace, workspace_bytes, st);
   else
