@@ -11,6 +11,7 @@
 #include "common/philox.h"
 #include "simt/ctx.cuh"
 #include "simt/gemm.cuh"
+#include "simt/traits.h"
 
 namespace flashattn {
 namespace simt {
