@@ -1,6 +1,6 @@
-// Tile shapes of the fp32 SIMT kernels (kernels/simt), per head-dim bucket D: the query
-// and value head dims both run padded to D (64, 128 or 256), with zeros past the real
-// dims in shared memory. Plain C++, so the host code sizes workspaces and shared memory
+// Tile shapes of the fp32 SIMT kernels (kernels/simt), per head-dim bucket D (the list:
+// kernels/instances.json, its "simt" entry): the query and value head dims both run padded
+// to D, a multiple of 64, with zeros past the real dims in shared memory. Plain C++, so the host code sizes workspaces and shared memory
 // from the same numbers the kernels use.
 //
 // Every kernel runs 256 threads as a 16 x 16 grid (ty = tid / 16, tx = tid % 16). A
@@ -20,9 +20,6 @@ constexpr int kThreads = 256;
 // registers at 128 per thread, which the shared memory of D <= 128 allows anyway.
 template <int D>
 constexpr int kMinBlocks = D <= 128 ? 2 : 1;
-
-// Bucket of a head dim (1..256): the smallest of 64, 128, 256 that holds it.
-FA_HD constexpr int bucket_dim(long long d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
 
 FA_HD constexpr int pitch(int width) { return width + 4; }
 

@@ -12,7 +12,7 @@
 
 #include "backends.hpp"
 #include "fa3/fwd.h"
-#include "simt/traits.h"
+#include "simt/launchers.h"
 
 namespace flashattn {
 
@@ -71,9 +71,13 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t 
 // ---- fp32 flash attention (kernels/simt, sm_80+): FA2 in fp32 registers, exact fp32 FMA ----
 // Whether the simt family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
 inline bool simt_serves(const AttnParams& p) { return p.dtype == kFp32; }
-// The head-dim bucket (64, 128 or 256) both of p's head dims run padded to.
+// The index in simt::kBuckets of the head-dim bucket both of p's head dims run padded to
+// (-1 for head dims beyond the last).
 inline int simt_bucket(const AttnParams& p) {
-  return simt::bucket_dim(p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v);
+  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
+  for (int i = 0; i < simt::kNumBuckets; ++i)
+    if (d <= simt::kBuckets[i].d) return i;
+  return -1;
 }
 // Whether simt can run p on a device with prop (sizes, alignment, shared memory); nothing launched.
 flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop);

@@ -8,23 +8,6 @@
 #include "error.hpp"
 
 namespace flashattn {
-namespace {
-
-template <int D>
-int shared_bytes_of(const AttnParams& p) {
-  return p.direction == kBackward ? simt::BwdTile<D>::smem_bytes : simt::FwdTile<D>::smem_bytes;
-}
-
-// Dynamic shared memory of p's kernels.
-int shared_bytes(const AttnParams& p) {
-  switch (simt_bucket(p)) {
-    case 64: return shared_bytes_of<64>(p);
-    case 128: return shared_bytes_of<128>(p);
-    default: return shared_bytes_of<256>(p);
-  }
-}
-
-}  // namespace
 
 flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop) {
   // The simt kernels are compiled for the same targets as the fa2 ones.
@@ -37,18 +20,25 @@ flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop) {
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_q=%lld, seqlen_k=%lld: the fp32 CUDA kernels support sequence lengths below 2^30",
                 static_cast<long long>(p.seqlen_q), static_cast<long long>(p.seqlen_k));
-  const int smem = shared_bytes(p);
+  const int bucket = simt_bucket(p);
+  if (bucket < 0)
+    return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
+                "head_dim_qk=%lld, head_dim_v=%lld: the fp32 CUDA kernels serve head dims up to %d",
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v),
+                simt::kBuckets[simt::kNumBuckets - 1].d);
+  const bool bwd = p.direction == kBackward;
+  const int smem = bwd ? simt::kBuckets[bucket].bwd_smem : simt::kBuckets[bucket].fwd_smem;
   if (static_cast<size_t>(smem) > prop.sharedMemPerBlockOptin)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the fp32 CUDA %s kernel needs %d bytes of shared memory per "
                 "block, device %s allows %zu",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v),
-                p.direction == kBackward ? "backward" : "forward", smem, prop.name,
+                bwd ? "backward" : "forward", smem, prop.name,
                 static_cast<size_t>(prop.sharedMemPerBlockOptin));
   // 1-D grids of (query or key block, head, sequence) and of dBias tiles (at most one per
   // pair of blocks); blocks have at least 32 rows.
   const auto blocks = [](int64_t len) { return static_cast<double>((len + 31) / 32); };
-  const bool dbias = p.direction == kBackward && p.bias_kind == kBiasTensor && p.dbias != nullptr;
+  const bool dbias = bwd && p.bias_kind == kBiasTensor && p.dbias != nullptr;
   const double grids[3] = {blocks(p.seqlen_q) * p.heads_q * p.batch, blocks(p.seqlen_k) * p.heads_kv * p.batch,
                            dbias ? blocks(p.seqlen_q) * blocks(p.seqlen_k) * p.heads_q * p.batch : 0.0};
   for (double g : grids)
