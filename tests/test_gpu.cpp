@@ -435,6 +435,29 @@ TEST_CASE("gpu: strided layouts", "[gpu][fwd][bwd]") {
     }
 }
 
+// fp32 tensors need only element alignment on the flash path: paddings of odd element
+// counts (pointers and strides 4-byte aligned only), with masks, bias and dropout.
+TEST_CASE("gpu: fp32 takes element-aligned strides", "[gpu][fwd][bwd]") {
+  REQUIRE_GPU();
+  uint64_t seed = 3750;
+  for (Layout L : {Layout::Padded, Layout::Mixed, Layout::BcastBatch}) {
+    Config c = base_config("gpu fp32 odd strides", 97, 131, 72, FLASHATTN_DTYPE_FP32, ++seed);
+    c.batch = 2;
+    c.hq = 6;
+    c.hkv = 2;
+    c.layout = L;
+    c.band = true;
+    c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+    c.wl = 40;
+    c.wr = 3;
+    c.bias = FLASHATTN_BIAS_TENSOR;
+    c.bias_bcast[1] = true;
+    c.p_drop = 0.15f;
+    c.seed = seed;
+    gpu_check(c);
+  }
+}
+
 TEST_CASE("gpu: dropout matches the reference and the CPU backend's masks exactly", "[gpu][dropout][fwd][bwd]") {
   REQUIRE_GPU();
   for (float p : {0.1f, 0.5f, 0.9f})

@@ -1,5 +1,6 @@
 // Launcher of the fp32 SIMT backward for head-dim bucket D, on the caller's stream:
-//   1. Delta = rowsum(dO * O) into `delta`, zeroing dQ in the non-deterministic mode;
+//   1. Delta = rowsum(dO * O) into `delta`, zeroing dQ in the non-deterministic mode
+//      (launch_bwd_prep, src/cuda/simt_prep.cu);
 //   2. dK/dV kernel, which in the non-deterministic mode also adds dQ with atomics;
 //   3. deterministic mode: the dQ kernel;
 //   4. with a dbias output: the dBias kernel.
@@ -11,7 +12,6 @@
 #include "simt/bwd_dbias.cuh"
 #include "simt/bwd_dkdv.cuh"
 #include "simt/bwd_dq.cuh"
-#include "simt/bwd_prep.cuh"
 #include "simt/launch.h"
 
 namespace flashattn {
@@ -31,13 +31,7 @@ cudaError_t launch_on(Kernel kernel, int64_t ctas, int smem, cudaStream_t stream
 template <int D>
 LaunchResult launch_bwd(const AttnParams& p, float* delta, cudaStream_t stream) {
   using T = BwdTile<D>;
-  const int64_t rows = delta_rows(p);
-  LaunchResult r{cudaSuccess, "Delta"};
-  if (rows > 0) {
-    const int64_t ctas = (rows + 7) / 8 < 65536 ? (rows + 7) / 8 : 65536;  // a warp per row, grid-stride
-    bwd_prep_kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(p, delta, !p.deterministic);
-    r.err = cudaGetLastError();
-  }
+  LaunchResult r{launch_bwd_prep(p, delta, stream), "Delta"};
   if (r.err != cudaSuccess) return r;
   r.step = "dK/dV";
   const int64_t kv_ctas = (p.seqlen_k + T::Bc - 1) / T::Bc * p.heads_kv * p.batch;

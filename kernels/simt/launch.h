@@ -28,6 +28,9 @@ template <int D>
 LaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream);
 template <int D>
 LaunchResult launch_bwd(const AttnParams& p, float* delta, cudaStream_t stream);
+// The backward's first step for every bucket: Delta, and in the non-deterministic mode dQ
+// zeroed (bwd_prep.cuh; defined in src/cuda/simt_prep.cu).
+cudaError_t launch_bwd_prep(const AttnParams& p, float* delta, cudaStream_t stream);
 
 }  // namespace simt
 }  // namespace flashattn
