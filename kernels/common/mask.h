@@ -47,7 +47,6 @@ FA_HD float alibi_bias(const AttnParams& p, float slope, int64_t ip, int64_t j) 
   return 0.f;
 }
 
-
 // Whether a tile of rows [i0, i0+ni) (query positions within the sequence; aligned row
 // i' = i + shift) by columns [j0, j0+nj) of query head h has any / only elements that
 // survive the band mask and the block-sparse layout. Skip tiles are never computed (that

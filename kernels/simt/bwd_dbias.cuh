@@ -28,8 +28,8 @@ __host__ __device__ inline DbiasGrid dbias_grid(const AttnParams& p) {
 // writes its elements of dBias: rows [i0, i0 + Br) and columns [j0, j0 + Bc) within
 // (seqlen_q, seqlen_k), or the single broadcast row / column.
 template <int D>
-__device__ __forceinline__ void write_dbias(const AttnParams& p, const BwdSmem<D>& s, int64_t b, int64_t h,
-                                            int64_t i0, int64_t j0) {
+__device__ __forceinline__ void write_dbias(const AttnParams& p, const BwdSmem<D>& s, int64_t b, int64_t h, int64_t i0,
+                                            int64_t j0) {
   constexpr int Br = BwdTile<D>::Br, Bc = BwdTile<D>::Bc;
   const int64_t* st = p.bias_stride;
   const int rows = st[2] ? Br : 1, cols = st[3] ? Bc : 1;

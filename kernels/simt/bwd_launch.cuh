@@ -40,8 +40,8 @@ LaunchResult launch_bwd(const AttnParams& p, float* delta, cudaStream_t stream) 
   if (r.err != cudaSuccess) return r;
   if (p.deterministic) {
     r.step = "dQ";
-    r.err = launch_on(bwd_dq_kernel<D>, (p.seqlen_q + T::Br - 1) / T::Br * p.heads_q * p.batch, T::smem_bytes,
-                      stream, p, delta);
+    r.err = launch_on(bwd_dq_kernel<D>, (p.seqlen_q + T::Br - 1) / T::Br * p.heads_q * p.batch, T::smem_bytes, stream,
+                      p, delta);
     if (r.err != cudaSuccess) return r;
   }
   if (p.dbias != nullptr && p.bias_kind == kBiasTensor) {

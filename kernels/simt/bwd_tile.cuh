@@ -63,8 +63,8 @@ __device__ __forceinline__ void load_key_side(const AttnParams& p, const SeqCtx&
 
 // z (Z) and ds (dS, times the softcap factor with kCapGrad) of the thread's elements of
 // the tile pair (score layout). Needs every tile loaded, with dropout the multipliers in
-// s.z, and on a partial tile its mask in s.keep (mask_tile). (dP * Dm - Delta) takes the softcap factor before P: the same
-// product as the CPU backend's up to the order of the last two roundings.
+// s.z, and on a partial tile its mask in s.keep (mask_tile). (dP * Dm - Delta) takes the softcap factor before P: the
+// same product as the CPU backend's up to the order of the last two roundings.
 template <bool kCapGrad, int D, int SM, int SN>
 __device__ __forceinline__ void tile_grads(const AttnParams& p, const SeqCtx& c, const BwdSmem<D>& s, int64_t i0,
                                            int64_t j0, bool partial, float (&z)[SM][SN], float (&ds)[SM][SN]) {

@@ -14,10 +14,10 @@ namespace simt {
 // 32-bit fields (fewer registers): simt_check bounds the lengths by 2^30 and the grids,
 // hence sequences and heads, by 2^31 - 1; token offsets are int32 cu_seqlens entries.
 struct SeqCtx {
-  int32_t b, h, hk;      // sequence, query head, kv head
-  int32_t len_q, len_k;  // this sequence's lengths
-  int32_t q0, k0;        // first token of the sequence (0 without varlen)
-  int32_t shift;         // aligned row i' = i + shift
+  int32_t b, h, hk;       // sequence, query head, kv head
+  int32_t len_q, len_k;   // this sequence's lengths
+  int32_t q0, k0;         // first token of the sequence (0 without varlen)
+  int32_t shift;          // aligned row i' = i + shift
   float slope;            // ALiBi slope of (b, h), 0 otherwise
   uint64_t head_counter;  // Philox counter word: offset + b * heads_q + h
 };

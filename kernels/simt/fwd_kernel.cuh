@@ -39,8 +39,7 @@ __device__ __forceinline__ float row_sum16(float x) {
 // s into the (pre-dropout) probabilities. A row that has kept nothing yet (m' = -inf) takes
 // its probabilities against 0: masked scores give exact zeros and a NaN stays NaN.
 template <int SM, int SN, int N>
-__device__ __forceinline__ void softmax_step(float (&s)[SM][SN], float (&m)[SM], float (&l)[SM],
-                                             float (&acc)[SM][N]) {
+__device__ __forceinline__ void softmax_step(float (&s)[SM][SN], float (&m)[SM], float (&l)[SM], float (&acc)[SM][N]) {
 #pragma unroll
   for (int i = 0; i < SM; ++i) {
     float mt = s[i][0];

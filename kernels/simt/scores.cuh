@@ -20,8 +20,7 @@ namespace simt {
 // a partial tile into the shared bytes keep [ROWS x COLS] (mask.h; one element per thread
 // and step, which keeps the 64-bit layout lookups out of the unrolled score code).
 template <int ROWS, int COLS>
-__device__ __forceinline__ void mask_tile(const AttnParams& p, const SeqCtx& c, uint8_t* keep, int64_t i0,
-                                          int64_t j0) {
+__device__ __forceinline__ void mask_tile(const AttnParams& p, const SeqCtx& c, uint8_t* keep, int64_t i0, int64_t j0) {
 #pragma unroll 1
   for (int e = threadIdx.x; e < ROWS * COLS; e += kThreads) {
     const int64_t i = i0 + e / COLS, j = j0 + e % COLS;
@@ -31,8 +30,9 @@ __device__ __forceinline__ void mask_tile(const AttnParams& p, const SeqCtx& c, 
 
 // Raw dot products s of rows i0 + ty*SM + i, columns j0 + tx + 16*j into final scores.
 // Rows and columns past the sequence become -inf (no bias read there); on a partial tile
-// (keep != null: mask_tile of the tile, 16*SN columns wide) so do the masked elements. With kCapGrad, g is multiplied by the
-// softcap's chain factor 1 - tanh^2 (the backward's dS; untouched without softcap).
+// (keep != null: mask_tile of the tile, 16*SN columns wide) so do the masked elements.
+// With kCapGrad, g is multiplied by the softcap's chain factor 1 - tanh^2 (the backward's
+// dS; untouched without softcap).
 template <bool kCapGrad, int SM, int SN>
 __device__ __forceinline__ void finish_scores(const AttnParams& p, const SeqCtx& c, float (&s)[SM][SN],
                                               float (&g)[SM][SN], int64_t i0, int64_t j0, const uint8_t* keep) {
@@ -89,8 +89,8 @@ __device__ __forceinline__ void dropout_multipliers(const AttnParams& p, const S
 #pragma unroll 1
   for (int e = threadIdx.x; e < ROWS * kGroups; e += kThreads) {
     const int r = e / kGroups, g = e % kGroups;
-    const Philox4 w = dropout_words(p.seed, c.head_counter, static_cast<uint32_t>(i0 + r),
-                                    static_cast<uint32_t>(j0 + 4 * g) >> 2);
+    const Philox4 w =
+        dropout_words(p.seed, c.head_counter, static_cast<uint32_t>(i0 + r), static_cast<uint32_t>(j0 + 4 * g) >> 2);
     float* d = dst + r * pitch(COLS) + 4 * g;
 #pragma unroll
     for (int l = 0; l < 4; ++l) d[l] = w.x[l] >= p.drop_threshold ? p.rp_keep : 0.f;

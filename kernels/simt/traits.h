@@ -1,7 +1,7 @@
 // Tile shapes of the fp32 SIMT kernels (kernels/simt), per head-dim bucket D (the list:
 // kernels/instances.json, its "simt" entry): the query and value head dims both run padded
-// to D, a multiple of 64, with zeros past the real dims in shared memory. Plain C++, so the host code sizes workspaces and shared memory
-// from the same numbers the kernels use.
+// to D, a multiple of 64, with zeros past the real dims in shared memory. Plain C++, so the host code sizes workspaces
+// and shared memory from the same numbers the kernels use.
 //
 // Every kernel runs 256 threads as a 16 x 16 grid (ty = tid / 16, tx = tid % 16). A
 // score tile [Br x Bc] gives thread (ty, tx) rows ty*(Br/16) + i and columns tx + 16*j;

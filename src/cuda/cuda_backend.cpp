@@ -294,13 +294,14 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
     return decode_fwd(p, *prop, workspace, workspace_bytes, st);
   }
   flashattn_status_t s;
-  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
-  else if (p.direction == kForward)
+  } else if (p.direction == kForward) {
     s = cuda_flash_fwd(p, workspace, workspace_bytes, st);
-  else
+  } else {
     s = simt_serves(p) ? simt_bwd(p, workspace, workspace_bytes, st) : fa2_bwd(p, workspace, workspace_bytes, st);
+  }
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 

@@ -31,8 +31,7 @@ flashattn_status_t simt_bwd(const AttnParams& p, void* workspace, size_t workspa
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fp32 SIMT backward, %s kernel (head-dim bucket %d, %d bytes of shared memory, stream %p): launch "
               "failed: %s (%s)",
-              r.step, k.d, k.bwd_smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
-              cudaGetErrorString(r.err));
+              r.step, k.d, k.bwd_smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn

@@ -33,8 +33,7 @@ flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop) {
                 "head_dim_qk=%lld, head_dim_v=%lld: the fp32 CUDA %s kernel needs %d bytes of shared memory per "
                 "block, device %s allows %zu",
                 static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v),
-                bwd ? "backward" : "forward", smem, prop.name,
-                static_cast<size_t>(prop.sharedMemPerBlockOptin));
+                bwd ? "backward" : "forward", smem, prop.name, static_cast<size_t>(prop.sharedMemPerBlockOptin));
   // 1-D grids of (query or key block, head, sequence) and of dBias tiles (at most one per
   // pair of blocks); blocks have at least 32 rows.
   const auto blocks = [](int64_t len) { return static_cast<double>((len + 31) / 32); };
