@@ -5,8 +5,10 @@ benchmark entry point.
 Runs the library (FLASH and STANDARD algorithms, through the flashattn Python package of
 bindings/python) and PyTorch SDPA's flash / cudnn / efficient / math backends on
 identical tensors:
-  * throughput sweep: bf16/fp16, head dims 64/128/256, causal or not, seqlen 512..16k at
-    16k tokens per batch (b = 16384/sq, h = 2048/d), forward and backward; TFLOP/s with
+  * throughput sweep: bf16/fp16 (or fp32 with --dtypes: SDPA's flash and cudnn backends
+    refuse fp32, its efficient backend takes it), head dims 64/128/256, causal or not,
+    seqlen 512..16k at 16k tokens per batch (b = 16384/sq, h = 2048/d), forward and
+    backward; TFLOP/s with
     the peers' convention (fwd 4*b*h*sq*sk*d, halved for causal; bwd 2.5x the forward),
     CUDA events around each call, warm-up, median of many runs;
   * peak memory of flash vs standard attention (and PyTorch) at a long sequence length;
