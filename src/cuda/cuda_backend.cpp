@@ -15,6 +15,7 @@
 
 #include "backends.hpp"
 #include "common/run_pointers.hpp"
+#include "cuda/backward_path.hpp"
 #include "cuda/forward_path.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -205,8 +206,7 @@ void cuda_free(int device, void* device_ptr) {
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.kv_enabled) return decode_workspace_size(p);
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  if (p.direction == kBackward) return simt_serves(p) ? simt_bwd_workspace_size(p) : fa2_bwd_workspace_size(p);
-  return cuda_flash_fwd_workspace_size(p);
+  return p.direction == kBackward ? cuda_flash_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
 }
 
 int64_t cuda_kv_splits(const AttnParams& p, int device) {
@@ -294,14 +294,12 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
     return decode_fwd(p, *prop, workspace, workspace_bytes, st);
   }
   flashattn_status_t s;
-  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) {
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD)
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
-  } else if (p.direction == kForward) {
-    s = cuda_flash_fwd(p, workspace, workspace_bytes, st);
-  } else {
-    s = simt_serves(p) ? simt_bwd(p, workspace, workspace_bytes, st) : fa2_bwd(p, workspace, workspace_bytes, st);
-  }
+  else
+    s = p.direction == kBackward ? cuda_flash_bwd(p, workspace, workspace_bytes, st)
+                                 : cuda_flash_fwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }
 
