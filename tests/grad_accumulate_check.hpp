@@ -1,4 +1,7 @@
-// The check of flashattn_plan_set_grad_accumulate on one configuration, for any backend
+// flashattn_plan_set_grad_accumulate on any backend (MemOps): the configurations that cover
+// its options, and the check of one configuration.
+//
+// The check of one configuration
 // (MemOps): the configuration runs without accumulation (checked against the fp64
 // reference under the backend's tolerance) and with it, into dQ, dK, dV that start at
 // random values g0 (same inputs otherwise). Each accumulated element must be g0 plus the
@@ -15,11 +18,77 @@
 #include <math.h>
 
 #include <string>
+#include <vector>
 
 #include "catch_compat.hpp"
 #include "harness.hpp"
 
 namespace fat {
+
+// One configuration per option (and a few together), on lengths and head dims that fill no
+// tile; paddings keep 16-byte alignment (the CUDA kernels' rule, harmless on the CPU).
+inline std::vector<Config> grad_accumulate_configs(flashattn_dtype_t t, flashattn_algorithm_t algo, uint64_t seed) {
+  std::vector<Config> out;
+  auto add = [&](Config c) {
+    c.algorithm = algo;
+    c.pad16 = true;
+    out.push_back(c);
+  };
+  Config c = base_config("accumulate dense GQA", 17, 33, 40, t, ++seed);
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  add(c);
+  c = base_config("accumulate causal bottom-right, softcap, dropout", 31, 65, 24, t, ++seed);
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wr = 0;
+  c.softcap = 6.f;
+  c.p_drop = 0.2f;
+  c.seed = 11;
+  add(c);
+  c = base_config("accumulate window, ALiBi per (batch, head)", 40, 29, 16, t, ++seed);
+  c.batch = 2;
+  c.band = true;
+  c.wl = 7;
+  c.wr = 3;
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  c.alibi_batch_stride = 3;
+  add(c);
+  c = base_config("accumulate bias tensor without dBias, fully masked row", 23, 19, 32, t, ++seed);
+  c.bias = FLASHATTN_BIAS_TENSOR;
+  c.bias_bcast[1] = true;
+  c.want_dbias = false;
+  c.bias_inf_row = 4;
+  add(c);
+  c = base_config("accumulate block-sparse", 37, 45, 16, t, ++seed);
+  c.sparse = true;
+  c.block_q = 8;
+  c.block_k = 16;
+  c.zero_row_block = 1;
+  add(c);
+  c = base_config("accumulate varlen with empty sequences and an unannounced tail", 1, 1, 32, t, ++seed);
+  c.hq = 4;
+  c.hkv = 2;
+  c.seqlens_q = {7, 0, 20, 9, 0};
+  c.seqlens_k = {12, 5, 0, 0, 6};
+  c.unannounced_tail = 2;
+  c.layout = Layout::Padded;
+  add(c);
+  c = base_config("accumulate mixed layouts, dqk != dv", 9, 70, 24, t, ++seed);
+  c.dv = 40;
+  c.hq = 3;
+  c.hkv = 1;
+  c.layout = Layout::Mixed;
+  c.deterministic = true;
+  add(c);
+  c = base_config("accumulate odd head dims, batch-broadcast inputs", 5, 3, 3, t, ++seed);
+  c.dv = 5;
+  c.batch = 3;
+  c.layout = Layout::BcastBatch;
+  add(c);
+  return out;
+}
 
 inline void check_grad_accumulate(Config c, MemOps& mem, const Tolerance& tol, bool same_gradient) {
   c.grad_accumulate = false;
@@ -58,8 +127,8 @@ inline void check_grad_accumulate(Config c, MemOps& mem, const Tolerance& tol, b
       if (exact_bits) {
         ok = a == static_cast<double>(static_cast<float>(g0[n]) + static_cast<float>(G));
       } else {
-        const double bound =
-            plain_err * fabs(G - r) + u * fabs(g0[n] + G) + u * fabs(G) + ldexp(1.0, -22) * (fabs(g0[n]) + fabs(G)) + tiny;
+        const double bound = plain_err * fabs(G - r) + u * fabs(g0[n] + G) + u * fabs(G) +
+                             ldexp(1.0, -22) * (fabs(g0[n]) + fabs(G)) + tiny;
         const double err = fabs(a - (g0[n] + r));
         ok = err <= bound;
         if (err - bound > worst) worst = err - bound;
@@ -68,8 +137,8 @@ inline void check_grad_accumulate(Config c, MemOps& mem, const Tolerance& tol, b
     }
     INFO(names[t] << ": " << bad << " of " << g0.size() << " elements off (first at " << first << ": got "
                   << (bad ? (*got[t])[first] : 0.0) << ", g0 " << (bad ? g0[first] : 0.0) << ", plain "
-                  << (bad ? (*base[t])[first] : 0.0) << ", ref " << (bad ? (*ref[t])[first] : 0.0)
-                  << "), worst excess " << worst);
+                  << (bad ? (*base[t])[first] : 0.0) << ", ref " << (bad ? (*ref[t])[first] : 0.0) << "), worst excess "
+                  << worst);
     CHECK(bad == 0);
   }
   if (c.deterministic || same_gradient) require_same_bits(acc, run_library(p, mem, 0));

@@ -555,7 +555,8 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
     ba.dbias = dbias.dev;
   }
   if (ws_bytes > 0) ws.push();  // re-poison the scratch
-  const std::vector<uint8_t> dq_before = dq.host, dk_before = dk.host, dv_before = dv.host;  // poison (or grad0)
+  // The gradients as they start (poison, or grad0): a failed run must leave them so.
+  const std::vector<uint8_t> dq_before = dq.host, dk_before = dk.host, dv_before = dv.host;
   r.bwd = flashattn_bwd(plan, &ba, r.ws_bwd ? ws.dev : nullptr, r.ws_bwd, nullptr);
   if (r.bwd != FLASHATTN_STATUS_SUCCESS) {
     r.error = flashattn_last_error();

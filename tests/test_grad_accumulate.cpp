@@ -14,69 +14,6 @@ namespace {
 
 const flashattn_dtype_t kDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 
-// One configuration per option (and a few together), on lengths and head dims that fill no tile.
-std::vector<Config> option_configs(flashattn_dtype_t t, flashattn_algorithm_t algo, uint64_t seed) {
-  std::vector<Config> out;
-  auto add = [&](Config c) {
-    c.algorithm = algo;
-    out.push_back(c);
-  };
-  Config c = base_config("accumulate dense GQA", 17, 33, 40, t, ++seed);
-  c.batch = 2;
-  c.hq = 4;
-  c.hkv = 2;
-  add(c);
-  c = base_config("accumulate causal bottom-right, softcap, dropout", 31, 65, 24, t, ++seed);
-  c.band = true;
-  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
-  c.wr = 0;
-  c.softcap = 6.f;
-  c.p_drop = 0.2f;
-  c.seed = 11;
-  add(c);
-  c = base_config("accumulate window, ALiBi per (batch, head)", 40, 29, 16, t, ++seed);
-  c.batch = 2;
-  c.band = true;
-  c.wl = 7;
-  c.wr = 3;
-  c.bias = FLASHATTN_BIAS_ALIBI;
-  c.alibi_batch_stride = 3;
-  add(c);
-  c = base_config("accumulate bias tensor without dBias, fully masked row", 23, 19, 32, t, ++seed);
-  c.bias = FLASHATTN_BIAS_TENSOR;
-  c.bias_bcast[1] = true;
-  c.want_dbias = false;
-  c.bias_inf_row = 4;
-  add(c);
-  c = base_config("accumulate block-sparse", 37, 45, 16, t, ++seed);
-  c.sparse = true;
-  c.block_q = 8;
-  c.block_k = 16;
-  c.zero_row_block = 1;
-  add(c);
-  c = base_config("accumulate varlen with empty sequences and an unannounced tail", 1, 1, 32, t, ++seed);
-  c.hq = 4;
-  c.hkv = 2;
-  c.seqlens_q = {7, 0, 20, 9, 0};
-  c.seqlens_k = {12, 5, 0, 0, 6};
-  c.unannounced_tail = 2;
-  c.layout = Layout::Padded;
-  add(c);
-  c = base_config("accumulate mixed layouts, dqk != dv", 9, 70, 24, t, ++seed);
-  c.dv = 40;
-  c.hq = 3;
-  c.hkv = 1;
-  c.layout = Layout::Mixed;
-  c.deterministic = true;
-  add(c);
-  c = base_config("accumulate odd head dims, batch-broadcast inputs", 5, 3, 3, t, ++seed);
-  c.dv = 5;
-  c.batch = 3;
-  c.layout = Layout::BcastBatch;
-  add(c);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("grad_accumulate adds the gradients to dQ, dK, dV with every option", "[bwd][accumulate]") {
@@ -84,7 +21,7 @@ TEST_CASE("grad_accumulate adds the gradients to dQ, dK, dV with every option", 
   HostMem mem;
   for (flashattn_algorithm_t algo : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
     for (flashattn_dtype_t t : kDtypes) {
-      for (const Config& c : option_configs(t, algo, seed)) check_grad_accumulate(c, mem, kCpuTolerance, true);
+      for (const Config& c : grad_accumulate_configs(t, algo, seed)) check_grad_accumulate(c, mem, kCpuTolerance, true);
       seed += 20;
     }
 }

@@ -1,5 +1,7 @@
 // Epilogue of the FA2-design backward main kernel: dK (scaled) and dV of the CTA's k-block
-// to global memory, on sm_90 staged through shared memory as whole 16-byte row chunks.
+// to global memory, on sm_90 staged through shared memory as whole 16-byte row chunks;
+// when accumulating (p.grad_accumulate) straight from the fragments, each pair of values
+// added in fp32 to the pair stored there and rounded once.
 #pragma once
 #include <stdint.h>
 
@@ -57,11 +59,12 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
            static_cast<int64_t>(hk) * p.dv_stride.h;
   const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
   const float scale = p.scale;
+  const bool add = p.grad_accumulate != 0;
   bool staged = false;
   if constexpr (Arch::kSm90) {
     // EPI: through shared memory (the K and V tiles, free now), then whole 16-byte row
     // chunks to global memory, when the row starts allow 16-byte stores (uniform).
-    staged = ((reinterpret_cast<uintptr_t>(gdk) | reinterpret_cast<uintptr_t>(gdv)) & 15u) == 0 &&
+    staged = !add && ((reinterpret_cast<uintptr_t>(gdk) | reinterpret_cast<uintptr_t>(gdv)) & 15u) == 0 &&
              ((p.dk_stride.s | p.dv_stride.s) & 7) == 0;
     if (staged) {
       // Every warp's last reads of sK and sV are done, and so are the prologue's copies into
@@ -101,18 +104,16 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
 #pragma unroll
       for (int nt = 0; nt < kNTk; ++nt) {
         const int c = wk_n0 + nt * 8 + 2 * t;
-        if (c < dqk) {
-          const uint32_t v = pack2<T>(acc_dk[mt][nt][2 * hf] * scale, acc_dk[mt][nt][2 * hf + 1] * scale);
-          *reinterpret_cast<uint32_t*>(gdk + static_cast<int64_t>(r) * p.dk_stride.s + c) = v;
-        }
+        if (c < dqk)
+          store_grad2<T>(gdk + static_cast<int64_t>(r) * p.dk_stride.s + c, __fmul_rn(acc_dk[mt][nt][2 * hf], scale),
+                         __fmul_rn(acc_dk[mt][nt][2 * hf + 1], scale), add);
       }
 #pragma unroll
       for (int nt = 0; nt < kNTv; ++nt) {
         const int c = wv_n0 + nt * 8 + 2 * t;
-        if (c < dv) {
-          const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
-          *reinterpret_cast<uint32_t*>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c) = v;
-        }
+        if (c < dv)
+          store_grad2<T>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c, acc_dv[mt][nt][2 * hf],
+                         acc_dv[mt][nt][2 * hf + 1], add);
       }
     }
   }
