@@ -66,6 +66,13 @@ def _head_groups(heads_q, heads_kv):
     return [(slice(i * per * rep, (i + 1) * per * rep), slice(i * per, (i + 1) * per)) for i in range(groups)]
 
 
+def block_opts(causal, scale=None, softcap=None, deterministic=False):
+    """The plan-cache options (flashattn._torch_ops.OPTIONS) of a block: causal (top-left)
+    or unmasked."""
+    return (0, 0, -1, 0 if causal else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0, 0,
+            bool(deterministic), 0)
+
+
 class _Layout:
     """Which rows of the local queries meet which local keys at each step, the plan-cache
     options (see flashattn._torch_ops.OPTIONS) of that block, and the head groups."""
@@ -73,8 +80,7 @@ class _Layout:
     def __init__(self, n, heads_q, heads_kv, rank, world, causal, scale, softcap, deterministic):
         self.rank, self.world, self.causal = rank, world, causal
         self.all, self.first, self.second = slice(0, n), slice(0, n // 2), slice(n // 2, n)
-        self.opts = {c: (0, 0, -1, 0 if c else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0,
-                         0, bool(deterministic), 0) for c in (False, True)}
+        self.opts = {c: block_opts(c, scale, softcap, deterministic) for c in (False, True)}
         self.groups = _head_groups(heads_q, heads_kv)
 
     def block(self, step):
