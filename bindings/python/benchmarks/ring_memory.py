@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import tempfile
@@ -93,7 +94,9 @@ def documented_units(world, groups):
     return 5 + 1 + kv + 2 + 4.0 / groups
 
 
-def worker(rank, args, init):
+def worker(rank, args, init, result):
+    """One rank: the one-process peaks (rank 0) and this rank's ring peaks, without and with
+    a causal mask; rank 0 writes the rows (JSON) to `result`."""
     os.environ["FLASHATTN_CPU_THREADS"] = "1"  # ranks share the host's cores
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=args.world,
@@ -101,28 +104,30 @@ def worker(rank, args, init):
     try:
         shard = args.tokens // args.world * args.heads * args.head_dim * DTYPES[args.dtype].itemsize
         groups = len(_head_groups(args.heads, args.heads))
-        if rank == 0:
-            print("ring attention memory on the CPU (gloo): %s, %d tokens, %d heads, head_dim %d, %d ranks, "
-                  "%d head groups; unit = one shard of Q = %.2f MiB"
-                  % (args.dtype, args.tokens, args.heads, args.head_dim, args.world, groups, shard / 2 ** 20))
-            print("| mask | one process MiB (units) | ring per rank MiB (units), max over ranks | ring / one "
-                  "process | documented ring count (units) |")
-            print("|---|---|---|---|---|")
+        rows = []
         for causal in (False, True):
-            one = [None]
-            if rank == 0:
-                one[0] = one_process(args, causal)
+            one = one_process(args, causal) if rank == 0 else None
             dist.barrier()
-            mine = ring(args, causal)
             peaks = [None] * args.world
-            dist.all_gather_object(peaks, mine)
-            if rank == 0:
-                top = max(peaks)
-                print("| %s | %.1f (%.2f) | %.1f (%.2f) | %.3f | %.2f |"
-                      % ("causal" if causal else "none", one[0] / 2 ** 20, one[0] / shard, top / 2 ** 20,
-                         top / shard, top / one[0], documented_units(args.world, groups)))
+            dist.all_gather_object(peaks, ring(args, causal))
+            rows.append({"causal": causal, "shard_bytes": shard, "groups": groups, "one_units": (one or 0) / shard,
+                         "ring_units": max(peaks) / shard, "documented_units": documented_units(args.world, groups)})
+        if rank == 0:
+            with open(result, "w") as f:
+                json.dump(rows, f)
     finally:
         dist.destroy_process_group()
+
+
+def measure(world=2, tokens=8192, heads=16, head_dim=64, dtype="bf16"):
+    """The rows of the table (one per mask): peaks in units of one shard of Q."""
+    args = argparse.Namespace(world=world, tokens=tokens, heads=heads, head_dim=head_dim, dtype=dtype)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "rows.json")
+        torch.multiprocessing.spawn(worker, args=(args, "file://" + os.path.join(tmp, "rendezvous"), result),
+                                    nprocs=world)
+        with open(result) as f:
+            return json.load(f)
 
 
 def main():
@@ -132,10 +137,18 @@ def main():
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(worker, args=(args, "file://" + os.path.join(tmp, "rendezvous")),
-                                    nprocs=args.world)
+    a = p.parse_args()
+    rows = measure(a.world, a.tokens, a.heads, a.head_dim, a.dtype)
+    unit = rows[0]["shard_bytes"] / 2 ** 20
+    print("ring attention memory on the CPU (gloo): %s, %d tokens, %d heads, head_dim %d, %d ranks, %d head groups; "
+          "unit = one shard of Q = %.2f MiB" % (a.dtype, a.tokens, a.heads, a.head_dim, a.world, rows[0]["groups"], unit))
+    print("| mask | one process MiB (units) | ring per rank MiB (units), max over ranks | ring / one process | "
+          "documented ring count (units) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %.1f (%.2f) | %.1f (%.2f) | %.3f | %.2f |"
+              % ("causal" if r["causal"] else "none", r["one_units"] * unit, r["one_units"], r["ring_units"] * unit,
+                 r["ring_units"], r["ring_units"] / r["one_units"], r["documented_units"]))
 
 
 if __name__ == "__main__":
