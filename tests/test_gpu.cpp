@@ -552,12 +552,15 @@ TEST_CASE("gpu: grad_accumulate adds the gradients to dQ, dK, dV", "[gpu][bwd][a
         check_grad_accumulate(c, dev, kGpuTolerance, false);
       seed += 20;
     }
-  // Several q- and k-blocks per CTA: the dK/dV epilogue and every dQ reduction path of the
-  // fa2 head-dim configurations, causal, GQA, atomics and the deterministic order.
-  for (int64_t d : {64, 128, 192})
+  // Several q- and k-blocks per CTA: the dK/dV epilogue (on sm_90 through fp32 rows in
+  // shared memory, for 192/128 reaching into the P and dS tiles) and every dQ reduction path
+  // of the fa2 head-dim configurations, causal, GQA, atomics and the deterministic order.
+  const int64_t dims[][2] = {{64, 64}, {128, 128}, {192, 192}, {192, 128}};
+  for (const auto& d : dims)
     for (bool det : {false, true}) {
-      Config c = gbase("gpu accumulate over several tiles", 300, 517, d,
-                       d == 128 ? FLASHATTN_DTYPE_BF16 : FLASHATTN_DTYPE_FP16, ++seed);
+      Config c = gbase("gpu accumulate over several tiles", 300, 517, d[0],
+                       d[0] == 128 ? FLASHATTN_DTYPE_BF16 : FLASHATTN_DTYPE_FP16, ++seed);
+      c.dv = d[1];
       c.batch = 2;
       c.hq = 8;
       c.hkv = 2;
