@@ -335,6 +335,30 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_varlen(flashattn_plan_t plan
  */
 FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan_t plan, int enabled);
 
+/**
+ * @brief Make the backward add its gradients to dQ, dK and dV instead of overwriting them (default off).
+ *
+ * With accumulation on, ::flashattn_bwd reads each element of dQ, dK and dV and writes
+ * dX = round(float(dX) + g): g is the fp32 value the run would otherwise round and store
+ * (for dQ and dK already multiplied by the softmax scale), the sum is one fp32 addition,
+ * and round() converts it to the plan's dtype once, to nearest even (for fp32 it is the
+ * identity; the CUDA STANDARD algorithm leaves the order of scaling and addition to
+ * cuBLAS, alpha * g' + dX in fp32). Each accumulating run thus rounds the sum once to the
+ * dtype, as a run without accumulation rounds its gradient once; a sum of several runs
+ * into fp16/bf16 tensors carries one such rounding per run. Every element is read and
+ * written, also where the run adds nothing (masked rows and keys, empty sequences);
+ * varlen tokens past the last offset keep their values. Deterministic runs stay bitwise
+ * reproducible. dBias cannot be accumulated: a run with accumulation and args.dbias fails
+ * with INCOMPATIBLE_OPTIONS. The forward ignores the setting.
+ *
+ * Use it to sum gradients over calls without a temporary, e.g. over the key blocks of a
+ * sequence split across devices (ring attention) or over micro-batches.
+ * @param plan The plan.
+ * @param enabled Nonzero enables.
+ * @return SUCCESS; NULL_POINTER.
+ */
+FLASHATTN_API flashattn_status_t flashattn_plan_set_grad_accumulate(flashattn_plan_t plan, int enabled);
+
 /** @} */
 
 /**

@@ -15,6 +15,7 @@
 #include "catch_compat.hpp"
 #include "gpu_check.hpp"
 #include "gpu_mem.hpp"
+#include "grad_accumulate_check.hpp"
 #include "harness.hpp"
 
 using namespace fat;
@@ -564,6 +565,38 @@ TEST_CASE("gpu: deterministic backward is bitwise reproducible", "[gpu][bwd]") {
     c.bias_bcast[0] = c.bias_bcast[1] = true;  // dBias summed over batch and heads
     gpu_check_deterministic(c);
   }
+}
+
+TEST_CASE("gpu: grad_accumulate adds the gradients to dQ, dK, dV", "[gpu][bwd][accumulate]") {
+  REQUIRE_GPU();
+  DeviceMem dev;
+  uint64_t seed = 4700;
+  // Every option (grad_accumulate_check.hpp) on fa2 (fp16, bf16) and STANDARD (and fp32).
+  for (flashattn_algorithm_t algo : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
+    for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32}) {
+      if (t == FLASHATTN_DTYPE_FP32 && algo == FLASHATTN_ALGORITHM_FLASH) continue;  // fa2: fp16 and bf16
+      for (const Config& c : grad_accumulate_configs(t, algo, seed))
+        check_grad_accumulate(c, dev, kGpuTolerance, false);
+      seed += 20;
+    }
+  // Several q- and k-blocks per CTA: the dK/dV epilogue (on sm_90 through fp32 rows in
+  // shared memory, for 192/128 reaching into the P and dS tiles) and every dQ reduction path
+  // of the fa2 head-dim configurations, causal, GQA, atomics and the deterministic order.
+  const int64_t dims[][2] = {{64, 64}, {128, 128}, {192, 192}, {192, 128}};
+  for (const auto& d : dims)
+    for (bool det : {false, true}) {
+      Config c = gbase("gpu accumulate over several tiles", 300, 517, d[0],
+                       d[0] == 128 ? FLASHATTN_DTYPE_BF16 : FLASHATTN_DTYPE_FP16, ++seed);
+      c.dv = d[1];
+      c.batch = 2;
+      c.hq = 8;
+      c.hkv = 2;
+      c.band = true;
+      c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+      c.wr = 0;
+      c.deterministic = det;
+      check_grad_accumulate(c, dev, kGpuTolerance, false);
+    }
 }
 
 TEST_CASE("gpu: STANDARD algorithm matches the reference", "[gpu][fwd][bwd]") {

@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// dQ = scale * dq_accum in the output dtype, 8 elements per thread-step.
+// dQ = scale * dq_accum in the output dtype, 8 elements per thread-step; when accumulating
+// (p.grad_accumulate) the fp32 sum of that and the stored dQ, rounded once.
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p, const float* __restrict__ acc) {
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
@@ -246,10 +247,6 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p,
     const float4 a0 = *reinterpret_cast<const float4*>(acc + x * 8);
     const float4 a1 = *reinterpret_cast<const float4*>(acc + x * 8 + 4);
     const float f[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    uint4 u;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = pack2<T>(f[2 * k] * scale, f[2 * k + 1] * scale);
     int64_t off;
     if (p.varlen) {
       off = tok * p.dq_stride.s;
@@ -257,7 +254,21 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p,
       off = (tok / p.seqlen_q) * p.dq_stride.b + (tok % p.seqlen_q) * p.dq_stride.s;
     }
     off += h * p.dq_stride.h + c * 8;
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + off) = u;
+    uint4* const dst = reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + off);
+    float g[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = __fmul_rn(f[k], scale);
+    if (p.grad_accumulate) {
+      float old[8];
+      bwd_unpack8<T>(*dst, old);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) g[k] = __fadd_rn(old[k], g[k]);
+    }
+    uint4 u;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = pack2<T>(g[2 * k], g[2 * k + 1]);
+    *dst = u;
   }
 }
 
