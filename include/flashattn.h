@@ -343,7 +343,9 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan
  * (for dQ and dK already multiplied by the softmax scale), the sum is one fp32 addition,
  * and round() converts it to the plan's dtype once, to nearest even (for fp32 it is the
  * identity; the CUDA STANDARD algorithm leaves the order of scaling and addition to
- * cuBLAS, alpha * g' + dX in fp32). Each accumulating run thus rounds the sum once to the
+ * cuBLAS, alpha * g' + dX in fp32; the CUDA FLASH algorithm's non-deterministic fp32 dQ
+ * sums its partial products into dQ itself with atomics, so there dX joins that unordered
+ * sum). Each accumulating run thus rounds the sum once to the
  * dtype, as a run without accumulation rounds its gradient once; a sum of several runs
  * into fp16/bf16 tensors carries one such rounding per run. Every element is read and
  * written, also where the run adds nothing (masked rows and keys, empty sequences);

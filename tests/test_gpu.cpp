@@ -571,10 +571,10 @@ TEST_CASE("gpu: grad_accumulate adds the gradients to dQ, dK, dV", "[gpu][bwd][a
   REQUIRE_GPU();
   DeviceMem dev;
   uint64_t seed = 4700;
-  // Every option (grad_accumulate_check.hpp) on fa2 (fp16, bf16) and STANDARD (and fp32).
+  // Every option (grad_accumulate_check.hpp) on FLASH (fa2 or fa3 for fp16, bf16; the simt
+  // kernels for fp32, atomics and the deterministic order) and STANDARD.
   for (flashattn_algorithm_t algo : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD})
     for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32}) {
-      if (t == FLASHATTN_DTYPE_FP32 && algo == FLASHATTN_ALGORITHM_FLASH) continue;  // fa2: fp16 and bf16
       for (const Config& c : grad_accumulate_configs(t, algo, seed))
         check_grad_accumulate(c, dev, kGpuTolerance, false);
       seed += 20;

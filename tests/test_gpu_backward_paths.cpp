@@ -10,6 +10,7 @@
 #include "gpu_check.hpp"
 #include "gpu_mem.hpp"
 #include "gpu_paths.hpp"
+#include "grad_accumulate_check.hpp"
 #include "harness.hpp"
 
 using namespace fat;
@@ -117,6 +118,19 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
       continue;
     }
     check_fa3_refuses(cc, "FLASHATTN_CUDA_BACKWARD", true);
+  }
+  // Accumulating into dQ, dK, dV (flashattn_plan_set_grad_accumulate) runs on fa2.
+  c = gbase("bwd paths grad_accumulate, causal GQA", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9812);
+  c.hq = 4;
+  c.hkv = 2;
+  c.band = true;
+  c.wr = 0;
+  c.grad_accumulate = true;
+  if (forced_path() == "fa3") {
+    check_fa3_refuses(c, "FLASHATTN_CUDA_BACKWARD", true);
+  } else {
+    DeviceMem dev;
+    check_grad_accumulate(c, dev, kGpuTolerance, false);
   }
 }
 

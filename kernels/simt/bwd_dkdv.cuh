@@ -3,9 +3,9 @@
 // the query heads of its GQA group and their query blocks (skipping those the band mask or
 // the layout remove):
 //   dV += Z^T dO,  dK += dS^T Q   (dK scaled by the softmax scale at the end).
-// With kAtomicDq it also adds scale * dS K into dQ (zeroed by bwd_prep_kernel) with fp32
-// atomics: the non-deterministic mode. The deterministic mode computes dQ in
-// bwd_dq_kernel instead. Key blocks past a sequence's end write nothing; a block that no
+// With kAtomicDq it also adds scale * dS K into dQ (zeroed by bwd_prep_kernel unless the run
+// accumulates into dQ) with fp32 atomics: the non-deterministic mode. The deterministic
+// mode computes dQ in bwd_dq_kernel instead. Key blocks past a sequence's end write nothing; a block that no
 // query reaches writes zeros.
 #pragma once
 #include <stdint.h>
@@ -81,10 +81,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const
     scale[i] = p.scale;
     one[i] = 1.f;
   }
-  store_tile(static_cast<float*>(p.dk), nk, p.head_dim_qk, dk, scale,
-             [&](int r) { return k_row(p, ck, p.dk_stride, j0 + r); });
-  store_tile(static_cast<float*>(p.dv), nk, p.head_dim_v, dv, one,
-             [&](int r) { return k_row(p, ck, p.dv_stride, j0 + r); });
+  store_tile(
+      static_cast<float*>(p.dk), nk, p.head_dim_qk, dk, scale, [&](int r) { return k_row(p, ck, p.dk_stride, j0 + r); },
+      p.grad_accumulate != 0);
+  store_tile(
+      static_cast<float*>(p.dv), nk, p.head_dim_v, dv, one, [&](int r) { return k_row(p, ck, p.dv_stride, j0 + r); },
+      p.grad_accumulate != 0);
 }
 
 }  // namespace simt

@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dq_kernel(const A
   float mul[SM];
 #pragma unroll
   for (int i = 0; i < SM; ++i) mul[i] = p.scale;
-  store_tile(static_cast<float*>(p.dq), nq, p.head_dim_qk, acc, mul,
-             [&](int r) { return q_row(p, c, p.dq_stride, i0 + r); });
+  store_tile(
+      static_cast<float*>(p.dq), nq, p.head_dim_qk, acc, mul, [&](int r) { return q_row(p, c, p.dq_stride, i0 + r); },
+      p.grad_accumulate != 0);
 }
 
 }  // namespace simt

@@ -29,10 +29,11 @@ __device__ __forceinline__ void load_vec(float* dst, int n, float fill, Value v)
 }
 
 // Writes acc (accumulator layout, traits.h) times mul[i] into rows [0, n) of dst, element
-// (r, col) at dst[row_off(r) + col] for col < dim.
+// (r, col) at dst[row_off(r) + col] for col < dim; with add, adds it to the element there
+// (one fp32 addition: the accumulating backward).
 template <int SM, int N, class RowOff>
 __device__ __forceinline__ void store_tile(float* dst, int n, int64_t dim, const float (&acc)[SM][N],
-                                           const float (&mul)[SM], RowOff row_off) {
+                                           const float (&mul)[SM], RowOff row_off, bool add = false) {
 #pragma unroll
   for (int i = 0; i < SM; ++i) {
     const int r = thread_y() * SM + i;
@@ -41,7 +42,7 @@ __device__ __forceinline__ void store_tile(float* dst, int n, int64_t dim, const
 #pragma unroll
     for (int c = 0; c < N; ++c) {
       const int col = thread_x() * 4 + 64 * (c / 4) + c % 4;
-      if (col < dim) row[col] = acc[i][c] * mul[i];
+      if (col < dim) row[col] = add ? row[col] + acc[i][c] * mul[i] : acc[i][c] * mul[i];
     }
   }
 }
