@@ -228,8 +228,7 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  if (p.kv_enabled) return decode_check(p, *prop);
-  return simt_serves(p) ? simt_check(p, *prop) : fa2_check(p, *prop);
+  return p.kv_enabled ? decode_check(p, *prop) : fa2_check(p, *prop);
 }
 
 namespace {

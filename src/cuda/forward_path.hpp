@@ -1,7 +1,6 @@
-// Which kernel family runs a CUDA forward: simt (kernels/simt) for fp32; for fp16/bf16, fa3
-// (kernels/fa3, sm_90a) for the problems it serves on a compute capability 9.0 device, fa2
-// for everything else, unless the environment variable FLASHATTN_CUDA_FORWARD forces one
-// (tests and benchmarks; it does not apply to fp32, which only simt serves).
+// Which kernel family runs a CUDA forward: fa3 (kernels/fa3, sm_90a) for the problems it
+// serves on a compute capability 9.0 device, fa2 for everything else, unless the
+// environment variable FLASHATTN_CUDA_FORWARD forces one (tests and benchmarks).
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>

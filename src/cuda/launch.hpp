@@ -13,7 +13,6 @@
 #include "backends.hpp"
 #include "fa3/bwd.h"
 #include "fa3/fwd.h"
-#include "simt/launchers.h"
 
 namespace flashattn {
 
@@ -97,23 +96,6 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
 // Delta, the main kernel and the dQ conversion, in fa2's workspace layout (fa2_bwd_scratch).
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
-
-// ---- fp32 flash attention (kernels/simt, sm_80+): FA2 in fp32 registers, exact fp32 FMA ----
-// Whether the simt family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
-inline bool simt_serves(const AttnParams& p) { return p.dtype == kFp32; }
-// The index in simt::kBuckets of the head-dim bucket both of p's head dims run padded to
-// (-1 for head dims beyond the last).
-inline int simt_bucket(const AttnParams& p) {
-  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
-  for (int i = 0; i < simt::kNumBuckets; ++i)
-    if (d <= simt::kBuckets[i].d) return i;
-  return -1;
-}
-// Whether simt can run p on a device with prop (sizes, alignment, shared memory); nothing launched.
-flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop);
-CheckedSize simt_bwd_workspace_size(const AttnParams& p);  // the forward takes none
-flashattn_status_t simt_fwd(const AttnParams& p, cudaStream_t stream);
-flashattn_status_t simt_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded

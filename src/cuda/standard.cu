@@ -349,7 +349,10 @@ template <typename T>
 __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int64_t j, float s, float* th) {
   if (j >= r.len_k || !band_keep(p, r.ip, j) || !layout_keep(p, r.h, r.i, j)) return -INFINITY;
   if (p.softcap > 0.f) {
-    const float t = tanhf(s / p.softcap);
+    // fp32 in double: the library builds with --use_fast_math, under which tanhf is the
+    // tanh.approx instruction (about 2^-11 relative error), fine for 16-bit outputs only.
+    const float t =
+        sizeof(T) == 4 ? static_cast<float>(tanh(static_cast<double>(s) / p.softcap)) : tanhf(s / p.softcap);
     *th = t;
     s = p.softcap * t;
   }
