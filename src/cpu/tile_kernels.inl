@@ -19,8 +19,12 @@ constexpr int kVecs = static_cast<int>(kTileN) / kLanes;  // vectors per kTileN 
 
 FA_TARGET FA_ALWAYS_INLINE void loadv(vf& v, const float* p) { memcpy(&v, p, sizeof v); }
 FA_TARGET FA_ALWAYS_INLINE void storev(float* p, const vf& v) { memcpy(p, &v, sizeof v); }
-FA_TARGET FA_ALWAYS_INLINE void splat(vf& v, float x) {
-  for (int l = 0; l < kLanes; ++l) v[l] = x;  // a broadcast ("vf{} + x" would keep an add)
+// A broadcast of x. x - 0 is x for every x (x + 0 is not, for x = -0), so this compiles
+// to one broadcast (from memory: one load), where "V{} + x" keeps an add and a lane loop
+// becomes a chain of inserts.
+template <class V>
+FA_TARGET FA_ALWAYS_INLINE void splat(V& v, float x) {
+  v = x - V{};
 }
 FA_TARGET FA_ALWAYS_INLINE float lane_sum(const vf& v) {
   float total = 0.f;
@@ -124,7 +128,8 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     vacc b[kVecs];
     for (int v = 0; v < kVecs; ++v) load_acc(b[v], B + k * ldb + v * kLanes);
     for (int r = 0; r < MR; ++r) {
-      const vacc a = vacc{} + A[r * lda + k];
+      vacc a;
+      splat(a, A[r * lda + k]);
       for (int v = 0; v < kVecs; ++v) c[r][v] += a * b[v];
     }
   }
@@ -158,6 +163,11 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
       for (; i + FA_MR <= M; i += FA_MR) {
         for (int64_t j = jb; j < je; j += kTileN) {
           micro_tile<FA_MR>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+        }
+      }
+      for (; i + 4 <= M; i += 4) {  // a 64-row tile: 10 tiles of 6 rows, then one of 4
+        for (int64_t j = jb; j < je; j += kTileN) {
+          micro_tile<4>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 2 <= M; i += 2) {
