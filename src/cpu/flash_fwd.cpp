@@ -81,27 +81,9 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
   }
   transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
   if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-  for (int64_t r = 0; r < ni; ++r) {
-    float* row = w.s + r * kBc;
-    const float m_tile = row_max(row, kBc);
-    const float m_new = m_tile > st.m[r] ? m_tile : st.m[r];
-    if (m_new == -INFINITY) {
-      // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
-      // against a reference of 0 instead of -inf, masked scores give exact zeros and a NaN
-      // stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for good: NaN
-      // times any alpha is NaN) for a row with a NaN score, which then ends with O and LSE
-      // NaN. Only rows that have kept nothing yet come here.
-      st.l[r] += exp_sub_sum(row, kBc, 0.f);
-      continue;
-    }
-    // alpha rescales what was accumulated under the previous max (0 when m was -inf).
-    const float alpha = exp_scalar(st.m[r] - m_new);
-    const float sum = exp_sub_sum(row, kBc, m_new);
-    st.l[r] = st.l[r] * alpha + sum;
-    if (alpha != 1.f) scale_row(st.acc + r * dvp, dvp, alpha);
-    st.m[r] = m_new;
-    if (w.drop) mul_row(row, w.drop + r * kBc, kBc);
-  }
+  online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+  if (w.drop)
+    for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
   gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
 }
 

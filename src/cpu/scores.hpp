@@ -70,6 +70,7 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
   const int64_t n_inner = kTransposed ? ni : nj;
   const float scale = p.scale;
   const float cap = p.softcap;
+  if (cap <= 0.f) scale_rows(s, ld, n_outer, inner_pad, scale);  // vectorized; the padding is overwritten below
   for (int64_t o = 0; o < n_outer; ++o) {
     float* row = s + o * ld;
     if (cap > 0.f) {
@@ -79,8 +80,6 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
         row[x] = cap * t;
         if (g) g[x] = 1.f - t * t;
       }
-    } else {
-      scale_row(row, inner_pad, scale);  // vectorized kernel; the padding is overwritten below
     }
     if (p.bias_kind == kBiasTensor) {
       const int64_t* bs = p.bias_stride;

@@ -110,8 +110,9 @@ FA_TARGET FA_ALWAYS_INLINE void store_acc(float* p, const vacc& v) {
 
 // MR x kTileN register tile of C: MR * kVecs accumulators, kVecs B vectors and one
 // broadcast (AVX2: 6 x 2 + 2 + 1 = 15 of 16 registers; AVX-512: 16 x 1 + 1 + 1 = 18 of
-// 32). Each C element sums k in increasing order.
-template <int MR>
+// 32). Each C element sums k in increasing order. kAT: A is stored transposed, element
+// (r, k) at A[k * lda + r] (broadcasts read any layout at the same cost).
+template <int MR, bool kAT>
 FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                                            float* C, int64_t ldc, bool accumulate) {
   vacc c[MR][kVecs];
@@ -129,7 +130,7 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     for (int v = 0; v < kVecs; ++v) load_acc(b[v], B + k * ldb + v * kLanes);
     for (int r = 0; r < MR; ++r) {
       vacc a;
-      splat(a, A[r * lda + k]);
+      splat(a, kAT ? A[k * lda + r] : A[r * lda + k]);
       for (int v = 0; v < kVecs; ++v) c[r][v] += a * b[v];
     }
   }
@@ -141,8 +142,9 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
 // when the standard path multiplies whole rows of S (N, K up to seqlen); the sum over
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
 // does not change results. Flash tiles fit in one block. kPanels: B is packed in
-// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major.
-template <bool kPanels>
+// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major. kAT: A is
+// stored transposed (micro_tile).
+template <bool kPanels, bool kAT>
 FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                                              const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
@@ -159,25 +161,26 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
       auto panel = [&](int64_t j) { return kPanels ? B + (j / kTileN) * K * kTileN + kb * kTileN : B + kb * ldb + j; };
+      auto rows = [&](int64_t i) { return kAT ? A + kb * lda + i : A + i * lda + kb; };
       int64_t i = 0;
       for (; i + FA_MR <= M; i += FA_MR) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<FA_MR>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<FA_MR, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 4 <= M; i += 4) {  // a 64-row tile: 10 tiles of 6 rows, then one of 4
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<4>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<4, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 2 <= M; i += 2) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<2>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<2, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i < M; ++i) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<1>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<1, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
     }
@@ -186,12 +189,17 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
 
 FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                     int64_t ldc, bool accumulate) {
-  gemm_blocked<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  gemm_blocked<false, false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+FA_TARGET void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb,
+                       float* C, int64_t ldc, bool accumulate) {
+  gemm_blocked<false, true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
 }
 
 FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,
                            int64_t ldc, bool accumulate) {
-  gemm_blocked<true>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
+  gemm_blocked<true, false>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
 }
 
 FA_TARGET float row_max(const float* x, int64_t n) {
@@ -246,12 +254,40 @@ FA_TARGET void exp_sub(float* x, int64_t n, float m) {
   }
 }
 
-FA_TARGET void scale_row(float* y, int64_t n, float a) {
+FA_TARGET FA_ALWAYS_INLINE void scale_row_body(float* y, int64_t n, float a) {
   for (int64_t j = 0; j < n; j += kLanes) {
     vf v;
     loadv(v, y + j);
     v = v * a;
     storev(y + j, v);
+  }
+}
+
+FA_TARGET void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a) {
+  for (int64_t r = 0; r < rows; ++r) scale_row_body(y + r * ld, n, a);
+}
+
+FA_TARGET void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc,
+                              int64_t ldacc, int64_t nacc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    const float m_tile = row_max(row, n);
+    const float m_new = m_tile > m[r] ? m_tile : m[r];
+    if (m_new == -INFINITY) {
+      // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
+      // against a reference of 0 instead of -inf, masked scores give exact zeros and a NaN
+      // stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for good: NaN
+      // times any alpha is NaN) for a row with a NaN score, which then ends with O and LSE
+      // NaN. Only rows that have kept nothing yet come here (acc is still 0).
+      l[r] += exp_sub_sum(row, n, 0.f);
+      continue;
+    }
+    // alpha rescales what was accumulated under the previous max (0 when m was -inf).
+    const float alpha = exp1(m[r] - m_new);
+    const float sum = exp_sub_sum(row, n, m_new);
+    l[r] = l[r] * alpha + sum;
+    if (alpha != 1.f) scale_row_body(acc + r * ldacc, nacc, alpha);
+    m[r] = m_new;
   }
 }
 
@@ -331,5 +367,3 @@ FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delt
 FA_TARGET void mul_row(float* y, const float* g, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] *= g[j];
 }
-
-FA_TARGET float exp_scalar(float x) { return exp1(x); }
