@@ -269,25 +269,37 @@ FA_TARGET void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a
 
 FA_TARGET void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc,
                               int64_t ldacc, int64_t nacc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = s + r * lds;
-    const float m_tile = row_max(row, n);
-    const float m_new = m_tile > m[r] ? m_tile : m[r];
-    if (m_new == -INFINITY) {
-      // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
-      // against a reference of 0 instead of -inf, masked scores give exact zeros and a NaN
-      // stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for good: NaN
-      // times any alpha is NaN) for a row with a NaN score, which then ends with O and LSE
-      // NaN. Only rows that have kept nothing yet come here (acc is still 0).
-      l[r] += exp_sub_sum(row, n, 0.f);
-      continue;
+  // kLanes rows at a time, in phases (row maxima, then the rescale factors of all of
+  // them in one vector exp, then the exponentials): short independent steps per row
+  // overlap in the out-of-order window where one long chain per row did not.
+  for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+    const int nr = static_cast<int>(rows - r0 < kLanes ? rows - r0 : kLanes);
+    vf m_old = vf{}, m_new = vf{}, alpha;
+    for (int i = 0; i < nr; ++i) {
+      const float m_tile = row_max(s + (r0 + i) * lds, n);
+      m_old[i] = m[r0 + i];
+      m_new[i] = m_tile > m_old[i] ? m_tile : m_old[i];
     }
     // alpha rescales what was accumulated under the previous max (0 when m was -inf).
-    const float alpha = exp1(m[r] - m_new);
-    const float sum = exp_sub_sum(row, n, m_new);
-    l[r] = l[r] * alpha + sum;
-    if (alpha != 1.f) scale_row_body(acc + r * ldacc, nacc, alpha);
-    m[r] = m_new;
+    const vf diff = m_old - m_new;
+    expv(diff, alpha);
+    for (int i = 0; i < nr; ++i) {
+      const int64_t r = r0 + i;
+      float* row = s + r * lds;
+      if (m_new[i] == -INFINITY) {
+        // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
+        // against a reference of 0 instead of -inf, masked scores give exact zeros and a
+        // NaN stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for
+        // good: NaN times any alpha is NaN) for a row with a NaN score, which then ends
+        // with O and LSE NaN. Only rows that have kept nothing yet come here (acc is 0).
+        l[r] += exp_sub_sum(row, n, 0.f);
+        continue;
+      }
+      const float sum = exp_sub_sum(row, n, m_new[i]);
+      l[r] = l[r] * alpha[i] + sum;
+      if (alpha[i] != 1.f) scale_row_body(acc + r * ldacc, nacc, alpha[i]);
+      m[r] = m_new[i];
+    }
   }
 }
 
