@@ -303,6 +303,56 @@ FA_TARGET void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, fl
   }
 }
 
+FA_TARGET void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha,
+                                   float* acc, int64_t ldacc, int64_t nacc) {
+  for (int64_t c0 = 0; c0 < n; c0 += kTileN) {
+    vf mx[kVecs], ref[kVecs], sum[kVecs];
+    for (int v = 0; v < kVecs; ++v) loadv(mx[v], m + c0 + v * kLanes);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int v = 0; v < kVecs; ++v) {
+        vf a;
+        loadv(a, s + r * lds + c0 + v * kLanes);
+        const vi g = a > mx[v];  // false for NaN: the maximum skips NaN scores
+        mx[v] = FA_SELECT(g, a, mx[v]);
+      }
+    }
+    for (int v = 0; v < kVecs; ++v) {
+      // A column whose maximum is still -inf (every score so far masked, or NaN) is
+      // exponentiated against 0 instead, with alpha 1: masked scores give exact zeros and
+      // l stays 0, a NaN score makes l NaN for good (the row ends with O and LSE NaN).
+      const vi none = mx[v] == (vf{} - INFINITY);
+      ref[v] = FA_SELECT(none, vf{}, mx[v]);
+      vf old, a;
+      loadv(old, m + c0 + v * kLanes);
+      const vf diff = old - mx[v];
+      expv(diff, a);  // rescales what was accumulated under the previous max (0 from -inf)
+      a = FA_SELECT(none, vf{} + 1.f, a);
+      storev(alpha + c0 + v * kLanes, a);
+      storev(m + c0 + v * kLanes, mx[v]);
+      sum[v] = vf{};
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int v = 0; v < kVecs; ++v) {
+        vf a, e;
+        loadv(a, s + r * lds + c0 + v * kLanes);
+        a = a - ref[v];
+        expv(a, e);
+        storev(s + r * lds + c0 + v * kLanes, e);
+        sum[v] += e;
+      }
+    }
+    for (int v = 0; v < kVecs; ++v) {
+      vf lv, a;
+      loadv(lv, l + c0 + v * kLanes);
+      loadv(a, alpha + c0 + v * kLanes);
+      lv = lv * a + sum[v];
+      storev(l + c0 + v * kLanes, lv);
+    }
+  }
+  for (int64_t c = 0; c < n; ++c)
+    if (alpha[c] != 1.f) scale_row_body(acc + c * ldacc, nacc, alpha[c]);
+}
+
 FA_TARGET FA_ALWAYS_INLINE float dot_body(const float* a, const float* b, int64_t n) {
   vf s[kVecs] = {};
   int64_t j = 0;

@@ -72,6 +72,7 @@ struct KernelTable {
   decltype(&isa_base::exp_sub) exp_sub;
   decltype(&isa_base::scale_rows) scale_rows;
   decltype(&isa_base::online_softmax) online_softmax;
+  decltype(&isa_base::online_softmax_cols) online_softmax_cols;
   decltype(&isa_base::dot) dot;
   decltype(&isa_base::dot_rows) dot_rows;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
@@ -82,7 +83,7 @@ struct KernelTable {
 
 #define FA_TABLE(ns)                                                                                               \
   KernelTable {                                                                                                    \
-    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_rows, ns::online_softmax, \
+    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_rows, ns::online_softmax, ns::online_softmax_cols, \
         ns::dot, ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row             \
   }
 
@@ -124,6 +125,10 @@ void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a) { kernel
 void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc, int64_t ldacc,
                     int64_t nacc) {
   kernels().online_softmax(s, lds, rows, n, m, l, acc, ldacc, nacc);
+}
+void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha, float* acc,
+                         int64_t ldacc, int64_t nacc) {
+  kernels().online_softmax_cols(s, lds, rows, n, m, l, alpha, acc, ldacc, nacc);
 }
 float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
 void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,

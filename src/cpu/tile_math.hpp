@@ -60,6 +60,13 @@ void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a);
 void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc, int64_t ldacc,
                     int64_t nacc);
 
+// The same on a transposed score tile: s[k * lds + c] is the score of query row c (a
+// column, c < n, n % kTileN == 0) against key k < rows; m, l, acc as above, per column.
+// Each column's sum over k runs in increasing k. alpha[c] receives the rescale factor
+// (scratch of n floats).
+void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha, float* acc,
+                         int64_t ldacc, int64_t nacc);
+
 // sum a[j] * b[j] for any n (16 lane sums in a fixed order, then the tail).
 float dot(const float* a, const float* b, int64_t n);
 
