@@ -144,16 +144,8 @@ void tile_ds(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int6
     gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
   }
   if (w.drop) dropout_tile<kT>(p, c, w.drop, ld, i0, ni, j0, nj);
-  for (int64_t o = 0; o < (kT ? nj : ni); ++o) {
-    float* srow = w.s + o * ld;
-    if (kT) {
-      exp_sub_vec(srow, w.lse, kBr);  // P^T
-    } else {
-      exp_sub(srow, kBc, w.lse[o]);  // P
-    }
-    ds_rows(srow, w.dp + o * ld, w.drop ? w.drop + o * ld : nullptr, kT ? w.delta : w.delta + o, kT ? 1 : 0,
-            kT ? ni : nj);  // dS, Z
-  }
+  // Only the valid entries are read after (the GEMMs that take dS and Z sum over ni or nj).
+  ds_tile(w.s, w.dp, w.drop, ld, kT ? nj : ni, round_up(kT ? ni : nj, kTileN), w.lse, w.delta, kT);
 }
 
 // dS_raw = dS * (1 - tanh^2) on the tile tile_ds left in w.dp (softcap only).

@@ -233,17 +233,6 @@ FA_TARGET float exp_sub_sum(float* x, int64_t n, float m) {
   return lane_sum(s[0]);
 }
 
-FA_TARGET void exp_sub_vec(float* x, const float* m, int64_t n) {
-  for (int64_t j = 0; j < n; j += kLanes) {
-    vf a, b, e;
-    loadv(a, x + j);
-    loadv(b, m + j);
-    a = a - b;
-    expv(a, e);
-    storev(x + j, e);
-  }
-}
-
 FA_TARGET void exp_sub(float* x, int64_t n, float m) {
   for (int64_t j = 0; j < n; j += kLanes) {
     vf a, e;
@@ -423,6 +412,38 @@ FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delt
     const float pr = p[j];
     dp[j] = pr * (dp[j] * d - delta[j * delta_step]);
     p[j] = pr * d;
+  }
+}
+
+FA_TARGET void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+                       const float* delta, bool per_column) {
+  for (int64_t o = 0; o < rows; ++o) {
+    vf m = vf{}, dl = vf{};
+    if (!per_column) {
+      splat(m, lse[o]);
+      splat(dl, delta[o]);
+    }
+    for (int64_t x = 0; x < n; x += kLanes) {
+      if (per_column) {
+        loadv(m, lse + x);
+        loadv(dl, delta + x);
+      }
+      vf a, e, g;
+      loadv(a, s + o * ld + x);
+      a = a - m;
+      expv(a, e);  // P
+      loadv(g, dp + o * ld + x);
+      if (drop) {
+        vf d;
+        loadv(d, drop + o * ld + x);
+        g = e * (g * d - dl);
+        e = e * d;
+      } else {
+        g = e * (g - dl);
+      }
+      storev(s + o * ld + x, e);
+      storev(dp + o * ld + x, g);
+    }
   }
 }
 

@@ -68,7 +68,6 @@ struct KernelTable {
   decltype(&isa_base::gemm_panels) gemm_panels;
   decltype(&isa_base::row_max) row_max;
   decltype(&isa_base::exp_sub_sum) exp_sub_sum;
-  decltype(&isa_base::exp_sub_vec) exp_sub_vec;
   decltype(&isa_base::exp_sub) exp_sub;
   decltype(&isa_base::scale_rows) scale_rows;
   decltype(&isa_base::online_softmax) online_softmax;
@@ -78,13 +77,14 @@ struct KernelTable {
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
+  decltype(&isa_base::ds_tile) ds_tile;
   decltype(&isa_base::mul_row) mul_row;
 };
 
 #define FA_TABLE(ns)                                                                                               \
   KernelTable {                                                                                                    \
-    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_rows, ns::online_softmax, ns::online_softmax_cols, \
-        ns::dot, ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row             \
+    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, ns::online_softmax, ns::online_softmax_cols, \
+        ns::dot, ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row             \
   }
 
 KernelTable pick_kernels() {
@@ -119,7 +119,6 @@ void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, c
 }
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }
-void exp_sub_vec(float* x, const float* m, int64_t n) { kernels().exp_sub_vec(x, m, n); }
 void exp_sub(float* x, int64_t n, float m) { kernels().exp_sub(x, n, m); }
 void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a) { kernels().scale_rows(y, ld, rows, n, a); }
 void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc, int64_t ldacc,
@@ -139,6 +138,10 @@ void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().h
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().bf16_row_to_float(src, dst, n); }
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {
   kernels().ds_rows(p, dp, drop, delta, delta_step, n);
+}
+void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+             const float* delta, bool per_column) {
+  kernels().ds_tile(s, dp, drop, ld, rows, n, lse, delta, per_column);
 }
 void mul_row(float* y, const float* g, int64_t n) { kernels().mul_row(y, g, n); }
 

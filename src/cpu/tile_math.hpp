@@ -42,8 +42,6 @@ float row_max(const float* x, int64_t n);
 // a fixed order. exp(-inf) = 0. m must be finite.
 float exp_sub_sum(float* x, int64_t n, float m);
 
-// x[j] = exp(x[j] - m[j]) for j < n (n % kTileN == 0); m[j] may be +inf (gives 0).
-void exp_sub_vec(float* x, const float* m, int64_t n);
 // x[j] = exp(x[j] - m) (m may be +inf).
 void exp_sub(float* x, int64_t n, float m);
 
@@ -83,6 +81,13 @@ void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n);
 //   dp = P * (dZ * D - Delta),  p = P * D   (D = drop[j], or 1 when drop is null),
 // Delta = delta[0] (delta_step 0) or delta[j] (delta_step 1, transposed tiles).
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n);
+
+// The backward's elementwise step on a score tile (row stride ld), rows [0, rows) by
+// columns [0, n) (n % kLanes == 0: n % kTileN == 0 will do), with S in s and dZ in dp:
+//   P = exp(S - LSE),  dp = P * (dZ * D - Delta),  s = P * D  (D = drop, or 1 when null),
+// LSE and Delta per row (lse[o], delta[o]) or, per_column, per column (lse[x], delta[x]).
+void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+             const float* delta, bool per_column);
 
 // y[j] *= g[j] (any n).
 void mul_row(float* y, const float* g, int64_t n);
