@@ -81,10 +81,11 @@ struct KernelTable {
   decltype(&isa_base::mul_row) mul_row;
 };
 
-#define FA_TABLE(ns)                                                                                               \
-  KernelTable {                                                                                                    \
-    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, ns::online_softmax, ns::online_softmax_cols, \
-        ns::dot, ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row             \
+#define FA_TABLE(ns)                                                                                   \
+  KernelTable {                                                                                        \
+    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
+        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::half_row_to_float,     \
+        ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row                                   \
   }
 
 KernelTable pick_kernels() {
