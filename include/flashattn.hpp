@@ -153,6 +153,11 @@ class Plan {
     check(flashattn_plan_set_deterministic(plan_, on ? 1 : 0), "flashattn_plan_set_deterministic");
     return *this;
   }
+  /** @param on The backward adds into dQ, dK, dV. @return *this. */
+  Plan& set_grad_accumulate(bool on) {
+    check(flashattn_plan_set_grad_accumulate(plan_, on ? 1 : 0), "flashattn_plan_set_grad_accumulate");
+    return *this;
+  }
   /** @param align Alignment. @param left Left window. @param right Right window. @return *this. */
   Plan& set_band_mask(flashattn_mask_align_t align, int64_t left, int64_t right) {
     check(flashattn_plan_set_band_mask(plan_, align, left, right), "flashattn_plan_set_band_mask");

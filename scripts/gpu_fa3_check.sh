@@ -4,7 +4,7 @@
 # steps only, ~1-2 min), then
 #   1. ptxas: registers and spills (-Xptxas -v) of every fa3 instance, compiled alone for
 #      sm_90a with the library's flags; fails on spills or on the wgmma serialization
-#      warnings C7508/C7515/C7517;
+#      warnings (any C75xx: setmaxnreg ignored, wgmma serialized);
 #   2. SASS of each fa3 kernel: counts of HGMMA, UTMALDG, UTMASTG, USETMAXREG (each must be
 #      > 0), local-memory accesses LDL/STL (must be 0), and MUFU.EX2 between the two wgmma
 #      waits of the main loop (must be > 0: the softmax overlaps O += P V);
@@ -26,47 +26,15 @@
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=${BUILD_DIR:-$ROOT/build-gpu}
-JOBS=${JOBS:-16}
+CHECK=fa3-check
 STEPS=${STEPS:-ptxas,sass,tests,suite,bench,record}
-TEST_TIMEOUT=${TEST_TIMEOUT:-120}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-RESULTS=${OUT:-$BUILD/fa3-check}
-WORK=$BUILD/fa3-check-work
-mkdir -p "$RESULTS" "$WORK"
-exec > >(tee "$RESULTS/fa3-check.log") 2>&1
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-FAILED=0
-fail() { echo "FAIL: $*"; FAILED=1; }
-
-echo "==== build (scripts/gpu_check.sh, configure + build only)"
-BUILD_DIR=$BUILD JOBS=$JOBS FLASHATTN_CUDA_ARCHITECTURES=90a-real STEPS=none OUT='' "$ROOT/scripts/gpu_check.sh" quick ||
-  fail "gpu_check.sh build"
-LIB=$BUILD/libflashattn.so.0
-[[ -f "$LIB" ]] || { echo "no $LIB: stopping"; exit 1; }
-
-NVCC=${CUDACXX:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
-CUOBJDUMP=$(command -v cuobjdump || echo "$(dirname "$NVCC")/cuobjdump")
-UNITS=("$ROOT"/kernels/fa3/instances/*_sm90a.cu)
+# shellcheck source=scripts/fa3_check_common.sh
+source "$ROOT/scripts/fa3_check_common.sh"
+UNITS=("$ROOT"/kernels/fa3/instances/fwd_*_sm90a.cu)
 
 if want ptxas || want sass; then
-  echo "==== ptxas -v of the fa3 instances (sm_90a)"
-  pids=()
-  for u in "${UNITS[@]}"; do
-    n=$(basename "$u" .cu)
-    "$NVCC" -std=c++17 -O3 -DNDEBUG --use_fast_math -gencode arch=compute_90a,code=sm_90a -cubin -Xptxas -v \
-      -I"$ROOT/kernels" -I"$ROOT/include" -o "$WORK/$n.cubin" "$u" > "$WORK/$n.ptxas" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || fail "nvcc of an fa3 instance (see $WORK/*.ptxas)"; done
-  for u in "${UNITS[@]}"; do
-    n=$(basename "$u" .cu)
-    regs=$(grep -Eo 'Used [0-9]+ registers' "$WORK/$n.ptxas" | head -1)
-    spill=$(grep -Eo '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' "$WORK/$n.ptxas" | head -1)
-    printf '%-22s %s, %s\n' "$n" "$regs" "$spill"
-    grep -q ' 0 bytes spill stores, 0 bytes spill loads' "$WORK/$n.ptxas" || fail "$n spills"
-    if grep -E 'C7508|C7515|C7517' "$WORK/$n.ptxas"; then fail "$n: ptxas wgmma warning"; fi
-  done
+  echo "==== ptxas -v of the fa3 forward instances (sm_90a)"
+  fa3_ptxas "${UNITS[@]}"
 fi
 
 if want sass; then

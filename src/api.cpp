@@ -285,6 +285,14 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan
   });
 }
 
+FLASHATTN_API flashattn_status_t flashattn_plan_set_grad_accumulate(flashattn_plan_t plan, int enabled) {
+  return guarded([&]() -> flashattn_status_t {
+    FA_CHECK_PLAN(plan);
+    plan->grad_accumulate = enabled != 0;
+    return FLASHATTN_STATUS_SUCCESS;
+  });
+}
+
 FLASHATTN_API flashattn_status_t flashattn_plan_set_band_mask(flashattn_plan_t plan, flashattn_mask_align_t align,
                                                               int64_t window_left, int64_t window_right) {
   return guarded([&]() -> flashattn_status_t {

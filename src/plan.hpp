@@ -35,6 +35,7 @@ struct flashattn_plan_s {
   bool varlen = false;
   int64_t total_q = 0, total_k = 0;
   bool deterministic = false;
+  bool grad_accumulate = false;  // the backward adds into dQ, dK, dV
 
   flashattn_mask_align_t align = FLASHATTN_ALIGN_TOP_LEFT;
   int64_t window_left = -1, window_right = -1;

@@ -185,6 +185,11 @@ flashattn_status_t validate_common(const flashattn_plan_s& plan, const AttnParam
     return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
                 "args.dbias=%p is given but the plan's bias kind is %d, not FLASHATTN_BIAS_TENSOR", p.dbias,
                 static_cast<int>(plan.bias_kind));
+  if (p.dbias != nullptr && plan.grad_accumulate)
+    return fail(FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS,
+                "args.dbias=%p is given but the plan accumulates gradients (flashattn_plan_set_grad_accumulate), "
+                "which serves dQ, dK and dV only: pass args.dbias=NULL or turn accumulation off",
+                p.dbias);
   const bool alibi = plan.bias_kind == FLASHATTN_BIAS_ALIBI || plan.bias_kind == FLASHATTN_BIAS_ALIBI_SYMMETRIC;
   if (alibi) {
     FA_TRY(require(p.alibi_slopes, "args.alibi_slopes (ALiBi bias)"));
@@ -366,6 +371,7 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   p.algorithm = static_cast<int32_t>(plan.algorithm);
   p.direction = direction;
   p.deterministic = plan.deterministic ? 1 : 0;
+  p.grad_accumulate = plan.grad_accumulate ? 1 : 0;
   p.varlen = plan.varlen ? 1 : 0;
   p.total_q = plan.varlen ? plan.total_q : plan.batch * plan.seqlen_q;
   p.total_k = plan.varlen ? plan.total_k : plan.batch * plan.seqlen_k;

@@ -139,6 +139,7 @@ std::string describe(const Config& c) {
     o << "}";
   }
   if (c.deterministic) o << " deterministic";
+  if (c.grad_accumulate) o << " grad_accumulate";
   o << " data_seed=" << c.data_seed;
   return o.str();
 }
@@ -265,6 +266,14 @@ Problem make_problem(const Config& c0) {
     p.lay[t] = make_layout(c.layout, t, p.varlen, c.pad16, c.bogus_varlen_batch_stride, c.batch, q_rows ? SQ : SK,
                            q_rows ? c.hq : c.hkv, qk_dim ? c.dqk : c.dv);
   }
+  if (c.grad_accumulate) {
+    Rng grng(c.data_seed + 0x5eed);
+    const int64_t n[3] = {tq * c.hq * c.dqk, tk * c.hkv * c.dqk, tk * c.hkv * c.dv};
+    for (int g = 0; g < 3; ++g) {
+      p.grad0[g].resize(static_cast<size_t>(n[g]));
+      for (double& e : p.grad0[g]) e = round_to(c.dtype, grng.normal());
+    }
+  }
   return p;
 }
 
@@ -369,6 +378,7 @@ flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p) {
   if (c.scale != 0) FA_TRY(flashattn_plan_set_softmax_scale(plan, c.scale));
   if (c.algorithm != FLASHATTN_ALGORITHM_FLASH) FA_TRY(flashattn_plan_set_algorithm(plan, c.algorithm));
   if (c.deterministic) FA_TRY(flashattn_plan_set_deterministic(plan, 1));
+  if (c.grad_accumulate) FA_TRY(flashattn_plan_set_grad_accumulate(plan, 1));
   if (c.band) FA_TRY(flashattn_plan_set_band_mask(plan, c.align, c.wl, c.wr));
   else if (c.align != FLASHATTN_ALIGN_TOP_LEFT)  // alignment for ALiBi only: both windows unbounded
     FA_TRY(flashattn_plan_set_band_mask(plan, c.align, -1, -1));
@@ -516,6 +526,11 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
   dq.init(mem, p.lay[5].elems * es, true);
   dk.init(mem, p.lay[6].elems * es, true);
   dv.init(mem, p.lay[7].elems * es, true);
+  if (c.grad_accumulate) {
+    scatter(p, 5, p.grad0[0], HQ, c.dqk, dq);
+    scatter(p, 6, p.grad0[1], HKV, c.dqk, dk);
+    scatter(p, 7, p.grad0[2], HKV, c.dv, dv);
+  }
   dq.push();
   dk.push();
   dv.push();
@@ -540,6 +555,8 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
     ba.dbias = dbias.dev;
   }
   if (ws_bytes > 0) ws.push();  // re-poison the scratch
+  // The gradients as they start (poison, or grad0): a failed run must leave them so.
+  const std::vector<uint8_t> dq_before = dq.host, dk_before = dk.host, dv_before = dv.host;
   r.bwd = flashattn_bwd(plan, &ba, r.ws_bwd ? ws.dev : nullptr, r.ws_bwd, nullptr);
   if (r.bwd != FLASHATTN_STATUS_SUCCESS) {
     r.error = flashattn_last_error();
@@ -547,7 +564,7 @@ LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem) {
     dq.pull();
     dk.pull();
     dv.pull();
-    r.outputs_untouched = all_poison(dq) && all_poison(dk) && all_poison(dv);
+    r.outputs_untouched = dq.host == dq_before && dk.host == dk_before && dv.host == dv_before;
     if (want_dbias) {
       dbias.pull();
       r.outputs_untouched = r.outputs_untouched && all_poison(dbias);

@@ -90,6 +90,10 @@ struct Config {
   // pair (q tokens, 0 keys), (0 q tokens, keys): use such pairs here.
   int64_t unannounced_tail = 0;
   bool deterministic = false;
+  // The backward accumulates (flashattn_plan_set_grad_accumulate) into dQ, dK, dV that
+  // start at Problem::grad0 (random, from their own seed: the other inputs are the same as
+  // without accumulation).
+  bool grad_accumulate = false;
   bool pad16 = false;                      // paddings of strided layouts keep 16-byte alignment (CUDA kernels)
   bool bogus_varlen_batch_stride = false;  // varlen: explicit batch strides of 2^40 (ignored)
   uint64_t data_seed = 1;
@@ -122,6 +126,8 @@ struct Problem {
   std::vector<int32_t> cu_q, cu_k;
   bool varlen = false;
   TensorLayout lay[8];  // indexed by flashattn_tensor_t
+  // cfg.grad_accumulate: the initial dQ, dK, dV (logical layout, values of the dtype).
+  std::vector<double> grad0[3];
 };
 
 Problem make_problem(const Config& c);
@@ -155,7 +161,7 @@ struct LibResult {
   std::vector<uint8_t> raw_o, raw_lse, raw_dq, raw_dk, raw_dv, raw_dbias;  // buffers as written
   bool padding_intact = true;                                              // gaps in strided outputs kept their poison
   std::string padding_report;
-  bool outputs_untouched = true;  // after a failed fwd/bwd: its outputs kept their poison
+  bool outputs_untouched = true;  // after a failed fwd/bwd: its outputs kept their poison (or initial gradients)
   size_t ws_fwd = 0, ws_bwd = 0;
   bool ok() const {
     return create == FLASHATTN_STATUS_SUCCESS && setup == FLASHATTN_STATUS_SUCCESS && fwd == FLASHATTN_STATUS_SUCCESS &&

@@ -25,6 +25,7 @@ int flashattn_header_usage(void) {
   (void)flashattn_plan_set_algorithm(plan, FLASHATTN_ALGORITHM_STANDARD);
   (void)flashattn_plan_set_varlen(plan, 0, 0, 0);
   (void)flashattn_plan_set_deterministic(plan, 1);
+  (void)flashattn_plan_set_grad_accumulate(plan, 1);
   (void)flashattn_plan_set_band_mask(plan, FLASHATTN_ALIGN_BOTTOM_RIGHT, FLASHATTN_WINDOW_UNBOUNDED, 0);
   (void)flashattn_plan_set_softcap(plan, 30.0f);
   (void)flashattn_plan_set_bias(plan, FLASHATTN_BIAS_ALIBI_SYMMETRIC, NULL);

@@ -254,6 +254,8 @@ void drive_scalar_setters() {
     CALL(flashattn_plan_set_algorithm, "good", f.plan, a);
   CALL(flashattn_plan_set_deterministic, "plan NULL", nullptr, 1);
   for (int e : {0, 1, -5}) CALL(flashattn_plan_set_deterministic, "good", f.plan, e);
+  CALL(flashattn_plan_set_grad_accumulate, "plan NULL", nullptr, 1);
+  for (int e : {1, -5, 0}) CALL(flashattn_plan_set_grad_accumulate, "good", f.plan, e);
   CALL(flashattn_plan_set_band_mask, "plan NULL", nullptr, FLASHATTN_ALIGN_TOP_LEFT, -1, 0);
   for (int a : {-1, 2})
     CALL(flashattn_plan_set_band_mask, "align " + std::to_string(a), f.plan, bad_enum<flashattn_mask_align_t>(a), -1,
@@ -659,6 +661,7 @@ TEST_CASE("the header documents a return list for every function that returns a 
                                           "flashattn_plan_set_algorithm",
                                           "flashattn_plan_set_varlen",
                                           "flashattn_plan_set_deterministic",
+                                          "flashattn_plan_set_grad_accumulate",
                                           "flashattn_plan_set_band_mask",
                                           "flashattn_plan_set_softcap",
                                           "flashattn_plan_set_bias",

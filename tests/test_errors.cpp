@@ -162,6 +162,7 @@ TEST_CASE("every setter rejects a NULL plan", "[errors]") {
       {"set_algorithm", flashattn_plan_set_algorithm(nullptr, FLASHATTN_ALGORITHM_FLASH)},
       {"set_varlen", flashattn_plan_set_varlen(nullptr, 1, 1, 1)},
       {"set_deterministic", flashattn_plan_set_deterministic(nullptr, 1)},
+      {"set_grad_accumulate", flashattn_plan_set_grad_accumulate(nullptr, 1)},
       {"set_band_mask", flashattn_plan_set_band_mask(nullptr, FLASHATTN_ALIGN_TOP_LEFT, -1, 0)},
       {"set_softcap", flashattn_plan_set_softcap(nullptr, 1.f)},
       {"set_bias", flashattn_plan_set_bias(nullptr, FLASHATTN_BIAS_NONE, nullptr)},

@@ -3,14 +3,12 @@
 // kernels/fa3, which then must serve every served case here or the run fails) and with
 // FLASHATTN_CUDA_FORWARD=fa2; each result is checked against the fp64 reference and the
 // CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases.
-#include <cuda_runtime_api.h>
-#include <stdlib.h>
-
 #include <string>
 
 #include "catch_compat.hpp"
 #include "gpu_check.hpp"
 #include "gpu_mem.hpp"
+#include "gpu_paths.hpp"
 #include "harness.hpp"
 
 using namespace fat;
@@ -18,24 +16,7 @@ using namespace fat;
 namespace {
 
 // The path this process was started with ("" when FLASHATTN_CUDA_FORWARD is unset).
-std::string forced_path() {
-  const char* v = getenv("FLASHATTN_CUDA_FORWARD");
-  return v != nullptr ? v : "";
-}
-
-// fa3 runs on compute capability 9.0 only: elsewhere its cases are skipped.
-bool fa3_device() {
-  int dev = 0;
-  cudaDeviceProp prop{};
-  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 &&
-         prop.minor == 0;
-}
-
-#define REQUIRE_PATH()                                                                                            \
-  do {                                                                                                            \
-    REQUIRE_GPU();                                                                                                \
-    if (forced_path() == "fa3" && !fa3_device()) FA_SKIP_TEST("fa3 runs on compute capability 9.0 devices only"); \
-  } while (0)
+std::string forced_path() { return forced_value("FLASHATTN_CUDA_FORWARD"); }
 
 // Forward only unless the case asks for the backward too (which then reads this path's O and LSE).
 Config fcase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
@@ -122,7 +103,7 @@ TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]"
 TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
           "[gpu][fwd][errors]") {
   REQUIRE_PATH();
-  std::vector<Config> cases;
+  std::vector<Config> cases = fa3_unserved_option_cases(false, 9403);
   cases.push_back(fcase("paths d96", 100, 130, 96, FLASHATTN_DTYPE_FP16, 9401));
   cases.push_back(fcase("paths d32", 100, 130, 32, FLASHATTN_DTYPE_BF16, 9402));
   // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
@@ -136,17 +117,6 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
   c.dv = 128;
   cases.push_back(c);
-  c = fcase("paths window", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9404);
-  c.band = true;
-  c.wl = 32;
-  c.wr = 0;
-  cases.push_back(c);
-  c = fcase("paths softcap", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9405);
-  c.softcap = 5.f;
-  cases.push_back(c);
-  c = fcase("paths alibi", 150, 170, 64, FLASHATTN_DTYPE_FP16, 9406);
-  c.bias = FLASHATTN_BIAS_ALIBI;
-  cases.push_back(c);
   c = fcase("paths alibi per (batch, head), causal", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9409);
   c.batch = 2;
   c.hq = 4;
@@ -157,26 +127,53 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   c.wr = 0;
   c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
   cases.push_back(c);
-  c = fcase("paths dropout", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9407);
-  c.p_drop = 0.1f;
-  c.seed = 5;
-  cases.push_back(c);
-  c = fcase("paths varlen", 1, 1, 128, FLASHATTN_DTYPE_FP16, 9408);
-  c.seqlens_q = {5, 130, 0};
-  c.seqlens_k = {17, 129, 40};
-  cases.push_back(c);
   for (const Config& cc : cases) {
     if (forced_path() != "fa3") {
       gpu_check(cc);
       continue;
     }
-    const Problem p = make_problem(cc);
-    DeviceMem dev;
-    const LibResult g = run_library(p, dev, 0);
-    INFO(describe(p.cfg) << " -> status " << flashattn_status_string(g.fwd) << ": " << g.error);
-    CHECK(g.setup == FLASHATTN_STATUS_SUCCESS);
-    CHECK(g.fwd == FLASHATTN_STATUS_NOT_SUPPORTED);
-    CHECK(g.error.find("FLASHATTN_CUDA_FORWARD=fa3") != std::string::npos);
-    CHECK(g.outputs_untouched);
+    check_fa3_refuses(cc, "FLASHATTN_CUDA_FORWARD", false);
   }
+}
+
+TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // 5 sequences x 8 heads x 7 query tiles of 128 rows: more tiles than a GPU has SMs, so
+  // fa3's persistent CTAs claim tiles from the counter in the workspace.
+  Config c = fcase("paths causal, tiles > SMs", 777, 1100, 64, FLASHATTN_DTYPE_BF16, 9501);
+  c.batch = 5;
+  c.hq = 8;
+  c.hkv = 2;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  gpu_check(c);
+  // Twice on one workspace, O poisoned in between: a counter the second run did not reset
+  // would leave tiles unwritten. Equal K, V rows make every output row V's row.
+  const Problem p = make_problem(c);
+  flashattn_plan_t plan = nullptr;
+  REQUIRE(flashattn_plan_create(&plan, FLASHATTN_BACKEND_CUDA, 0) == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(configure_plan(plan, p) == FLASHATTN_STATUS_SUCCESS);
+  size_t ws_bytes = 0;
+  REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD, &ws_bytes) == FLASHATTN_STATUS_SUCCESS);
+  const size_t es = 2;
+  void* buf[5] = {};
+  const size_t bytes[5] = {static_cast<size_t>(p.lay[0].elems) * es, static_cast<size_t>(p.lay[1].elems) * es,
+                           static_cast<size_t>(p.lay[2].elems) * es, static_cast<size_t>(p.lay[3].elems) * es,
+                           ws_bytes > 0 ? ws_bytes : 1};
+  for (int i = 0; i < 5; ++i) REQUIRE(cudaMalloc(&buf[i], bytes[i]) == cudaSuccess);
+  for (int i = 0; i < 3; ++i) REQUIRE(cudaMemset(buf[i], 0x3c, bytes[i]) == cudaSuccess);  // bf16 0x3c3c = 0.0115
+  std::vector<unsigned char> first(bytes[3]), second(bytes[3]);
+  flashattn_fwd_args_t a = fwd_args(buf[0], buf[1], buf[2], buf[3], nullptr);
+  for (std::vector<unsigned char>* out : {&first, &second}) {
+    REQUIRE(cudaMemset(buf[3], 0xff, bytes[3]) == cudaSuccess);
+    REQUIRE(flashattn_fwd(plan, &a, buf[4], ws_bytes, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(cudaMemcpy(out->data(), buf[3], bytes[3], cudaMemcpyDeviceToHost) == cudaSuccess);
+  }
+  size_t poisoned = 0;
+  for (size_t i = 0; i + 1 < first.size(); i += 2) poisoned += first[i] == 0xff && first[i + 1] == 0xff;
+  CHECK(poisoned == 0);
+  CHECK(first == second);
+  for (void* b : buf) cudaFree(b);
+  flashattn_plan_destroy(plan);
 }

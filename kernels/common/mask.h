@@ -47,4 +47,45 @@ FA_HD float alibi_bias(const AttnParams& p, float slope, int64_t ip, int64_t j) 
   return 0.f;
 }
 
+// Whether a tile of rows [i0, i0+ni) (query positions within the sequence; aligned row
+// i' = i + shift) by columns [j0, j0+nj) of query head h has any / only elements that
+// survive the band mask and the block-sparse layout. Skip tiles are never computed (that
+// is what makes causal, sliding-window and block-sparse attention cheaper); Full tiles
+// need no per-element mask.
+enum TileKind { kTileSkip, kTileFull, kTilePartial };
+
+FA_HD TileKind classify_tile(const AttnParams& p, int64_t h, int64_t shift, int64_t i0, int64_t ni, int64_t j0,
+                             int64_t nj) {
+  bool full = true;
+  if (p.has_band) {
+    // Row ip keeps [ip - wl, ip + wr]; the union over the tile's rows is contiguous.
+    // Compared as differences: windows may be as large as INT64_MAX.
+    const int64_t ip_first = i0 + shift, ip_last = i0 + ni - 1 + shift, j_last = j0 + nj - 1;
+    if (p.window_right >= 0) {
+      if (j0 - ip_last > p.window_right) return kTileSkip;
+      if (j_last - ip_first > p.window_right) full = false;
+    }
+    if (p.window_left >= 0) {
+      if (ip_first - j_last > p.window_left) return kTileSkip;
+      if (ip_last - j0 > p.window_left) full = false;
+    }
+  }
+  if (p.layout != nullptr) {
+    const int64_t lh = p.layout_heads == 1 ? 0 : h;
+    const int64_t rb0 = i0 / p.block_q, rb1 = (i0 + ni - 1) / p.block_q;
+    const int64_t cb0 = j0 / p.block_k, cb1 = (j0 + nj - 1) / p.block_k;
+    bool any = false, all = true;
+    for (int64_t rb = rb0; rb <= rb1; ++rb) {
+      const uint8_t* row = p.layout + (lh * p.n_row_blocks + rb) * p.n_col_blocks;
+      for (int64_t cb = cb0; cb <= cb1; ++cb) {
+        any |= row[cb] != 0;
+        all &= row[cb] != 0;
+      }
+    }
+    if (!any) return kTileSkip;
+    if (!all) full = false;
+  }
+  return full ? kTileFull : kTilePartial;
+}
+
 }  // namespace flashattn

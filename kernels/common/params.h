@@ -97,6 +97,7 @@ struct AttnParams {
 
   // ---- added later, kept last: earlier fields keep their offsets in the kernels' parameters ----
   int64_t alibi_batch_stride;  // ALiBi: 0 = one slope per head, shared by every sequence
+  int32_t grad_accumulate;     // backward: dX = round(float(dX) + gradient) for dQ, dK, dV
 };
 
 }  // namespace flashattn

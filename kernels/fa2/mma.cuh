@@ -49,6 +49,21 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// Two gradient values to a b32 slot of the output (dst, 4-byte aligned): pack2 of (a, b),
+// or with `add` (flashattn_plan_set_grad_accumulate) of their fp32 sums with the two
+// values stored there, rounded once.
+template <typename T>
+__device__ __forceinline__ void store_grad2(T* dst, float a, float b, bool add) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  if (add) {
+    const uint32_t old = *d;
+    const T* h = reinterpret_cast<const T*>(&old);
+    a = __fadd_rn(ElemTraits<T>::to_float(h[0]), a);
+    b = __fadd_rn(ElemTraits<T>::to_float(h[1]), b);
+  }
+  *d = pack2<T>(a, b);
+}
+
 // ---------------------------------------------------------------------------------
 // mma.sync m16n8k16, fp32 accumulate: c += a * b
 // ---------------------------------------------------------------------------------

@@ -17,22 +17,30 @@ struct FwdMaps {
   TensorMap128 q, k, v, o;
 };
 
+// What a launch takes besides the problem: the tensor maps; the grid, min(query tiles, SMs)
+// persistent CTAs; and the tile counter, an int in device memory the host zeroed on the
+// launch's stream, from which each CTA claims its next tile (set for causal runs with more
+// tiles than CTAs; null otherwise: the CTAs take every gridDim.x-th tile).
+struct FwdLaunch {
+  FwdMaps maps;
+  unsigned grid;
+  int* next_tile;
+};
+
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.
 enum FwdLaunchStep : int {
   kFwdSetSmem,  // cudaFuncSetAttribute(max dynamic shared memory = smem)
-  kFwdSmCount,  // cudaGetDevice / cudaDeviceGetAttribute(multiprocessor count)
-  kFwdLaunch    // the launch of grid (min(query tiles, SMs))
+  kFwdLaunch    // the launch
 };
 struct FwdLaunchResult {
   cudaError_t err;
   FwdLaunchStep step;
   int smem;
-  dim3 grid;
 };
 
 // Launches the kernel of head dim D for dtype kDtype (kFp16/kBf16).
 template <int D, int kDtype>
-FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t stream);
+FwdLaunchResult run_fwd(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream);
 
 }  // namespace fa3
 }  // namespace flashattn

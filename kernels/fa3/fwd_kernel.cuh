@@ -1,8 +1,16 @@
 // The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs.
 //
-// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence))
-// blockIdx.x, + gridDim.x, ... in tile_at's order. 384 threads:
+// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence)) in
+// tile_at's order: CTA c starts with tile c. Without a mask every tile is as long, and CTA c
+// goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
+// in length, and each CTA claims its next one from a counter in global memory (an atomic
+// add), so CTAs whose tiles were short take more of them and all finish together (at
+// d = 256 the host launches one CTA per causal tile instead: without an O buffer of its
+// own the next tile's loads cannot overlap, and a walk gains nothing). The
+// producer claims the next tile once it has issued the loads of the current one (it runs
+// ahead of the consumers by the rings' depth) and names it to the consumers through a
+// shared-memory slot that the Q tile's full barrier publishes. 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
 //     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
 //     swizzle), K one block ahead of V. The rings run on across tiles, so the next tile's
@@ -39,30 +47,16 @@
 #include "fa3/fwd.h"
 #include "fa3/fwd_traits.h"
 #include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
 
 namespace flashattn {
 namespace fa3 {
 
-template <uint32_t kRegs>
-__device__ __forceinline__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <uint32_t kRegs>
-__device__ __forceinline__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
-// Named barriers (bar.sync / bar.arrive with an id and a thread count; id 0 is
+// Named barriers (hopper::bar_sync / bar_arrive; id 0 is
 // __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong), and each
 // one's O tile complete in shared memory before its TMA store.
 constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
 constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Key blocks this query tile attends to: [0, return value). Producer and consumers call it
 // with the same arguments, so both walk the same blocks.
@@ -132,19 +126,6 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
     for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
 }
 
-// P (the probabilities in the S accumulator) as the A operand of O += P V: for k16 step kk,
-// the A-fragment layout of mma.sync m16n8k16 (rows g, g + 8; columns 16 kk + 2t.., + 8).
-template <typename T, int NT>
-__device__ __forceinline__ void pack_p(uint32_t (&pa)[NT / 2][4], const float (&acc_s)[1][NT][4]) {
-#pragma unroll
-  for (int kk = 0; kk < NT / 2; ++kk) {
-    pa[kk][0] = fa2::pack2<T>(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
-    pa[kk][1] = fa2::pack2<T>(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
-    pa[kk][2] = fa2::pack2<T>(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
-    pa[kk][3] = fa2::pack2<T>(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
-  }
-}
-
 // The query tile `tile` of the persistent walk: tiles are numbered query block fastest,
 // from the last one down (under a causal mask the last query blocks see the most key
 // blocks, so the longest tiles of a head go first), then by head and sequence. The CTAs
@@ -176,7 +157,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waited
   // for that before reaching this barrier).
-  if (Cfg::kOwnO) bar_sync(kBarEpilogue + cw, 128);
+  if (Cfg::kOwnO) hopper::bar_sync(kBarEpilogue + cw, 128);
   float inv[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -197,7 +178,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }
   hopper::fence_proxy_async_smem();
-  bar_sync(kBarEpilogue + cw, 128);
+  hopper::bar_sync(kBarEpilogue + cw, 128);
   // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
   static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
   const int r0 = tl.m0 + cw * 64;
@@ -211,7 +192,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
 
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps, int* next_tile) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
   constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
   constexpr int kNV = kD / 8;       // n8 tiles of O
@@ -222,6 +203,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
   const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
   const uint32_t q_full = bar0, q_empty = bar0 + 8u;
+  const uint32_t tile_slot = bar0 + static_cast<uint32_t>(Cfg::kBarBytes);
   auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(2 + kind * kStages + s); };
   auto k_full = [&](int s) { return bar(0, s); };
   auto v_full = [&](int s) { return bar(1, s); };
@@ -232,7 +214,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto stage = [](int it) { return it % kStages; };
   auto parity = [](int it) { return static_cast<uint32_t>(it / kStages) & 1u; };
 
-  // Persistent: the CTA takes tiles blockIdx.x, + gridDim.x, ... (tile_at's order).
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
   const int tiles_m = (len_q + kBlockM - 1) / kBlockM;
@@ -259,18 +240,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
     // order the consumers use them in. Every tile loads Q, so the Q barriers turn once per
     // tile. ----
-    regs_dec<24>();
+    hopper::regs_dec<24>();
     if (threadIdx.x != 0) return;
     hopper::tma_prefetch_map(&maps.q);
     hopper::tma_prefetch_map(&maps.k);
     hopper::tma_prefetch_map(&maps.v);
     hopper::tma_prefetch_map(&maps.o);
     const int kv_group = static_cast<int>(p.heads_q / p.heads_kv);
+    // The CTA's tile after `tile`: with a counter (the host sets one for a causal walk),
+    // tiles gridDim.x, gridDim.x + 1, ... go to the CTAs in the order they ask; without, the
+    // next of the CTA's static stride (past the last tile where the grid has one CTA per tile).
+    auto claim = [&](int tile) {
+      const int grid = static_cast<int>(gridDim.x);
+      return next_tile != nullptr ? atomicAdd(next_tile, 1) + grid : tile + grid;
+    };
     int base = 0;  // walk steps of the CTA's earlier tiles
-    int tc = 0;    // the CTA's tiles so far
-    for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+    int tile = static_cast<int>(blockIdx.x);
+    for (int tc = 0;; ++tc) {  // tc: the CTA's tiles so far
+      // The consumers read the slot as the Q tile's full barrier completes, and are done with
+      // it once they release the Q tile (q_empty).
+      auto name_tile = [&] {
+        hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
+      };
+      if (tile >= num_tiles) {  // no tile left: the barrier completes with no bytes
+        name_tile();
+        hopper::mbar_arrive(q_full);
+        return;
+      }
       const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
-      const int n_blocks = key_blocks<Cfg>(p, tl.m0, len_q, len_k, shift);
+      // From p's fields, not the values above: in 24 registers, keeping those live spills.
+      const int n_blocks = key_blocks<Cfg>(p, tl.m0, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
+                                           p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
       const int kvh = tl.h / kv_group;
       // Operand `which` (0 K, 1 V) of walk step it of this tile. A fresh barrier counts as
       // having completed the phase before its first: the first round through a ring does not
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            n * kBlockN, kvh, tl.b, full);
       };
       if (n_blocks > 0) load(0, 0);
-      hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+      name_tile();
       hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kD / 64; ++c)
@@ -298,12 +299,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if (n_blocks > 0) load(1, n_blocks - 1);
       base += n_blocks;
+      tile = claim(tile);
     }
-    return;
   }
 
   // ---- consumers ----
-  regs_inc<240>();
+  hopper::regs_inc<240>();
   const int cw = wg - 1;                                      // rows 64 cw .. 64 cw + 63 of the tile
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -315,8 +316,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto q_done = [&] {
     if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
   };
-  int base = 0, tc = 0;
-  for (int tile = static_cast<int>(blockIdx.x); tile < num_tiles; tile += static_cast<int>(gridDim.x), ++tc) {
+  int base = 0;
+  for (int tc = 0;; ++tc) {
+    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
+    int tile;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
+    if (tile >= num_tiles) return;
     const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
@@ -364,14 +369,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
     // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
     // both warpgroups' q_empty arrivals, which follow their last turns.
-    auto turn_wait = [&] { bar_sync(kBarTurn + cw, 256); };
+    auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
-      if (cw == 0 || it + 1 < n_blocks) bar_arrive(kBarTurn + (1 - cw), 256);
+      if (cw == 0 || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
     };
-    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {
-      if (cw == 0) bar_arrive(kBarTurn, 256);
+      if (cw == 0) hopper::bar_arrive(kBarTurn, 256);
       hopper::mbar_wait(k_full(stage(base)), parity(base));
       turn_wait();
       fa2::wg_fence();
@@ -384,7 +388,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (n_blocks == 1) q_done();
       if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
       softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
-      pack_p<T>(pa, acc_s);
+      hopper::pack_a<T>(pa, acc_s);
     }
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
@@ -416,7 +420,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fa2::wg_hold(acc_o);
       hopper::mbar_arrive(v_empty(stage(base + it - 1)));
       rescale_o(acc_o, alpha);
-      pack_p<T>(pa, acc_s);
+      hopper::pack_a<T>(pa, acc_s);
     }
     if (n_blocks > 0) {
       hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));

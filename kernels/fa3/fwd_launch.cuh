@@ -11,7 +11,7 @@ namespace flashattn {
 namespace fa3 {
 
 template <int D, int kDtype>
-FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t stream) {
+FwdLaunchResult run_fwd(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream) {
   using Cfg = FwdTraits<D>;
   using T = typename fa2::DtypeToElem<kDtype>::type;
   auto kernel = fwd_kernel<Cfg, T>;
@@ -21,18 +21,8 @@ FwdLaunchResult run_fwd(const AttnParams& p, const FwdMaps& maps, cudaStream_t s
   r.step = kFwdSetSmem;
   r.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r.smem);
   if (r.err != cudaSuccess) return r;
-  // Without a mask every tile is as long: one persistent CTA per SM (or per tile where there
-  // are fewer). Causal tiles differ in length, and the hardware's CTA dispatch balances them
-  // best: one CTA per tile. (The host sends problems of more than 2^31 - 1 tiles to fa2.)
-  r.step = kFwdSmCount;
-  int device = 0, sms = 0;
-  r.err = cudaGetDevice(&device);
-  if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (r.err != cudaSuccess) return r;
   r.step = kFwdLaunch;
-  const int64_t tiles = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * p.heads_q * p.batch;
-  r.grid = dim3(static_cast<unsigned>(p.has_band || tiles < sms ? tiles : sms));
-  kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, maps);
+  kernel<<<launch.grid, Cfg::kThreads, r.smem, stream>>>(p, launch.maps, launch.next_tile);
   r.err = cudaGetLastError();
   return r;
 }

@@ -24,10 +24,12 @@ struct FwdTraits {
   static constexpr bool kOwnO = D <= 128;
   static constexpr int kOBytes = kOwnO ? kBlockM * D * 2 : 0;
   static constexpr int kKVBytes = kBlockN * D * 2;  // one K or V tile
-  // Barriers: Q full, Q empty, then K full, V full, K empty, V empty x kStages each (8 bytes each).
+  // Barriers: Q full, Q empty, then K full, V full, K empty, V empty x kStages each (8 bytes
+  // each); after them the slot through which the producer names the consumers' next tile.
   static constexpr int kBarBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kSlotBytes = 8;
   // Dynamic shared memory: the tiles start at the first 1024-byte boundary (1024 bytes of slack).
-  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKVBytes + kBarBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKVBytes + kBarBytes + kSlotBytes;
   static_assert(D % 64 == 0 && D <= 256, "head dim: a multiple of 64 up to 256");
 };
 

@@ -49,12 +49,32 @@ __device__ __forceinline__ void tma_store(const void* map, uint32_t src, int c, 
                "r"(src), "r"(c), "r"(r), "r"(h), "r"(b)
                : "memory");
 }
+// Adds the fp32 box of a 3-D map at (c, h, r) element by element into global memory, from
+// shared memory at src (in the map's layout), in this thread's bulk group; elements outside
+// the tensor are skipped.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* map, uint32_t src, int c, int h, int r) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c), "r"(h), "r"(r)
+      : "memory");
+}
+// Closes this thread's open bulk group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until every bulk group of this thread has read its shared-memory source.
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Waits until every bulk group of this thread has completed (its global writes done).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // Closes this thread's bulk group of stores, then waits until its stores have read their
 // shared-memory source (the memory may then be reused or the CTA exit).
 __device__ __forceinline__ void tma_store_commit_and_wait_read() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  bulk_commit();
+  bulk_wait_read_all();
 }
+
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (a TMA
 // store or a wgmma that reads them after a barrier).
 __device__ __forceinline__ void fence_proxy_async_smem() {

@@ -57,12 +57,12 @@ void write_uncovered_tokens(const AttnParams& p) {
       if (p.direction == kForward) {
         zero_rows(p, p.o, p.o_stride, 0, t, h, 0, 1, p.head_dim_v);
         if (p.lse) p.lse[h * p.total_q + t] = -INFINITY;
-      } else {
+      } else if (!p.grad_accumulate) {
         zero_rows(p, p.dq, p.dq_stride, 0, t, h, 0, 1, p.head_dim_qk);
       }
     }
   }
-  if (p.direction == kBackward) {
+  if (p.direction == kBackward && !p.grad_accumulate) {
     for (int64_t h = 0; h < p.heads_kv; ++h) {
       for (int64_t t = end_k; t < p.total_k; ++t) {
         zero_rows(p, p.dk, p.dk_stride, 0, t, h, 0, 1, p.head_dim_qk);

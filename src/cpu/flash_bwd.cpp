@@ -187,8 +187,8 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       gemm_at(nj, dqkp, ni, w.dp, kBc, w.q, dqkp, w.dk_acc, dqkp, true);
     }
   }
-  store_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
-  store_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, dv, w.dv_acc, dvp, 1.f, w.tmp);
+  store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
+  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, dv, w.dv_acc, dvp, 1.f, w.tmp);
 }
 
 // ---- pass 2: dQ of query tile [i0, i0+ni) of (b, h); dS into the dBias accumulator ----
@@ -226,7 +226,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
     soften_ds<true>(ni, nj, w);
     gemm_at(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true);  // dQ += dS K
   }
-  store_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
+  store_grad_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
 }
 
 // How pass-2 tasks are grouped: the dims (batch, head, query tile) along which dBias

@@ -20,42 +20,9 @@
 namespace flashattn {
 namespace cpu {
 
-enum TileKind { kTileSkip, kTileFull, kTilePartial };
-
-// Whether any / every element of the tile survives the band mask and the block-sparse
-// layout. Skip tiles are never computed (that is what makes causal, sliding-window and
-// block-sparse attention cheaper); Full tiles need no per-element mask.
+// Tile classification (kernels/common/mask.h) of context c.
 inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj) {
-  bool full = true;
-  if (p.has_band) {
-    // Row ip keeps [ip - wl, ip + wr]; the union over the tile's rows is contiguous.
-    // Compared as differences: windows may be as large as INT64_MAX.
-    const int64_t ip_first = i0 + c.shift, ip_last = i0 + ni - 1 + c.shift, j_last = j0 + nj - 1;
-    if (p.window_right >= 0) {
-      if (j0 - ip_last > p.window_right) return kTileSkip;
-      if (j_last - ip_first > p.window_right) full = false;
-    }
-    if (p.window_left >= 0) {
-      if (ip_first - j_last > p.window_left) return kTileSkip;
-      if (ip_last - j0 > p.window_left) full = false;
-    }
-  }
-  if (p.layout != nullptr) {
-    const int64_t lh = p.layout_heads == 1 ? 0 : c.h;
-    const int64_t rb0 = i0 / p.block_q, rb1 = (i0 + ni - 1) / p.block_q;
-    const int64_t cb0 = j0 / p.block_k, cb1 = (j0 + nj - 1) / p.block_k;
-    bool any = false, all = true;
-    for (int64_t rb = rb0; rb <= rb1; ++rb) {
-      const uint8_t* row = p.layout + (lh * p.n_row_blocks + rb) * p.n_col_blocks;
-      for (int64_t cb = cb0; cb <= cb1; ++cb) {
-        any |= row[cb] != 0;
-        all &= row[cb] != 0;
-      }
-    }
-    if (!any) return kTileSkip;
-    if (!all) full = false;
-  }
-  return full ? kTileFull : kTilePartial;
+  return flashattn::classify_tile(p, c.h, c.shift, i0, ni, j0, nj);
 }
 
 // The inner indices [lo, hi) of outer index o of a tile (layout as in transform_scores)

@@ -231,7 +231,7 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
         }
       }
       gemm(ni, d.dqkp, len_k, w.dsr, d.lds, sh.kr, d.dqkp, w.q, d.dqkp, false);  // dQ / scale
-      store_rows(p, p.dq, p.dq_stride, b, c.q0, h, i0, ni, d.dqk, w.q, d.dqkp, p.scale, w.tmp);
+      store_grad_rows(p, p.dq, p.dq_stride, b, c.q0, h, i0, ni, d.dqk, w.q, d.dqkp, p.scale, w.tmp);
     });
     me.barrier->wait();
 
@@ -266,8 +266,8 @@ void backward_kv_head(const AttnParams& p, int64_t b, int64_t hk, const StdShare
 
   for_members(me, n_kb, [&](int64_t t) {
     const int64_t j0 = t * kCols, nj = len_k - j0 < kCols ? len_k - j0 : kCols;
-    store_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, d.dqk, sh.dk + j0 * d.dqkp, d.dqkp, p.scale, w.tmp);
-    store_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, d.dv, sh.dvacc + j0 * d.dvp, d.dvp, 1.f, w.tmp);
+    store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, d.dqk, sh.dk + j0 * d.dqkp, d.dqkp, p.scale, w.tmp);
+    store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, d.dv, sh.dvacc + j0 * d.dvp, d.dvp, 1.f, w.tmp);
   });
   me.barrier->wait();
 }

@@ -122,6 +122,20 @@ inline void store_rows(const AttnParams& p, void* base, const Strides4& s, int64
   }
 }
 
+// Gradient rows (dQ, dK, dV): as store_rows, or with p.grad_accumulate the fp32 sum of the
+// stored value and src * mul, rounded once to the dtype.
+inline void store_grad_rows(const AttnParams& p, void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
+                            int64_t i0, int64_t n, int64_t dim, const float* src, int64_t ld, float mul, float* tmp) {
+  if (!p.grad_accumulate) return store_rows(p, base, s, b, tok0, h, i0, n, dim, src, ld, mul, tmp);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = src + r * ld;
+    void* dst = elem_ptr(base, p.dtype, row_offset(p, s, b, tok0 + i0 + r, h));
+    row_to_float(dst, p.dtype, tmp, dim);
+    for (int64_t c = 0; c < dim; ++c) tmp[c] += row[c] * mul;
+    row_from_float(tmp, p.dtype, dst, dim);
+  }
+}
+
 // Zeros rows [i0, i0+n) of head h.
 inline void zero_rows(const AttnParams& p, void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
                       int64_t i0, int64_t n, int64_t dim) {

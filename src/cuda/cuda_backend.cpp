@@ -15,6 +15,7 @@
 
 #include "backends.hpp"
 #include "common/run_pointers.hpp"
+#include "cuda/backward_path.hpp"
 #include "cuda/forward_path.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -205,7 +206,7 @@ void cuda_free(int device, void* device_ptr) {
 CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
   if (p.kv_enabled) return decode_workspace_size(p);
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
-  return p.direction == kBackward ? fa2_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
+  return p.direction == kBackward ? cuda_flash_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
 }
 
 int64_t cuda_kv_splits(const AttnParams& p, int device) {
@@ -227,7 +228,8 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  return p.kv_enabled ? decode_check(p, *prop) : fa2_check(p, *prop);
+  if (p.kv_enabled) return decode_check(p, *prop);
+  return simt_serves(p) ? simt_check(p, *prop) : fa2_check(p, *prop);
 }
 
 namespace {
@@ -296,7 +298,7 @@ flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, si
     s = p.direction == kBackward ? standard_bwd(p, workspace, workspace_bytes, st)
                                  : standard_fwd(p, workspace, workspace_bytes, st);
   else
-    s = p.direction == kBackward ? fa2_bwd(p, workspace, workspace_bytes, st)
+    s = p.direction == kBackward ? cuda_flash_bwd(p, workspace, workspace_bytes, st)
                                  : cuda_flash_fwd(p, workspace, workspace_bytes, st);
   return s == FLASHATTN_STATUS_SUCCESS ? write_varlen_tail(p, st) : s;
 }

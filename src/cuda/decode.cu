@@ -34,50 +34,45 @@ CheckedSize parts_lse_floats(const AttnParams& p) {
   return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
 }
 
-// Dynamic shared memory of the decode kernel for p with a ring of `stages` tiles
-// (kStages of its head dim, or 2; the same for fp16 and bf16).
+// The per-head-dim constants the host sizes a decode launch by: the kernel's dynamic shared
+// memory with its full ring (kStages tiles) and with two, the full ring's depth, and the
+// CTAs per SM its registers are budgeted for (the same for fp16 and bf16).
+struct DimPlan {
+  size_t smem_full, smem_two;
+  int full_stages;
+  int64_t min_blocks;
+};
 template <int D>
-size_t smem_for(int stages) {
-  return stages == 2 ? sizeof(decode::Smem<__half, D, 2>) : sizeof(decode::Smem<__half, D, decode::kStages<D>>);
+constexpr DimPlan dim_plan() {
+  return {sizeof(decode::Smem<__half, D, decode::kStages<D>>), sizeof(decode::Smem<__half, D, 2>), decode::kStages<D>,
+          decode::kMinBlocks<D>};
+}
+const DimPlan& plan_of(const AttnParams& p) {
+  static constexpr DimPlan k64 = dim_plan<64>(), k128 = dim_plan<128>(), k256 = dim_plan<256>();
+  const int d = padded_dim(p);
+  return d == 64 ? k64 : d == 128 ? k128 : k256;
 }
 size_t smem_bytes(const AttnParams& p, int stages) {
-  switch (padded_dim(p)) {
-    case 64: return smem_for<64>(stages);
-    case 128: return smem_for<128>(stages);
-    default: return smem_for<256>(stages);
-  }
-}
-int full_stages(const AttnParams& p) {
-  switch (padded_dim(p)) {
-    case 64: return decode::kStages<64>;
-    case 128: return decode::kStages<128>;
-    default: return decode::kStages<256>;
-  }
+  const DimPlan& dp = plan_of(p);
+  return stages == 2 ? dp.smem_two : dp.smem_full;
 }
 
 // The head dim's kStages where the device's opt-in shared memory (capped by
 // FLASHATTN_CUDA_SMEM_LIMIT) allows, else two (decode_check has refused what two do not
 // fit).
 int ring_stages(const AttnParams& p, const cudaDeviceProp& prop) {
-  const int full = full_stages(p);
+  const DimPlan& dp = plan_of(p);
   const size_t limit = static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
-  return smem_bytes(p, full) <= limit ? full : 2;
+  return dp.smem_full <= limit ? dp.full_stages : 2;
 }
 
 // Decode CTAs resident on one SM: as many as its shared memory holds, at most the
 // kMinBlocks the kernel's registers are budgeted for.
-template <int D>
-int64_t ctas_for(int64_t smem_fit) {
-  return smem_fit < 1 ? 1 : smem_fit > decode::kMinBlocks<D> ? decode::kMinBlocks<D> : smem_fit;
-}
 int64_t ctas_per_sm(const AttnParams& p, const cudaDeviceProp& prop) {
   const size_t per_cta = smem_bytes(p, ring_stages(p, prop)) + prop.reservedSharedMemPerBlock;
   const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / per_cta);
-  switch (padded_dim(p)) {
-    case 64: return ctas_for<64>(fit);
-    case 128: return ctas_for<128>(fit);
-    default: return ctas_for<256>(fit);
-  }
+  const int64_t most = plan_of(p).min_blocks;
+  return fit < 1 ? 1 : fit > most ? most : fit;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }

@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// dQ = scale * dq_accum in the output dtype, 8 elements per thread-step.
+// dQ = scale * dq_accum in the output dtype, 8 elements per thread-step; when accumulating
+// (p.grad_accumulate) the fp32 sum of that and the stored dQ, rounded once.
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p, const float* __restrict__ acc) {
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
@@ -246,10 +247,6 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p,
     const float4 a0 = *reinterpret_cast<const float4*>(acc + x * 8);
     const float4 a1 = *reinterpret_cast<const float4*>(acc + x * 8 + 4);
     const float f[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    uint4 u;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = pack2<T>(f[2 * k] * scale, f[2 * k + 1] * scale);
     int64_t off;
     if (p.varlen) {
       off = tok * p.dq_stride.s;
@@ -257,7 +254,21 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnParams p,
       off = (tok / p.seqlen_q) * p.dq_stride.b + (tok % p.seqlen_q) * p.dq_stride.s;
     }
     off += h * p.dq_stride.h + c * 8;
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + off) = u;
+    uint4* const dst = reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + off);
+    float g[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = __fmul_rn(f[k], scale);
+    if (p.grad_accumulate) {
+      float old[8];
+      bwd_unpack8<T>(*dst, old);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) g[k] = __fadd_rn(old[k], g[k]);
+    }
+    uint4 u;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = pack2<T>(g[2 * k], g[2 * k + 1]);
+    *dst = u;
   }
 }
 
@@ -348,6 +359,29 @@ flashattn_status_t launch_error(const char* what) {
               cudaGetErrorString(err));
 }
 
+// Delta = rowsum(dO * O), the fp32 dQ accumulator zeroed in the same pass.
+template <typename T>
+flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, cudaStream_t stream) {
+  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  if (rows * p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
+  int lanes = 1;
+  while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
+  const int64_t threads = (rows * p.heads_q) * lanes;
+  bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, lanes);
+  return launch_error("the Delta preprocess kernel");
+}
+
+// dQ = scale * the accumulator, in the output dtype (also zero for query tokens outside
+// every sequence: nothing was added there).
+template <typename T>
+flashattn_status_t launch_dq_convert(const AttnParams& p, const float* dq_accum, cudaStream_t stream) {
+  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
+  const int64_t nchunks = rows * p.heads_q * (p.head_dim_qk / 8);
+  if (nchunks == 0) return FLASHATTN_STATUS_SUCCESS;
+  bwd_dq_convert_kernel<T><<<grid_for(nchunks, 256), 256, 0, stream>>>(p, dq_accum);
+  return launch_error("the dQ convert kernel");
+}
+
 template <typename T>
 flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
@@ -363,7 +397,6 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
                   total - z0, cudaGetErrorName(err), cudaGetErrorString(err));
     }
   }
-  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
   // 2. direct dBias: elements of skipped tiles and past varlen ends are never written.
   if (a.dbias_mode == kDbiasDirect && (p.has_band || p.layout != nullptr || p.varlen)) {
     const int64_t n = p.batch * p.heads_q * p.seqlen_q * p.seqlen_k;
@@ -373,13 +406,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     }
   }
   // 3. Delta, and the dQ accumulator zeroed.
-  if (rows * p.heads_q > 0) {
-    int lanes = 1;
-    while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
-    const int64_t threads = (rows * p.heads_q) * lanes;
-    bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, a.delta, a.dq_accum, lanes);
-    if (const flashattn_status_t s = launch_error("the Delta preprocess kernel")) return s;
-  }
+  if (const flashattn_status_t s = launch_delta<T>(p, a.delta, a.dq_accum, stream)) return s;
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
@@ -395,11 +422,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
   }
   // 5. dQ (also zero for query tokens outside every sequence: nothing was added there).
   // dK/dV of key tokens outside every sequence: src/cuda/varlen_tail.cu, after the run.
-  const int64_t nchunks = rows * p.heads_q * (p.head_dim_qk / 8);
-  if (nchunks > 0) {
-    bwd_dq_convert_kernel<T><<<grid_for(nchunks, 256), 256, 0, stream>>>(p, a.dq_accum);
-    if (const flashattn_status_t s = launch_error("the dQ convert kernel")) return s;
-  }
+  if (const flashattn_status_t s = launch_dq_convert<T>(p, a.dq_accum, stream)) return s;
   // 6. broadcast dBias.
   if (a.dbias_mode == kDbiasSlab && db.celems > 0) {
     SlabReduce r;
@@ -553,6 +576,34 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
   const flashattn_status_t s = p.dtype == kBf16 ? run_aux<__nv_bfloat16>(p, a, db, kc, stream, ws, wl)
                                                 : run_aux<__half>(p, a, db, kc, stream, ws, wl);
   return s != FLASHATTN_STATUS_SUCCESS ? s : fa2_stage_out(user, p, stream);
+}
+
+// ---- the parts the fa3 backward shares (launch.hpp) ----
+
+flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out) {
+  const fa2::WsLayout wl = fa2::ws_layout(p, fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v));
+  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;
+  const size_t need = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
+  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < need) {
+    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
+                "workspace=%p with workspace_bytes=%zu: the CUDA backward needs %zu bytes from the first 256-byte "
+                "boundary (%zu bytes in)",
+                workspace, workspace_bytes, need, pad);
+  }
+  char* const ws = static_cast<char*>(workspace) + pad;
+  out->delta = reinterpret_cast<float*>(ws + wl.delta);
+  out->dq_accum = reinterpret_cast<float*>(ws + wl.dq);
+  return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {
+  return p.dtype == kBf16 ? fa2::launch_delta<__nv_bfloat16>(p, scratch.delta, scratch.dq_accum, stream)
+                          : fa2::launch_delta<__half>(p, scratch.delta, scratch.dq_accum, stream);
+}
+
+flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {
+  return p.dtype == kBf16 ? fa2::launch_dq_convert<__nv_bfloat16>(p, scratch.dq_accum, stream)
+                          : fa2::launch_dq_convert<__half>(p, scratch.dq_accum, stream);
 }
 
 }  // namespace flashattn

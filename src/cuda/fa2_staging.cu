@@ -5,8 +5,9 @@
 // d % 8 != 0 runs them at d rounded up to a multiple of 8, on copies in the workspace: the
 // tensors of that head dim (Q, K, dQ, dK for head_dim_qk; V, O, dO, dV for head_dim_v) are
 // copied into dense zero-padded buffers, and the outputs are copied back without the extra
-// columns. This is exact: zero columns add nothing to Q K^T, P V, rowsum(dO * O), dS K,
-// dS^T Q or P^T dO, and the columns they fill in the outputs are dropped. The copies cost
+// columns (gradients that accumulate are copied in first). This is exact: zero columns add
+// nothing to Q K^T, P V, rowsum(dO * O), dS K, dS^T Q or P^T dO, and the columns they fill
+// in the outputs are dropped. The copies cost
 // O(tokens x heads x d) memory traffic against the kernels' O(seqlen^2 x d) work, and they
 // free the staged tensors from the kernels' 16-byte alignment rule: any element-aligned
 // pointer and stride is read and written element by element.
@@ -141,16 +142,20 @@ flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* 
     uint16_t* copy = reinterpret_cast<uint16_t*>(staging + off);
     off += static_cast<size_t>(copy_bytes(p, t[i]).value());
     *t[i].kernel_stride = copy_strides(t[i]);
+    // Outputs start uninitialized, or, accumulating gradients, as copies of the caller's.
+    const void* src = t[i].src;
     if (t[i].kernel_out != nullptr) {
       *t[i].kernel_out = copy;
-      continue;
+      if (!p.grad_accumulate) continue;
+      src = t[i].dst;
+    } else {
+      *t[i].kernel_in = copy;
     }
-    *t[i].kernel_in = copy;
     const int64_t n_tokens = copy_tokens(p, t[i]).value();
     if (n_tokens == 0) continue;
-    stage_kernel<false><<<copy_grid(n_tokens), 256, 0, stream>>>(
-        static_cast<const uint16_t*>(t[i].src), copy, t[i].stride, t[i].rows, t[i].heads, static_cast<int>(t[i].dim),
-        static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
+    stage_kernel<false><<<copy_grid(n_tokens), 256, 0, stream>>>(static_cast<const uint16_t*>(src), copy, t[i].stride,
+                                                                 t[i].rows, t[i].heads, static_cast<int>(t[i].dim),
+                                                                 static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
     if (const flashattn_status_t s = launch_status("input", t[i])) return s;
   }
   return FLASHATTN_STATUS_SUCCESS;

@@ -1,9 +1,8 @@
 // Host side of the FA3-design forward (kernels/fa3): which problems it serves, the TMA
 // maps of Q, K and V, and the launch of the (head dim, dtype) instance.
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 
+#include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "error.hpp"
@@ -13,8 +12,8 @@
 namespace flashattn {
 namespace {
 
-// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: those need the
-// workspace fa3_fwd does not take (cuda_flash_fwd_workspace_size counts fa2's alone).
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
+// the workspace fa3 would use for its tile counter.
 constexpr bool no_staged_dims() {
   for (int d : fa3::kFwdDims)
     if (fa2_staged_dim(d)) return false;
@@ -38,57 +37,31 @@ bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
          encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
 }
 
-// Writes the reason into why (printf format) and returns false.
-__attribute__((format(printf, 3, 4))) bool refuse(char* why, size_t why_size, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, why_size, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
 }  // namespace
 
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
-  if (!fa3::kBuilt) return refuse(why, why_size, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHITECTURES)");
-  int device = 0, major = 0, minor = 0;
+  if (!fa3_serves_options(p, why, why_size)) return false;
+  int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&run->sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return refuse(why, why_size, "querying the device's compute capability failed: %s", cudaGetErrorString(err));
+    return fa3_refuse(why, why_size, "querying the device's SM count failed: %s", cudaGetErrorString(err));
   }
-  if (major != 9 || minor != 0)
-    return refuse(why, why_size, "device %d has compute capability %d.%d; fa3 runs on 9.0 only", device, major, minor);
-  if (p.dtype != kFp16 && p.dtype != kBf16)
-    return refuse(why, why_size, "dtype=%d: fa3 takes fp16 and bf16", static_cast<int>(p.dtype));
   if (fa3_config(p) < 0)
-    return refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
-                  ll(p.head_dim_qk), ll(p.head_dim_v));
-  if (p.varlen) return refuse(why, why_size, "variable-length batches run on fa2");
-  if (p.kv_enabled) return refuse(why, why_size, "KV-cache runs run on fa2");
-  if (p.bias_kind != kBiasNone)
-    return refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
-                  static_cast<int>(p.bias_kind));
-  if (p.softcap > 0.f) return refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
-  if (p.p_drop > 0.f) return refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
-  if (p.layout != nullptr) return refuse(why, why_size, "block-sparse layouts run on fa2");
-  if (p.has_band && !(p.window_right == 0 && p.window_left < 0))
-    return refuse(why, why_size,
-                  "window_left=%lld, window_right=%lld: fa3 serves the causal mask only (right 0, left unbounded)",
-                  ll(p.window_left), ll(p.window_right));
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
+                      ll(p.head_dim_qk), ll(p.head_dim_v));
   constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;  // the same at every head dim
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
-    return refuse(why, why_size,
-                  "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
-                  "and tiles in 32 bits",
-                  ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
+    return fa3_refuse(why, why_size,
+                      "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
+                      "and tiles in 32 bits",
+                      ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
-  if (p.seqlen_k == 0) return refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
+  if (p.seqlen_k == 0) return fa3_refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
   bool ok = false;
   switch (p.head_dim_v) {
     case 64: ok = encode_maps<64>(p, &run->maps); break;
@@ -96,27 +69,47 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     case 256: ok = encode_maps<256>(p, &run->maps); break;
   }
   if (!ok)
-    return refuse(why, why_size,
-                  "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
-                  "tensor-map encoder");
+    return fa3_refuse(
+        why, why_size,
+        "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
+        "tensor-map encoder");
   return true;
 }
 
-flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream) {
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
-  const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, run.maps, stream);
+  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;
+  const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;  // < 2^31 (prepare)
+  // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
+  // differ in length: up to d = 128, where O leaves through a buffer of its own and the next
+  // tile's loads overlap the last one's work, the CTAs claim tiles past the first grid from
+  // a zeroed counter; at d = 256 one CTA per tile, and the hardware's dispatch balances them
+  // (docs/internals/kernels-fa3-forward.md, the persistent walk).
+  static_assert(fa3::FwdTraits<128>::kOwnO && !fa3::FwdTraits<256>::kOwnO, "the own O buffer ends at d = 128");
+  const bool walk = !p.has_band || p.head_dim_v <= 128;
+  fa3::FwdLaunch launch{run.maps, static_cast<unsigned>(walk && tiles > run.sms ? run.sms : tiles), nullptr};
+  if (p.has_band && launch.grid < tiles) {
+    const auto at = (reinterpret_cast<uintptr_t>(workspace) + alignof(int) - 1) & ~uintptr_t{alignof(int) - 1};
+    if (workspace == nullptr || at + sizeof(int) > reinterpret_cast<uintptr_t>(workspace) + workspace_bytes)
+      return fail(FLASHATTN_STATUS_INTERNAL_ERROR,
+                  "fa3 forward: a workspace of %zu bytes has no room for its tile counter", workspace_bytes);
+    launch.next_tile = reinterpret_cast<int*>(at);
+    const cudaError_t err = cudaMemsetAsync(launch.next_tile, 0, sizeof(int), stream);
+    if (err != cudaSuccess)
+      return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa3 forward: zeroing the tile counter on stream %p failed: %s (%s)",
+                  static_cast<void*>(stream), cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  const fa3::FwdLaunchResult r = fa3::kFwdRun[cfg][p.dtype](p, launch, stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
-  if (r.step == fa3::kFwdSmCount)
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fa3 forward: querying the device's multiprocessor count failed: %s (%s)",
-                cudaGetErrorName(r.err), cudaGetErrorString(r.err));
   if (r.step == fa3::kFwdSetSmem)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
                 fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fa3 forward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg], r.grid.x, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
+              fa3::kFwdDims[cfg], launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
               cudaGetErrorString(r.err));
 }
 

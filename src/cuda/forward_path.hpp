@@ -1,6 +1,7 @@
-// Which kernel family runs a CUDA forward: fa3 (kernels/fa3, sm_90a) for the problems it
-// serves on a compute capability 9.0 device, fa2 for everything else, unless the
-// environment variable FLASHATTN_CUDA_FORWARD forces one (tests and benchmarks).
+// Which kernel family runs a CUDA forward: simt (kernels/simt) for fp32; for fp16/bf16, fa3
+// (kernels/fa3, sm_90a) for the problems it serves on a compute capability 9.0 device, fa2
+// for everything else, unless the environment variable FLASHATTN_CUDA_FORWARD forces one
+// (tests and benchmarks; it does not apply to fp32, which only simt serves).
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -13,13 +14,13 @@ namespace flashattn {
 // FLASHATTN_CUDA_FORWARD (read once per process): unset or empty picks automatically; `fa2`
 // never runs fa3; `fa3` runs fa3 and fails with NOT_SUPPORTED, naming the reason, for a
 // problem or device it does not serve; any other value fails with INVALID_ARGUMENT.
-// workspace, workspace_bytes: at least cuda_flash_fwd_workspace_size(p) bytes, passed on to fa2.
+// workspace, workspace_bytes: at least cuda_flash_fwd_workspace_size(p) bytes, passed on to the family.
 flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Workspace bytes of cuda_flash_fwd(p) whichever family runs it (the choice depends on the
-// device and FLASHATTN_CUDA_FORWARD, which the size must not): fa2's, whose zero-padded
-// copies of head dims that are not a multiple of 8 live there. fa3 takes none, and never
-// serves such a head dim.
+// device and FLASHATTN_CUDA_FORWARD, which the size must not): the larger of fa2's (the
+// zero-padded copies of head dims that are not a multiple of 8) and fa3's (its tile counter
+// under a band mask, kFa3FwdWorkspaceBytes). fa3 never serves a head dim fa2 stages.
 CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p);
 
 }  // namespace flashattn

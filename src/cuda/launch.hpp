@@ -11,7 +11,9 @@
 #include <stdlib.h>
 
 #include "backends.hpp"
+#include "fa3/bwd.h"
 #include "fa3/fwd.h"
+#include "simt/launchers.h"
 
 namespace flashattn {
 
@@ -39,6 +41,16 @@ CheckedSize fa2_bwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa2_fwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- shared by the fa2 and fa3 backward (src/cuda/fa2_bwd.cu) ----
+// Delta and the fp32 dQ accumulator in the caller's workspace, at the places of fa2's layout
+// (the workspace is fa2_bwd_workspace_size(p) bytes; WORKSPACE_TOO_SMALL, naming both sizes,
+// when it cannot hold them). p: a problem fa2 runs without staged copies.
+flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
+// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator (one kernel).
+flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
+// Enqueues dQ = scale * the accumulator, in p's dtype.
+flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
+
 // ---- fa2 head dims not a multiple of 8 (src/cuda/fa2_staging.cu): zero-padded copies ----
 // The head dim the fa2 kernels run for a problem's head dim d: d rounded up to a multiple of 8.
 constexpr int64_t fa2_kernel_dim(int64_t d) { return (d + 7) / 8 * 8; }
@@ -56,16 +68,52 @@ flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* 
 flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cudaStream_t stream);
 
 // ---- generation 2 (kernels/fa3, sm_90a): the FA3-design forward ----
-// What fa3_fwd launches with: the tensor maps of Q, K and V.
+// What fa3_fwd launches with: the tensor maps of Q, K, V and O, and the device's SM count.
 struct Fa3Fwd {
   fa3::FwdMaps maps;
+  int sms;
 };
 // Whether fa3 serves p on the current device (then *run is ready for fa3_fwd); if not, `why`
 // (why_size bytes) says why: the device, an option or shape fa3 does not implement (ALiBi
 // with any batch stride, head dims fa2 stages among them), or tensors the copy engine
-// cannot address. Nothing launched. fa3_fwd takes no workspace.
+// cannot address. Nothing launched.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
-flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, cudaStream_t stream);
+// The workspace fa3_fwd takes under a band mask (p.has_band): its tile counter, an int at
+// the workspace's first 4-byte boundary. None without.
+constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
+flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream);
+
+// ---- generation 2 (kernels/fa3, sm_90a): the FA3-design backward ----
+// What fa3_bwd launches with: the tensor maps of Q, K, V and dO.
+struct Fa3Bwd {
+  fa3::BwdMaps maps;
+};
+// Whether fa3 serves the backward p on the current device (then *run is ready for fa3_bwd);
+// if not, `why` (why_size bytes) says why: the device, an option or shape the fa3 backward
+// does not implement (deterministic mode among them), or tensors the copy engine or its
+// 4-byte gradient stores cannot address. Nothing launched.
+bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size);
+// Delta, the main kernel and the dQ conversion, in fa2's workspace layout (fa2_bwd_scratch).
+flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream);
+
+// ---- fp32 flash attention (kernels/simt, sm_80+): FA2 in fp32 registers, exact fp32 FMA ----
+// Whether the simt family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
+inline bool simt_serves(const AttnParams& p) { return p.dtype == kFp32; }
+// The index in simt::kBuckets of the head-dim bucket both of p's head dims run padded to
+// (-1 for head dims beyond the last).
+inline int simt_bucket(const AttnParams& p) {
+  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
+  for (int i = 0; i < simt::kNumBuckets; ++i)
+    if (d <= simt::kBuckets[i].d) return i;
+  return -1;
+}
+// Whether simt can run p on a device with prop (sizes, alignment, shared memory); nothing launched.
+flashattn_status_t simt_check(const AttnParams& p, const cudaDeviceProp& prop);
+CheckedSize simt_bwd_workspace_size(const AttnParams& p);  // the forward takes none
+flashattn_status_t simt_fwd(const AttnParams& p, cudaStream_t stream);
+flashattn_status_t simt_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded

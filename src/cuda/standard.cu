@@ -236,10 +236,11 @@ __global__ void gather_kernel(T* __restrict__ dst, const T* __restrict__ src, St
   }
 }
 
-// Padded [B, H, S, D] (any element type) -> strided (or packed) output, valid rows only.
+// Padded [B, H, S, D] (any element type) -> strided (or packed) output, valid rows only;
+// with `add` each element the fp32 sum of the output's value and the copy's, rounded once.
 template <typename Tin, typename Tout>
 __global__ void scatter_kernel(Tout* __restrict__ dst, const Tin* __restrict__ src, Strides4 st, const int32_t* cu,
-                               int64_t total_tokens, int64_t B, int64_t H, int64_t S, int64_t D) {
+                               int64_t total_tokens, int64_t B, int64_t H, int64_t S, int64_t D, bool add) {
   const int64_t n = B * H * S * D;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t d = idx % D;
@@ -251,7 +252,8 @@ __global__ void scatter_kernel(Tout* __restrict__ dst, const Tin* __restrict__ s
     const Seq q = seq_of(cu, b, S, total_tokens);
     if (s >= q.len) continue;
     const int64_t off = cu != nullptr ? (q.start + s) * st.s + h * st.h + d : b * st.b + s * st.s + h * st.h + d;
-    dst[off] = from_f<Tout>(to_f<Tin>(src[idx]));
+    const float v = to_f<Tin>(src[idx]);
+    dst[off] = from_f<Tout>(add ? __fadd_rn(to_f<Tout>(dst[off]), v) : v);
   }
 }
 
@@ -744,10 +746,10 @@ flashattn_status_t gather(const void* src, void* dst, const Strides4& st, const 
 
 template <typename Tin, typename Tout>
 flashattn_status_t scatter(const void* src, void* dst, const Strides4& st, const int32_t* cu, int64_t total, int64_t B,
-                           int64_t H, int64_t S, int64_t D, cudaStream_t stream) {
+                           int64_t H, int64_t S, int64_t D, cudaStream_t stream, bool add = false) {
   const int64_t n = B * H * S * D;
   scatter_kernel<Tin, Tout><<<elementwise_blocks(n), 256, 0, stream>>>(
-      static_cast<Tout*>(dst), static_cast<const Tin*>(src), st, cu, total, B, H, S, D);
+      static_cast<Tout*>(dst), static_cast<const Tin*>(src), st, cu, total, B, H, S, D, add);
   return launch_status("scatter_kernel");
 }
 
@@ -948,13 +950,19 @@ flashattn_status_t run_bwd(const AttnParams& p, void* workspace, size_t workspac
     FA_TRY(launch_status("dbias_reduce_kernel"));
   }
   // dV^T[Dv x Sk] = dO^T Pdrop; dQ^T[Dqk x Sq] = scale K^T dS^T; dK^T[Dqk x Sk] = scale Q^T dS.
-  FA_TRY(gemm(ctx, "dV = P^T dO", cublas::kOpN, cublas::kOpT, g.Dv, g.Sk, g.Sq, 1.f, dO, Pm, dV));
-  FA_TRY(gemm(ctx, "dQ = scale dS K", cublas::kOpN, cublas::kOpN, g.Dqk, g.Sq, g.Sk, p.scale, K, dSm, dQ));
-  FA_TRY(gemm(ctx, "dK = scale dS^T Q", cublas::kOpN, cublas::kOpT, g.Dqk, g.Sk, g.Sq, p.scale, Q, dSm, dK));
+  // Accumulating gradients (p.grad_accumulate): the GEMMs that write a gradient in the
+  // dtype add it (beta = 1: alpha op(A) op(B) + C in fp32, rounded once), a gathered dQ
+  // first holding the caller's; fp32 dK/dV buffers are added by their scatter.
+  const bool add = p.grad_accumulate != 0;
+  if (add && g.gathered) FA_TRY(gather<T>(p.dq, dqp, p.dq_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream));
+  FA_TRY(gemm(ctx, "dV = P^T dO", cublas::kOpN, cublas::kOpT, g.Dv, g.Sk, g.Sq, 1.f, dO, Pm, dV, add && !g.acc_dkv));
+  FA_TRY(gemm(ctx, "dQ = scale dS K", cublas::kOpN, cublas::kOpN, g.Dqk, g.Sq, g.Sk, p.scale, K, dSm, dQ, add));
+  FA_TRY(gemm(ctx, "dK = scale dS^T Q", cublas::kOpN, cublas::kOpT, g.Dqk, g.Sk, g.Sq, p.scale, Q, dSm, dK,
+              add && !g.acc_dkv));
   if (g.gathered) FA_TRY((scatter<T, T>(dqp, p.dq, p.dq_stride, cuq, p.total_q, g.B, g.Hq, g.Sq, g.Dqk, stream)));
   if (g.acc_dkv) {
-    FA_TRY((scatter<float, T>(dK.ptr, p.dk, p.dk_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream)));
-    FA_TRY((scatter<float, T>(dV.ptr, p.dv, p.dv_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream)));
+    FA_TRY((scatter<float, T>(dK.ptr, p.dk, p.dk_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dqk, stream, add)));
+    FA_TRY((scatter<float, T>(dV.ptr, p.dv, p.dv_stride, cuk, p.total_k, g.B, g.Hkv, g.Sk, g.Dv, stream, add)));
   }
   return FLASHATTN_STATUS_SUCCESS;
 }

@@ -1,8 +1,9 @@
 // Varlen tokens past the last offset (cu_seqlens_q[batch] <= t < total_q, and the same for
 // keys) belong to no sequence. Their output rows are defined (docs/varlen.md): the forward
-// writes O = 0 and LSE = -inf, the backward zero dQ, dK and dV rows, whichever algorithm
-// ran. The offsets live on the device, so one small grid-stride kernel reads them and
-// touches only the uncovered rows (no work at all when the offsets end at the totals).
+// writes O = 0 and LSE = -inf, the backward zero dQ, dK and dV rows (or, accumulating,
+// leaves them as they are), whichever algorithm ran. The offsets live on the device, so one
+// small grid-stride kernel reads them and touches only the uncovered rows (no work at all
+// when the offsets end at the totals).
 #include <math.h>
 
 #include "cuda/launch.hpp"
@@ -42,6 +43,7 @@ __global__ void __launch_bounds__(256) varlen_tail_kernel(const AttnParams p) {
         p.lse[(x % p.heads_q) * p.total_q + q0 + x / p.heads_q] = -INFINITY;
     return;
   }
+  if (p.grad_accumulate) return;  // accumulated gradients keep their values there
   const int64_t k0 = tail_start(p.cu_seqlens_k, p.batch, p.total_k);
   zero_rows<E>(p.dq, p.dq_stride, q0, p.total_q, p.heads_q, p.head_dim_qk, first, step);
   zero_rows<E>(p.dk, p.dk_stride, k0, p.total_k, p.heads_kv, p.head_dim_qk, first, step);

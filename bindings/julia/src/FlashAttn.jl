@@ -25,7 +25,7 @@ module FlashAttn
 using Libdl
 
 export Plan, FlashAttnError, forward!, backward!, set_shape!, set_dtype!, set_strides!, set_scale!,
-       set_algorithm!, set_varlen!, set_deterministic!, set_band_mask!, set_causal!, set_softcap!, set_bias!,
+       set_algorithm!, set_varlen!, set_deterministic!, set_grad_accumulate!, set_band_mask!, set_causal!, set_softcap!, set_bias!,
        set_alibi_batch_stride!, set_dropout!, set_block_sparse!, set_kvcache!, forward_kvcache!, combine!,
        workspace_size, backend, library_version, destroy!
 
@@ -311,6 +311,9 @@ flashattn_plan_set_varlen(plan, enabled, total_q, total_k) =
 flashattn_plan_set_deterministic(plan, enabled) =
     @ccall libflashattn.flashattn_plan_set_deterministic(plan::flashattn_plan_t, enabled::Cint)::flashattn_status_t
 
+flashattn_plan_set_grad_accumulate(plan, enabled) =
+    @ccall libflashattn.flashattn_plan_set_grad_accumulate(plan::flashattn_plan_t, enabled::Cint)::flashattn_status_t
+
 flashattn_plan_set_band_mask(plan, align, window_left, window_right) =
     @ccall libflashattn.flashattn_plan_set_band_mask(plan::flashattn_plan_t, align::flashattn_mask_align_t,
                                                      window_left::Int64, window_right::Int64)::flashattn_status_t
@@ -496,6 +499,10 @@ end
 
 set_deterministic!(p::Plan, enabled::Bool=true) =
     (check(flashattn_plan_set_deterministic(handle(p), Cint(enabled)), :flashattn_plan_set_deterministic); p)
+
+"The backward adds its gradients to dq, dk, dv (fp32 sum, rounded once) instead of overwriting them."
+set_grad_accumulate!(p::Plan, enabled::Bool=true) =
+    (check(flashattn_plan_set_grad_accumulate(handle(p), Cint(enabled)), :flashattn_plan_set_grad_accumulate); p)
 
 set_band_mask!(p::Plan, align, window_left, window_right) =
     (check(flashattn_plan_set_band_mask(handle(p), Cint(align), Int64(window_left), Int64(window_right)),

@@ -10,7 +10,8 @@
    whole sequence (rank 0 alone, the others waiting), or, when one GPU cannot hold it,
    against the ideal computed from one GPU at half the tokens (4x the work of half the
    sequence, shared by the GPUs); peak memory per GPU (torch's allocator, inputs
-   included); the gathered ring results against the one-GPU ones.
+   included); the gathered ring results against the one-GPU ones; one GPU's backward over
+   a rank's shard with and without gradient accumulation (the ring's backward adds).
 Prints one table on rank 0.
 """
 from __future__ import annotations
@@ -26,7 +27,9 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests")]
 import flashattn  # noqa: E402
+from flashattn import _torch_plans as P  # noqa: E402
 from flashattn.distributed import ring_attention, zigzag_gather, zigzag_shard  # noqa: E402
+from flashattn.distributed._ring import block_opts  # noqa: E402
 
 import ring_cases  # noqa: E402
 from ring_cases import TOL, case  # noqa: E402
@@ -130,6 +133,18 @@ def ring(tokens, heads, dim, causal, args):
     return slowest.item(), peak, results
 
 
+def accumulate_cost(tokens, heads, dim, causal, args):
+    """(seconds plain, seconds accumulating) of one GPU's backward over `tokens` tokens
+    (a rank's shard): the ring's backward adds into its gradients
+    (flashattn_plan_set_grad_accumulate), whose epilogues read them back."""
+    q, k, v, dout = _full_inputs(tokens, heads, dim, args.seed)
+    opts = block_opts(causal)
+    out, lse = P.forward(q, k, v, None, None, None, None, None, None, opts, True)
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    return [_timed(lambda: P.backward_into(dout, q, k, v, out, lse, *grads, opts, acc), args.warmup, args.iters,
+                   False) for acc in (False, True)]
+
+
 def _max_rel(got, want):
     """Worst max_abs / max|ref| over out, dq, dk, dv, and whether each is within twice the
     bf16 tolerance of docs/cli.md."""
@@ -151,7 +166,7 @@ def bench(args):
     """The benchmark table on rank 0; True if the ring's results match one GPU's."""
     world, rank = dist.get_world_size(), dist.get_rank()
     tokens, heads, dim = args.tokens, args.heads, args.head_dim
-    rows, ok = [], True
+    rows, ok, costs = [], True, []
     for causal in (False, True):
         mask = "causal" if causal else "none"
         fits = [None]
@@ -161,6 +176,10 @@ def bench(args):
             if not fits[0]:  # one GPU cannot hold the sequence: its rate at half the tokens
                 half, _, _ = one_gpu(tokens // 2, heads, dim, causal, args)
         dist.broadcast_object_list(fits, src=0)
+        if rank == 0:
+            torch.cuda.empty_cache()
+            costs.append((causal, accumulate_cost(tokens // world, heads, dim, causal, args)))
+        dist.barrier()
         secr, memr, resr = ring(tokens, heads, dim, causal, args)
         peaks = [None] * world
         dist.all_gather_object(peaks, memr)
@@ -193,6 +212,9 @@ def bench(args):
         print("|" + "---|" * len(HEADER))
         for r in rows:
             print("| " + " | ".join(r) + " |")
+        for causal, (plain, acc) in costs:
+            print("one GPU backward over %d tokens (%s): %.1f ms, accumulating %.1f ms (%.3fx)"
+                  % (tokens // world, "causal" if causal else "no mask", plain * 1e3, acc * 1e3, acc / plain))
     return ok
 
 

@@ -353,6 +353,7 @@ PROTOTYPES = {
     "flashattn_plan_set_algorithm": (_c_int, [_vp, _c_int]),
     "flashattn_plan_set_varlen": (_c_int, [_vp, _c_int, _c_i64, _c_i64]),
     "flashattn_plan_set_deterministic": (_c_int, [_vp, _c_int]),
+    "flashattn_plan_set_grad_accumulate": (_c_int, [_vp, _c_int]),
     "flashattn_plan_set_band_mask": (_c_int, [_vp, _c_int, _c_i64, _c_i64]),
     "flashattn_plan_set_softcap": (_c_int, [_vp, _c_float]),
     "flashattn_plan_set_bias": (_c_int, [_vp, _c_int, ctypes.POINTER(_c_i64)]),

@@ -210,6 +210,7 @@ class Plan:
         self._bias_strides = None
         self._alibi_batch_stride = 0
         self._dropout = (0.0, 0, 0)
+        self._grad_accumulate = False
         self._layout = None
         self._kv = None
         try:
@@ -342,6 +343,14 @@ class Plan:
         """Bitwise run-to-run reproducible gradients (always true on the CPU)."""
         return self._call("flashattn_plan_set_deterministic", 1 if enabled else 0)
 
+    def set_grad_accumulate(self, enabled=True):
+        """The backward adds its gradients to the dq, dk, dv it is given (each element the
+        fp32 sum of the old value and the gradient, rounded once) instead of overwriting
+        them; backward() then requires all three. dbias cannot be accumulated."""
+        self._call("flashattn_plan_set_grad_accumulate", 1 if enabled else 0)
+        self._grad_accumulate = bool(enabled)
+        return self
+
     def set_mask(self, causal=False, window=None, align="top_left"):
         """Band mask. causal=True keeps j <= i'; window=(left, right) bounds each side (None or a
         negative value = unbounded; with causal, right must be None or 0). align: 'top_left'
@@ -452,14 +461,14 @@ class Plan:
 
     def configure(self, *, scale=None, causal=None, window=None, align=None, softcap=None, bias=None,
                   bias_strides=None, alibi=None, dropout_p=None, seed=None, offset=None, block_sparse=None,
-                  varlen=None, deterministic=None, algorithm=None, strides=None):
+                  varlen=None, deterministic=None, algorithm=None, strides=None, grad_accumulate=None):
         """Set several options at once; a None keyword leaves that option as it is.
 
         scale: float. causal: bool; window: (left, right); align: 'top_left'/'bottom_right'.
         softcap: float. bias: 'tensor' (needs bias_strides), 'alibi', 'alibi_symmetric' or
         'none'; alibi: True/'symmetric' (shorthand). dropout_p, seed, offset. block_sparse:
         (layout, block_q, block_k). varlen: (total_q, total_k) or False. deterministic: bool.
-        algorithm: 'flash'/'standard'. strides: {tensor name: (b, s, h, d)}.
+        algorithm: 'flash'/'standard'. strides: {tensor name: (b, s, h, d)}. grad_accumulate: bool.
         """
         if strides:
             for t, s in strides.items():
@@ -491,6 +500,8 @@ class Plan:
             self.set_deterministic(deterministic)
         if algorithm is not None:
             self.set_algorithm(algorithm)
+        if grad_accumulate is not None:
+            self.set_grad_accumulate(grad_accumulate)
         return self
 
     # ---- argument checks ----
@@ -700,8 +711,9 @@ class Plan:
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, stream=None, workspace=None):
         """Run the backward pass; returns (dq, dk, dv), or (dq, dk, dv, dbias) when dbias is
         True or an array (bias kind 'tensor' only). Missing gradients are allocated like q
-        with the plan's DQ/DK/DV strides; an allocated dbias has the bias's shape with
-        size 1 along broadcast (zero-stride) dimensions, which hold the summed gradient."""
+        with the plan's DQ/DK/DV strides (with set_grad_accumulate all three must be given:
+        the run adds to them); an allocated dbias has the bias's shape with size 1 along
+        broadcast (zero-stride) dimensions, which hold the summed gradient."""
         sv = None if stream is None else _stream_value(stream)
         kind = self._want_kind()
         views = {}
@@ -722,6 +734,9 @@ class Plan:
         grads = []
         for name, arr, t in (("dq", dq, Tensor.DQ), ("dk", dk, Tensor.DK), ("dv", dv, Tensor.DV)):
             if arr is None:
+                if self._grad_accumulate:
+                    raise make_error(Status.NULL_POINTER, "%s is required: the plan accumulates gradients "
+                                     "(set_grad_accumulate) into the dq, dk and dv it is given" % name)
                 st = self._strides[t]
                 arr = alloc(qv, self.expected_shape(t), st[1:] if self._varlen else st, kind)
             gv = A.view(name, arr, kind, sv)

@@ -94,7 +94,7 @@ class _Entry:
     __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
                  "out_like_q", "grads_like_inputs")
 
-    def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts):
+    def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts, into=None):
         (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
          deterministic, algorithm) = opts
         block_sparse = None
@@ -118,8 +118,13 @@ class _Entry:
             self.out_like_q = _has_layout(q, self.out)
             self.grads_like_inputs = all(_has_layout(t, g) for t, g in ((q, dq), (k, dk), (v, dv)))
             packed = info["varlen"]
+            given = {}
+            if into is not None:  # backward_into: the strides of its out, dout and gradients, accumulating or not
+                given = dict(zip((Tensor.O, Tensor.DO, Tensor.DQ, Tensor.DK, Tensor.DV), into[1]))
+                plan.set_grad_accumulate(into[0])
             for t, (shp, st) in ((Tensor.O, self.out), (Tensor.DO, self.out), (Tensor.DQ, dq), (Tensor.DK, dk),
                                  (Tensor.DV, dv)):
+                st = given.get(t, st)
                 plan.set_strides(t, ((0,) + st) if packed else st)
             self.dbias = None
             if bias is not None:
@@ -269,3 +274,19 @@ def run_backward(e, dout, q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng
                           0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr())
     _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, q, rng)
     return dq, dk, dv, dbias
+
+
+def backward_into(dout, q, k, v, out, lse, dq, dk, dv, opts, accumulate):
+    """One backward run (4-D tensors, no bias, ALiBi, varlen or block-sparse layout) that
+    writes its gradients into dq, dk, dv, or with accumulate=True adds them there
+    (flashattn_plan_set_grad_accumulate), without copies: out, dout and the gradients may
+    be views of any strides, as q, k and v may; lse must be contiguous."""
+    strides = (out.stride(), dout.stride(), dq.stride(), dk.stride(), dv.stride())
+    key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+           v.shape, v.stride(), v.dtype, v.device, opts, "into", accumulate, strides)
+    e = _cache.get(key)
+    if e is None:
+        e = cached(key, lambda: _Entry(q, k, v, None, None, None, None, None, opts, into=(accumulate, strides)))
+    args = _BWD_ARGS.pack(_BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                          dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), 0, 0, 0, 0, 0)
+    _run(e, _cfunc("flashattn_bwd"), "flashattn_bwd", args, e.ws_bwd, q, None)

@@ -170,3 +170,49 @@ def test_deterministic_backward_is_bitwise_stable():
     b = run(q, k, v, do, deterministic=True)[2]
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("algorithm", ["flash", "standard"])
+def test_grad_accumulate_adds_to_the_given_gradients(dtype, algorithm):
+    """set_grad_accumulate: dX = round(float(dX) + gradient); fp32 is bitwise the fp32 sum
+    of the start value and the plain run's gradient, fp16 within one rounding of it, and
+    both against the fp64 reference."""
+    b, sq, sk, hq, hkv, d = 2, 19, 27, 4, 2, 24
+    q, k, v, do = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hkv, d, dtype=dtype), \
+        rand(b, sk, hkv, d, dtype=dtype), rand(b, sq, hq, d, dtype=dtype)
+    plan = flashattn.Plan(b, sq, sk, hq, hkv, d, dtype="fp32" if dtype == np.float32 else "fp16", backend="cpu")
+    plan.configure(causal=True, align="bottom_right", softcap=5.0, algorithm=algorithm)
+    out, lse = plan.forward(q, k, v)
+    plain = plan.backward(q, k, v, out, lse, do)
+    starts = [rand(*g.shape, dtype=dtype) for g in plain]
+    acc = [s.copy() for s in starts]
+    assert plan.configure(grad_accumulate=True) is plan
+    got = plan.backward(q, k, v, out, lse, do, dq=acc[0], dk=acc[1], dv=acc[2])
+    assert all(g is a for g, a in zip(got, acc))
+    r = ref.attention(q, k, v, do, causal=True, align="bottom_right", softcap=5.0)
+    for name, s, p, a in zip(("dq", "dk", "dv"), starts, plain, acc):
+        s64, p64, a64 = (x.astype(np.float64) for x in (s, p, a))
+        if dtype == np.float32:
+            assert np.array_equal(a, s + p), name
+        else:
+            u = 2.0 ** -11
+            assert np.all(np.abs(a64 - (s64 + p64)) <= u * np.abs(s64 + p64) + u * np.abs(p64) + 2.0 ** -24), name
+        close(a64 - s64, r[name], 1e-4 if dtype == np.float32 else 5e-3)
+
+
+def test_grad_accumulate_needs_the_gradients_and_refuses_dbias():
+    q, k, v, do = rand(1, 8, 2, 8), rand(1, 8, 2, 8), rand(1, 8, 2, 8), rand(1, 8, 2, 8)
+    plan = flashattn.Plan(1, 8, 8, 2, 2, 8, dtype="fp32", backend="cpu").set_grad_accumulate()
+    out, lse = plan.forward(q, k, v)
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        plan.backward(q, k, v, out, lse, do, dk=np.zeros_like(k), dv=np.zeros_like(v))
+    assert ei.value.status == flashattn.Status.NULL_POINTER and "dq is required" in ei.value.message
+    bias = rand(1, 2, 8, 8)
+    plan.set_bias("tensor", (128, 64, 8, 1))
+    out, lse = plan.forward(q, k, v, bias=bias)
+    dq, dk, dv = np.ones_like(q), np.ones_like(k), np.ones_like(v)
+    with pytest.raises(flashattn.FlashAttnError) as ei:
+        plan.backward(q, k, v, out, lse, do, dq=dq, dk=dk, dv=dv, bias=bias, dbias=True)
+    assert ei.value.status == flashattn.Status.INCOMPATIBLE_OPTIONS and "args.dbias" in ei.value.message
+    assert (dq == 1).all() and (dk == 1).all() and (dv == 1).all()

@@ -14,6 +14,8 @@ so every step but the first does half a block's work on every rank, and no rank 
 """
 from __future__ import annotations
 
+import collections
+
 import torch
 import torch.distributed as dist
 
@@ -50,15 +52,36 @@ class _Shift:
         return bufs
 
 
-class _Layout:
-    """Which rows of the local queries meet which local keys at each step, and the
-    plan-cache options (see flashattn._torch_ops.OPTIONS) of that block."""
+#: Most groups of heads the work on one block is split into (see _head_groups).
+_MAX_HEAD_GROUPS = 8
 
-    def __init__(self, n, rank, world, causal, scale, softcap, deterministic):
+
+def _head_groups(heads_q, heads_kv):
+    """(query heads, kv heads) slices of the groups each library call covers: as many
+    groups as the largest divisor of heads_kv up to _MAX_HEAD_GROUPS, each a run of kv
+    heads with their GQA query heads. A call's workspace (the fp32 dQ sums of its rows) and
+    an exchange of gradient sums in flight are then a fraction of a shard."""
+    groups = max(d for d in range(1, min(heads_kv, _MAX_HEAD_GROUPS) + 1) if heads_kv % d == 0)
+    per, rep = heads_kv // groups, heads_q // heads_kv
+    return [(slice(i * per * rep, (i + 1) * per * rep), slice(i * per, (i + 1) * per)) for i in range(groups)]
+
+
+def block_opts(causal, scale=None, softcap=None, deterministic=False):
+    """The plan-cache options (flashattn._torch_ops.OPTIONS) of a block: causal (top-left)
+    or unmasked."""
+    return (0, 0, -1, 0 if causal else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0, 0,
+            bool(deterministic), 0)
+
+
+class _Layout:
+    """Which rows of the local queries meet which local keys at each step, the plan-cache
+    options (see flashattn._torch_ops.OPTIONS) of that block, and the head groups."""
+
+    def __init__(self, n, heads_q, heads_kv, rank, world, causal, scale, softcap, deterministic):
         self.rank, self.world, self.causal = rank, world, causal
         self.all, self.first, self.second = slice(0, n), slice(0, n // 2), slice(n // 2, n)
-        self.opts = {c: (0, 0, -1, 0 if c else -1, False, float(scale or 0.0), float(softcap or 0.0), False, 0.0, 0,
-                         0, bool(deterministic), 0) for c in (False, True)}
+        self.opts = {c: block_opts(c, scale, softcap, deterministic) for c in (False, True)}
+        self.groups = _head_groups(heads_q, heads_kv)
 
     def block(self, step):
         """(query rows, key rows, options) of the block met at `step`: the block of rank
@@ -77,93 +100,118 @@ def _rows(t, rows, dim=1):
     return t if rows.stop - rows.start == t.shape[dim] else t[(slice(None),) * dim + (rows,)]
 
 
-def _block_fwd(q, kv, lay, step):
-    rows, cols, opts = lay.block(step)
-    return P.forward(_rows(q, rows), _rows(kv[0], cols), _rows(kv[1], cols), None, None, None, None, None, None,
-                     opts, True)
+def _merge(o, lse, o_i, lse_i):
+    """o, lse (views of the output so far and its LSE) merged with a block's o_i, lse_i by
+    flashattn_combine, in fp32, written back in o's dtype."""
+    part = torch.empty((2,) + tuple(o_i.shape), dtype=torch.float32, device=o_i.device)
+    part[0].copy_(o)
+    part[1].copy_(o_i)
+    lse_part = torch.empty((2,) + tuple(lse_i.shape), dtype=torch.float32, device=o_i.device)
+    lse_part[0].copy_(lse)
+    lse_part[1].copy_(lse_i)
+    _, lse_m = combine(part, lse_part, out=o)
+    lse.copy_(lse_m)
 
 
 def ring_forward(q, k, v, lay, group):
-    """(out, lse) of this rank's queries against the keys of every rank."""
+    """(out, lse) of this rank's queries against the keys of every rank.
+
+    Per block and head group: the library's forward, then the merge into the output so far
+    (the first block's output is the start). With two ranks that is the merge of the two
+    partial outputs in fp32, rounded once; each further rank adds one rounding of the
+    output so far."""
     # The plan of the local block checks shapes, heads, dtype and device before any transfer starts.
     P.entry(q, k, v, None, None, None, None, None, lay.block(0)[2])
     world = lay.world
     if world == 1:
-        return _block_fwd(q, (k, v), lay, 0)
+        return P.forward(q, k, v, None, None, None, None, None, None, lay.block(0)[2], True)
     shift = _Shift(group, 0)
     b, n, h, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
-    # Slot 0 holds the merged result so far (fp32), slot 1 the block just computed.
-    o_part = torch.empty((2, b, n, h, dv), dtype=torch.float32, device=q.device)
-    lse_part = torch.empty((2, b, h, n), dtype=torch.float32, device=q.device)
+    out = q.new_empty((b, n, h, dv))
+    lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     kv = (k, v)
     for step in range(world):
         last = step + 1 == world
         if not last:
             shift.start(kv)
-        rows = lay.block(step)[0]
-        o_i, lse_i = _block_fwd(q, kv, lay, step)
-        slot = 0 if step == 0 else 1
-        o_part[slot][:, rows].copy_(o_i)
-        lse_part[slot][:, :, rows].copy_(lse_i)
-        del o_i, lse_i
-        if step and not last:
-            o_m, lse_m = combine(o_part[:, :, rows], lse_part[:, :, :, rows])
-            o_part[0][:, rows].copy_(o_m)
-            lse_part[0][:, :, rows].copy_(lse_m)
-            del o_m, lse_m
+        rows, cols, opts = lay.block(step)
+        for qh, kh in lay.groups:
+            o_i, lse_i = P.forward(_rows(q, rows)[:, :, qh], _rows(kv[0], cols)[:, :, kh],
+                                   _rows(kv[1], cols)[:, :, kh], None, None, None, None, None, None, opts, True)
+            if step == 0:  # the diagonal block: every row
+                out[:, :, qh].copy_(o_i)
+                lse[:, qh].copy_(lse_i)
+            else:
+                _merge(_rows(out, rows)[:, :, qh], _rows(lse, rows, 2)[:, qh], o_i, lse_i)
+            del o_i, lse_i
         if not last:
             kv = tuple(shift.wait())
-    # The last merge writes its rows of the output in q's dtype; the other rows are final already.
-    out = torch.empty((b, n, h, dv), dtype=q.dtype, device=q.device)
-    _, lse_m = combine(o_part[:, :, rows], lse_part[:, :, :, rows], out=out[:, rows])
-    lse = lse_part[0]
-    lse[:, :, rows].copy_(lse_m)
-    for rest in (slice(0, rows.start), slice(rows.stop, n)):
-        if rest.stop > rest.start:
-            out[:, rest].copy_(o_part[0][:, rest])
     return out, lse
+
+
+class _Sums:
+    """The dK/dV sums of the block this rank holds, per head group, and their exchanges:
+    after this rank's work on group j of a block, its sums go to rank+1 (which meets the
+    block next) and the sums of the next block come from rank-1. At most two exchanges are
+    in flight, so that one overlaps the next group's work and the buffers being received
+    stay two groups' worth."""
+
+    def __init__(self, k, v, groups, group):
+        self.sums = [(k.new_empty(k[:, :, kh].shape), v.new_empty(v[:, :, kh].shape)) for _, kh in groups]
+        self.group = group
+        self.pending = collections.deque()  # (head group, _Shift)
+
+    def send_on(self, j):
+        while len(self.pending) >= 2:
+            self._finish_oldest()
+        shift = _Shift(self.group, 2 + 2 * j)  # tags per head group: at most one exchange of a group in flight
+        shift.start(self.sums[j])
+        self.pending.append((j, shift))
+
+    def take(self, j):
+        """The sums of group j of the block now held (received from rank-1)."""
+        while any(i == j for i, _ in self.pending):
+            self._finish_oldest()
+        return self.sums[j]
+
+    def _finish_oldest(self):
+        i, shift = self.pending.popleft()
+        self.sums[i] = tuple(shift.wait())
 
 
 def ring_backward(dout, q, k, v, out, lse, lay, group):
     """(dq, dk, dv) of this rank's shards: dq from every rank's keys, dk and dv from every
-    rank's queries (their partial sums travel with the block and end at its owner).
-
-    Sums are kept in the inputs' dtype, each addition done in fp32 and rounded once: with
-    two ranks that is bitwise fp32 accumulation followed by the final rounding; every
-    further rank adds one rounding of a partial sum."""
+    rank's queries. The library's backward adds each block's gradients straight into dq and
+    into the dK/dV sums that travel with the block (flashattn_plan_set_grad_accumulate):
+    one fp32 addition rounded once per block, and no per-block gradient buffers."""
     world = lay.world
-    kv_shift, grad_shift = _Shift(group, 0), _Shift(group, 2)
-    # The row halves of out, dout and lse, made once (a copy for b > 1) for the steps that use them.
-    halves = {}
-    for step in range(world):
-        rows = lay.block(step)[0]
-        if (rows.start, rows.stop) not in halves:
-            halves[rows.start, rows.stop] = (_rows(out, rows).contiguous(), _rows(dout, rows).contiguous(),
-                                             _rows(lse, rows, 2).contiguous())
+    kv_shift = _Shift(group, 0)
+    dq = torch.empty_like(q)
+    sums = _Sums(k, v, lay.groups, group)
     kv = (k, v)
-    dq = dk = dv = None
     for step in range(world):
         last = step + 1 == world
         if not last:
             kv_shift.start(kv)
         rows, cols, opts = lay.block(step)
-        o_r, do_r, lse_r = halves[rows.start, rows.stop]
-        dq_i, dk_i, dv_i, _ = P.backward(do_r, _rows(q, rows), _rows(kv[0], cols), _rows(kv[1], cols), o_r, lse_r,
-                                         None, None, None, None, None, None, opts, False)
-        if step == 0:  # the diagonal block: every row and column
-            dq, dk, dv = dq_i, dk_i, dv_i
-        else:
-            dq[:, rows] += dq_i
-            dk, dv = grad_shift.wait()
-            dk[:, cols] += dk_i
-            dv[:, cols] += dv_i
-        del dq_i, dk_i, dv_i
+        o_r, do_r = _rows(out, rows), _rows(dout, rows)
+        for j, (qh, kh) in enumerate(lay.groups):
+            dk_j, dv_j = sums.take(j)
+            # Step 0 is the diagonal block: it writes every row of dq and every key of the sums.
+            P.backward_into(do_r[:, :, qh], _rows(q, rows)[:, :, qh], _rows(kv[0], cols)[:, :, kh],
+                            _rows(kv[1], cols)[:, :, kh], o_r[:, :, qh], _rows(lse, rows, 2)[:, qh].contiguous(),
+                            _rows(dq, rows)[:, :, qh], _rows(dk_j, cols), _rows(dv_j, cols), opts, step > 0)
+            if world > 1:
+                sums.send_on(j)
         if not last:
             kv = tuple(kv_shift.wait())
-        if world > 1:
-            grad_shift.start((dk, dv))
-    if world > 1:
-        dk, dv = grad_shift.wait()
+    del kv, dk_j, dv_j, o_r, do_r  # the last block and views of it: free before dk and dv exist
+    # After the last step the sums have gone round the ring once more: this rank's own.
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    for j, (_, kh) in enumerate(lay.groups):
+        dk[:, :, kh].copy_(sums.take(j)[0])
+        dv[:, :, kh].copy_(sums.take(j)[1])
+        sums.sums[j] = None
     return dq, dk, dv
 
 
@@ -171,8 +219,8 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, softcap, deterministic, group):
-        lay = _Layout(q.shape[1], dist.get_rank(group), dist.get_world_size(group), causal, scale, softcap,
-                      deterministic)
+        lay = _Layout(q.shape[1], q.shape[2], k.shape[2], dist.get_rank(group), dist.get_world_size(group), causal,
+                      scale, softcap, deterministic)
         out, lse = ring_forward(q, k, v, lay, group)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (lay, group)

@@ -377,6 +377,7 @@ extern "C" {
         total_k: i64,
     ) -> flashattn_status_t;
     pub fn flashattn_plan_set_deterministic(plan: flashattn_plan_t, enabled: c_int) -> flashattn_status_t;
+    pub fn flashattn_plan_set_grad_accumulate(plan: flashattn_plan_t, enabled: c_int) -> flashattn_status_t;
     pub fn flashattn_plan_set_band_mask(
         plan: flashattn_plan_t,
         align: flashattn_mask_align_t,

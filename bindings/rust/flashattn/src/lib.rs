@@ -625,6 +625,17 @@ impl Plan {
         Ok(self)
     }
 
+    /// The backward adds its gradients to `dq`, `dk`, `dv` (the fp32 sum of each old value
+    /// and the gradient, rounded once) instead of overwriting them; `dbias` cannot be accumulated.
+    pub fn set_grad_accumulate(&mut self, enabled: bool) -> Result<&mut Self> {
+        // SAFETY: valid plan.
+        check(
+            unsafe { sys::flashattn_plan_set_grad_accumulate(self.as_raw(), enabled as i32) },
+            "flashattn_plan_set_grad_accumulate",
+        )?;
+        Ok(self)
+    }
+
     /// Band mask: keep (i, j) iff i' - left <= j <= i' + right (negative = unbounded).
     pub fn set_band_mask(&mut self, align: Align, window_left: i64, window_right: i64) -> Result<&mut Self> {
         // SAFETY: valid plan.

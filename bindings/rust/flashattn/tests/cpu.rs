@@ -113,6 +113,25 @@ fn forward_backward_mha() {
 }
 
 #[test]
+fn grad_accumulate_adds_the_gradients_to_dq_dk_dv() {
+    // fp32: the accumulated gradient is the f32 sum of the start value and the plain run's.
+    let shape = Shape::new(2, 9, 13, 4, 2, 8).with_head_dim_v(12);
+    let mut plan = Plan::cpu(shape, DType::F32).unwrap();
+    plan.set_causal(Align::BottomRight).unwrap();
+    let inputs = [data(shape.q_len(), 5), data(shape.k_len(), 6), data(shape.v_len(), 7), data(shape.o_len(), 8)];
+    let [q, k, v, dout] = [&inputs[0][..], &inputs[1][..], &inputs[2][..], &inputs[3][..]];
+    let plain = forward_backward(&plan, shape, [q, k, v, dout], f32::NAN, 0.0);
+    plan.set_grad_accumulate(true).unwrap();
+    let acc = forward_backward(&plan, shape, [q, k, v, dout], f32::NAN, 0.75);
+    for (got, base) in [(&acc.dq, &plain.dq), (&acc.dk, &plain.dk), (&acc.dv, &plain.dv)] {
+        assert!(got.iter().zip(base.iter()).all(|(&a, &b)| a == 0.75 + b));
+    }
+    plan.set_grad_accumulate(false).unwrap();
+    let again = forward_backward(&plan, shape, [q, k, v, dout], f32::NAN, 0.75);
+    assert_eq!(again.dq, plain.dq);
+}
+
+#[test]
 fn forward_backward_gqa_causal_with_scale() {
     run_case(Shape::new(1, 21, 21, 4, 2, 8).with_head_dim_v(12), Some(Align::TopLeft), Some(0.37));
 }

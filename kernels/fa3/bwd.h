@@ -1,0 +1,47 @@
+// Host-side view of the FA3-design backward kernels (sm_90a): what they read besides the
+// plan's tensors, and the launcher template (instantiated in fa3/instances/bwd_<cfg>_<dtype>_sm90a.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "common/params.h"
+#include "common/tensor_map.h"
+
+namespace flashattn {
+namespace fa3 {
+
+// TMA maps of Q, dO (boxes of 64 columns x BwdTraits<D>::kBlockM rows) and K, V (64 x kBlockN)
+// as 4-D tensors (head dim, seq, head, batch) over the plan's strides, 128-byte swizzle;
+// loads zero-fill rows past the sequence. dq: the fp32 dQ accumulator of BwdScratch as a
+// 3-D tensor (head dim, head, batch * seqlen_q), boxes of kDqBoxCols x 1 x kBlockM, 128-byte
+// swizzle, for the reduce-adds. src/cuda/tensor_map.hpp encodes them.
+struct BwdMaps {
+  TensorMap128 q, k, v, dout, dq;
+};
+
+// The workspace the kernel reads and adds to (laid out by the fa2 backward, which fills
+// Delta and zeroes the accumulator first): Delta = rowsum(dO * O) like the LSE
+// ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
+// which the kernel adds to through BwdMaps::dq.
+struct BwdScratch {
+  float* delta;
+  float* dq_accum;
+};
+
+// The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.
+enum BwdLaunchStep : int {
+  kBwdSetSmem,  // cudaFuncSetAttribute(max dynamic shared memory = smem)
+  kBwdLaunch    // the launch of grid (key blocks x heads_kv x batch)
+};
+struct BwdLaunchResult {
+  cudaError_t err;
+  BwdLaunchStep step;
+  int smem;
+  dim3 grid;
+};
+
+// Launches the kernel of head dim D for dtype kDtype (kFp16/kBf16).
+template <int D, int kDtype>
+BwdLaunchResult run_bwd(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch, cudaStream_t stream);
+
+}  // namespace fa3
+}  // namespace flashattn

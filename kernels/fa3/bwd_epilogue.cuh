@@ -1,0 +1,77 @@
+// Where the FA3-design backward's results leave the registers of a consumer warpgroup:
+// dS^T of a step into shared memory (the dQ GEMM's operand), the step's dQ piece into its
+// shared-memory staging buffer, and at the end the CTA's dK (scaled) and dV to the outputs.
+#pragma once
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa2/mma.cuh"
+#include "fa3/bwd_schedule.cuh"
+
+namespace flashattn {
+namespace fa3 {
+
+// dS^T (16-bit A fragments of the dK GEMM, hopper::pack_a's layout) into the dS^T tile
+// (kBlockN key rows x kBlockM query columns) in the layout of a TMA load with the 128-byte
+// swizzle: 64-column block cb at cb kBlockN 128 bytes, row r's 16-byte chunk c at c ^ (r % 8)
+// (r % 8 = g here). rows = this warpgroup's first key row.
+template <class Cfg, int KK>
+__device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint32_t (&ds)[KK][4], int warp, int g,
+                                             int t) {
+#pragma unroll
+  for (int nt = 0; nt < 2 * KK; ++nt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = rows + warp * 16 + g + hh * 8;
+      const uint32_t a =
+          sds + static_cast<uint32_t>((nt / 8) * Cfg::kBlockN * 128 + r * 128 + (((nt % 8) ^ g) << 4) + t * 4);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(ds[nt / 2][(nt % 2) * 2 + hh]) : "memory");
+    }
+}
+
+// acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1)) into the
+// dQ staging buffer sdq in the layout of the dQ map's boxes (bwd_reduce_dq): columns 32 b ..
+// in box b (kDqBoxBytes apart), row r at r 128 bytes, its 16-byte chunk c at c ^ (r % 8)
+// (r % 8 = g): a warp's 8-byte stores hit every bank twice, the minimum. Rows at or past
+// rows_left (queries past len_q) are stored as 0: the reduce-add writes them into the next
+// sequence's accumulator rows, and they hold dS K of zero-filled dO rows, which NaN or Inf
+// values can make NaN.
+template <class Cfg>
+__device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1][8][4], int rows_left, int warp, int g,
+                                             int t) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = warp * 16 + g + hh * 8;
+    const bool keep = r < rows_left;
+    const uint32_t row = sdq + static_cast<uint32_t>(r * 128 + (t & 1) * 8);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint32_t a =
+          row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? acc[0][nt][2 * hh] : 0.f),
+                   "f"(keep ? acc[0][nt][2 * hh + 1] : 0.f)
+                   : "memory");
+    }
+  }
+}
+
+// acc * scale (keys key0, key0 + 8 x every column) into out (dK or dV of the CTA's key head,
+// strides st); keys past len_k are skipped. The host checks that out and its strides allow
+// 4-byte stores.
+template <typename T, int NV>
+__device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0,
+                                               const float (&acc)[1][NV][4], float scale, int t) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int j = key0 + hh * 8;
+    if (j >= w.len_k) continue;
+    T* const row = static_cast<T*>(out) + w.b * st.b + static_cast<int64_t>(j) * st.s + w.kvh * st.h;
+#pragma unroll
+    for (int nv = 0; nv < NV; ++nv)
+      *reinterpret_cast<uint32_t*>(row + nv * 8 + 2 * t) =
+          fa2::pack2<T>(acc[0][nv][2 * hh] * scale, acc[0][nv][2 * hh + 1] * scale);
+  }
+}
+
+}  // namespace fa3
+}  // namespace flashattn

@@ -1,0 +1,117 @@
+// The producer warpgroup of the FA3-design backward: warp 0's first thread loads K and V
+// once and each step's Q and dO tiles with TMA; warp 1 copies each step's LSE (in base 2)
+// and Delta into shared memory. Both fill the same ring stage and complete its full barrier
+// (1 arrival with the TMA bytes + 32 of warp 1); both wait for its empty barrier (all 256
+// consumer threads arrive once their last GEMM of the stage is done). Warp 2 adds the dQ
+// pieces the consumers stage in shared memory into the fp32 workspace with the copy
+// engine's tensor reduce-adds (the dQ barriers of bwd_schedule.cuh).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa3/bwd.h"
+#include "fa3/bwd_schedule.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
+
+namespace flashattn {
+namespace fa3 {
+
+// Warp 0, lane 0: K and V of the CTA's keys on kv_full, then Q and dO of every step.
+template <class Cfg>
+__device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSmem<Cfg>& sm, const BwdWork& w) {
+  constexpr int kCols = Cfg::kD / 64;
+  hopper::tma_prefetch_map(&maps.q);
+  hopper::tma_prefetch_map(&maps.k);
+  hopper::tma_prefetch_map(&maps.v);
+  hopper::tma_prefetch_map(&maps.dout);
+  hopper::mbar_expect(sm.kv_full(), 2 * Cfg::kKVBytes);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockN * 128);
+    hopper::tma_load(sm.k() + off, &maps.k, c * 64, w.n0, w.kvh, w.b, sm.kv_full());
+    hopper::tma_load(sm.v() + off, &maps.v, c * 64, w.n0, w.kvh, w.b, sm.kv_full());
+  }
+  // A fresh barrier counts as having completed the phase before its first: the first round
+  // through the ring does not wait.
+  for (int it = 0; it < w.steps(); ++it) {
+    const int s = bwd_stage<Cfg>(it), h = w.head(it), m0 = w.m0<Cfg>(it);
+    hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
+    hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
+      hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
+      hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+    }
+  }
+}
+
+// Warp 1: LSE * log2(e) and Delta of every step's queries, then each lane arrives on the
+// stage's full barrier. A query that sees no key (LSE -inf) gets +inf, so its probabilities
+// are exactly exp2(-inf) = 0 with or without the mask (as in fa2); queries past len_q get 0,
+// and the consumers mask them.
+template <class Cfg>
+__device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScratch& scratch, const BwdSmem<Cfg>& sm,
+                                              const BwdWork& w, int lane) {
+  for (int it = 0; it < w.steps(); ++it) {
+    const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it);
+    const int64_t row0 = (static_cast<int64_t>(w.b) * p.heads_q + w.head(it)) * p.seqlen_q + m0;
+    const float* const lse_in = p.lse_in + row0;
+    const float* const delta_in = scratch.delta + row0;
+    const int valid = w.len_q - m0;
+    hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
+    for (int r = lane; r < Cfg::kBlockM; r += 32) {
+      const float l = r < valid ? lse_in[r] : 0.f;
+      const float lse = l == -INFINITY ? INFINITY : l * static_cast<float>(M_LOG2E);
+      const float delta = r < valid ? delta_in[r] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse(s) + 4u * r), "f"(lse) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta(s) + 4u * r), "f"(delta) : "memory");
+    }
+    hopper::mbar_arrive(sm.q_full(s));
+  }
+}
+
+// Warp 2: every staged dQ piece, in the consumers' step order, added into the fp32 dQ
+// accumulator by the copy engine: lane 0 issues two tensor reduce-adds a piece (its 32-column
+// boxes, maps.dq: (column, head, batch * seqlen_q + query)).
+// The handshake with consumer warpgroup cw, per piece (kDqBarThreads = 128 + 32 each):
+//   the warp arrives on kBarDqEmpty + cw once lane 0's reduce-adds of the buffer's previous
+//     pieces have read it (cp.async.bulk.wait_group.read 0, then __syncwarp); the
+//     warpgroup's 128 threads sync there before they stage the piece, so that phase
+//     completes;
+//   the warpgroup's 128 threads arrive on kBarDqFull + cw after staging it (and
+//     fence.proxy.async: the generic-proxy stores become visible to the copy engine); the
+//     warp syncs there, so that phase completes, then lane 0 issues the piece.
+// Each side takes every phase of both barriers once per piece in the same order, so neither
+// runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
+// for its reduce-adds to complete.
+template <class Cfg>
+__device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdSmem<Cfg>& sm,
+                                              const BwdWork& w, int lane) {
+  hopper::tma_prefetch_map(&maps.dq);
+  for (int it = 0; it < w.steps(); ++it) {
+    if (lane == 0) hopper::bulk_wait_read_all();
+    __syncwarp();
+#pragma unroll
+    for (int cw = 0; cw < 2; ++cw)
+      if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+    const int h = w.head(it), row = w.b * static_cast<int>(p.seqlen_q) + w.m0<Cfg>(it);
+#pragma unroll
+    for (int cw = 0; cw < 2; ++cw) {
+      if (!bwd_has_dq_piece<Cfg>(it, cw)) continue;
+      hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
+      if (lane == 0)
+#pragma unroll
+        for (int box = 0; box < 2; ++box)
+          hopper::tma_reduce_add_3d(&maps.dq, sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes),
+                                    bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols, h, row);
+    }
+    if (lane == 0) hopper::bulk_commit();
+  }
+  if (lane == 0) hopper::bulk_wait_all();
+}
+
+}  // namespace fa3
+}  // namespace flashattn

@@ -1,0 +1,114 @@
+// The work of one CTA of the FA3-design backward and the order it walks it in, shared by
+// the producer and the consumers (both must walk the same steps), and the kernel's
+// shared-memory layout.
+#pragma once
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fa3/bwd_traits.h"
+
+namespace flashattn {
+namespace fa3 {
+
+// Addresses (shared space) of the tiles and barriers of BwdTraits' plan, from the first
+// 1024-byte boundary of the dynamic shared memory.
+template <class Cfg>
+struct BwdSmem {
+  uint32_t base;
+  __device__ uint32_t k() const { return base; }
+  __device__ uint32_t v() const { return base + Cfg::kKVBytes; }
+  __device__ uint32_t q(int s) const { return base + 2 * Cfg::kKVBytes + s * Cfg::kQBytes; }
+  __device__ uint32_t dout(int s) const { return q(Cfg::kStages) + s * Cfg::kQBytes; }
+  __device__ uint32_t ds(int buf) const { return dout(Cfg::kStages) + buf * Cfg::kDsBytes; }
+  __device__ uint32_t dq(int cw) const { return ds(2) + cw * Cfg::kDqStageBytes; }
+  __device__ uint32_t lse(int s) const { return dq(2) + s * Cfg::kRowBytes; }
+  __device__ uint32_t delta(int s) const { return lse(Cfg::kStages) + s * Cfg::kRowBytes; }
+  __device__ uint32_t kv_full() const { return delta(Cfg::kStages); }
+  __device__ uint32_t q_full(int s) const { return kv_full() + 8u * (1 + s); }
+  __device__ uint32_t q_empty(int s) const { return kv_full() + 8u * (1 + Cfg::kStages + s); }
+};
+
+// Step it of the walk uses ring stage it % kStages, in that stage's use number it / kStages.
+template <class Cfg>
+__device__ __forceinline__ int bwd_stage(int it) {
+  return it % Cfg::kStages;
+}
+template <class Cfg>
+__device__ __forceinline__ uint32_t bwd_parity(int it) {
+  return static_cast<uint32_t>(it / Cfg::kStages) & 1u;
+}
+
+// The CTA's keys n0 .. n0 + kBlockN - 1 of key head kvh in sequence b, and its walk: for each
+// query head of the GQA group (kvh * group ..), the query blocks m_first .. tiles_m - 1 (under
+// the causal mask the blocks before m_first see none of its keys). Key blocks are numbered
+// fastest, so the CTAs with the longest causal walks (the first key blocks) start first.
+struct BwdWork {
+  int n0, kvh, b;
+  int group;              // query heads per key head
+  int m_first, per_head;  // first query block, query blocks per head
+  int len_q, len_k, shift;
+  __device__ int steps() const { return group * per_head; }
+  __device__ int head(int it) const { return kvh * group + it / per_head; }
+  template <class Cfg>
+  __device__ int m0(int it) const {
+    return (m_first + it % per_head) * Cfg::kBlockM;
+  }
+};
+
+template <class Cfg>
+__device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
+  BwdWork w;
+  w.len_q = static_cast<int>(p.seqlen_q);
+  w.len_k = static_cast<int>(p.seqlen_k);
+  w.shift = p.align == 1 ? w.len_k - w.len_q : 0;
+  const int n_blocks = (w.len_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int kvh_b = static_cast<int>(blockIdx.x) / n_blocks;
+  w.n0 = (static_cast<int>(blockIdx.x) % n_blocks) * Cfg::kBlockN;
+  w.kvh = kvh_b % static_cast<int>(p.heads_kv);
+  w.b = kvh_b / static_cast<int>(p.heads_kv);
+  w.group = static_cast<int>(p.heads_q / p.heads_kv);
+  const int tiles_m = (w.len_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  // Causal: query i sees key j iff j <= i + shift; the first query that sees key n0 is n0 - shift.
+  const int first_q = p.has_band ? max(w.n0 - w.shift, 0) : 0;
+  w.m_first = min(first_q / Cfg::kBlockM, tiles_m);
+  w.per_head = tiles_m - w.m_first;
+  return w;
+}
+
+// Named barriers (bar.sync / bar.arrive ids; 0 is __syncthreads):
+//   kBarDsReady (256 threads): both consumer warpgroups' dS^T of the step are stored; every
+//     consumer thread syncs once a step.
+//   kBarDqFull + cw (kDqBarThreads): consumer warpgroup cw's dQ piece is staged; its 128
+//     threads arrive, the dQ writer warp (32 threads, bwd_reduce_dq) syncs.
+//   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
+//     arrives (its bulk reads of the buffer's previous piece are done), the 128 threads of
+//     warpgroup cw sync.
+// Both dQ barriers complete once per piece of warpgroup cw (bwd_has_dq_piece), in the same
+// step order on both sides.
+constexpr int kBarDsReady = 1;
+constexpr int kBarDqFull = 2;
+constexpr int kBarDqEmpty = 4;
+constexpr int kDqBarThreads = 128 + 32;
+
+// Whether consumer warpgroup cw computes a dQ piece at step it: at d = 128 both (column
+// block cw), at d = 64 the one piece (column block 0) on warpgroup it % 2.
+template <class Cfg>
+__device__ __forceinline__ bool bwd_has_dq_piece(int it, int cw) {
+  return Cfg::kDqPieces == 2 || cw == it % 2;
+}
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_col_block(int cw) {
+  return Cfg::kDqPieces == 2 ? cw : 0;
+}
+
+// Whether the step's (query block, key block) pair takes the element mask: queries past
+// len_q, keys past len_k, or (causal) a key above the diagonal of the block's first query.
+// Uniform per step.
+template <class Cfg>
+__device__ __forceinline__ bool bwd_needs_mask(const AttnParams& p, const BwdWork& w, int m0) {
+  return m0 + Cfg::kBlockM > w.len_q || w.n0 + Cfg::kBlockN > w.len_k ||
+         (p.has_band && w.n0 + Cfg::kBlockN - 1 > m0 + w.shift);
+}
+
+}  // namespace fa3
+}  // namespace flashattn

@@ -1,0 +1,120 @@
+// Host side of the FA3-design backward (kernels/fa3): which problems it serves, the TMA
+// maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
+// fp32 dQ accumulator), the (head dim, dtype) instance of the main kernel, the dQ conversion.
+// The workspace is fa2's (fa2_bwd_scratch): the same Delta and dQ accumulator.
+#include <stdint.h>
+
+#include "cuda/fa3_serves.hpp"
+#include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
+#include "error.hpp"
+#include "fa3/bwd_traits.h"
+#include "fa3/launchers.h"
+
+namespace flashattn {
+namespace {
+
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies (fa2_bwd_scratch
+// lays out the unstaged workspace).
+constexpr bool no_staged_dims() {
+  for (int d : fa3::kBwdDims)
+    if (fa2_staged_dim(d)) return false;
+  return true;
+}
+static_assert(no_staged_dims(), "an fa3 backward head dim that fa2 stages: it must run on fa2, which stages it");
+
+// Index of p's head dim in fa3::kBwdDims, or -1.
+int bwd_config(const AttnParams& p) {
+  for (int i = 0; i < fa3::kNumBwd; ++i)
+    if (p.head_dim_qk == fa3::kBwdDims[i] && p.head_dim_v == fa3::kBwdDims[i]) return i;
+  return -1;
+}
+
+template <int D>
+bool encode_maps(const AttnParams& p, fa3::BwdMaps* m) {
+  using Cfg = fa3::BwdTraits<D>;
+  return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
+         encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->dout, p.dout, D, p.seqlen_q, p.heads_q, p.batch, p.do_stride, Cfg::kBlockM);
+}
+
+// dK and dV leave the registers in 4-byte pairs of elements: pointers and the batch,
+// sequence and head strides must keep every pair 4-byte aligned.
+bool pairs_aligned(const void* base, const Strides4& s) {
+  return reinterpret_cast<uintptr_t>(base) % 4 == 0 && s.b % 2 == 0 && s.s % 2 == 0 && s.h % 2 == 0;
+}
+
+}  // namespace
+
+bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
+  constexpr int64_t kMaxIndex = 2147483647;
+  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  if (!fa3_serves_options(p, why, why_size)) return false;
+  if (p.deterministic) return fa3_refuse(why, why_size, "deterministic mode runs on fa2");
+  if (bwd_config(p) < 0)
+    return fa3_refuse(why, why_size,
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims 64 and 128",
+                      ll(p.head_dim_qk), ll(p.head_dim_v));
+  constexpr int64_t kBlockN = fa3::BwdTraits<64>::kBlockN;  // the same at every head dim
+  const int64_t blocks = (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
+  // The dQ accumulator's rows (batch x seqlen_q) are coordinates of its TMA map.
+  if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || blocks > kMaxIndex || p.batch * p.seqlen_q > kMaxIndex)
+    return fa3_refuse(why, why_size,
+                      "seqlen_q=%lld, seqlen_k=%lld, %lld key blocks (heads_kv=%lld, batch=%lld): fa3 counts "
+                      "positions, query rows of the batch and blocks in 32 bits",
+                      ll(p.seqlen_q), ll(p.seqlen_k), ll(blocks), ll(p.heads_kv), ll(p.batch));
+  if (p.batch == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_bwd)
+  if (p.seqlen_q == 0 || p.seqlen_k == 0)
+    return fa3_refuse(why, why_size, "seqlen_q=%lld, seqlen_k=%lld: the fa3 backward needs queries and keys to load",
+                      ll(p.seqlen_q), ll(p.seqlen_k));
+  if (!pairs_aligned(p.dk, p.dk_stride) || !pairs_aligned(p.dv, p.dv_stride))
+    return fa3_refuse(why, why_size,
+                      "dk or dv: the fa3 backward stores element pairs, so pointers must be 4-byte aligned and the "
+                      "batch, sequence and head strides even");
+  bool ok = false;
+  switch (p.head_dim_v) {
+    case 64: ok = encode_maps<64>(p, &run->maps); break;
+    case 128: ok = encode_maps<128>(p, &run->maps); break;
+  }
+  if (!ok)
+    return fa3_refuse(why, why_size,
+                      "the copy engine cannot address q, k, v or dout (strides, alignment or extents), or the driver "
+                      "has no tensor-map encoder");
+  return true;
+}
+
+flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream) {
+  if (p.batch == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
+  fa3::BwdScratch scratch{};
+  if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
+  if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
+  const int cfg = bwd_config(p);
+  // The map of the dQ accumulator, which lives in this call's workspace. fa3_bwd_prepare
+  // checked what the encoder checks (extents within 32 bits; the accumulator is dense and
+  // 256-byte aligned): only a driver's refusal fails here.
+  fa3::BwdMaps maps = run.maps;
+  if (!encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q, p.batch * p.seqlen_q,
+                           fa3::BwdTraits<64>::kDqBoxCols, fa3::BwdTraits<64>::kBlockM))
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                "fa3 backward (d=%d): the driver refused the TMA map of the dQ accumulator (%lld rows x %lld heads x "
+                "%lld columns, fp32)",
+                fa3::kBwdDims[cfg], static_cast<long long>(p.batch * p.seqlen_q), static_cast<long long>(p.heads_q),
+                static_cast<long long>(p.head_dim_qk));
+  const fa3::BwdLaunchResult r = fa3::kBwdRun[cfg][p.dtype](p, maps, scratch, stream);
+  if (r.err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (r.step == fa3::kBwdSetSmem)
+      return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                  "fa3 backward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                  fa3::kBwdDims[cfg], r.smem, cudaGetErrorString(r.err));
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
+                "fa3 backward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
+                fa3::kBwdDims[cfg], r.grid.x, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
+                cudaGetErrorString(r.err));
+  }
+  return bwd_dq_convert(p, scratch, stream);
+}
+
+}  // namespace flashattn

@@ -1,0 +1,86 @@
+// What the tests of the CUDA kernel families (test_gpu_forward_paths.cpp,
+// test_gpu_backward_paths.cpp) share: the forced family of the process, the device fa3
+// needs, and the check that a forced fa3 refuses a run it does not serve.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "gpu_check.hpp"
+#include "gpu_mem.hpp"
+#include "harness.hpp"
+
+namespace fat {
+
+// The value of the forcing variable `var` in this process ("" when unset).
+inline std::string forced_value(const char* var) {
+  const char* v = getenv(var);
+  return v != nullptr ? v : "";
+}
+
+// fa3 runs on compute capability 9.0 only: elsewhere its cases are skipped.
+inline bool fa3_device() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 &&
+         prop.minor == 0;
+}
+
+#define REQUIRE_PATH()                                                                                            \
+  do {                                                                                                            \
+    REQUIRE_GPU();                                                                                                \
+    if (forced_path() == "fa3" && !fa3_device()) FA_SKIP_TEST("fa3 runs on compute capability 9.0 devices only"); \
+  } while (0)
+
+// With `var`=fa3 forcing the pass (the forward, or with backward the backward after a
+// forward on any family): the run of c fails with NOT_SUPPORTED naming the variable, and
+// writes nothing.
+inline void check_fa3_refuses(const Config& c, const char* var, bool backward) {
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult g = run_library(p, dev, 0);
+  const flashattn_status_t st = backward ? g.bwd : g.fwd;
+  INFO(describe(p.cfg) << " -> status " << flashattn_status_string(st) << ": " << g.error);
+  CHECK(g.setup == FLASHATTN_STATUS_SUCCESS);
+  if (backward) CHECK(g.fwd == FLASHATTN_STATUS_SUCCESS);
+  CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
+  CHECK(g.error.find(std::string(var) + "=fa3") != std::string::npos);
+  CHECK(g.outputs_untouched);
+}
+
+// One case per option that neither fa3 pass implements (a window, softcap, ALiBi, dropout,
+// a varlen batch), seeds seed + 1 .. seed + 5; the backward too if `backward`.
+inline std::vector<Config> fa3_unserved_option_cases(bool backward, uint64_t seed) {
+  auto make = [&](const char* name, int64_t d, flashattn_dtype_t t) {
+    Config c = gbase(name, 150, 170, d, t, ++seed);
+    c.backward = backward;
+    return c;
+  };
+  std::vector<Config> cases;
+  Config c = make("paths window", 128, FLASHATTN_DTYPE_FP16);
+  c.band = true;
+  c.wl = 32;
+  c.wr = 0;
+  cases.push_back(c);
+  c = make("paths softcap", 128, FLASHATTN_DTYPE_BF16);
+  c.softcap = 5.f;
+  cases.push_back(c);
+  c = make("paths alibi", 64, FLASHATTN_DTYPE_FP16);
+  c.bias = FLASHATTN_BIAS_ALIBI;
+  cases.push_back(c);
+  c = make("paths dropout", 64, FLASHATTN_DTYPE_BF16);
+  c.p_drop = 0.1f;
+  c.seed = 5;
+  cases.push_back(c);
+  c = make("paths varlen", 128, FLASHATTN_DTYPE_FP16);
+  c.sq = c.sk = 1;
+  c.seqlens_q = {5, 130, 0};
+  c.seqlens_k = {17, 129, 40};
+  cases.push_back(c);
+  return cases;
+}
+
+}  // namespace fat

@@ -1,0 +1,135 @@
+// The CUDA backward on each of its kernel families. CTest runs this program twice
+// (tests/CMakeLists.txt): with FLASHATTN_CUDA_BACKWARD=fa3 (the FA3-design kernels of
+// kernels/fa3, which then must serve every served case here or the run fails) and with
+// FLASHATTN_CUDA_BACKWARD=fa2; each result is checked against the fp64 reference and the
+// CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases.
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "gpu_check.hpp"
+#include "gpu_mem.hpp"
+#include "gpu_paths.hpp"
+#include "harness.hpp"
+
+using namespace fat;
+
+namespace {
+
+// The path this process was started with ("" when FLASHATTN_CUDA_BACKWARD is unset).
+std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
+
+// Causal in the given alignment (0: no mask).
+void set_causal(Config& c, int mask) {
+  if (mask == 0) return;
+  c.band = true;
+  c.wr = 0;
+  c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
+}
+
+}  // namespace
+
+TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
+  REQUIRE_GPU();
+  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
+  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
+}
+
+TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in both alignments", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  // Lengths off every tile (64 queries x 128 keys a step), whole tiles, more queries than
+  // keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees).
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
+  uint64_t seed = 9500;
+  for (int64_t d : {64, 128})
+    for (const auto& pr : pairs)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths dense", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
+        set_causal(c, mask);
+        gpu_check(c);
+      }
+}
+
+TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  // dK and dV of a key head sum over the query heads of its group.
+  const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
+  uint64_t seed = 9600;
+  for (const auto& h : heads)
+    for (int64_t d : {64, 128})
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
+        c.batch = 3;
+        c.hq = h[0];
+        c.hkv = h[1];
+        set_causal(c, mask);
+        gpu_check(c);
+      }
+}
+
+TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  uint64_t seed = 9700;
+  for (Layout lay : {Layout::BHSD, Layout::Padded})
+    for (int64_t d : {64, 128}) {
+      ++seed;
+      Config c = gbase("bwd paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
+      c.batch = 2;
+      c.hq = 4;
+      c.hkv = 2;
+      c.layout = lay;
+      set_causal(c, 2);
+      gpu_check(c);
+    }
+  Config c = gbase("bwd paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9711);
+  c.input_scale = 8.0;
+  gpu_check(c);
+  c = gbase("bwd paths scale 0.3", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9712);
+  c.scale = 0.3f;
+  gpu_check(c);
+}
+
+TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
+          "[gpu][bwd][errors]") {
+  REQUIRE_PATH();
+  std::vector<Config> cases = fa3_unserved_option_cases(true, 9820);
+  cases.push_back(gbase("bwd paths d256", 100, 130, 256, FLASHATTN_DTYPE_FP16, 9801));
+  cases.push_back(gbase("bwd paths d96", 100, 130, 96, FLASHATTN_DTYPE_BF16, 9802));
+  cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
+  Config c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
+  c.dv = 64;
+  cases.push_back(c);
+  c = gbase("bwd paths deterministic", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9805);
+  c.deterministic = true;
+  cases.push_back(c);
+  c = gbase("bwd paths bias tensor", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9809);
+  c.bias = FLASHATTN_BIAS_TENSOR;
+  cases.push_back(c);
+  c = gbase("bwd paths block-sparse", 150, 170, 128, FLASHATTN_DTYPE_FP16, 9811);
+  c.sparse = true;
+  cases.push_back(c);
+  for (const Config& cc : cases) {
+    if (forced_path() != "fa3") {
+      gpu_check(cc);
+      continue;
+    }
+    check_fa3_refuses(cc, "FLASHATTN_CUDA_BACKWARD", true);
+  }
+}
+
+TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][bwd][errors][bad-path]") {
+  REQUIRE_GPU();
+  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa4 for this case)");
+  REQUIRE(forced_path() == "fa4");
+  const Problem p = make_problem(gbase("bwd paths bad variable", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9901));
+  DeviceMem dev;
+  const LibResult g = run_library(p, dev, 0);
+  INFO("status " << flashattn_status_string(g.bwd) << ": " << g.error);
+  CHECK(g.fwd == FLASHATTN_STATUS_SUCCESS);
+  CHECK(g.bwd == FLASHATTN_STATUS_INVALID_ARGUMENT);
+  CHECK(g.error.find("FLASHATTN_CUDA_BACKWARD=fa4") != std::string::npos);
+  CHECK(g.outputs_untouched);
+}
