@@ -9,9 +9,10 @@
 // Two passes, so that every output element is owned by exactly one task (no atomics,
 // no per-thread partial sums, bitwise identical for any thread count):
 //   pass 1, tasks (b, kv head, key tile): dK, dV of that tile, looping over the query
-//           heads of the GQA group and every query tile (computed on S^T, so the tile
-//           GEMMs need no transposes of P or dS);
-//   pass 2, tasks (b, h, query tile): dQ of that tile, looping over the key tiles; it
+//           heads of the GQA group and every query tile (computed on S, with K^T and V^T
+//           transposed once per task; dK and dV read dS and Z transposed, gemm_at);
+//   pass 2, tasks (b, h, query tile): dQ of that tile, looping over the key tiles
+//           (computed on S^T, with Q^T and dO^T transposed once per task); it
 //           also produces dBias. When dBias broadcasts over batch, heads or rows, a
 //           pass-2 task covers all the (b, h, query tile) that share its dBias elements,
 //           in a fixed order, and sums them in an fp32 slot buffer.
@@ -34,22 +35,22 @@ namespace {
 
 struct BwdSlot {
   // pass 1 (key tile fixed)
-  float* k;       // [kBc x dqk]
-  float* v;       // [kBc x dv]
-  float* qt;      // [dqk x kBr]
-  float* dot;     // [dv x kBr]
+  float* k;       // [kBc x dqk]   K tile, row-major (dot-product rows)
+  float* kt;      // [dqk x kBc]   K^T
+  float* vt;      // [dv x kBc]    V^T
   float* dk_acc;  // [kBc x dqkp]
   float* dv_acc;  // [kBc x dvp]
   // pass 2 (query tile fixed)
-  float* kt;      // [dqk x kBc]
-  float* vt;      // [dv x kBc]
+  float* qt;      // [dqk x kBr]   Q^T
+  float* dot;     // [dv x kBr]    dO^T
+  float* kr;      // [kBc x dqkp]  K tile, row-major
+  float* v;       // [kBc x dv]    V tile, row-major
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
   // both
   float* q;      // [kBr x dqkp]  Q tile, row-major
-  float* kr;     // [kBc x dqkp]  K tile, row-major (pass 2: dQ += dS K)
   float* dout;   // [kBr x dvp]
-  float* s;      // [64 x 64]  S (pass 2) or S^T (pass 1)
+  float* s;      // [64 x 64]  S (pass 1) or S^T (pass 2)
   float* dp;     // [64 x 64]
   float* drop;   // [64 x 64]  dropout only
   float* capg;   // [64 x 64]  softcap only
@@ -115,6 +116,46 @@ int64_t dot_rows_from(const HeadCtx& c, int64_t i0, int64_t ni) {
   return d < 0 ? 0 : (d > ni ? ni : d);
 }
 
+// One (query tile [i0, i0+ni), key tile [j0, j0+nj)) pair of context c: recomputes S,
+// P and dZ, and leaves Z = dropout(P) in w.s and dS = P * (dZ * D - Delta) in w.dp, as
+// [ni x kBc] tiles (pass 1: S = Q K^T, dZ = dO V^T from K^T and V^T in w.kt, w.vt) or
+// transposed, [nj x kBr] (kT, pass 2: S^T = K Q^T, dZ^T = V dO^T from Q^T and dO^T in
+// w.qt, w.dot, and the row-major V tile in w.v). Q, dO, LSE and Delta are w's
+// (load_query_side); k_rows (row stride ldk) is the row-major K tile, for the rows whose
+// forward scores were dot products, which are recomputed the same way (cpu_impl.hpp).
+template <bool kT>
+void tile_ds(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+             const float* k_rows, int64_t ldk, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  const int64_t ld = kT ? kBr : kBc;  // row stride of the score tiles
+  const int64_t d0 = dot_rows_from(c, i0, ni);
+  if (kT) {
+    gemm(nj, kBr, dqk, k_rows, ldk, w.qt, kBr, w.s, kBr, false);
+    if (d0 < ni) dot_rows(nj, ni - d0, dqk, k_rows, ldk, w.q + d0 * dqkp, dqkp, w.s + d0, kBr);
+  } else {
+    gemm(ni, kBc, dqk, w.q, dqkp, w.kt, kBc, w.s, kBc, false);
+    if (d0 < ni) dot_rows(ni - d0, nj, dqk, w.q + d0 * dqkp, dqkp, k_rows, ldk, w.s + d0 * kBc, kBc);
+  }
+  transform_scores<kT>(p, c, w.s, ld, i0, ni, j0, nj, ld, kind == kTilePartial, w.capg);
+  if (kT) {
+    gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
+  } else {
+    gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
+  }
+  if (w.drop) dropout_tile<kT>(p, c, w.drop, ld, i0, ni, j0, nj);
+  // Only the valid entries are read after (the GEMMs that take dS and Z sum over ni or nj).
+  ds_tile(w.s, w.dp, w.drop, ld, kT ? nj : ni, round_up(kT ? ni : nj, kTileN), w.lse, w.delta, kT);
+}
+
+// dS_raw = dS * (1 - tanh^2) on the tile tile_ds left in w.dp (softcap only).
+template <bool kT>
+void soften_ds(int64_t ni, int64_t nj, const BwdSlot& w) {
+  if (!w.capg) return;
+  const int64_t ld = kT ? kBr : kBc;
+  for (int64_t o = 0; o < (kT ? nj : ni); ++o) mul_row(w.dp + o * ld, w.capg + o * ld, kT ? ni : nj);
+}
+
 // ---- pass 1: dK, dV of key tile [j0, j0+nj) of kv head hk, sequence b ----
 void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
@@ -125,7 +166,8 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
   const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
 
   load_rows(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.k, dqk);
-  load_rows(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.v, dv);
+  load_rows_t(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.kt, kBc);
+  load_rows_t(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.vt, kBc);
   memset(w.dk_acc, 0, sizeof(float) * static_cast<size_t>(nj * dqkp));
   memset(w.dv_acc, 0, sizeof(float) * static_cast<size_t>(nj * dvp));
 
@@ -136,28 +178,13 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
       if (kind == kTileSkip) continue;
       load_query_side(p, c, i0, ni, w);
-      transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
-      transpose_tile(w.dout, dvp, ni, dv, w.dot, kBr);
 
-      // S^T = K Q^T and dZ^T = V dO^T, both [nj x kBr]; the forward's dot-product rows
-      // are recomputed as dot products (cpu_impl.hpp).
-      gemm(nj, kBr, dqk, w.k, dqk, w.qt, kBr, w.s, kBr, false);
-      const int64_t d0 = dot_rows_from(c, i0, ni);
-      if (d0 < ni) dot_rows(nj, ni - d0, dqk, w.k, dqk, w.q + d0 * dqkp, dqkp, w.s + d0, kBr);
-      transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, kBr, kind == kTilePartial, w.capg);
-      gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
-      if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
-
-      for (int64_t x = 0; x < nj; ++x) {
-        float* st = w.s + x * kBr;
-        float* dpt = w.dp + x * kBr;
-        exp_sub_vec(st, w.lse, kBr);                                            // P^T
-        ds_rows(st, dpt, w.drop ? w.drop + x * kBr : nullptr, w.delta, 1, ni);  // dS^T, Z^T
-        if (w.capg) mul_row(dpt, w.capg + x * kBr, ni);
-      }
-      // dV += Z^T dO, dK += dS^T Q (the K dimension is the ni valid query rows).
-      gemm(nj, dvp, ni, w.s, kBr, w.dout, dvp, w.dv_acc, dvp, true);
-      gemm(nj, dqkp, ni, w.dp, kBr, w.q, dqkp, w.dk_acc, dqkp, true);
+      tile_ds<false>(p, c, i0, ni, j0, nj, kind, w.k, dqk, w);
+      soften_ds<false>(ni, nj, w);
+      // dV += Z^T dO, dK += dS^T Q (Z and dS read transposed; the K dimension is the ni
+      // valid query rows).
+      gemm_at(nj, dvp, ni, w.s, kBc, w.dout, dvp, w.dv_acc, dvp, true);
+      gemm_at(nj, dqkp, ni, w.dp, kBc, w.q, dqkp, w.dk_acc, dqkp, true);
     }
   }
   store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
@@ -168,46 +195,36 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
 void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN);
-  const int64_t dvp = round_up(dv, kTileN);
   const int64_t ni = c.len_q - i0 < kBr ? c.len_q - i0 : kBr;
   const bool want_dbias = p.dbias != nullptr && w.dbias != nullptr;
   const int64_t db_ld = dbias_ld(p);
   const bool db_rows = p.bias_stride[2] != 0, db_cols = p.bias_stride[3] != 0;
 
   load_query_side(p, c, i0, ni, w);
+  transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
+  transpose_tile(w.dout, round_up(dv, kTileN), ni, dv, w.dot, kBr);
   memset(w.dq_acc, 0, sizeof(float) * static_cast<size_t>(ni * dqkp));
 
   for (int64_t j0 = 0; j0 < c.len_k; j0 += kBc) {
     const int64_t nj = c.len_k - j0 < kBc ? c.len_k - j0 : kBc;
     const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
     if (kind == kTileSkip) continue;
-    load_rows_t(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kt, kBc);
     load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kr, dqkp);
-    load_rows_t(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.vt, kBc);
+    load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.v, dv);
 
-    gemm(ni, kBc, dqk, w.q, dqkp, w.kt, kBc, w.s, kBc, false);
-    const int64_t d0 = dot_rows_from(c, i0, ni);
-    if (d0 < ni) dot_rows(ni - d0, nj, dqk, w.q + d0 * dqkp, dqkp, w.kr, dqkp, w.s + d0 * kBc, kBc);
-    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, w.capg);
-    gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
-    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-
-    for (int64_t r = 0; r < ni; ++r) {
-      float* srow = w.s + r * kBc;
-      float* dprow = w.dp + r * kBc;
-      exp_sub(srow, kBc, w.lse[r]);                                                   // P
-      ds_rows(srow, dprow, w.drop ? w.drop + r * kBc : nullptr, w.delta + r, 0, nj);  // dS
-      if (want_dbias) {
+    tile_ds<true>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, w);
+    if (want_dbias) {
+      for (int64_t r = 0; r < ni; ++r) {
         float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
         if (db_cols) {
-          for (int64_t x = 0; x < nj; ++x) acc[j0 + x] += dprow[x];
+          for (int64_t x = 0; x < nj; ++x) acc[j0 + x] += w.dp[x * kBr + r];
         } else {
-          for (int64_t x = 0; x < nj; ++x) acc[0] += dprow[x];
+          for (int64_t x = 0; x < nj; ++x) acc[0] += w.dp[x * kBr + r];
         }
       }
-      if (w.capg) mul_row(dprow, w.capg + r * kBc, nj);
     }
-    gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_acc, dqkp, true);
+    soften_ds<true>(ni, nj, w);
+    gemm_at(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true);  // dQ += dS K
   }
   store_grad_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
 }

@@ -36,7 +36,7 @@ namespace {
 constexpr int kSub = static_cast<int>(kFwdBlockRows / kBr);
 
 struct RowState {
-  float* q;    // [kBr x dqk]
+  float* q;    // [kBr x dqk] row-major (dot blocks), or kBr / kTileN panels of [dqk x kTileN]
   float* acc;  // [kBr x dvp]
   float* m;    // [kBr]
   float* l;    // [kBr]
@@ -44,11 +44,13 @@ struct RowState {
 
 struct FwdSlot {
   RowState sub[kSub];
-  float* kt;    // K tile: kBc / kTileN panels of [dqk x kTileN] (gemm_panels), or [kBc x dqk] row-major (dot blocks)
-  float* v;     // [kBc x dvp]
-  float* s;     // [kBr x kBc]   scores, then probabilities
-  float* drop;  // [kBr x kBc]   dropout multipliers (dropout only)
-  float* tmp;   // [dvp]         output row staging
+  float* qrows;  // [kBr x dqk]   Q rows staged for the panels
+  float* k;      // [kBc x dqk]   K tile, row-major
+  float* v;      // [kBc x dvp]
+  float* s;      // [kBc x kBr]   scores S^T, then probabilities (dot blocks: S, [kBr x kBc])
+  float* drop;   // [kBc x kBr]   dropout multipliers, laid out as s (dropout only)
+  float* alpha;  // [kBr]         rescale factors
+  float* tmp;    // [dvp]         output row staging
 };
 
 FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
@@ -60,49 +62,45 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
     r.m = cv.floats(kBr);
     r.l = cv.floats(kBr);
   }
-  s.kt = cv.floats(dqk, kBc);
+  s.qrows = cv.floats(kBr, dqk);
+  s.k = cv.floats(kBc, dqk);
   s.v = cv.floats(kBc, dvp);
   s.s = cv.floats(kBr, kBc);
   s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
+  s.alpha = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
   return s;
 }
 
-// One kBr x kBc tile of the online softmax: S = Q K^T, scores, then
+// One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
+// GEMM blocks work on S^T = K Q^T (K row-major as A, Q in panels as B): each query row is
+// a column, so the softmax runs down columns in vector lanes, with no reduction across
+// lanes, and K needs no transposing. Dot blocks (few rows) work on S = Q K^T by dot
+// products, row by row. Both give every score the same sum in the same order.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
                  bool dots, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
+  const bool partial = kind == kTilePartial;
   if (dots) {
-    dot_rows(ni, nj, dqk, st.q, dqk, w.kt, dqk, w.s, kBc);  // padding columns: transform_scores
-  } else {
-    gemm_panels(ni, kBc, dqk, st.q, dqk, w.kt, w.s, kBc, false);
+    dot_rows(ni, nj, dqk, st.q, dqk, w.k, dqk, w.s, kBc);  // padding columns: transform_scores
+    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
+    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
+    online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+    if (w.drop)
+      for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
+    gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
+    return;
   }
-  transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, kind == kTilePartial, nullptr);
-  if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-  for (int64_t r = 0; r < ni; ++r) {
-    float* row = w.s + r * kBc;
-    const float m_tile = row_max(row, kBc);
-    const float m_new = m_tile > st.m[r] ? m_tile : st.m[r];
-    if (m_new == -INFINITY) {
-      // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
-      // against a reference of 0 instead of -inf, masked scores give exact zeros and a NaN
-      // stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for good: NaN
-      // times any alpha is NaN) for a row with a NaN score, which then ends with O and LSE
-      // NaN. Only rows that have kept nothing yet come here.
-      st.l[r] += exp_sub_sum(row, kBc, 0.f);
-      continue;
-    }
-    // alpha rescales what was accumulated under the previous max (0 when m was -inf).
-    const float alpha = exp_scalar(st.m[r] - m_new);
-    const float sum = exp_sub_sum(row, kBc, m_new);
-    st.l[r] = st.l[r] * alpha + sum;
-    if (alpha != 1.f) scale_row(st.acc + r * dvp, dvp, alpha);
-    st.m[r] = m_new;
-    if (w.drop) mul_row(row, w.drop + r * kBc, kBc);
-  }
-  gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
+  const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
+  gemm_panels(nj, nc, dqk, w.k, dqk, st.q, w.s, kBr, false);
+  transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr);
+  if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
+  online_softmax_cols(w.s, kBr, nj, nc, st.m, st.l, w.alpha, st.acc, dvp, dvp);
+  if (w.drop)
+    for (int64_t x = 0; x < nj; ++x) mul_row(w.s + x * kBr, w.drop + x * kBr, ni);
+  gemm_at(ni, dvp, nj, w.s, kBr, w.v, dvp, st.acc, dvp, true);  // acc += P V, P read from S^T
 }
 
 // Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence) against keys
@@ -112,24 +110,30 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
                    const SplitParts* parts, int64_t s) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   int64_t rows[kSub];
+  int64_t block_rows = 0;
   for (int sb = 0; sb < kSub; ++sb) {
     const int64_t start = i0 + sb * kBr;
     rows[sb] = start >= c.len_q ? 0 : (c.len_q - start < kBr ? c.len_q - start : kBr);
+    block_rows += rows[sb];
+  }
+  const bool dots = block_rows <= kDotRows;
+  for (int sb = 0; sb < kSub; ++sb) {
     if (rows[sb] == 0) continue;
+    const int64_t start = i0 + sb * kBr;
     const RowState& st = w.sub[sb];
-    load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, start, rows[sb], dqk, st.q, dqk);
+    float* q = dots ? st.q : w.qrows;
+    load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, start, rows[sb], dqk, q, dqk);
     if (p.rotary != 0)
-      for (int64_t r = 0; r < rows[sb]; ++r) rotate_row(p, st.q + r * dqk, query_rotary_position(p, c.b, start + r));
-    for (int64_t r = 0; r < rows[sb]; ++r) {
+      for (int64_t r = 0; r < rows[sb]; ++r) rotate_row(p, q + r * dqk, query_rotary_position(p, c.b, start + r));
+    if (!dots) pack_panels(q, dqk, rows[sb], dqk, st.q);
+    // Every row of the tile, the padding rows' too: the column softmax reads them all.
+    for (int64_t r = 0; r < kBr; ++r) {
       st.m[r] = -INFINITY;
       st.l[r] = 0.f;
     }
-    memset(st.acc, 0, sizeof(float) * static_cast<size_t>(rows[sb] * dvp));
+    memset(st.acc, 0, sizeof(float) * static_cast<size_t>(kBr * dvp));
   }
 
-  int64_t block_rows = 0;
-  for (int sb = 0; sb < kSub; ++sb) block_rows += rows[sb];
-  const bool dots = block_rows <= kDotRows;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
     const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
     TileKind kind[kSub];
@@ -139,11 +143,7 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    if (dots) {
-      load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt, dqk, false);
-    } else {
-      load_key_panels(p, p.k, p.k_stride, c, j0, nj, dqk, w.kt);
-    }
+    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
     load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
     for (int sb = 0; sb < kSub; ++sb) {
       if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);
@@ -198,12 +198,12 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   run_team(team, [&](const TeamMember& me) {
     Carver cv{workspace + shared + static_cast<size_t>(me.id) * slot_bytes};
     const FwdSlot w = carve_fwd(p, cv);
-    // The GEMMs read the K and V tiles' padding (keys past a partial tile, V's columns past
-    // head_dim_v), which the loads leave as they are: zero it once per run, so it stays
-    // finite. Everything else in the slot is written before it is read (the tests run on a
-    // NaN-poisoned workspace); zeroing the whole slot cost up to 0.6 MB per thread per run.
+    // The P V GEMM reads V's columns past head_dim_v, which the loads leave as they are:
+    // zero them once per run, so they stay finite. The scores of the Q panels' rows past a
+    // partial tile are overwritten (-inf) before use; everything else in the slot is
+    // written before it is read (the tests run on a NaN-poisoned workspace). Zeroing the
+    // whole slot cost up to 0.6 MB per thread per run.
     const int64_t dvp = round_up(p.head_dim_v, kTileN);
-    memset(w.kt, 0, sizeof(float) * static_cast<size_t>(p.head_dim_qk * kBc));
     memset(w.v, 0, sizeof(float) * static_cast<size_t>(kBc * dvp));
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       // Last query block first: under a causal mask (top-left) it is the longest, and

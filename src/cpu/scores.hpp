@@ -25,6 +25,25 @@ inline TileKind classify_tile(const AttnParams& p, const HeadCtx& c, int64_t i0,
   return flashattn::classify_tile(p, c.h, c.shift, i0, ni, j0, nj);
 }
 
+// The inner indices [lo, hi) of outer index o of a tile (layout as in transform_scores)
+// that the band mask keeps (lo <= hi, both within [0, n_inner]): band_keep's condition,
+// j - i' <= window_right and i' - j <= window_left (i' = i + shift), keeps one interval of
+// keys per query row and of query rows per key. With d the offset below, both differences
+// are x - d and d - x; the windows are compared as differences (they may be INT64_MAX).
+template <bool kTransposed>
+inline void band_interval(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j0, int64_t o, int64_t n_inner,
+                          int64_t* lo, int64_t* hi) {
+  *lo = 0;
+  *hi = n_inner;
+  if (!p.has_band) return;
+  const int64_t d = kTransposed ? j0 + o - i0 - c.shift : i0 + o + c.shift - j0;
+  const int64_t up = kTransposed ? p.window_left : p.window_right;    // keeps x - d <= up
+  const int64_t down = kTransposed ? p.window_right : p.window_left;  // keeps d - x <= down
+  if (up >= 0 && up < n_inner - d) *hi = d + up + 1 > 0 ? d + up + 1 : 0;
+  if (down >= 0 && down < d) *lo = d - down < n_inner ? d - down : n_inner;
+  if (*hi < *lo) *hi = *lo;
+}
+
 // Turns raw dot products q.k of a tile into final scores:
 //   s = scale * qk;  softcap: s = cap * tanh(s / cap);  s += bias | ALiBi;  masked -> -inf.
 // Padding (inner index in [n_inner, inner_pad)) is set to -inf so row reductions can
@@ -37,6 +56,7 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
   const int64_t n_inner = kTransposed ? ni : nj;
   const float scale = p.scale;
   const float cap = p.softcap;
+  if (cap <= 0.f) scale_rows(s, ld, n_outer, inner_pad, scale);  // vectorized; the padding is overwritten below
   for (int64_t o = 0; o < n_outer; ++o) {
     float* row = s + o * ld;
     if (cap > 0.f) {
@@ -46,8 +66,6 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
         row[x] = cap * t;
         if (g) g[x] = 1.f - t * t;
       }
-    } else {
-      scale_row(row, inner_pad, scale);  // vectorized kernel; the padding is overwritten below
     }
     if (p.bias_kind == kBiasTensor) {
       const int64_t* bs = p.bias_stride;
@@ -63,9 +81,15 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
       }
     }
     if (partial) {
-      for (int64_t x = 0; x < n_inner; ++x) {
-        const int64_t i = i0 + (kTransposed ? x : o), j = j0 + (kTransposed ? o : x);
-        if (!band_keep(p, i + c.shift, j) || !layout_keep(p, c.h, i, j)) row[x] = -INFINITY;
+      int64_t lo, hi;
+      band_interval<kTransposed>(p, c, i0, j0, o, n_inner, &lo, &hi);
+      for (int64_t x = 0; x < lo; ++x) row[x] = -INFINITY;
+      for (int64_t x = hi; x < n_inner; ++x) row[x] = -INFINITY;
+      if (p.layout != nullptr) {
+        for (int64_t x = lo; x < hi; ++x) {
+          const int64_t i = i0 + (kTransposed ? x : o), j = j0 + (kTransposed ? o : x);
+          if (!layout_keep(p, c.h, i, j)) row[x] = -INFINITY;
+        }
       }
     }
     for (int64_t x = n_inner; x < inner_pad; ++x) row[x] = -INFINITY;

@@ -150,7 +150,7 @@ void forward_head(const AttnParams& p, const HeadCtx& c, const StdShared& sh, co
       const float l = exp_sub_sum(row, d.lds, m == -INFINITY ? 0.f : m);
       float lse = -INFINITY;
       if (l != 0.f) {
-        scale_row(row, d.lds, 1.f / l);  // P
+        scale_rows(row, d.lds, 1, d.lds, 1.f / l);  // P
         lse = m + logf(l);
         if (w.drop) mul_row(row, w.drop + r * d.lds, c.len_k);
       }

@@ -112,16 +112,6 @@ inline void load_key_rows(const AttnParams& p, const void* base, const Strides4&
   }
 }
 
-// Key rows [j0, j0+n) of context c as gemm_panels' B: dst[r / kTileN][d][r % kTileN]
-// for d < dim (panels of dim x kTileN floats; rows past n are left as they are).
-inline void load_key_panels(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
-                            int64_t n, int64_t dim, float* dst) {
-  for (int64_t r = 0; r < n; ++r) {
-    const char* src = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r));
-    row_to_float_strided(src, p.dtype, dst + (r / kTileN) * dim * kTileN + r % kTileN, kTileN, dim);
-  }
-}
-
 // src[r*ld + c] * mul -> rows [i0, i0+n) of head h. tmp holds one row (dim floats).
 inline void store_rows(const AttnParams& p, void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
                        int64_t i0, int64_t n, int64_t dim, const float* src, int64_t ld, float mul, float* tmp) {
@@ -157,6 +147,16 @@ inline void zero_rows(const AttnParams& p, void* base, const Strides4& s, int64_
 inline void transpose_tile(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  }
+}
+
+// Rows [0, n) of a row-major float tile (row stride lds) as gemm_panels' B:
+// dst[r / kTileN][c][r % kTileN] for c < dim (panels of dim x kTileN floats; rows past n
+// are left as they are).
+inline void pack_panels(const float* src, int64_t lds, int64_t n, int64_t dim, float* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* panel = dst + (r / kTileN) * dim * kTileN + r % kTileN;
+    for (int64_t c = 0; c < dim; ++c) panel[c * kTileN] = src[r * lds + c];
   }
 }
 

@@ -19,8 +19,12 @@ constexpr int kVecs = static_cast<int>(kTileN) / kLanes;  // vectors per kTileN 
 
 FA_TARGET FA_ALWAYS_INLINE void loadv(vf& v, const float* p) { memcpy(&v, p, sizeof v); }
 FA_TARGET FA_ALWAYS_INLINE void storev(float* p, const vf& v) { memcpy(p, &v, sizeof v); }
-FA_TARGET FA_ALWAYS_INLINE void splat(vf& v, float x) {
-  for (int l = 0; l < kLanes; ++l) v[l] = x;  // a broadcast ("vf{} + x" would keep an add)
+// A broadcast of x. x - 0 is x for every x (x + 0 is not, for x = -0), so this compiles
+// to one broadcast (from memory: one load), where "V{} + x" keeps an add and a lane loop
+// becomes a chain of inserts.
+template <class V>
+FA_TARGET FA_ALWAYS_INLINE void splat(V& v, float x) {
+  v = x - V{};
 }
 FA_TARGET FA_ALWAYS_INLINE float lane_sum(const vf& v) {
   float total = 0.f;
@@ -106,8 +110,9 @@ FA_TARGET FA_ALWAYS_INLINE void store_acc(float* p, const vacc& v) {
 
 // MR x kTileN register tile of C: MR * kVecs accumulators, kVecs B vectors and one
 // broadcast (AVX2: 6 x 2 + 2 + 1 = 15 of 16 registers; AVX-512: 16 x 1 + 1 + 1 = 18 of
-// 32). Each C element sums k in increasing order.
-template <int MR>
+// 32). Each C element sums k in increasing order. kAT: A is stored transposed, element
+// (r, k) at A[k * lda + r] (broadcasts read any layout at the same cost).
+template <int MR, bool kAT>
 FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                                            float* C, int64_t ldc, bool accumulate) {
   vacc c[MR][kVecs];
@@ -124,7 +129,8 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     vacc b[kVecs];
     for (int v = 0; v < kVecs; ++v) load_acc(b[v], B + k * ldb + v * kLanes);
     for (int r = 0; r < MR; ++r) {
-      const vacc a = vacc{} + A[r * lda + k];
+      vacc a;
+      splat(a, kAT ? A[k * lda + r] : A[r * lda + k]);
       for (int v = 0; v < kVecs; ++v) c[r][v] += a * b[v];
     }
   }
@@ -136,8 +142,9 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
 // when the standard path multiplies whole rows of S (N, K up to seqlen); the sum over
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
 // does not change results. Flash tiles fit in one block. kPanels: B is packed in
-// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major.
-template <bool kPanels>
+// kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major. kAT: A is
+// stored transposed (micro_tile).
+template <bool kPanels, bool kAT>
 FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                                              const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
@@ -154,20 +161,26 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
       auto panel = [&](int64_t j) { return kPanels ? B + (j / kTileN) * K * kTileN + kb * kTileN : B + kb * ldb + j; };
+      auto rows = [&](int64_t i) { return kAT ? A + kb * lda + i : A + i * lda + kb; };
       int64_t i = 0;
       for (; i + FA_MR <= M; i += FA_MR) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<FA_MR>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<FA_MR, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+        }
+      }
+      for (; i + 4 <= M; i += 4) {  // a 64-row tile: 10 tiles of 6 rows, then one of 4
+        for (int64_t j = jb; j < je; j += kTileN) {
+          micro_tile<4, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i + 2 <= M; i += 2) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<2>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<2, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
       for (; i < M; ++i) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<1>(kc, A + i * lda + kb, lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<1, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
         }
       }
     }
@@ -176,12 +189,17 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
 
 FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                     int64_t ldc, bool accumulate) {
-  gemm_blocked<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  gemm_blocked<false, false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+FA_TARGET void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb,
+                       float* C, int64_t ldc, bool accumulate) {
+  gemm_blocked<false, true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
 }
 
 FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,
                            int64_t ldc, bool accumulate) {
-  gemm_blocked<true>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
+  gemm_blocked<true, false>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
 }
 
 FA_TARGET float row_max(const float* x, int64_t n) {
@@ -215,17 +233,6 @@ FA_TARGET float exp_sub_sum(float* x, int64_t n, float m) {
   return lane_sum(s[0]);
 }
 
-FA_TARGET void exp_sub_vec(float* x, const float* m, int64_t n) {
-  for (int64_t j = 0; j < n; j += kLanes) {
-    vf a, b, e;
-    loadv(a, x + j);
-    loadv(b, m + j);
-    a = a - b;
-    expv(a, e);
-    storev(x + j, e);
-  }
-}
-
 FA_TARGET void exp_sub(float* x, int64_t n, float m) {
   for (int64_t j = 0; j < n; j += kLanes) {
     vf a, e;
@@ -236,13 +243,103 @@ FA_TARGET void exp_sub(float* x, int64_t n, float m) {
   }
 }
 
-FA_TARGET void scale_row(float* y, int64_t n, float a) {
+FA_TARGET FA_ALWAYS_INLINE void scale_row_body(float* y, int64_t n, float a) {
   for (int64_t j = 0; j < n; j += kLanes) {
     vf v;
     loadv(v, y + j);
     v = v * a;
     storev(y + j, v);
   }
+}
+
+FA_TARGET void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a) {
+  for (int64_t r = 0; r < rows; ++r) scale_row_body(y + r * ld, n, a);
+}
+
+FA_TARGET void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc,
+                              int64_t ldacc, int64_t nacc) {
+  // kLanes rows at a time, in phases (row maxima, then the rescale factors of all of
+  // them in one vector exp, then the exponentials): short independent steps per row
+  // overlap in the out-of-order window where one long chain per row did not.
+  for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+    const int nr = static_cast<int>(rows - r0 < kLanes ? rows - r0 : kLanes);
+    vf m_old = vf{}, m_new = vf{}, alpha;
+    for (int i = 0; i < nr; ++i) {
+      const float m_tile = row_max(s + (r0 + i) * lds, n);
+      m_old[i] = m[r0 + i];
+      m_new[i] = m_tile > m_old[i] ? m_tile : m_old[i];
+    }
+    // alpha rescales what was accumulated under the previous max (0 when m was -inf).
+    const vf diff = m_old - m_new;
+    expv(diff, alpha);
+    for (int i = 0; i < nr; ++i) {
+      const int64_t r = r0 + i;
+      float* row = s + r * lds;
+      if (m_new[i] == -INFINITY) {
+        // Every score of the row so far is -inf (masked) or NaN (row_max skips NaN). Taken
+        // against a reference of 0 instead of -inf, masked scores give exact zeros and a
+        // NaN stays NaN: l stays exactly 0 for a fully masked row and becomes NaN (for
+        // good: NaN times any alpha is NaN) for a row with a NaN score, which then ends
+        // with O and LSE NaN. Only rows that have kept nothing yet come here (acc is 0).
+        l[r] += exp_sub_sum(row, n, 0.f);
+        continue;
+      }
+      const float sum = exp_sub_sum(row, n, m_new[i]);
+      l[r] = l[r] * alpha[i] + sum;
+      if (alpha[i] != 1.f) scale_row_body(acc + r * ldacc, nacc, alpha[i]);
+      m[r] = m_new[i];
+    }
+  }
+}
+
+FA_TARGET void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha,
+                                   float* acc, int64_t ldacc, int64_t nacc) {
+  for (int64_t c0 = 0; c0 < n; c0 += kTileN) {
+    vf mx[kVecs], ref[kVecs], sum[kVecs];
+    for (int v = 0; v < kVecs; ++v) loadv(mx[v], m + c0 + v * kLanes);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int v = 0; v < kVecs; ++v) {
+        vf a;
+        loadv(a, s + r * lds + c0 + v * kLanes);
+        const vi g = a > mx[v];  // false for NaN: the maximum skips NaN scores
+        mx[v] = FA_SELECT(g, a, mx[v]);
+      }
+    }
+    for (int v = 0; v < kVecs; ++v) {
+      // A column whose maximum is still -inf (every score so far masked, or NaN) is
+      // exponentiated against 0 instead, with alpha 1: masked scores give exact zeros and
+      // l stays 0, a NaN score makes l NaN for good (the row ends with O and LSE NaN).
+      const vi none = mx[v] == (vf{} - INFINITY);
+      ref[v] = FA_SELECT(none, vf{}, mx[v]);
+      vf old, a;
+      loadv(old, m + c0 + v * kLanes);
+      const vf diff = old - mx[v];
+      expv(diff, a);  // rescales what was accumulated under the previous max (0 from -inf)
+      a = FA_SELECT(none, vf{} + 1.f, a);
+      storev(alpha + c0 + v * kLanes, a);
+      storev(m + c0 + v * kLanes, mx[v]);
+      sum[v] = vf{};
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int v = 0; v < kVecs; ++v) {
+        vf a, e;
+        loadv(a, s + r * lds + c0 + v * kLanes);
+        a = a - ref[v];
+        expv(a, e);
+        storev(s + r * lds + c0 + v * kLanes, e);
+        sum[v] += e;
+      }
+    }
+    for (int v = 0; v < kVecs; ++v) {
+      vf lv, a;
+      loadv(lv, l + c0 + v * kLanes);
+      loadv(a, alpha + c0 + v * kLanes);
+      lv = lv * a + sum[v];
+      storev(l + c0 + v * kLanes, lv);
+    }
+  }
+  for (int64_t c = 0; c < n; ++c)
+    if (alpha[c] != 1.f) scale_row_body(acc + c * ldacc, nacc, alpha[c]);
 }
 
 FA_TARGET FA_ALWAYS_INLINE float dot_body(const float* a, const float* b, int64_t n) {
@@ -318,8 +415,38 @@ FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delt
   }
 }
 
+FA_TARGET void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+                       const float* delta, bool per_column) {
+  for (int64_t o = 0; o < rows; ++o) {
+    vf m = vf{}, dl = vf{};
+    if (!per_column) {
+      splat(m, lse[o]);
+      splat(dl, delta[o]);
+    }
+    for (int64_t x = 0; x < n; x += kLanes) {
+      if (per_column) {
+        loadv(m, lse + x);
+        loadv(dl, delta + x);
+      }
+      vf a, e, g;
+      loadv(a, s + o * ld + x);
+      a = a - m;
+      expv(a, e);  // P
+      loadv(g, dp + o * ld + x);
+      if (drop) {
+        vf d;
+        loadv(d, drop + o * ld + x);
+        g = e * (g * d - dl);
+        e = e * d;
+      } else {
+        g = e * (g - dl);
+      }
+      storev(s + o * ld + x, e);
+      storev(dp + o * ld + x, g);
+    }
+  }
+}
+
 FA_TARGET void mul_row(float* y, const float* g, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] *= g[j];
 }
-
-FA_TARGET float exp_scalar(float x) { return exp1(x); }

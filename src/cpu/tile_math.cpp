@@ -64,25 +64,28 @@ namespace {
 
 struct KernelTable {
   decltype(&isa_base::gemm) gemm;
+  decltype(&isa_base::gemm_at) gemm_at;
   decltype(&isa_base::gemm_panels) gemm_panels;
   decltype(&isa_base::row_max) row_max;
   decltype(&isa_base::exp_sub_sum) exp_sub_sum;
-  decltype(&isa_base::exp_sub_vec) exp_sub_vec;
   decltype(&isa_base::exp_sub) exp_sub;
-  decltype(&isa_base::scale_row) scale_row;
+  decltype(&isa_base::scale_rows) scale_rows;
+  decltype(&isa_base::online_softmax) online_softmax;
+  decltype(&isa_base::online_softmax_cols) online_softmax_cols;
   decltype(&isa_base::dot) dot;
   decltype(&isa_base::dot_rows) dot_rows;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
+  decltype(&isa_base::ds_tile) ds_tile;
   decltype(&isa_base::mul_row) mul_row;
-  decltype(&isa_base::exp_scalar) exp_scalar;
 };
 
-#define FA_TABLE(ns)                                                                                               \
-  KernelTable {                                                                                                    \
-    ns::gemm, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub_vec, ns::exp_sub, ns::scale_row, ns::dot, \
-        ns::dot_rows, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::mul_row, ns::exp_scalar       \
+#define FA_TABLE(ns)                                                                                   \
+  KernelTable {                                                                                        \
+    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
+        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::half_row_to_float,     \
+        ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row                                   \
   }
 
 KernelTable pick_kernels() {
@@ -107,15 +110,26 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
           int64_t ldc, bool accumulate) {
   kernels().gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
+void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc, bool accumulate) {
+  kernels().gemm_at(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
+}
 void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
                  bool accumulate) {
   kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, accumulate);
 }
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }
-void exp_sub_vec(float* x, const float* m, int64_t n) { kernels().exp_sub_vec(x, m, n); }
 void exp_sub(float* x, int64_t n, float m) { kernels().exp_sub(x, n, m); }
-void scale_row(float* y, int64_t n, float a) { kernels().scale_row(y, n, a); }
+void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a) { kernels().scale_rows(y, ld, rows, n, a); }
+void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc, int64_t ldacc,
+                    int64_t nacc) {
+  kernels().online_softmax(s, lds, rows, n, m, l, acc, ldacc, nacc);
+}
+void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha, float* acc,
+                         int64_t ldacc, int64_t nacc) {
+  kernels().online_softmax_cols(s, lds, rows, n, m, l, alpha, acc, ldacc, nacc);
+}
 float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
 void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
               int64_t ldc) {
@@ -126,8 +140,11 @@ void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().b
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {
   kernels().ds_rows(p, dp, drop, delta, delta_step, n);
 }
+void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+             const float* delta, bool per_column) {
+  kernels().ds_tile(s, dp, drop, ld, rows, n, lse, delta, per_column);
+}
 void mul_row(float* y, const float* g, int64_t n) { kernels().mul_row(y, g, n); }
-float exp_scalar(float x) { return kernels().exp_scalar(x); }
 
 }  // namespace cpu
 }  // namespace flashattn

@@ -22,6 +22,11 @@ constexpr int64_t kTileN = 16;  // column padding unit (two AVX registers)
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate);
 
+// The same with A given transposed: C = (accumulate ? C : 0) + At^T B, At[K x M] row-major
+// (A's element (i, k) at At[k * lda + i]); the same sums in the same order as gemm on A.
+void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc, bool accumulate);
+
 // The same with B packed in kTileN-column panels: Bp[j / kTileN][k][j % kTileN] (the
 // layout pack_key_panels writes), so that sweeping a panel reads consecutive cache lines.
 // Same results as gemm on the unpacked B.
@@ -37,13 +42,28 @@ float row_max(const float* x, int64_t n);
 // a fixed order. exp(-inf) = 0. m must be finite.
 float exp_sub_sum(float* x, int64_t n, float m);
 
-// x[j] = exp(x[j] - m[j]) for j < n (n % kTileN == 0); m[j] may be +inf (gives 0).
-void exp_sub_vec(float* x, const float* m, int64_t n);
 // x[j] = exp(x[j] - m) (m may be +inf).
 void exp_sub(float* x, int64_t n, float m);
 
-// y[j] *= a for j < n.
-void scale_row(float* y, int64_t n, float a);
+// y[r * ld + j] *= a for r < rows, j < n (n % kLanes == 0: n % kTileN == 0 will do).
+void scale_rows(float* y, int64_t ld, int64_t rows, int64_t n, float a);
+
+// One key tile of the forward's online softmax on rows [0, rows) of the score tile s
+// (row stride lds, n % kTileN == 0 columns, padding -inf), with the running row max m,
+// row sum l and output accumulators acc[r * ldacc + c], c < nacc (nacc % kTileN == 0):
+//   m' = max(m, rowmax s),  s = exp(s - m'),  alpha = exp(m - m'),
+//   l = l * alpha + rowsum s,  acc *= alpha (skipped when alpha = 1),  m = m'.
+// A row whose m' is -inf (every score so far masked, or NaN) is exponentiated against 0
+// and keeps m = -inf: l stays 0 for masked scores and becomes NaN for a NaN score.
+void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* acc, int64_t ldacc,
+                    int64_t nacc);
+
+// The same on a transposed score tile: s[k * lds + c] is the score of query row c (a
+// column, c < n, n % kTileN == 0) against key k < rows; m, l, acc as above, per column.
+// Each column's sum over k runs in increasing k. alpha[c] receives the rescale factor
+// (scratch of n floats).
+void online_softmax_cols(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* alpha, float* acc,
+                         int64_t ldacc, int64_t nacc);
 
 // sum a[j] * b[j] for any n (16 lane sums in a fixed order, then the tail).
 float dot(const float* a, const float* b, int64_t n);
@@ -62,11 +82,15 @@ void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n);
 // Delta = delta[0] (delta_step 0) or delta[j] (delta_step 1, transposed tiles).
 void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n);
 
+// The backward's elementwise step on a score tile (row stride ld), rows [0, rows) by
+// columns [0, n) (n % kLanes == 0: n % kTileN == 0 will do), with S in s and dZ in dp:
+//   P = exp(S - LSE),  dp = P * (dZ * D - Delta),  s = P * D  (D = drop, or 1 when null),
+// LSE and Delta per row (lse[o], delta[o]) or, per_column, per column (lse[x], delta[x]).
+void ds_tile(float* s, float* dp, const float* drop, int64_t ld, int64_t rows, int64_t n, const float* lse,
+             const float* delta, bool per_column);
+
 // y[j] *= g[j] (any n).
 void mul_row(float* y, const float* g, int64_t n);
-
-// exp used by both algorithms (|rel err| < 2 ulp for x in [-87, 0]; 0 below -87.3).
-float exp_scalar(float x);
 
 }  // namespace cpu
 }  // namespace flashattn
