@@ -1,5 +1,6 @@
 // FLASHATTN_CPU_THREADS is read once per plan, when it is created: a workspace queried
 // from a plan always serves that plan's runs, whatever the variable says later.
+#include <math.h>
 #include <stdlib.h>
 
 #include <string>
@@ -80,4 +81,36 @@ TEST_CASE("FLASHATTN_CPU_THREADS changed between the workspace query and the run
     flashattn_plan_destroy(p);
   }
   REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+}
+
+// The backward runs one pass per (batch, kv head) when there are at least as many of them
+// as threads, else two passes over tiles (flash_bwd.cpp): both give the same bits, so
+// the gradients do not depend on the thread count. Two (batch, kv head) pairs: 1 and 2
+// threads take the one pass, 3 and 4 the two.
+TEST_CASE("CPU backward gradients are bitwise independent of the thread count", "[threads][bwd]") {
+  std::vector<Tensors> runs;
+  for (const char* threads : {"1", "2", "3", "4"}) {
+    INFO("threads " << threads);
+    flashattn_plan_t p = make_plan(threads);
+    REQUIRE(flashattn_plan_set_band_mask(p, FLASHATTN_ALIGN_BOTTOM_RIGHT, 200, 0) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_softcap(p, 5.f) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_dropout(p, 0.2f, 11, 0) == FLASHATTN_STATUS_SUCCESS);
+    std::vector<char> ws_fwd(workspace(p, FLASHATTN_PASS_FORWARD)), ws_bwd(workspace(p, FLASHATTN_PASS_BACKWARD));
+    Tensors t;
+    for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = 0.5f * sinf(0.37f * static_cast<float>(i));
+    for (size_t i = 0; i < t.k.size(); ++i) t.k[i] = cosf(0.11f * static_cast<float>(i));
+    for (size_t i = 0; i < t.v.size(); ++i) t.v[i] = sinf(0.23f * static_cast<float>(i) + 1.f);
+    for (size_t i = 0; i < t.dout.size(); ++i) t.dout[i] = cosf(0.07f * static_cast<float>(i) + 2.f);
+    REQUIRE(t.fwd(p, ws_fwd) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(t.bwd(p, ws_bwd) == FLASHATTN_STATUS_SUCCESS);
+    runs.push_back(t);
+    flashattn_plan_destroy(p);
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    INFO("run " << r);
+    CHECK(runs[r].dq == runs[0].dq);
+    CHECK(runs[r].dk == runs[0].dk);
+    CHECK(runs[r].dv == runs[0].dv);
+  }
 }

@@ -6,18 +6,25 @@
 //   dS_raw = dS * (1 - tanh^2) with softcap,  dQ = scale dS_raw K,  dK = scale dS_raw^T Q,
 //   dBias = dS (summed over broadcast dims).
 //
-// Two passes, so that every output element is owned by exactly one task (no atomics,
-// no per-thread partial sums, bitwise identical for any thread count):
-//   pass 1, tasks (b, kv head, key tile): dK, dV of that tile, looping over the query
+// Every output element is owned by exactly one task (no atomics, no partial sums across
+// tasks), so results are bitwise identical for any thread count. Two schedules, which
+// give bitwise identical results (the same sums in the same order), chosen per run:
+//   one pass (no bias tensor, and at least one (b, kv head) per thread): tasks (b, kv
+//           head) loop over the query heads of the GQA group, the key tiles and the
+//           query tiles, and compute dQ, dK and dV of the whole group from each tile
+//           pair's dS: 5 tile GEMMs per pair, with dQ, dK and dV accumulated over
+//           sequence-long buffers in the task's slot (O(N d) workspace per thread);
+//   two passes (otherwise; a task per tile keeps every thread busy, and dBias is owned
+//           per query tile):
+//     pass 1, tasks (b, kv head, key tile): dK, dV of that tile, looping over the query
 //           heads of the GQA group and every query tile (computed on S, with K^T and V^T
 //           transposed once per task; dK and dV read dS and Z transposed, gemm_at);
-//   pass 2, tasks (b, h, query tile): dQ of that tile, looping over the key tiles
+//     pass 2, tasks (b, h, query tile): dQ of that tile, looping over the key tiles
 //           (computed on S^T, with Q^T and dO^T transposed once per task); it
 //           also produces dBias. When dBias broadcasts over batch, heads or rows, a
 //           pass-2 task covers all the (b, h, query tile) that share its dBias elements,
 //           in a fixed order, and sums them in an fp32 slot buffer.
-// Pass 2 recomputes S and dP: 7 tile GEMMs per (q, k) tile pair instead of 5, the price
-// of determinism without O(N * d * threads) partial buffers.
+//   Pass 2 recomputes S and dP: 7 tile GEMMs per (q, k) tile pair.
 #include <math.h>
 #include <string.h>
 
@@ -35,7 +42,6 @@ namespace {
 
 struct BwdSlot {
   // pass 1 (key tile fixed)
-  float* k;       // [kBc x dqk]   K tile, row-major (dot-product rows)
   float* kt;      // [dqk x kBc]   K^T
   float* vt;      // [dv x kBc]    V^T
   float* dk_acc;  // [kBc x dqkp]
@@ -43,11 +49,15 @@ struct BwdSlot {
   // pass 2 (query tile fixed)
   float* qt;      // [dqk x kBr]   Q^T
   float* dot;     // [dv x kBr]    dO^T
-  float* kr;      // [kBc x dqkp]  K tile, row-major
   float* v;       // [kBc x dv]    V tile, row-major
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
+  // one pass (no bias tensor): one head's dQ, one kv head's dK and dV, every row
+  float* dq_seq;  // [seqlen_q x dqkp]
+  float* dk_seq;  // [seqlen_k x dqkp]
+  float* dv_seq;  // [seqlen_k x dvp]
   // both
+  float* kr;     // [kBc x dqkp]  K tile, row-major
   float* q;      // [kBr x dqkp]  Q tile, row-major
   float* dout;   // [kBr x dvp]
   float* s;      // [64 x 64]  S (pass 1) or S^T (pass 2)
@@ -66,7 +76,6 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
   BwdSlot s;
-  s.k = cv.floats(kBc, dqk);
   s.v = cv.floats(kBc, dv);
   s.qt = cv.floats(dqk, kBr);
   s.dot = cv.floats(dv, kBr);
@@ -76,6 +85,10 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.vt = cv.floats(dv, kBc);
   s.dq_acc = cv.floats(kBr, dqkp);
   s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p), dbias_ld(p)) : nullptr;
+  const bool one_pass = p.bias_kind != kBiasTensor;
+  s.dq_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
+  s.dk_seq = one_pass ? cv.floats(p.seqlen_k, dqkp) : nullptr;
+  s.dv_seq = one_pass ? cv.floats(p.seqlen_k, dvp) : nullptr;
   s.q = cv.floats(kBr, dqkp);
   s.kr = cv.floats(kBc, dqkp);
   s.dout = cv.floats(kBr, dvp);
@@ -156,6 +169,60 @@ void soften_ds(int64_t ni, int64_t nj, const BwdSlot& w) {
   for (int64_t o = 0; o < (kT ? nj : ni); ++o) mul_row(w.dp + o * ld, w.capg + o * ld, kT ? ni : nj);
 }
 
+// Loads key tile [j0, j0+nj) of kv head hk of sequence b: K row-major (w.kr), K^T and V^T.
+void load_key_side(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, int64_t nj, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
+  load_rows(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.kr, round_up(dqk, kTileN));
+  load_rows_t(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.kt, kBc);
+  load_rows_t(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.vt, kBc);
+}
+
+// One (query tile, key tile) pair on S, with the key side loaded (load_key_side): leaves
+// dS_raw in w.dp and adds dV += Z^T dO and dK += dS_raw^T Q to the key tile's rows of
+// dv_acc and dk_acc (Z and dS read transposed; the K dimension is the ni valid query rows).
+void pair_dkdv(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+               const BwdSlot& w, float* dk_acc, float* dv_acc) {
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN), dvp = round_up(p.head_dim_v, kTileN);
+  load_query_side(p, c, i0, ni, w);
+  tile_ds<false>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, w);
+  soften_ds<false>(ni, nj, w);
+  gemm_at(nj, dvp, ni, w.s, kBc, w.dout, dvp, dv_acc, dvp, true);
+  gemm_at(nj, dqkp, ni, w.dp, kBc, w.q, dqkp, dk_acc, dqkp, true);
+}
+
+// ---- one pass: dQ, dK, dV of kv head hk of sequence b and its GQA group ----
+// The sums are pass 1's and pass 2's, in their order: dK and dV of a key tile over (query
+// head, query tile), dQ of a query tile over key tiles, from the same dS.
+void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  const int64_t group = p.heads_q / p.heads_kv;
+  const int64_t len_k = seq_len_k(p, b), len_q = seq_len_q(p, b);
+  const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
+  memset(w.dk_seq, 0, sizeof(float) * static_cast<size_t>(len_k * dqkp));
+  memset(w.dv_seq, 0, sizeof(float) * static_cast<size_t>(len_k * dvp));
+
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    const HeadCtx c = make_head_ctx(p, b, h);
+    memset(w.dq_seq, 0, sizeof(float) * static_cast<size_t>(len_q * dqkp));
+    for (int64_t j0 = 0; j0 < len_k; j0 += kBc) {
+      const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
+      load_key_side(p, b, hk, j0, nj, w);
+      for (int64_t i0 = 0; i0 < len_q; i0 += kBr) {
+        const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
+        const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
+        if (kind == kTileSkip) continue;
+        pair_dkdv(p, c, i0, ni, j0, nj, kind, w, w.dk_seq + j0 * dqkp, w.dv_seq + j0 * dvp);
+        gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_seq + i0 * dqkp, dqkp, true);  // dQ += dS_raw K
+      }
+    }
+    store_grad_rows(p, p.dq, p.dq_stride, b, c.q0, h, 0, len_q, dqk, w.dq_seq, dqkp, p.scale, w.tmp);
+  }
+  store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, 0, len_k, dqk, w.dk_seq, dqkp, p.scale, w.tmp);
+  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, 0, len_k, dv, w.dv_seq, dvp, 1.f, w.tmp);
+}
+
 // ---- pass 1: dK, dV of key tile [j0, j0+nj) of kv head hk, sequence b ----
 void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
@@ -165,9 +232,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
   const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
   const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
 
-  load_rows(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.k, dqk);
-  load_rows_t(p, p.k, p.k_stride, b, k0, hk, j0, nj, dqk, w.kt, kBc);
-  load_rows_t(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.vt, kBc);
+  load_key_side(p, b, hk, j0, nj, w);
   memset(w.dk_acc, 0, sizeof(float) * static_cast<size_t>(nj * dqkp));
   memset(w.dv_acc, 0, sizeof(float) * static_cast<size_t>(nj * dvp));
 
@@ -177,14 +242,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
       const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
       if (kind == kTileSkip) continue;
-      load_query_side(p, c, i0, ni, w);
-
-      tile_ds<false>(p, c, i0, ni, j0, nj, kind, w.k, dqk, w);
-      soften_ds<false>(ni, nj, w);
-      // dV += Z^T dO, dK += dS^T Q (Z and dS read transposed; the K dimension is the ni
-      // valid query rows).
-      gemm_at(nj, dvp, ni, w.s, kBc, w.dout, dvp, w.dv_acc, dvp, true);
-      gemm_at(nj, dqkp, ni, w.dp, kBc, w.q, dqkp, w.dk_acc, dqkp, true);
+      pair_dkdv(p, c, i0, ni, j0, nj, kind, w, w.dk_acc, w.dv_acc);
     }
   }
   store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
@@ -277,7 +335,9 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
   const int64_t n_tasks2 = g.nb * g.nh * g.nqt;
   const int64_t max_tasks = n_tasks1 > n_tasks2 ? n_tasks1 : n_tasks2;
   threads = team_size(threads, max_tasks, 2 * attention_work(p));
-  TaskCounter tasks1(n_tasks1), tasks2(n_tasks2);
+  const int64_t n_groups = p.batch * p.heads_kv;
+  const bool one_pass = p.bias_kind != kBiasTensor && n_groups >= threads;
+  TaskCounter groups(one_pass ? n_groups : 0), tasks1(one_pass ? 0 : n_tasks1), tasks2(one_pass ? 0 : n_tasks2);
 
   run_team(threads, [&](const TeamMember& me) {
     char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
@@ -285,6 +345,7 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
     Carver cv{slot};
     const BwdSlot w = carve_bwd(p, cv);
 
+    for (int64_t t = groups.next(); t >= 0; t = groups.next()) group_grads(p, t / p.heads_kv, t % p.heads_kv, w);
     for (int64_t t = tasks1.next(); t >= 0; t = tasks1.next()) {
       const int64_t kt = t % n_kt, bhk = t / n_kt;
       const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
