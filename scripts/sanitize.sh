@@ -14,11 +14,9 @@ exclude_labels="packaging|bindings|examples|julia|header|fuzz|gpu|cli"
 
 if [[ $what == asan || $what == all ]]; then
   cmake --preset asan
-  # Every CPU test program of tests/CMakeLists.txt and tests/reliability (keep in sync).
-  cmake --build --preset asan --parallel "$jobs" \
-    --target test_api test_sizes test_overlap test_contract test_cublas_search test_reference test_host_memory \
-    test_attention test_dropout test_numerics test_kvcache \
-    test_concurrency test_unload
+  # Every test program of tests/CMakeLists.txt (the fa_test_programs target) and the
+  # reliability programs.
+  cmake --build --preset asan --parallel "$jobs" --target fa_test_programs test_concurrency test_unload
   ctest --preset asan -LE "$exclude_labels"
 fi
 if [[ $what == tsan || $what == all ]]; then
