@@ -26,11 +26,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flashattn.hf  # noqa: E402
 
 
-def build(model, tiny, attn):
-    """The model (on the CPU, fp32) with attention implementation `attn`."""
+def build(model, tiny, attn, attn_dropout):
+    """The model (on the CPU, fp32) with attention implementation `attn` (and attention
+    dropout `attn_dropout` where not None)."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     if model == "gpt2":
         cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=256) if tiny else GPT2Config()
+        if attn_dropout is not None:
+            cfg.attn_pdrop = attn_dropout
         cfg._attn_implementation = attn
         return GPT2LMHeadModel(cfg)
     if tiny:
@@ -39,6 +42,8 @@ def build(model, tiny, attn):
     else:  # about 0.5B parameters, 14 query / 2 KV heads of 64 (a Qwen2-0.5B-like shape)
         cfg = LlamaConfig(vocab_size=32000, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                           num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096)
+    if attn_dropout is not None:
+        cfg.attention_dropout = attn_dropout
     cfg._attn_implementation = attn
     return LlamaForCausalLM(cfg)
 
@@ -70,6 +75,8 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a two-layer model of width 64 (smoke run)")
     ap.add_argument("--batch", type=int, default=None, help="sequences per step (default 8 on CUDA, 2 on the CPU)")
     ap.add_argument("--seqlen", type=int, default=None, help="tokens per sequence (default 1024, --tiny 128)")
+    ap.add_argument("--attn-dropout", type=float, default=None,
+                    help="attention dropout probability (default: the model's, 0.1 for GPT-2, 0 for Llama)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
@@ -81,13 +88,13 @@ def main(argv=None):
     libfa = flashattn.hf.register()
 
     torch.manual_seed(0)
-    base = build(a.model, a.tiny, "sdpa")
+    base = build(a.model, a.tiny, "sdpa", a.attn_dropout)
     vocab = base.config.vocab_size
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randint(0, vocab, (batch, seqlen), generator=gen).to(dev) for _ in range(4)]
     models = {}
     for name in ("sdpa", libfa):
-        m = build(a.model, a.tiny, name)
+        m = build(a.model, a.tiny, name, a.attn_dropout)
         m.load_state_dict(base.state_dict())
         models[name] = m.to(dev).train()
     del base
@@ -111,8 +118,10 @@ def main(argv=None):
             if name == libfa:
                 per_step = calls["n"] // (a.steps + a.warmup)
     params = sum(p.numel() for p in models["sdpa"].parameters())
-    print("device %s, model %s (%.0fM parameters), batch %d x %d tokens, %s, torch %s" % (
-        torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", a.model, params / 1e6, batch, seqlen,
+    cfg = models["sdpa"].config
+    drop = cfg.attn_pdrop if a.model == "gpt2" else cfg.attention_dropout
+    print("device %s, model %s (%.0fM parameters), batch %d x %d tokens, attention dropout %g, %s, torch %s" % (
+        torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", a.model, params / 1e6, batch, seqlen, drop,
         "bf16 autocast" if bf16 else "fp32", torch.__version__))
     med = {}
     for name, t in times.items():
