@@ -466,6 +466,37 @@ TEST_CASE("gpu: dropout matches the reference and the CPU backend's masks exactl
   gpu_check(c);
 }
 
+TEST_CASE("gpu: dropout alone over whole and partial tiles at every kernel head dim", "[gpu][dropout][fwd][bwd]") {
+  REQUIRE_GPU();
+  // Dropout without any other option takes the backward's fast path (its own flavor, with
+  // masked and unmasked tiles: lengths of whole 128-key tiles and of partial ones), at
+  // the head dims of every backward kernel, causal or not, GQA and varlen.
+  uint64_t seed = 3900;
+  for (int64_t d : {32, 64, 96, 128, 192, 256})
+    for (int mask = 0; mask < 2; ++mask) {
+      ++seed;
+      Config c = gbase("gpu dropout alone", mask ? 256 : 200, mask ? 300 : 256, d, kGpuDtypes[seed % 2], seed);
+      c.hq = 4;
+      c.hkv = 2;
+      c.p_drop = 0.15f;
+      c.seed = seed * 7919;
+      c.band = mask == 1;
+      c.wr = 0;
+      gpu_check(c);
+    }
+  Config c = gbase("gpu dropout alone varlen", 1, 1, 64, FLASHATTN_DTYPE_BF16, 3950);
+  c.seqlens_q = {0, 130, 1, 257};
+  c.seqlens_k = {3, 129, 300, 257};
+  c.p_drop = 0.25f;
+  c.seed = 77;
+  gpu_check(c);
+  c.name = "gpu dropout alone varlen causal bottom-right";
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  gpu_check(c);
+}
+
 TEST_CASE("gpu: every option combined on generated configurations", "[gpu][fwd][bwd]") {
   REQUIRE_GPU();
   uint64_t state = 0x6e7;

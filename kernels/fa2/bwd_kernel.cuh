@@ -40,6 +40,7 @@
 #include "fa2/bwd_schedule.cuh"
 #include "fa2/bwd_state.cuh"
 #include "fa2/bwd_traits.h"
+#include "fa2/dropout.cuh"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
 
@@ -248,17 +249,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- per slice of kSL m16 tiles of the warp's S tile: S = Q K^T, dP = dO V^T, then
     // P, dS. kSL = 1 keeps only 2 x kNTs x 4 fragment registers live next to the dK/dV
     // accumulators but re-reads the K/V fragments per slice; kSL = kMTs reads them once.
-    // The general path (any option) always runs with one m16 tile per slice: its
-    // registers would not fit next to a whole warp tile of S and dP.
-    const bool general = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f ||
-                         args.dbias_mode != kDbiasNone || (masked && p.layout != nullptr);
+    // The general path (score modifiers, bias, dBias, a layout; dropout beside any of them)
+    // always runs with one m16 tile per slice: its registers would not fit next to a whole
+    // warp tile of S and dP. Dropout alone runs the fast path's dropout flavor.
+    const bool general =
+        p.softcap > 0.f || p.bias_kind != kBiasNone || args.dbias_mode != kDbiasNone || (masked && p.layout != nullptr);
     // (kWg: acc_s / acc_dp are first written by the wgmma statements, which the front end's
     // use-before-set analysis does not see.)
 #pragma nv_diag_suppress 549
-    auto s_phase = [&](auto sl_c, auto gen_c, auto mask_c) {
+    auto s_phase = [&](auto sl_c, auto gen_c, auto mask_c, auto drop_c) {
       constexpr int SL = decltype(sl_c)::value;
       constexpr bool kGen = decltype(gen_c)::value;
       [[maybe_unused]] constexpr bool kMask = decltype(mask_c)::value;  // fast path: masked tile
+      constexpr bool kDrop = decltype(drop_c)::value;                   // fast path with dropout
 #pragma unroll 1
       for (int ms = 0; ms < kMTs; ms += SL) {
         const int warp = bwd_tid() >> 5, lane = bwd_tid() & 31;
@@ -301,8 +304,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        "n"(Tr::TileP::kBytes + 1024)
                        : "memory");
         };
-        // Byte offset in sP of n8 tile nt of a row whose tile 0 is at o0 (EW2 below explains the
-        // XOR); a 128-column warp tile crosses into the next 64-column block at nt = 8.
+        // Byte offset in sP of n8 tile nt of a row whose tile 0 is at o0: with ws_n0 a multiple
+        // of kSN (a power of two) the n8 tiles of a row stay in one 64-column block up to
+        // nt = 8 and their 16-byte chunk index is (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt,
+        // so tile nt's byte offset is tile 0's XOR (nt << 4); a 128-column warp tile crosses
+        // into the next 64-column block at nt = 8. Row + 8: + 1024 bytes; dS: + the P tile.
         auto pds_off = [](uint32_t o0, int nt) {
           return (o0 ^ static_cast<uint32_t>((nt & 7) << 4)) + static_cast<uint32_t>((nt >> 3) * Br * 128);
         };
@@ -320,10 +326,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         } else {
           bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, k.sQ(st), ws_m0, sK, ws_n0);
         }
+        // Dropout alone (kDrop): the dropped elements of m16 tile ml, one Philox call per n8
+        // tile (fa2/dropout.cuh); P_dropped = P / (1 - p) where kept, else 0, and dS = P
+        // (dP_dropped - Delta) with dP_dropped alike, as the general path computes them.
+        [[maybe_unused]] DropBits<kNTs> drop[SL];
+        auto drop_bits_of = [&](int ml) {
+          const uint64_t head_ctr =
+              p.offset + static_cast<uint64_t>(bwd_lds(ctx.b)) * static_cast<uint64_t>(p.heads_q) + h;
+          return dropout_drop_bits<kNTs, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + ws_m0 + ml * 16 + g),
+                                            static_cast<uint32_t>(bwd_lds(ctx.n0) + ws_n0), t, p.drop_threshold);
+        };
+        // Element e of n8 tile nt under the dropped bits: P to store (pst) and dP.
+        auto drop_elem = [&](DropBits<kNTs> bits, int nt, int e, float& pst, float& dp) {
+          const bool dropped = (bits >> (4 * nt + e)) & 1u;
+          pst = dropped ? 0.f : pst * p.rp_keep;
+          dp = dropped ? 0.f : dp * p.rp_keep;
+        };
         // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
-        // exponentials can overlap that GEMM's tensor work; P and dS are stored after it (a
-        // store before it would pin the exponentials there: ptxas keeps shared stores and the
-        // GEMM's ldmatrix in order).
+        // exponentials (and with dropout the keep decisions) can overlap that GEMM's tensor
+        // work; P and dS are stored after it (a store before it would pin the exponentials
+        // there: ptxas keeps shared stores and the GEMM's ldmatrix in order).
         constexpr bool kPF = !kGen && Arch::kSm90 && (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128);
         if constexpr (kPF) {
           const float scale_log2 = p.scale * kLog2e;
@@ -343,6 +365,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             for (int nt = 0; nt < kNTs; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc_s[ml][nt][e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
+            if constexpr (kDrop) drop[ml] = drop_bits_of(ml);
           }
         }
         if constexpr (kWg) {
@@ -365,10 +388,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
 #pragma unroll
             for (int nt = 0; nt < kNTs; ++nt) {
-              float ds[4];
+              float pd[4], ds[4];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) ds[e] = acc_s[ml][nt][e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
-              store_pds_at(sP + pds_off(o0, nt), acc_s[ml][nt], ds);  // offsets as in EW2 below
+              for (int e = 0; e < 4; ++e) {
+                float dp = acc_dp[ml][nt][e];
+                pd[e] = acc_s[ml][nt][e];
+                if constexpr (kDrop) drop_elem(drop[ml], nt, e, pd[e], dp);
+                ds[e] = acc_s[ml][nt][e] * (dp - dlt[e >> 1]);
+              }
+              store_pds_at(sP + pds_off(o0, nt), pd, ds);
             }
           }
           continue;  // next slice
@@ -400,67 +428,46 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
         };
         if constexpr (!kGen) {
-          // Fast path (no score modifier, dropout, dBias or layout): compact unrolled code,
-          // one instantiation for unmasked and one for masked tiles (a run-time test per
-          // element was if-converted: ~5 mask instructions per element on every tile).
+          // Fast path without the PFIRST order (sm_80, or tile widths it does not take):
+          // compact unrolled code, one instantiation for unmasked and one for masked tiles
+          // (a run-time test per element was if-converted: ~5 mask instructions per element
+          // on every tile); dropout alone (kDrop) adds its keep decisions here.
           const float scale_log2 = p.scale * kLog2e;
-          if constexpr (Arch::kSm90 && (kSN == 16 || kSN == 32 || kSN == 64 || kSN == 128)) {
-            // P/dS store addresses: with ws_n0 a multiple of kSN (a power of two <= 64) the
-            // n8 tiles of a row stay in one 64-column block and their 16-byte chunk index is
-            // (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt, so tile nt's byte offset is tile
-            // 0's XOR (nt << 4); row + 8: + 1024 bytes; dS: + the P tile size.
 #pragma unroll
-            for (int ml = 0; ml < SL; ++ml) {
-              const int rr = ws_m0 + ml * 16 + g;
-              float lse2[2], dlt[2];
-              row_vals(rr, lse2, dlt);
-              const uint32_t o0 = 2u * static_cast<uint32_t>(Tr::TileP::offset(rr, ws_n0 + 2 * t));
-              int lo[2] = {0, 0}, hi[2] = {0, 0};
-              if constexpr (kMask) band_cols(rr, n0, lo, hi);
+          for (int ml = 0; ml < SL; ++ml) {
+            const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
+            float lse2[2], dlt[2];
+            row_vals(rr, lse2, dlt);
+            const int i_a = r0 + rr;
+            if constexpr (kDrop) drop[ml] = drop_bits_of(ml);
+            // keep j iff lo <= j <= hi (band and key length), per row; only on masked tiles
+            int lo[2] = {0, 0}, hi[2] = {0, 0};
+            if (masked) {
+              const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
 #pragma unroll
-              for (int nt = 0; nt < kNTs; ++nt) {
-                float pd[4], ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  pd[e] = p_of(ml, nt, e, scale_log2, lse2, lo, hi);
-                  ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
-                }
-                store_pds_at(sP + pds_off(o0, nt), pd, ds);
+              for (int hr = 0; hr < 2; ++hr) {
+                lo[hr] = i_a + 8 * hr + blo;
+                hi[hr] = min(i_a + 8 * hr + bhi, len_k - 1);
               }
             }
-          } else {
 #pragma unroll
-            for (int ml = 0; ml < SL; ++ml) {
-              const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
-              float lse2[2], dlt[2];
-              row_vals(rr, lse2, dlt);
-              const int i_a = r0 + rr;
-              // keep j iff lo <= j <= hi (band and key length), per row; only on masked tiles
-              int lo[2] = {0, 0}, hi[2] = {0, 0};
-              if (masked) {
-                const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+            for (int nt = 0; nt < kNTs; ++nt) {
+              const int cc = ws_n0 + nt * 8 + 2 * t;
+              float pd[4], ds[4];
 #pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                  lo[hr] = i_a + 8 * hr + blo;
-                  hi[hr] = min(i_a + 8 * hr + bhi, len_k - 1);
+              for (int e = 0; e < 4; ++e) {
+                float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
+                if (masked) {
+                  const int j = n0 + cc + (e & 1);
+                  if (j < lo[e >> 1] || j > hi[e >> 1]) x = -INFINITY;
                 }
+                const float pr = fast_exp2(x);
+                float dp = acc_dp[ml][nt][e];
+                pd[e] = pr;
+                if constexpr (kDrop) drop_elem(drop[ml], nt, e, pd[e], dp);
+                ds[e] = pr * (dp - dlt[e >> 1]);
               }
-#pragma unroll
-              for (int nt = 0; nt < kNTs; ++nt) {
-                const int cc = ws_n0 + nt * 8 + 2 * t;
-                float pd[4], ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
-                  if (masked) {
-                    const int j = n0 + cc + (e & 1);
-                    if (j < lo[e >> 1] || j > hi[e >> 1]) x = -INFINITY;
-                  }
-                  pd[e] = fast_exp2(x);
-                  ds[e] = pd[e] * (acc_dp[ml][nt][e] - dlt[e >> 1]);
-                }
-                store_pds(rr, cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
-              }
+              store_pds(rr, cc, pd[0], pd[1], pd[2], pd[3], ds[0], ds[1], ds[2], ds[3]);
             }
           }
         } else {
@@ -600,12 +607,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
     };
 #pragma nv_diag_default 549
-    if (!general) {
-      using SliceT = std::integral_constant<int, kSL>;
-      if (!Arch::kSm90 || masked) s_phase(SliceT{}, std::false_type{}, std::true_type{});
-      else s_phase(SliceT{}, std::false_type{}, std::false_type{});
+    using SliceT = std::integral_constant<int, kSL>;
+    if (general) {
+      s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{}, std::false_type{});
+    } else if (p.p_drop > 0.f) {  // masked or not: the masked flavor's tests pass every kept element
+      s_phase(std::integral_constant<int, 1>{}, std::false_type{}, std::true_type{}, std::true_type{});
+    } else if (!Arch::kSm90 || masked) {
+      s_phase(SliceT{}, std::false_type{}, std::true_type{}, std::false_type{});
     } else {
-      s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{});
+      s_phase(SliceT{}, std::false_type{}, std::false_type{}, std::false_type{});
     }
     if (kSkew && skew) cp_async_wait<0>();  // the next tile's LSE/Delta rows: visible after the barrier
     // kWgK, kWgQ: the dK/dV and dQ GEMMs read sP/sdS through the async proxy (this thread's

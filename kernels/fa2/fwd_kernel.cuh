@@ -24,12 +24,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <type_traits>
-
 #include "common/mask.h"
 #include "common/params.h"
-#include "common/philox.h"
 #include "fa2/arch.h"
+#include "fa2/dropout.cuh"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
@@ -554,31 +552,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Keep decisions are first gathered into a bit mask by a rolled loop (one Philox
     // call per thread, n8 tile and m16 tile), which keeps register pressure low.
     if (dropout) {
-      static_assert(kNT <= 16, "dropout bit mask holds 16 n8 tiles");
-      using DropMask = typename std::conditional<(kNT > 8), uint64_t, uint32_t>::type;
       // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
       constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        // Even t computes row g, odd t row g+8, for the shared 4-column group; then swap.
-        const uint32_t i_own = static_cast<uint32_t>(m0 + wrow(mt) + g + (t & 1) * 8);
-        DropMask drop_bits = 0;  // bit 4*nt + e: element e of n8 tile nt is dropped
-#pragma unroll kDropUnroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const uint32_t j4 = static_cast<uint32_t>((n0 + nt * 8) >> 2) + (t >> 1);
-          const Philox4 w = dropout_words(p.seed, drop_head, i_own, j4);
-          const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
-          const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
-          const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-          const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          const uint32_t r00 = (t & 1) ? recv0 : w.x[0];  // row g, col 2t
-          const uint32_t r01 = (t & 1) ? recv1 : w.x[1];  // row g, col 2t+1
-          const uint32_t r10 = (t & 1) ? w.x[2] : recv0;  // row g+8, col 2t
-          const uint32_t r11 = (t & 1) ? w.x[3] : recv1;  // row g+8, col 2t+1
-          const uint32_t th = p.drop_threshold;
-          const uint32_t f = (r00 < th ? 1u : 0u) | (r01 < th ? 2u : 0u) | (r10 < th ? 4u : 0u) | (r11 < th ? 8u : 0u);
-          drop_bits |= static_cast<DropMask>(f) << (4 * nt);
-        }
+        const DropBits<kNT> drop_bits =
+            dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
+                                                static_cast<uint32_t>(n0), t, p.drop_threshold);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
