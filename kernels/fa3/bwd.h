@@ -21,10 +21,13 @@ struct BwdMaps {
 // The workspace the kernel reads and adds to (laid out by the fa2 backward, which fills
 // Delta and zeroes the accumulator first): Delta = rowsum(dO * O) like the LSE
 // ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
-// which the kernel adds to through BwdMaps::dq.
+// which the kernel adds to through BwdMaps::dq; in deterministic mode the turn counters of
+// the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (zeroed by the host;
+// bwd_schedule.cuh), else null.
 struct BwdScratch {
   float* delta;
   float* dq_accum;
+  int32_t* dq_turns;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

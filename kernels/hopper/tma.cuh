@@ -80,6 +80,10 @@ __device__ __forceinline__ void tma_store_commit_and_wait_read() {
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Orders this thread's generic-proxy and async-proxy accesses to global memory (a turn
+// counter's acquire before the bulk reduce-adds it allows; completed reduce-adds before the
+// release that passes the turn on).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 }  // namespace hopper
 }  // namespace flashattn
