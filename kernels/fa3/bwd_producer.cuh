@@ -93,11 +93,11 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 // turn of the step's query block (bwd_dq_turn); it passes the turn on once that step's
 // reduce-adds have completed (cp.async.bulk.wait_group 0, not .read, in place of the next
 // step's wait for the reads: the consumers compute the next step meanwhile, and the next CTA
-// in the order waits no longer than the adds take). The zero rows a piece holds
-// past len_q land in the next sequence's rows outside its turns: adding +0 leaves any
-// accumulator value bitwise unchanged (the sums start at +0 and never become -0). A template
-// argument, chosen at run time by the kernel: the loop without turns compiles as it did
-// before deterministic mode existed.
+// in the order waits no longer than the adds take). maps.dq is then 4-D (column, head,
+// query, sequence): the engine skips the rows a piece holds past len_q, which through the
+// 3-D map would add zeros into the next sequence's first rows outside its turns (not always
+// a no-op: +0 turns an accumulated -0 into +0). A template argument, chosen at run time by
+// the kernel: the loop without turns compiles as it did before deterministic mode existed.
 template <class Cfg, bool kDet>
 __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch,
                                               const BwdSmem<Cfg>& sm, const BwdWork& w, int lane) {
@@ -118,7 +118,7 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
 #pragma unroll
     for (int cw = 0; cw < 2; ++cw)
       if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
-    const int h = w.head(it), row = w.b * static_cast<int>(p.seqlen_q) + w.m0<Cfg>(it);
+    const int h = w.head(it), m0 = w.m0<Cfg>(it), row = w.b * static_cast<int>(p.seqlen_q) + m0;
     int32_t* const counter = kDet ? bwd_dq_counter<Cfg>(scratch.dq_turns, p, w, it) : nullptr;
     if constexpr (kDet) {
       if (lane == 0) {
@@ -133,9 +133,12 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
       hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
       if (lane == 0)
 #pragma unroll
-        for (int box = 0; box < 2; ++box)
-          hopper::tma_reduce_add_3d(&maps.dq, sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes),
-                                    bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols, h, row);
+        for (int box = 0; box < 2; ++box) {
+          const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
+          const int col = bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols;
+          if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
+          else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
+        }
     }
     if (lane == 0) hopper::bulk_commit();
     held = counter;

@@ -94,12 +94,16 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (const flashattn_status_t s = bwd_zero_turns(p, scratch, stream)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
-  // The map of the dQ accumulator, which lives in this call's workspace. fa3_bwd_prepare
-  // checked what the encoder checks (extents within 32 bits; the accumulator is dense and
-  // 256-byte aligned): only a driver's refusal fails here.
+  // The map of the dQ accumulator, which lives in this call's workspace; 4-D in deterministic
+  // mode (fa3/bwd.h). fa3_bwd_prepare checked what the encoder checks (extents within 32
+  // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
   fa3::BwdMaps maps = run.maps;
-  if (!encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q, p.batch * p.seqlen_q,
-                           fa3::BwdTraits<64>::kDqBoxCols, fa3::BwdTraits<64>::kBlockM))
+  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols, kBoxRows = fa3::BwdTraits<64>::kBlockM;
+  const bool mapped = p.deterministic ? encode_dq_accum_map_seqs(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
+                                                                 p.seqlen_q, p.batch, kBoxCols, kBoxRows)
+                                      : encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
+                                                            p.batch * p.seqlen_q, kBoxCols, kBoxRows);
+  if (!mapped)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 backward (d=%d): the driver refused the TMA map of the dQ accumulator (%lld rows x %lld heads x "
                 "%lld columns, fp32)",
