@@ -217,19 +217,29 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
     }
     check_fa3_refuses(cc, "FLASHATTN_CUDA_BACKWARD", true);
   }
-  // Accumulating into dQ, dK, dV (flashattn_plan_set_grad_accumulate) runs on fa2.
-  c = gbase("bwd paths grad_accumulate, causal GQA", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9812);
-  c.hq = 4;
-  c.hkv = 2;
-  c.band = true;
-  c.wr = 0;
-  c.grad_accumulate = true;
-  if (forced_path() == "fa3") {
-    check_fa3_refuses(c, "FLASHATTN_CUDA_BACKWARD", true);
-  } else {
-    DeviceMem dev;
-    check_grad_accumulate(c, dev, kGpuTolerance, false);
-  }
+}
+
+TEST_CASE("backward paths: accumulating into dQ, dK, dV", "[gpu][bwd][accumulate]") {
+  REQUIRE_PATH();
+  // flashattn_plan_set_grad_accumulate on either path: several key blocks and query blocks,
+  // GQA, causal in both alignments (keys no query sees add nothing), both head dims, and
+  // deterministic (then two accumulating runs are bitwise equal).
+  DeviceMem dev;
+  uint64_t seed = 9830;
+  for (bool det : {false, true})
+    for (int64_t d : {64, 128})
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
+                         kGpuDtypes[seed % 2], seed);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        set_causal(c, mask);
+        c.grad_accumulate = true;
+        c.deterministic = det;
+        check_grad_accumulate(c, dev, kGpuTolerance, false);
+      }
 }
 
 TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][bwd][errors][bad-path]") {

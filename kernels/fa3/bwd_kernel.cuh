@@ -18,16 +18,17 @@
 //       d = 64, the one piece on each warpgroup in turn; then dK += dS^T Q (wgmma, dS^T from
 //       registers), which runs while the warpgroup stages its dQ piece in shared memory for
 //       warp 2 (named barriers, bwd_schedule.cuh).
-//     Epilogue: dK * scale and dV straight from registers to the outputs.
+//     Epilogue: dK * scale and dV straight from registers to the outputs (added to the
+//     values there when accumulating).
 // dS^T has two buffers, so a warpgroup writes the next step's while the other still reads
 // this step's: one named barrier per step. A CTA whose keys no query sees (causal) writes
 // dK = dV = 0.
 //
 // Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
-// alignment, GQA (the CTA walks every query head of its key head's group), deterministic
-// mode (the dQ adds of a query block in key-block order: turn counters, bwd_schedule.cuh).
-// The host sends everything else to fa2.
+// alignment, GQA (the CTA walks every query head of its key head's group), gradients
+// written or accumulated, deterministic mode (the dQ adds of a query block in key-block
+// order: turn counters, bwd_schedule.cuh). The host sends everything else to fa2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -182,8 +183,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
-  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, lane % 4);
-  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, lane % 4);
+  const bool add = p.grad_accumulate != 0;
+  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
+  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
 }
 
 }  // namespace fa3

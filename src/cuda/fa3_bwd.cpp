@@ -52,8 +52,6 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
-  if (p.grad_accumulate)
-    return fa3_refuse(why, why_size, "accumulating gradients (flashattn_plan_set_grad_accumulate) run on fa2");
   if (bwd_config(p) < 0)
     return fa3_refuse(why, why_size,
                       "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims 64 and 128",

@@ -169,6 +169,8 @@ def bench(args):
     rows, ok, costs = [], True, []
     for causal in (False, True):
         mask = "causal" if causal else "none"
+        resr = None  # the last case's gathered results (on the GPU) must not count in this one's peaks
+        torch.cuda.empty_cache()
         fits = [None]
         if rank == 0:
             sec1, mem1, res1 = one_gpu(tokens, heads, dim, causal, args)
