@@ -8,9 +8,12 @@
 #      must be > 0) and local-memory accesses LDL/STL (must be 0);
 #   3. tests: test_gpu_backward_paths on fa3 first (a hung pipeline stops at the per-test
 #      timeout, and then the bench is skipped), then on fa2, then the refused value of the
-#      variable (ctest -R '^bwd-'), then (STEPS has suite) the non-slow GPU suite;
+#      variable (ctest -R '^bwd-'), then (STEPS has suite) the non-slow GPU suite; the
+#      deterministic cases run on both families (five runs each, bitwise equal), and on fa3
+#      one is compared bit for bit with the automatic path's run;
 #   4. bench/bench.py (forward and backward; the backward is the point), bf16, d 64/128, causal
-#      and not, seqlen 1k/4k/16k: lib-flash beside SDPA cuDNN with FLASHATTN_CUDA_BACKWARD=fa3,
+#      and not, seqlen 1k/4k/16k: lib-flash, lib-flash-det (deterministic mode: the table's
+#      det column is its ratio to lib-flash) and SDPA cuDNN with FLASHATTN_CUDA_BACKWARD=fa3,
 #      then lib-flash alone with fa2.
 # usage: scripts/gpu_fa3_bwd_check.sh
 # environment: BUILD_DIR (default <repo>/build-gpu), JOBS (default 16), OUT (receives
@@ -75,7 +78,7 @@ bench() {
     --seqlens 1024,4096,16384 --impls "$2" ${BENCH_ARGS:-} || fail "bench ($1)"
 }
 if want bench; then
-  bench fa3 lib-flash,cudnn
+  bench fa3 lib-flash,lib-flash-det,cudnn
   bench fa2 lib-flash
 fi
 

@@ -40,4 +40,20 @@ inline void gpu_check(const Config& c) {
   CHECK(lse_mismatch == 0);
 }
 
+// Runs the deterministic backward of c `runs` times (at least 2): bitwise the same outputs
+// and gradients every time, and right.
+inline void gpu_check_deterministic(Config c, int runs = 2) {
+  c.deterministic = true;
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult first = run_library(p, dev, 0);
+  for (int r = 1; r < runs; ++r) {
+    const LibResult again = run_library(p, dev, 0);
+    INFO(describe(c) << ", run " << r + 1 << " of " << runs << ": " << first.error << " " << again.error);
+    require_same_bits(first, again);
+  }
+  INFO(describe(c));
+  check_against_reference(p, first, kGpuTolerance);
+}
+
 }  // namespace fat

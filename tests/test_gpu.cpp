@@ -22,17 +22,6 @@ using namespace fat;
 
 namespace {
 
-// Runs the deterministic backward of c twice: bitwise the same gradients, and right.
-void gpu_check_deterministic(Config c) {
-  c.deterministic = true;
-  const Problem p = make_problem(c);
-  DeviceMem dev;
-  const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
-  INFO(describe(c) << " " << a.error << " " << b.error);
-  require_same_bits(a, b);
-  check_against_reference(p, a, kGpuTolerance);
-}
-
 // Causal masks in both alignments on square, wide and tall problems and two sliding windows
 // (one with GQA), at head dim d over several q- and k-blocks.
 void masks_over_tiles(int64_t d, uint64_t seed) {

@@ -2,7 +2,16 @@
 // (tests/CMakeLists.txt): with FLASHATTN_CUDA_BACKWARD=fa3 (the FA3-design kernels of
 // kernels/fa3, which then must serve every served case here or the run fails) and with
 // FLASHATTN_CUDA_BACKWARD=fa2; each result is checked against the fp64 reference and the
-// CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases.
+// CPU backend (gpu_check.hpp), so both paths meet the same bound on the same cases. One case
+// of the fa3 run starts this program again without the variable (the automatic path) and
+// compares the deterministic gradients bit for bit.
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,6 +36,29 @@ void set_causal(Config& c, int mask) {
   c.wr = 0;
   c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
 }
+
+// The deterministic case the automatic path must run bitwise as a forced fa3 does: GQA 4:1,
+// causal bottom-right, several key and query blocks.
+Config auto_det_case() {
+  Config c = gbase("bwd paths deterministic, automatic path", 300, 500, 128, FLASHATTN_DTYPE_BF16, 9650);
+  c.batch = 2;
+  c.hq = 8;
+  c.hkv = 2;
+  set_causal(c, 2);
+  c.deterministic = true;
+  return c;
+}
+
+// dQ, dK and dV as written, one after the other.
+std::vector<uint8_t> grad_bits(const LibResult& r) {
+  std::vector<uint8_t> b(r.raw_dq);
+  b.insert(b.end(), r.raw_dk.begin(), r.raw_dk.end());
+  b.insert(b.end(), r.raw_dv.begin(), r.raw_dv.end());
+  return b;
+}
+
+// The child-process side of the comparison below: the variable that receives the bits' path.
+constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
 }  // namespace
 
@@ -93,6 +125,75 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
   gpu_check(c);
 }
 
+TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
+  // queries and fewer: several key blocks (128) and query blocks (64) a head, partial last
+  // blocks, so every dQ row takes several ordered adds. Five runs each.
+  const int64_t lens[][2] = {{300, 500}, {500, 300}};
+  uint64_t seed = 9630;
+  for (int64_t d : {64, 128})
+    for (const auto& l : lens)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths deterministic", l[0], l[1], d, kGpuDtypes[seed % 2], seed);
+        c.batch = 2;
+        c.hq = 8;
+        c.hkv = 2;
+        set_causal(c, mask);
+        gpu_check_deterministic(c, 5);
+      }
+}
+
+TEST_CASE("backward paths: a deterministic run takes the forced path's bits on the automatic path",
+          "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  if (forced_path() != "fa3") FA_SKIP_TEST("the automatic path is fa3 on compute capability 9.0: bwd-fa3 only");
+  const Problem p = make_problem(auto_det_case());
+  DeviceMem dev;
+  const LibResult forced = run_library(p, dev, 0);
+  INFO(describe(p.cfg) << ": " << forced.error);
+  REQUIRE(forced.ok());
+  // The same case in a child process of this program without FLASHATTN_CUDA_BACKWARD (the
+  // variable is read once per process), which writes its gradients' bits to a file.
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  REQUIRE(n > 0);
+  exe[n] = '\0';
+  char dir[] = "/tmp/fat_bwd_auto_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string bits = std::string(dir) + "/bits";
+  const std::string cmd = "env -u FLASHATTN_CUDA_BACKWARD " + std::string(kBitsVar) + "='" + bits + "' '" +
+                          std::string(exe) + "' '[auto-det-child]' > '" + std::string(dir) + "/log' 2>&1";
+  const int rc = system(cmd.c_str());
+  std::ifstream log(std::string(dir) + "/log");
+  const std::string child_log((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  INFO("child: " << cmd << " -> " << rc << "\n" << child_log);
+  REQUIRE(rc == 0);
+  std::ifstream in(bits, std::ios::binary);
+  const std::vector<uint8_t> automatic((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(automatic == grad_bits(forced));
+  remove(bits.c_str());
+  remove((std::string(dir) + "/log").c_str());
+  rmdir(dir);
+}
+
+// Run only as the child of the case above ([.]: hidden from the listing and from ctest).
+TEST_CASE("backward paths: the deterministic case on the automatic path (child process)", "[.][auto-det-child]") {
+  const std::string out = forced_value(kBitsVar);
+  REQUIRE(!out.empty());
+  REQUIRE(forced_path().empty());
+  const Problem p = make_problem(auto_det_case());
+  DeviceMem dev;
+  const LibResult r = run_library(p, dev, 0);
+  INFO(describe(p.cfg) << ": " << r.error);
+  REQUIRE(r.ok());
+  const std::vector<uint8_t> b = grad_bits(r);
+  std::ofstream f(out, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  REQUIRE(f.good());
+}
+
 TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refused when fa3 is forced",
           "[gpu][bwd][errors]") {
   REQUIRE_PATH();
@@ -102,9 +203,6 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
   cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
   Config c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
   c.dv = 64;
-  cases.push_back(c);
-  c = gbase("bwd paths deterministic", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9805);
-  c.deterministic = true;
   cases.push_back(c);
   c = gbase("bwd paths bias tensor", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9809);
   c.bias = FLASHATTN_BIAS_TENSOR;
@@ -124,21 +222,24 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
 TEST_CASE("backward paths: accumulating into dQ, dK, dV", "[gpu][bwd][accumulate]") {
   REQUIRE_PATH();
   // flashattn_plan_set_grad_accumulate on either path: several key blocks and query blocks,
-  // GQA, causal in both alignments (keys no query sees add nothing), both head dims.
+  // GQA, causal in both alignments (keys no query sees add nothing), both head dims, and
+  // deterministic (then two accumulating runs are bitwise equal).
   DeviceMem dev;
   uint64_t seed = 9830;
-  for (int64_t d : {64, 128})
-    for (int mask = 0; mask < 3; ++mask) {
-      ++seed;
-      Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
-                       kGpuDtypes[seed % 2], seed);
-      c.batch = 2;
-      c.hq = 4;
-      c.hkv = 2;
-      set_causal(c, mask);
-      c.grad_accumulate = true;
-      check_grad_accumulate(c, dev, kGpuTolerance, false);
-    }
+  for (bool det : {false, true})
+    for (int64_t d : {64, 128})
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
+                         kGpuDtypes[seed % 2], seed);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        set_causal(c, mask);
+        c.grad_accumulate = true;
+        c.deterministic = det;
+        check_grad_accumulate(c, dev, kGpuTolerance, false);
+      }
 }
 
 TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][bwd][errors][bad-path]") {

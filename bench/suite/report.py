@@ -127,9 +127,10 @@ def print_table(rows, memory, sparse, verify_res):
                   f"{r['error']}")
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     by = {(r["dtype"], r["hdim"], r["causal"], r["seqlen"], r["direction"], r["impl"]): r for r in rows}
-    print("== TFLOP/s (fwd 4*b*h*sq*sk*d, /2 causal; bwd 2.5x); ratio = lib-flash / peer")
+    print("== TFLOP/s (fwd 4*b*h*sq*sk*d, /2 causal; bwd 2.5x); ratio = lib-flash / peer; det = lib-flash-det / "
+          "lib-flash")
     hdr = f"{'dtype':5} {'d':>3} {'c':>1} {'seqlen':>6} {'dir':3} " + " ".join(f"{i[:12]:>12}" for i in impls) + \
-          f" {'/flash':>7} {'/cudnn':>7}"
+          f" {'/flash':>7} {'/cudnn':>7} {'det':>7}"
     print(hdr)
     keys = sorted({k[:5] for k in by}, key=lambda k: (k[0], k[1], k[2], k[4] != "fwd", k[3]))
     for k in keys:
@@ -138,9 +139,10 @@ def print_table(rows, memory, sparse, verify_res):
             r = by.get(k + (i,))
             cells.append(f"{r['tflops']:12.1f}" if r and r["tflops"] else f"{'err' if r and r['error'] else '-':>12}")
 
-        def ratio(peer):
-            a, p = by.get(k + ("lib-flash",)), by.get(k + (peer,))
+        def ratio(peer, ours="lib-flash"):
+            a, p = by.get(k + (ours,)), by.get(k + (peer,))
             if a and p and a["tflops"] and p["tflops"]:
                 return f"{a['tflops'] / p['tflops']:7.2f}"
             return f"{'-':>7}"
-        print(f"{k[0]:5} {k[1]:3d} {k[2]:1d} {k[3]:6d} {k[4]:3} " + " ".join(cells) + f" {ratio('flash')} {ratio('cudnn')}")
+        print(f"{k[0]:5} {k[1]:3d} {k[2]:1d} {k[3]:6d} {k[4]:3} " + " ".join(cells) +
+              f" {ratio('flash')} {ratio('cudnn')} {ratio('lib-flash', 'lib-flash-det')}")

@@ -5,7 +5,10 @@ import random
 from .library import LibCase, bench_lib, std_fits
 from .timing import SDPA, bench_torch, flops, sdpa_backend, short
 
-LIB_IMPLS = [("lib-flash", "flash"), ("lib-standard", "standard")]
+# The library's implementations: name -> (algorithm, plan options). lib-flash-det is the FLASH
+# algorithm in deterministic mode (flashattn_plan_set_deterministic), to measure its cost.
+LIB_IMPLS = {"lib-flash": ("flash", None), "lib-flash-det": ("flash", {"deterministic": True}),
+             "lib-standard": ("standard", None)}
 
 
 def run_sweep(args, fa, torch, on_row):
@@ -23,7 +26,7 @@ def run_sweep(args, fa, torch, on_row):
                     g = torch.Generator(device=dev).manual_seed(sq * 1000 + d)
                     q, k, v, do = (torch.randn(b, sq, h, d, device=dev, dtype=tdt[dtype], generator=g)
                                    for _ in range(4))
-                    for impl, algo in LIB_IMPLS + [(n, None) for n in SDPA]:
+                    for impl, (algo, opts) in list(LIB_IMPLS.items()) + [(n, (None, None)) for n in SDPA]:
                         if impl not in args.impls:
                             continue
                         dirs = list(directions)
@@ -39,7 +42,7 @@ def run_sweep(args, fa, torch, on_row):
                                 if "fwd" in dirs and not fits_fwd:
                                     raise MemoryError(f"skipped: workspace {need_fwd / 2**30:.1f} GiB does not fit")
                             if algo is not None:
-                                res = bench_lib(fa, torch, algo, q, k, v, do, causal, dtype, dirs)
+                                res = bench_lib(fa, torch, algo, q, k, v, do, causal, dtype, dirs, opts)
                             else:
                                 if impl == "math" and b * h * sq * sq * 12 > 0.8 * torch.cuda.mem_get_info()[0]:
                                     raise MemoryError("skipped: the math backend's N^2 tensors do not fit")
@@ -82,7 +85,7 @@ def run_memory(args, fa, torch):
         try:
             q, k, v, do = (torch.randn(b, sq, h, d, device=dev, dtype=dt) for _ in range(4))
             if impl.startswith("lib-"):
-                algo = dict(LIB_IMPLS)[impl]
+                algo = LIB_IMPLS[impl][0]
                 if algo == "standard" and not std_fits(torch, b, h, sq, sq, not args.no_bwd)[0]:
                     raise MemoryError("workspace does not fit")
                 c = LibCase(fa, torch, algo, q, k, v, do, False, "bf16", not args.no_bwd)

@@ -215,7 +215,7 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
       bwd_warp_gemm<Arch, T, kMTq, kNTqp, Bc, false, true, Br, Bc>(acc_q, sdS, wq_m0, sK, wq_p0);
     }
     if (det && qp == 0) {
-      if (bwd_tid() == 0) bwd_wait_turn(sem, bwd_lds(ctx.n_blk));
+      if (bwd_tid() == 0) turn_wait(sem, bwd_lds(ctx.n_blk));
       __syncthreads();
     }
 #pragma unroll
@@ -246,7 +246,7 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
   if (det) {
     __threadfence();
     __syncthreads();
-    if (bwd_tid() == 0) bwd_st_release(sem, bwd_lds(ctx.n_blk) + 1);
+    if (bwd_tid() == 0) turn_pass(sem, bwd_lds(ctx.n_blk) + 1);
   }
 }
 

@@ -1,9 +1,10 @@
 // Device primitives of the FA2-design backward main kernel: the warp GEMM on swizzled
-// shared tiles, tile loads, reductions, the deterministic mode's turn counters and the
-// TMA / mbarrier operations of the Sm90a code.
+// shared tiles, tile loads, reductions and the TMA / mbarrier operations of the Sm90a code
+// (the deterministic mode's turn counters: common/turns.cuh).
 #pragma once
 #include <stdint.h>
 
+#include "common/turns.cuh"
 #include "fa2/mma.cuh"
 #include "hopper/tma.cuh"
 
@@ -180,19 +181,6 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t s, const uint16_t* g, int
 // 4-byte cp.async; pred false writes 4 zero bytes and reads nothing.
 __device__ __forceinline__ void bwd_cp_async_4(uint32_t smem_addr, const void* gmem, bool pred) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(pred ? 4 : 0));
-}
-
-__device__ __forceinline__ int bwd_ld_acquire(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void bwd_st_release(int32_t* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-// Spins until *p == v (the k-blocks before this one finished the q-block).
-__device__ __forceinline__ void bwd_wait_turn(const int32_t* p, int v) {
-  while (bwd_ld_acquire(p) != v) __nanosleep(64);
 }
 
 // Vector reduction of v into dst (V = float2 or float4: sm_90 instructions). V is a template

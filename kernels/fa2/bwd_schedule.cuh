@@ -184,8 +184,8 @@ __device__ __forceinline__ bool bwd_find_tile(const BwdKernel<Arch, Tr, T>& k, i
       if (det && bwd_tid() == 0) {
         int32_t* sem = args.dq_sema + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
         const int n_blk = bwd_lds(ctx.n_blk);
-        bwd_wait_turn(sem, n_blk);
-        bwd_st_release(sem, n_blk + 1);
+        turn_wait(sem, n_blk);
+        turn_pass(sem, n_blk + 1);
       }
     }
     ++hi;

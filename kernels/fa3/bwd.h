@@ -13,7 +13,8 @@ namespace fa3 {
 // as 4-D tensors (head dim, seq, head, batch) over the plan's strides, 128-byte swizzle;
 // loads zero-fill rows past the sequence. dq: the fp32 dQ accumulator of BwdScratch as a
 // 3-D tensor (head dim, head, batch * seqlen_q), boxes of kDqBoxCols x 1 x kBlockM, 128-byte
-// swizzle, for the reduce-adds. src/cuda/tensor_map.hpp encodes them.
+// swizzle, for the reduce-adds; in deterministic mode 4-D (head dim, head, seqlen_q, batch),
+// boxes kDqBoxCols x 1 x kBlockM x 1. src/cuda/tensor_map.hpp encodes them.
 struct BwdMaps {
   TensorMap128 q, k, v, dout, dq;
 };
@@ -21,10 +22,13 @@ struct BwdMaps {
 // The workspace the kernel reads and adds to (laid out by the fa2 backward, which fills
 // Delta and zeroes the accumulator first): Delta = rowsum(dO * O) like the LSE
 // ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
-// which the kernel adds to through BwdMaps::dq.
+// which the kernel adds to through BwdMaps::dq; in deterministic mode the turn counters of
+// the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (zeroed by the host;
+// bwd_schedule.cuh), else null.
 struct BwdScratch {
   float* delta;
   float* dq_accum;
+  int32_t* dq_turns;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

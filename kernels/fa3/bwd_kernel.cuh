@@ -5,8 +5,8 @@
 //   warpgroup 0, the producer: drops to 32 registers (setmaxnreg); warp 0's first thread
 //     loads K and V once, then each step's Q and dO tiles with TMA into a 2-stage ring;
 //     warp 1 copies the step's LSE and Delta rows beside them; warp 2 adds the staged dQ
-//     pieces into the fp32 dQ workspace with the copy engine's tensor reduce-add
-//     (bwd_producer.cuh).
+//     pieces into the fp32 dQ workspace with the copy engine's tensor reduce-add, in
+//     deterministic mode in key-block order (bwd_producer.cuh).
 //   warpgroups 1 and 2, the consumers: raised to 232 registers; warpgroup c owns keys
 //     64 c .. 64 c + 63 of the block and their dK, dV (fp32, registers). Per step (one query
 //     block of one query head of the GQA group):
@@ -24,10 +24,11 @@
 // this step's: one named barrier per step. A CTA whose keys no query sees (causal) writes
 // dK = dV = 0.
 //
-// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout, block-sparse
-// layout or deterministic mode, band mask only causal (window_right 0, window_left
-// unbounded) with either alignment, GQA (the CTA walks every query head of its key head's
-// group), gradients written or accumulated. The host sends everything else to fa2.
+// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
+// layout, band mask only causal (window_right 0, window_left unbounded) with either
+// alignment, GQA (the CTA walks every query head of its key head's group), gradients
+// written or accumulated, deterministic mode (the dQ adds of a query block in key-block
+// order: turn counters, bwd_schedule.cuh). The host sends everything else to fa2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -154,7 +155,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (threadIdx.x == 0) bwd_load_tiles<Cfg>(maps, sm, w);
     if (warp == 1) bwd_load_rows<Cfg>(p, scratch, sm, w, static_cast<int>(threadIdx.x) % 32);
-    if (warp == 2) bwd_reduce_dq<Cfg>(p, maps, sm, w, static_cast<int>(threadIdx.x) % 32);
+    if (warp == 2) {
+      if (scratch.dq_turns != nullptr)
+        bwd_reduce_dq<Cfg, true>(p, maps, scratch, sm, w, static_cast<int>(threadIdx.x) % 32);
+      else bwd_reduce_dq<Cfg, false>(p, maps, scratch, sm, w, static_cast<int>(threadIdx.x) % 32);
+    }
     return;
   }
 

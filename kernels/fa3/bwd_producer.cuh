@@ -4,12 +4,14 @@
 // (1 arrival with the TMA bytes + 32 of warp 1); both wait for its empty barrier (all 256
 // consumer threads arrive once their last GEMM of the stage is done). Warp 2 adds the dQ
 // pieces the consumers stage in shared memory into the fp32 workspace with the copy
-// engine's tensor reduce-adds (the dQ barriers of bwd_schedule.cuh).
+// engine's tensor reduce-adds (the dQ barriers of bwd_schedule.cuh), in deterministic mode in
+// the order of the turn counters.
 #pragma once
 #include <math.h>
 #include <stdint.h>
 
 #include "common/params.h"
+#include "common/turns.cuh"
 #include "fa3/bwd.h"
 #include "fa3/bwd_schedule.cuh"
 #include "hopper/tma.cuh"
@@ -87,30 +89,67 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 // Each side takes every phase of both barriers once per piece in the same order, so neither
 // runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
 // for its reduce-adds to complete.
-template <class Cfg>
-__device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdSmem<Cfg>& sm,
-                                              const BwdWork& w, int lane) {
+// kDet (deterministic mode; scratch.dq_turns set): before a step's pieces lane 0 waits for the
+// turn of the step's query block (bwd_dq_turn); it passes the turn on once that step's
+// reduce-adds have completed (cp.async.bulk.wait_group 0, not .read, in place of the next
+// step's wait for the reads: the consumers compute the next step meanwhile, and the next CTA
+// in the order waits no longer than the adds take). maps.dq is then 4-D (column, head,
+// query, sequence): the engine skips the rows a piece holds past len_q, which through the
+// 3-D map would add zeros into the next sequence's first rows outside its turns (not always
+// a no-op: +0 turns an accumulated -0 into +0). A template argument, chosen at run time by
+// the kernel: the loop without turns compiles as it did before deterministic mode existed.
+template <class Cfg, bool kDet>
+__device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch,
+                                              const BwdSmem<Cfg>& sm, const BwdWork& w, int lane) {
   hopper::tma_prefetch_map(&maps.dq);
+  const int turn = bwd_dq_turn<Cfg>(w);
+  int32_t* held = nullptr;  // kDet: the previous step's counter, until its adds complete
   for (int it = 0; it < w.steps(); ++it) {
-    if (lane == 0) hopper::bulk_wait_read_all();
+    if (lane == 0) {
+      if (kDet && held != nullptr) {
+        hopper::bulk_wait_all();
+        hopper::fence_proxy_async_global();
+        turn_pass(held, turn + 1);
+      } else {
+        hopper::bulk_wait_read_all();
+      }
+    }
     __syncwarp();
 #pragma unroll
     for (int cw = 0; cw < 2; ++cw)
       if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
-    const int h = w.head(it), row = w.b * static_cast<int>(p.seqlen_q) + w.m0<Cfg>(it);
+    const int h = w.head(it), m0 = w.m0<Cfg>(it), row = w.b * static_cast<int>(p.seqlen_q) + m0;
+    int32_t* const counter = kDet ? bwd_dq_counter<Cfg>(scratch.dq_turns, p, w, it) : nullptr;
+    if constexpr (kDet) {
+      if (lane == 0) {
+        turn_wait(counter, turn);
+        hopper::fence_proxy_async_global();
+      }
+      __syncwarp();
+    }
 #pragma unroll
     for (int cw = 0; cw < 2; ++cw) {
       if (!bwd_has_dq_piece<Cfg>(it, cw)) continue;
       hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
       if (lane == 0)
 #pragma unroll
-        for (int box = 0; box < 2; ++box)
-          hopper::tma_reduce_add_3d(&maps.dq, sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes),
-                                    bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols, h, row);
+        for (int box = 0; box < 2; ++box) {
+          const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
+          const int col = bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols;
+          if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
+          else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
+        }
     }
     if (lane == 0) hopper::bulk_commit();
+    held = counter;
   }
-  if (lane == 0) hopper::bulk_wait_all();
+  if (lane == 0) {
+    hopper::bulk_wait_all();
+    if (kDet && held != nullptr) {
+      hopper::fence_proxy_async_global();
+      turn_pass(held, turn + 1);
+    }
+  }
 }
 
 }  // namespace fa3

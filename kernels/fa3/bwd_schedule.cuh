@@ -75,6 +75,30 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
   return w;
 }
 
+// Deterministic mode: the dQ pieces of query block m of head h in sequence b are added in
+// the order of the key blocks, each CTA when the block's turn counter (BwdScratch::dq_turns,
+// [batch, heads_q, query blocks of kBlockM rows], zero at launch) equals its turn; it passes
+// the turn on once its adds have completed (bwd_reduce_dq).
+// The turn is the CTA's key block: the key blocks whose walk includes block m are 0 .. L(m)
+// (unmasked: all; causal: m_first grows with the key block, so the blocks with m_first <= m
+// are a prefix), so the ordinal of key block n among them is n, and key blocks past L(m)
+// never wait on m. The order is fixed by the problem, not by the scheduling.
+// No deadlock, whatever number of CTAs is resident: a CTA waits only on CTAs of the same
+// (key head, sequence) with smaller key blocks, i.e. smaller linear block indices (key blocks
+// are numbered fastest), which the hardware dispatches no later. By induction on the index,
+// the lowest unfinished CTA is resident and everything it waits for has finished (and passed
+// every turn it took, as each CTA does before it exits), so it makes progress.
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_turn(const BwdWork& w) {
+  return w.n0 / Cfg::kBlockN;
+}
+// The turn counter of step it's query block.
+template <class Cfg>
+__device__ __forceinline__ int32_t* bwd_dq_counter(int32_t* turns, const AttnParams& p, const BwdWork& w, int it) {
+  const int tiles_m = (w.len_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  return turns + (static_cast<int64_t>(w.b) * p.heads_q + w.head(it)) * tiles_m + w.m0<Cfg>(it) / Cfg::kBlockM;
+}
+
 // Named barriers (bar.sync / bar.arrive ids; 0 is __syncthreads):
 //   kBarDsReady (256 threads): both consumer warpgroups' dS^T of the step are stored; every
 //     consumer thread syncs once a step.

@@ -59,6 +59,14 @@ __device__ __forceinline__ void tma_reduce_add_3d(const void* map, uint32_t src,
       "r"(src), "r"(c), "r"(h), "r"(r)
       : "memory");
 }
+// The same for a 4-D map at (c, h, r, b).
+__device__ __forceinline__ void tma_reduce_add_4d(const void* map, uint32_t src, int c, int h, int r, int b) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c), "r"(h), "r"(r), "r"(b)
+      : "memory");
+}
 // Closes this thread's open bulk group.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until every bulk group of this thread has read its shared-memory source.
@@ -80,6 +88,10 @@ __device__ __forceinline__ void tma_store_commit_and_wait_read() {
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Orders this thread's generic-proxy and async-proxy accesses to global memory (a turn
+// counter's acquire before the bulk reduce-adds it allows; completed reduce-adds before the
+// release that passes the turn on).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 }  // namespace hopper
 }  // namespace flashattn

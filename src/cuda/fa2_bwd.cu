@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -27,6 +28,7 @@
 #include "fa2/bwd_ctx.cuh"
 #include "fa2/bwd_traits.h"
 #include "fa2/launchers.h"
+#include "fa3/bwd_traits.h"
 
 namespace flashattn {
 namespace fa2 {
@@ -145,7 +147,9 @@ struct WsLayout {
 WsLayout ws_layout(const AttnParams& p, int cfg) {
   WsLayout w;
   const CheckedSize rows = p.varlen ? CheckedSize(p.total_q) : checked_product(p.batch, p.seqlen_q);
-  const int br = min_br(cfg < 0 ? 0 : cfg);
+  // The turn counters (deterministic mode) serve the fa3 backward too: one per query block
+  // of the smaller of the two families' query tiles.
+  const int br = std::min(min_br(cfg < 0 ? 0 : cfg), fa3::BwdTraits<64>::kBlockM);
   const int64_t n_qblocks = (p.seqlen_q + br - 1) / br;
   CheckedSize off = 0;
   w.delta = static_cast<size_t>(off.value());
@@ -593,7 +597,19 @@ flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t 
   char* const ws = static_cast<char*>(workspace) + pad;
   out->delta = reinterpret_cast<float*>(ws + wl.delta);
   out->dq_accum = reinterpret_cast<float*>(ws + wl.dq);
+  out->dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
   return FLASHATTN_STATUS_SUCCESS;
+}
+
+flashattn_status_t bwd_zero_turns(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {
+  if (scratch.dq_turns == nullptr) return FLASHATTN_STATUS_SUCCESS;
+  const fa2::WsLayout wl = fa2::ws_layout(p, fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v));
+  const size_t bytes = wl.dbias - wl.sema;
+  const cudaError_t err = cudaMemsetAsync(scratch.dq_turns, 0, bytes, stream);
+  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
+  (void)cudaGetLastError();
+  return fail(FLASHATTN_STATUS_CUDA_ERROR, "backward: cudaMemsetAsync of %zu bytes of turn counters failed: %s (%s)",
+              bytes, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {

@@ -1,7 +1,8 @@
 // Host side of the FA3-design backward (kernels/fa3): which problems it serves, the TMA
-// maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
-// fp32 dQ accumulator), the (head dim, dtype) instance of the main kernel, the dQ conversion.
-// The workspace is fa2's (fa2_bwd_scratch): the same Delta and dQ accumulator.
+// maps of Q, K, V and dO, and the sequence on the caller's stream: in deterministic mode the
+// zeroing of the dQ turn counters, Delta (which zeroes the fp32 dQ accumulator), the (head
+// dim, dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
+// (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
 #include <stdint.h>
 
 #include "cuda/fa3_serves.hpp"
@@ -51,7 +52,6 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
-  if (p.deterministic) return fa3_refuse(why, why_size, "deterministic mode runs on fa2");
   if (bwd_config(p) < 0)
     return fa3_refuse(why, why_size,
                       "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims 64 and 128",
@@ -89,14 +89,19 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (p.batch == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   fa3::BwdScratch scratch{};
   if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
+  if (const flashattn_status_t s = bwd_zero_turns(p, scratch, stream)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
-  // The map of the dQ accumulator, which lives in this call's workspace. fa3_bwd_prepare
-  // checked what the encoder checks (extents within 32 bits; the accumulator is dense and
-  // 256-byte aligned): only a driver's refusal fails here.
+  // The map of the dQ accumulator, which lives in this call's workspace; 4-D in deterministic
+  // mode (fa3/bwd.h). fa3_bwd_prepare checked what the encoder checks (extents within 32
+  // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
   fa3::BwdMaps maps = run.maps;
-  if (!encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q, p.batch * p.seqlen_q,
-                           fa3::BwdTraits<64>::kDqBoxCols, fa3::BwdTraits<64>::kBlockM))
+  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols, kBoxRows = fa3::BwdTraits<64>::kBlockM;
+  const bool mapped = p.deterministic ? encode_dq_accum_map_seqs(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
+                                                                 p.seqlen_q, p.batch, kBoxCols, kBoxRows)
+                                      : encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
+                                                            p.batch * p.seqlen_q, kBoxCols, kBoxRows);
+  if (!mapped)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 backward (d=%d): the driver refused the TMA map of the dQ accumulator (%lld rows x %lld heads x "
                 "%lld columns, fp32)",

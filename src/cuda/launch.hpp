@@ -41,12 +41,15 @@ flashattn_status_t fa2_fwd(const AttnParams& p, void* workspace, size_t workspac
 flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- shared by the fa2 and fa3 backward (src/cuda/fa2_bwd.cu) ----
-// Delta and the fp32 dQ accumulator in the caller's workspace, at the places of fa2's layout
-// (the workspace is fa2_bwd_workspace_size(p) bytes; WORKSPACE_TOO_SMALL, naming both sizes,
-// when it cannot hold them). p: a problem fa2 runs without staged copies.
+// Delta, the fp32 dQ accumulator and (deterministic mode) the turn counters in the caller's
+// workspace, at the places of fa2's layout (the workspace is fa2_bwd_workspace_size(p) bytes;
+// WORKSPACE_TOO_SMALL, naming both sizes, when it cannot hold them). p: a problem fa2 runs
+// without staged copies.
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
 // Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator (one kernel).
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
+// Enqueues the zeroing of the turn counters (one memset; nothing when scratch has none).
+flashattn_status_t bwd_zero_turns(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 // Enqueues dQ = scale * the accumulator, in p's dtype.
 flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 
@@ -90,10 +93,11 @@ struct Fa3Bwd {
 };
 // Whether fa3 serves the backward p on the current device (then *run is ready for fa3_bwd);
 // if not, `why` (why_size bytes) says why: the device, an option or shape the fa3 backward
-// does not implement (deterministic mode among them), or tensors the copy engine or its
-// 4-byte gradient stores cannot address. Nothing launched.
+// does not implement, or tensors the copy engine or its 4-byte gradient stores cannot
+// address. Nothing launched.
 bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size);
-// Delta, the main kernel and the dQ conversion, in fa2's workspace layout (fa2_bwd_scratch).
+// (Deterministic mode: the turn counters zeroed,) Delta, the main kernel and the dQ
+// conversion, in fa2's workspace layout (fa2_bwd_scratch).
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 

@@ -60,16 +60,29 @@ bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, c
   return true;
 }
 
+// The fp32 dQ accumulator [seqs][seqlen][heads][cols] (dense) as a tensor (cols, heads,
+// seqlen, seqs) of `rank` 3 (the first three; seqs 1) or 4, boxes box_cols x 1 x box_rows (x 1).
+bool encode_dq_accum(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t seqlen, int64_t seqs,
+                     int box_cols, int box_rows, int rank) {
+  if (cols <= 0 || heads <= 0 || seqlen <= 0 || seqs <= 0) return false;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * sizeof(float);
+  const int64_t dims[4] = {cols, heads, seqlen, seqs};
+  const uint64_t strides[3] = {row_bytes, row_bytes * static_cast<uint64_t>(heads),
+                               row_bytes * static_cast<uint64_t>(heads) * static_cast<uint64_t>(seqlen)};
+  const uint32_t box[4] = {static_cast<uint32_t>(box_cols), 1u, static_cast<uint32_t>(box_rows), 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rank, base, dims, strides, box);
+}
+
 }  // namespace
 
 bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t rows, int box_cols,
                          int box_rows) {
-  if (cols <= 0 || heads <= 0 || rows <= 0) return false;
-  const uint64_t row_bytes = static_cast<uint64_t>(cols) * sizeof(float);
-  const int64_t dims[3] = {cols, heads, rows};
-  const uint64_t strides[2] = {row_bytes, row_bytes * static_cast<uint64_t>(heads)};  // dims 1 and 2
-  const uint32_t box[3] = {static_cast<uint32_t>(box_cols), 1u, static_cast<uint32_t>(box_rows)};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box);
+  return encode_dq_accum(map, base, cols, heads, rows, 1, box_cols, box_rows, 3);
+}
+
+bool encode_dq_accum_map_seqs(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t seqlen, int64_t seqs,
+                              int box_cols, int box_rows) {
+  return encode_dq_accum(map, base, cols, heads, seqlen, seqs, box_cols, box_rows, 4);
 }
 
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,

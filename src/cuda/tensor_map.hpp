@@ -19,6 +19,12 @@ namespace flashattn {
 // refuses the shape; the caller then keeps its other path.
 bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t rows, int box_cols,
                          int box_rows);
+// The same accumulator's rows as seqs sequences of seqlen rows: a 4-D tensor (cols, heads,
+// seqlen, seqs) with boxes of box_cols x 1 x box_rows x 1, so that the engine skips the rows
+// of a box past its sequence instead of adding them into the next one's. Returns false as
+// encode_dq_accum_map does.
+bool encode_dq_accum_map_seqs(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t seqlen, int64_t seqs,
+                              int box_cols, int box_rows);
 
 // Map of a 16-bit [batch][rows][heads][cols] tensor with element strides (b, s, h) and
 // contiguous columns, as a 4-D tensor (cols, rows, heads, batch) with boxes of 64 x box_rows
