@@ -108,6 +108,22 @@ FA_TARGET FA_ALWAYS_INLINE void store_acc(float* p, const vacc& v) {
   storev(p, f);
 }
 
+// c += a * b in one rounding. Explicit where the build has FMA: the forward and the
+// backward compute the same scores in different GEMM functions (gemm_panels, gemm), and
+// contraction of "c += a * b" is each compilation's choice (GCC 13 fused it in some of
+// those functions and not in others at 16 lanes, so P = exp(S - LSE) lost its exact 1).
+// The baseline build accumulates in fp64, where the product of two floats is exact and
+// fusing changes nothing.
+FA_TARGET FA_ALWAYS_INLINE void fma_acc(vacc& c, const vacc& a, const vacc& b) {
+#if defined(FA_ACC_DOUBLE)
+  c += a * b;
+#elif FA_LANES == 16
+  c = (vacc)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+  c = (vacc)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#endif
+}
+
 // MR x kTileN register tile of C: MR * kVecs accumulators, kVecs B vectors and one
 // broadcast (AVX2: 6 x 2 + 2 + 1 = 15 of 16 registers; AVX-512: 16 x 1 + 1 + 1 = 18 of
 // 32). Each C element sums k in increasing order. kAT: A is stored transposed, element
@@ -131,7 +147,7 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     for (int r = 0; r < MR; ++r) {
       vacc a;
       splat(a, kAT ? A[k * lda + r] : A[r * lda + k]);
-      for (int v = 0; v < kVecs; ++v) c[r][v] += a * b[v];
+      for (int v = 0; v < kVecs; ++v) fma_acc(c[r][v], a, b[v]);
     }
   }
   for (int r = 0; r < MR; ++r)

@@ -16,7 +16,7 @@
 #define FA_ALWAYS_INLINE inline __attribute__((always_inline))
 
 #if FA_HAVE_X86_BUILDS
-#include <immintrin.h>  // F16C intrinsics, used only inside target("f16c") functions
+#include <immintrin.h>  // F16C and FMA intrinsics, used only inside target functions
 #endif
 
 namespace flashattn {
