@@ -391,7 +391,7 @@ __device__ __forceinline__ void store4(T* dst, float a, float b, float c, float 
 }
 
 // P_hi = rd(p) and P_lo = rd(kLoScale * (p - P_hi)) as floats (p - P_hi is exact in fp32).
-// A P_hi that overflowed (dropout's 1/(1 - p_drop) can take p past fp16's range) is left
+// A P_hi that overflowed (dropout's scale, up to 2^16, can take p past fp16's range) is left
 // the only term, as in a single rounding; a NaN p gives NaN terms.
 template <typename T>
 __device__ __forceinline__ float2 split_p(float p) {
