@@ -66,14 +66,14 @@ FA_HD uint32_t dropout_threshold(float p) {
 // keep probability, so that dropout leaves every expectation unchanged (1 for p = 0).
 FA_HD double dropout_keep_scale(uint32_t threshold) { return 65536.0 / (65536.0 - static_cast<double>(threshold)); }
 
-// The four random words covering columns 8*(j/8) .. 8*(j/8)+7 of row i of head (b, h).
-// head_counter = offset + b*heads_q + h.
-FA_HD Philox4 dropout_words(uint64_t seed, uint64_t head_counter, uint32_t i, uint32_t j_div8) {
+// The four random words (eight 16-bit values) covering columns 8*(j/8) .. 8*(j/8)+7 of
+// row i of head (b, h). head_counter = offset + b*heads_q + h.
+FA_HD Philox4 dropout_words8(uint64_t seed, uint64_t head_counter, uint32_t i, uint32_t j_div8) {
   return philox4x32_10(j_div8, i, static_cast<uint32_t>(head_counter), static_cast<uint32_t>(head_counter >> 32),
                        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
-// The 16-bit value r of column 8*(j/8) + c (c = j % 8) in dropout_words' result: halfword c,
+// The 16-bit value r of column 8*(j/8) + c (c = j % 8) in dropout_words8's result: halfword c,
 // the low half of a word first. Selects rather than an indexed array (which device code
 // would keep in local memory).
 FA_HD uint32_t dropout_halfword(const Philox4& w, uint32_t c) {
@@ -85,7 +85,7 @@ FA_HD uint32_t dropout_halfword(const Philox4& w, uint32_t c) {
 // The keep decision for one element (b, h, i, j).
 FA_HD bool dropout_keep(uint64_t seed, uint64_t offset, uint64_t b, uint64_t heads_q, uint64_t h, uint32_t i,
                         uint32_t j, uint32_t threshold) {
-  const Philox4 w = dropout_words(seed, offset + b * heads_q + h, i, j >> 3);
+  const Philox4 w = dropout_words8(seed, offset + b * heads_q + h, i, j >> 3);
   return dropout_halfword(w, j & 7u) >= threshold;
 }
 

@@ -32,7 +32,7 @@ __device__ __forceinline__ DropBits<kNT> dropout_drop_bits(uint64_t seed, uint64
 #pragma unroll kUnroll
   for (int k = 0; k < (kNT + 1) / 2; ++k) {
     const int nt = 2 * k + (t >> 1) < kNT ? 2 * k + (t >> 1) : kNT - 1;
-    const Philox4 w = dropout_words(seed, head_ctr, i_own, (col0 >> 3) + static_cast<uint32_t>(nt));
+    const Philox4 w = dropout_words8(seed, head_ctr, i_own, (col0 >> 3) + static_cast<uint32_t>(nt));
     uint32_t own = 0;  // bit c: column 8 nt + c of row i_own is dropped
 #pragma unroll
     for (uint32_t c = 0; c < 8; ++c) own |= (dropout_halfword(w, c) < threshold ? 1u : 0u) << c;

@@ -107,7 +107,7 @@ inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_
     int64_t x = 0;
     while (x < nj) {
       const uint32_t j = static_cast<uint32_t>(j0 + x);
-      const Philox4 w = dropout_words(p.seed, c.head_counter, i, j >> 3);
+      const Philox4 w = dropout_words8(p.seed, c.head_counter, i, j >> 3);
       for (uint32_t l = j & 7u; l < 8u && x < nj; ++l, ++x) {
         const float v = dropout_halfword(w, l) >= p.drop_threshold ? p.rp_keep : 0.f;
         if (kTransposed) {

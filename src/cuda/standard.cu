@@ -369,8 +369,8 @@ __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int
 template <typename T>
 __device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
   if (p.p_drop <= 0.f) return 1.f;
-  const Philox4 w = dropout_words(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
-                                  static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 3);
+  const Philox4 w = dropout_words8(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
+                                   static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 3);
   return dropout_halfword(w, static_cast<uint32_t>(j) & 7u) >= p.drop_threshold ? p.rp_keep : 0.f;
 }
 
@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t j8 = 8 * int64_t(threadIdx.x); j8 < Sk; j8 += 8 * int64_t(blockDim.x)) {
     Philox4 w;
     if (live && j8 < r.len_k && p.p_drop > 0.f) {
-      w = dropout_words(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j8 >> 3));
+      w = dropout_words8(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j8 >> 3));
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
