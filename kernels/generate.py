@@ -14,7 +14,8 @@ Generated (committed, so the build needs no Python):
       entry): one policy, square head dims, launchers by [instance][dtype]
 Checked against the list (not generated): the default CUDA architectures of CMakeLists.txt
 and of the CUDA presets in CMakePresets.json (each entry taken by exactly one policy's
-`match` pattern, every policy by at least one), and the kernel list in README.md.
+`match` pattern, every policy by at least one), and the kernel lists in README.md (fa2's
+forward and the hopper forward).
 """
 import json
 import os
@@ -275,11 +276,16 @@ def consistency_errors(spec, fwd):
         v = p.get("cacheVariables", {}).get("FLASHATTN_CUDA_ARCHITECTURES")
         if v is not None:
             check_targets(f"CMakePresets.json preset {p['name']}", v)
-    square = [str(d) for d, dv in fwd if d == dv]
-    unequal = [f"{d}/{dv}" for d, dv in fwd if d != dv]
-    phrase = f"kernels for {', '.join(square)}" + (f" and {', '.join(unequal)}" if unequal else "")
+    def dims_phrase(dims):
+        square = [str(d) for d, dv in dims if d == dv]
+        unequal = [f"{d}/{dv}" for d, dv in dims if d != dv]
+        return ", ".join(square) + (f" and {', '.join(unequal)}" if unequal else "")
+
+    hopper_fwd = [(d, d) for d in spec["hopper"]["forward"]]
     with open(os.path.join(ROOT, "README.md")) as f:
-        if phrase not in f.read():
+        readme = f.read()
+    for phrase in (f"kernels for {dims_phrase(fwd)}", f"fp16/bf16 at forward head dims {dims_phrase(hopper_fwd)} ("):
+        if phrase not in readme:
             errors.append(f"README.md: the support table does not say \"{phrase}\"")
     return errors
 

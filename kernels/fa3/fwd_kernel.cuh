@@ -6,8 +6,8 @@
 // goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
 // in length, and each CTA claims its next one from a counter in global memory (an atomic
 // add), so CTAs whose tiles were short take more of them and all finish together (at
-// d = 256 the host launches one CTA per causal tile instead: without an O buffer of its
-// own the next tile's loads cannot overlap, and a walk gains nothing). The
+// d = 192 and 256 the host launches one CTA per causal tile instead: without an O buffer of
+// its own the next tile's loads cannot overlap, and a walk gains nothing). The
 // producer claims the next tile once it has issued the loads of the current one (it runs
 // ahead of the consumers by the rings' depth) and names it to the consumers through a
 // shared-memory slot that the Q tile's full barrier publishes. 384 threads:
@@ -17,8 +17,8 @@
 //     first blocks load while the consumers finish the last one. Every stage of each ring
 //     has a full barrier (transaction bytes) and an empty barrier that all 256 consumer
 //     threads arrive on once their GEMM of the stage is done (K after S, V after O += P V);
-//     the Q tile has a full barrier and an empty one (its last S GEMM is done, or at d = 256,
-//     where O leaves through it, both O stores have read it).
+//     the Q tile has a full barrier and an empty one (its last S GEMM is done, or at d = 192
+//     and 256, where O leaves through it, both O stores have read it).
 //   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
 //     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
 //     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
@@ -29,7 +29,7 @@
 //     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
-// rows (16-bit) into the O buffer in shared memory (d = 256: over its Q rows) and one thread
+// rows (16-bit) into the O buffer in shared memory (d = 192, 256: over its Q rows) and one thread
 // stores them with TMA; LSE (fp32) by plain stores from registers.
 //
 // Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
@@ -43,9 +43,9 @@
 
 #include "common/params.h"
 #include "fa2/mma.cuh"
-#include "fa2/wgmma.cuh"
 #include "fa3/fwd.h"
 #include "fa3/fwd_traits.h"
+#include "fa3/fwd_wgmma.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
 
@@ -143,7 +143,7 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // stores ----
 // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
 // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. O goes to so_wg: the
-// warpgroup's rows of the O buffer, or (d = 256) of the Q tile (its S GEMMs, the only
+// warpgroup's rows of the O buffer, or (d = 192, 256) of the Q tile (its S GEMMs, the only
 // readers, are done), in the layout of a TMA load: 64-column block cb at cb kBlockM 128
 // bytes, row r's 16-byte chunk c at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a
 // warp hit 32 distinct banks. The storing thread returns once the store has read shared
@@ -216,8 +216,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
-  const int tiles_m = (len_q + kBlockM - 1) / kBlockM;
-  const int num_tiles = tiles_m * static_cast<int>(p.heads_q * p.batch);
+  // Evaluated where used, from p: a value computed here and held across the register
+  // reallocation (setmaxnreg) below spills.
+  auto tiles_m = [&] { return (static_cast<int>(p.seqlen_q) + kBlockM - 1) / kBlockM; };
+  auto num_tiles = [&] { return tiles_m() * static_cast<int>(p.heads_q * p.batch); };
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full);
@@ -263,12 +265,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
       };
-      if (tile >= num_tiles) {  // no tile left: the barrier completes with no bytes
+      if (tile >= num_tiles()) {  // no tile left: the barrier completes with no bytes
         name_tile();
         hopper::mbar_arrive(q_full);
         return;
       }
-      const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+      const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
       // From p's fields, not the values above: in 24 registers, keeping those live spills.
       const int n_blocks = key_blocks<Cfg>(p, tl.m0, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
                                            p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
@@ -321,8 +323,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
-    if (tile >= num_tiles) return;
-    const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+    if (tile >= num_tiles()) return;
+    const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8

@@ -18,6 +18,8 @@ extern template FwdLaunchResult run_fwd<64, kFp16>(const AttnParams&, const FwdL
 extern template FwdLaunchResult run_fwd<64, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<256, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<256, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<64, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
@@ -32,12 +34,13 @@ inline constexpr bool kBuilt = FLASHATTN_FA3 != 0;
 
 // Forward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
 // head dim runs on fa2.
-inline constexpr int kFwdDims[] = {64, 128, 256};
-inline constexpr int kNumFwd = 3;
+inline constexpr int kFwdDims[] = {64, 128, 192, 256};
+inline constexpr int kNumFwd = 4;
 using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdLaunch&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
     {FLASHATTN_FA3_FN(run_fwd<64, kFp16>), FLASHATTN_FA3_FN(run_fwd<64, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<128, kFp16>), FLASHATTN_FA3_FN(run_fwd<128, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<192, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<256, kFp16>), FLASHATTN_FA3_FN(run_fwd<256, kBf16>)}};
 
 // Backward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
