@@ -20,19 +20,19 @@ namespace {
 // fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
 // the workspace fa3 would use for its tile counter.
 constexpr bool no_staged_dims() {
-  for (int d : fa3::kFwdDims)
-    if (fa2_staged_dim(d)) return false;
+  for (const fa3::FwdDims& d : fa3::kFwdDims)
+    if (fa2_staged_dim(d.qk) || fa2_staged_dim(d.v)) return false;
   return true;
 }
 static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
 
-template <int D>
+template <int Dqk, int Dv>
 bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
-  using Cfg = fa3::FwdTraits<D>;
-  return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
-         encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
+  using Cfg = fa3::FwdTraits<Dqk, Dv>;
+  return encode_rows_map_16bit(&m->q, p.q, Dqk, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
+         encode_rows_map_16bit(&m->k, p.k, Dqk, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->v, p.v, Dv, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
+         encode_rows_map_16bit(&m->o, p.o, Dv, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
 }
 
 // What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, and
@@ -43,21 +43,23 @@ struct Config {
 };
 template <size_t... I>
 constexpr std::array<Config, sizeof...(I)> make_configs(std::index_sequence<I...>) {
-  return {{{&encode_maps<fa3::kFwdDims[I]>, fa3::FwdTraits<fa3::kFwdDims[I]>::kOwnO}...}};
+  return {{{&encode_maps<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>,
+            fa3::FwdTraits<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>::kOwnO}...}};
 }
 constexpr std::array<Config, fa3::kNumFwd> kConfigs = make_configs(std::make_index_sequence<fa3::kNumFwd>{});
 
 // Index of p's head dims in fa3::kFwdDims, or -1.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
-    if (p.head_dim_qk == fa3::kFwdDims[i] && p.head_dim_v == fa3::kFwdDims[i]) return i;
+    if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
   return -1;
 }
 
-// The served head dims as the refusal names them: "64, 128, ...".
+// The served head dims as the refusal names them: "64/64, 128/128, ..." (qk/v).
 std::string served_dims() {
   std::string s;
-  for (int i = 0; i < fa3::kNumFwd; ++i) s += (i > 0 ? ", " : "") + std::to_string(fa3::kFwdDims[i]);
+  for (int i = 0; i < fa3::kNumFwd; ++i)
+    s += (i > 0 ? ", " : "") + std::to_string(fa3::kFwdDims[i].qk) + "/" + std::to_string(fa3::kFwdDims[i].v);
   return s;
 }
 
@@ -75,9 +77,9 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     return fa3_refuse(why, why_size, "querying the device's SM count failed: %s", cudaGetErrorString(err));
   }
   if (fa3_config(p) < 0)
-    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims %s",
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves the head dims (qk/v) %s",
                       ll(p.head_dim_qk), ll(p.head_dim_v), served_dims().c_str());
-  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;  // the same at every head dim
+  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;  // the same at every head dim
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
     return fa3_refuse(why, why_size,
@@ -98,7 +100,7 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
                            cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
-  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;
+  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;  // < 2^31 (prepare)
   // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
   // differ in length: where O leaves through a buffer of its own and the next tile's loads
@@ -122,11 +124,11 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   if (r.step == fa3::kFwdSetSmem)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
-                fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
+                "fa3 forward (d=%d/%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "fa3 forward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg], launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
+              "fa3 forward kernel (d=%d/%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
+              fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
               cudaGetErrorString(r.err));
 }
 
