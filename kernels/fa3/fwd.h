@@ -10,9 +10,9 @@ namespace flashattn {
 namespace fa3 {
 
 // TMA maps of Q, K, V and O as 4-D tensors (head dim, seq, head, batch) over the plan's
-// strides, boxes of 64 columns x FwdTraits<Dqk, Dv>::kBlockM (Q), kBlockN (K, V) or kOBoxRows
-// (O) rows, 128-byte swizzle; loads zero-fill rows past the sequence, stores skip them
-// (src/cuda/tensor_map.hpp encodes them).
+// strides, boxes of FwdTraits<Dqk, Dv>::kCols columns x kBlockM (Q), kBlockN (K, V) or
+// kOBoxRows (O) rows in the kSwizzle-byte swizzle; loads zero-fill rows past the sequence,
+// stores skip them (src/cuda/tensor_map.hpp encodes them).
 struct FwdMaps {
   TensorMap128 q, k, v, o;
 };

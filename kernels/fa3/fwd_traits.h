@@ -7,11 +7,16 @@ namespace fa3 {
 
 // One CTA per SM, persistent over 128-row query tiles: a producer warpgroup and two
 // consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep ring. Head
-// dims Dqk (Q, K) and Dv (V, O) in 64-column blocks of the 128-byte swizzle: a tile of R
-// rows and D columns is D / 64 column blocks of R x 128 bytes, each 1024-byte aligned.
+// dims Dqk (Q, K) and Dv (V, O) in column blocks of kCols columns, rows of kSwizzle bytes in
+// the copy engine's swizzle of that width: a tile of R rows and D columns is D / kCols column
+// blocks of R x kSwizzle bytes, each 1024-byte aligned. The 128-byte swizzle (64 columns)
+// where both head dims are multiples of 64; else (d = 96) the 64-byte swizzle (32 columns):
+// the tiles hold exactly the head dim, no padding.
 template <int Dqk, int Dv>
 struct FwdTraits {
   static constexpr int kDqk = Dqk, kDv = Dv;
+  static constexpr int kSwizzle = Dqk % 64 == 0 && Dv % 64 == 0 ? 128 : 64;
+  static constexpr int kCols = kSwizzle / 2;
   static constexpr int kBlockM = 128;
   // Key block rows, a multiple of 16 (the k16 steps of O += P V): 128 up to d = 128; 112 at
   // head_dim_qk 192 (the largest that fits shared memory at 192/192, as FA3's 128 x 112; the
@@ -39,7 +44,8 @@ struct FwdTraits {
   static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= kSmemLimit;
   static constexpr int kOBytes = kOwnO ? kBlockM * Dv * 2 : 0;
   static constexpr int kSmemBytes = kSmemNoO + kOBytes;
-  static_assert(Dqk % 64 == 0 && Dv % 64 == 0 && Dqk <= 256 && Dv <= 256, "head dims: multiples of 64 up to 256");
+  static_assert(Dqk % kCols == 0 && Dv % kCols == 0 && Dqk <= 256 && Dv <= 256,
+                "head dims: whole column blocks, up to 256");
   static_assert(kBlockN % 16 == 0 && kSmemBytes <= kSmemLimit, "key blocks of whole k16 steps, in shared memory");
   static_assert(kOwnO || Dv <= Dqk, "O through the Q tile: O's columns fit Q's");
 };

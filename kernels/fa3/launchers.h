@@ -16,6 +16,8 @@ inline constexpr int kNumDtypes = 2;
 #if FLASHATTN_FA3
 extern template FwdLaunchResult run_fwd<64, 64, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<64, 64, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<96, 96, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<96, 96, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<128, 128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<128, 128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template FwdLaunchResult run_fwd<192, 128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
@@ -39,11 +41,12 @@ inline constexpr bool kBuilt = FLASHATTN_FA3 != 0;
 struct FwdDims {
   int qk, v;
 };
-inline constexpr FwdDims kFwdDims[] = {{64, 64}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
-inline constexpr int kNumFwd = 5;
+inline constexpr FwdDims kFwdDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+inline constexpr int kNumFwd = 6;
 using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdLaunch&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
     {FLASHATTN_FA3_FN(run_fwd<64, 64, kFp16>), FLASHATTN_FA3_FN(run_fwd<64, 64, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<96, 96, kFp16>), FLASHATTN_FA3_FN(run_fwd<96, 96, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<128, 128, kFp16>), FLASHATTN_FA3_FN(run_fwd<128, 128, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<192, 128, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, 128, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<192, 192, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, 192, kBf16>)},

@@ -29,10 +29,11 @@ static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on
 template <int Dqk, int Dv>
 bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
   using Cfg = fa3::FwdTraits<Dqk, Dv>;
-  return encode_rows_map_16bit(&m->q, p.q, Dqk, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
-         encode_rows_map_16bit(&m->k, p.k, Dqk, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->v, p.v, Dv, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->o, p.o, Dv, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
+  constexpr int sw = Cfg::kSwizzle;
+  return encode_rows_map_16bit(&m->q, p.q, Dqk, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM, sw) &&
+         encode_rows_map_16bit(&m->k, p.k, Dqk, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN, sw) &&
+         encode_rows_map_16bit(&m->v, p.v, Dv, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN, sw) &&
+         encode_rows_map_16bit(&m->o, p.o, Dv, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows, sw);
 }
 
 // What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, and
