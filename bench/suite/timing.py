@@ -1,7 +1,8 @@
 """How one call is timed, and the peers: PyTorch SDPA's backends on the same tensors.
 
 Conventions (bench/README.md): FLOPs fwd 2*b*h*sq*sk*(d_qk + d_v) (4*b*h*sq*sk*d where the
-head dims are equal), halved for causal, backward 2.5x the forward; CUDA events around each call after warm-up, median of the timed calls.
+head dims are equal), halved for causal, backward 2.5x the forward; CUDA events around each
+call after warm-up, median of the timed calls.
 """
 import statistics
 import time
