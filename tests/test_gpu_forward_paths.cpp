@@ -45,9 +45,8 @@ TEST_CASE("forward paths: awkward lengths at every served head dim, causal in bo
   REQUIRE_PATH();
   // Lengths off every tile, and whole tiles (128 x 128; 128 x 112 at head_dim_qk 192, 128 x
   // 64 at d = 256): no key block then takes the element mask unless causal.
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17},  {129, 129},
-                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128},
-                              {128, 224},  {300, 336}};
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129},  {129, 17},  {129, 129}, {1000, 129},
+                              {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}, {128, 224}, {300, 336}};
   uint64_t seed = 9000;
   for (const HeadDims& d : kServedDims)
     for (const auto& pr : pairs)

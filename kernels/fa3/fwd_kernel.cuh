@@ -175,8 +175,8 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     for (int hh = 0; hh < 2; ++hh) {
       const int r = warp * 16 + g + hh * 8;
       const int x = (r * kSw / 128) % kChunks;
-      const uint32_t a = so_wg + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw +
-                                                       (((nv % kChunks) ^ x) << 4) + t * 4);
+      const uint32_t a =
+          so_wg + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw + (((nv % kChunks) ^ x) << 4) + t * 4);
       const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }
@@ -188,8 +188,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
 #pragma unroll
     for (int cb = 0; cb < kDv / Cfg::kCols; ++cb)
-      hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h,
-                        tl.b);
+      hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h, tl.b);
     hopper::tma_store_commit_and_wait_read();
   }
 }
@@ -293,16 +292,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int c = 0; c < (kDqk > kDv ? kDqk : kDv) / kCols; ++c)
           if (c < (which == 0 ? kDqk : kDv) / kCols)
-            hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * kSw), which == 0 ? &maps.k : &maps.v,
-                             c * kCols, n * kBlockN, kvh, tl.b, full);
+            hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * kSw), which == 0 ? &maps.k : &maps.v, c * kCols,
+                             n * kBlockN, kvh, tl.b, full);
       };
       if (n_blocks > 0) load(0, 0);
       name_tile();
       hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kDqk / kCols; ++c)
-        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b,
-                         q_full);
+        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b, q_full);
       for (int it = 1; it < n_blocks; ++it) {
         load(0, it);
         load(1, it - 1);
@@ -355,13 +353,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
     auto issue_s = [&](int it) {
       gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
-                                                   sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
+                                                  sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
     };
     // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
     // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
     auto issue_pv = [&](int it) {
-      const uint64_t db =
-          wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
+      const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
         fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));

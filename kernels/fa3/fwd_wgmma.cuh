@@ -18,37 +18,37 @@ namespace fa2 {
 
 // The four accumulator registers of n8 tile j, as asm operands with constraint C.
 #define FA3_WG_TILE(C, j) C(d[0][j][0]), C(d[0][j][1]), C(d[0][j][2]), C(d[0][j][3])
-#define FA3_WG_OPS_96(C)                                                                                       \
-  FA3_WG_TILE(C, 0), FA3_WG_TILE(C, 1), FA3_WG_TILE(C, 2), FA3_WG_TILE(C, 3), FA3_WG_TILE(C, 4),               \
-      FA3_WG_TILE(C, 5), FA3_WG_TILE(C, 6), FA3_WG_TILE(C, 7), FA3_WG_TILE(C, 8), FA3_WG_TILE(C, 9),           \
-      FA3_WG_TILE(C, 10), FA3_WG_TILE(C, 11)
+#define FA3_WG_OPS_96(C)                                                                                            \
+  FA3_WG_TILE(C, 0), FA3_WG_TILE(C, 1), FA3_WG_TILE(C, 2), FA3_WG_TILE(C, 3), FA3_WG_TILE(C, 4), FA3_WG_TILE(C, 5), \
+      FA3_WG_TILE(C, 6), FA3_WG_TILE(C, 7), FA3_WG_TILE(C, 8), FA3_WG_TILE(C, 9), FA3_WG_TILE(C, 10),               \
+      FA3_WG_TILE(C, 11)
 #define FA3_WG_OPS_112(C) FA3_WG_OPS_96(C), FA3_WG_TILE(C, 12), FA3_WG_TILE(C, 13)
-#define FA3_WG_OPS_192(C)                                                                                      \
-  FA3_WG_OPS_112(C), FA3_WG_TILE(C, 14), FA3_WG_TILE(C, 15), FA3_WG_TILE(C, 16), FA3_WG_TILE(C, 17),           \
-      FA3_WG_TILE(C, 18), FA3_WG_TILE(C, 19), FA3_WG_TILE(C, 20), FA3_WG_TILE(C, 21), FA3_WG_TILE(C, 22),      \
+#define FA3_WG_OPS_192(C)                                                                                 \
+  FA3_WG_OPS_112(C), FA3_WG_TILE(C, 14), FA3_WG_TILE(C, 15), FA3_WG_TILE(C, 16), FA3_WG_TILE(C, 17),      \
+      FA3_WG_TILE(C, 18), FA3_WG_TILE(C, 19), FA3_WG_TILE(C, 20), FA3_WG_TILE(C, 21), FA3_WG_TILE(C, 22), \
       FA3_WG_TILE(C, 23)
 #define FA3_WG_REGS_96                                                                                      \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
   "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}"
-#define FA3_WG_REGS_112                                                                                     \
-  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
-  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"   \
+#define FA3_WG_REGS_112                                                                                      \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"  \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
   "%54,%55}"
 #define FA3_WG_REGS_192                                                                                      \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"  \
-  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"    \
-  "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"    \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
+  "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
   "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
 
 // S tile: 56 accumulator registers (%0..%55), then the descriptors %56 (A) and %57 (B); the
 // first k16 step of a GEMM writes d without reading it (scale-d 0, constraint "=f").
-#define FA3_WG_SS_112(CTY, TY, ACC, C, SCALE)                                                                    \
-  template <>                                                                                                    \
-  __device__ __forceinline__ void wg_mma_ss<CTY, 112, ACC, 0>(float(&d)[1][14][4], uint64_t da, uint64_t db) {   \
+#define FA3_WG_SS_112(CTY, TY, ACC, C, SCALE)                                                                      \
+  template <>                                                                                                      \
+  __device__ __forceinline__ void wg_mma_ss<CTY, 112, ACC, 0>(float(&d)[1][14][4], uint64_t da, uint64_t db) {     \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n112k16.f32." TY \
-                 "." TY " " FA3_WG_REGS_112 ", %56, %57, p, 1, 1, 0, 0;\n}\n"                                    \
-                 : FA3_WG_OPS_112(C)                                                                             \
-                 : "l"(da), "l"(db));                                                                            \
+                 "." TY " " FA3_WG_REGS_112 ", %56, %57, p, 1, 1, 0, 0;\n}\n"                                      \
+                 : FA3_WG_OPS_112(C)                                                                               \
+                 : "l"(da), "l"(db));                                                                              \
   }
 FA3_WG_SS_112(__nv_bfloat16, "bf16", false, "=f", "0")
 FA3_WG_SS_112(__nv_bfloat16, "bf16", true, "+f", "1")
@@ -58,13 +58,13 @@ FA3_WG_SS_112(__half, "f16", true, "+f", "1")
 
 // O tile at head_dim_v N = 96 or 192: N / 2 accumulator registers, then the A fragment (four
 // operands, A0 the first) and the descriptor of B (MN-major: transpose flag 1).
-#define FA3_WG_RS(CTY, TY, N, A0, A1, A2, A3, DB)                                                                  \
-  template <>                                                                                                      \
-  __device__ __forceinline__ void wg_mma_rs<CTY, N>(float(&d)[1][N / 8][4], const uint32_t(&a)[4], uint64_t db) {  \
+#define FA3_WG_RS(CTY, TY, N, A0, A1, A2, A3, DB)                                                                    \
+  template <>                                                                                                        \
+  __device__ __forceinline__ void wg_mma_rs<CTY, N>(float(&d)[1][N / 8][4], const uint32_t(&a)[4], uint64_t db) {    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY \
-                 " " FA3_WG_REGS_##N ", {" A0 ", " A1 ", " A2 ", " A3 "}, " DB ", p, 1, 1, 1;\n}\n"              \
-                 : FA3_WG_OPS_##N("+f")                                                                            \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                                           \
+                 " " FA3_WG_REGS_##N ", {" A0 ", " A1 ", " A2 ", " A3 "}, " DB ", p, 1, 1, 1;\n}\n"                  \
+                 : FA3_WG_OPS_##N("+f")                                                                              \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                                             \
   }
 FA3_WG_RS(__nv_bfloat16, "bf16", 96, "%48", "%49", "%50", "%51", "%52")
 FA3_WG_RS(__half, "f16", 96, "%48", "%49", "%50", "%51", "%52")

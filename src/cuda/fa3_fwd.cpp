@@ -129,8 +129,8 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
                 fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fa3 forward kernel (d=%d/%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
-              cudaGetErrorString(r.err));
+              fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, launch.grid, r.smem, static_cast<void*>(stream),
+              cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn

@@ -53,8 +53,7 @@ bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, c
   }
   CUtensorMap m;
   if (enc(&m, type, static_cast<cuuint32_t>(rank), base, d, st, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return false;
   __builtin_memcpy(map->bytes, &m, sizeof(m));
   return true;
