@@ -6,19 +6,19 @@
 // goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
 // in length, and each CTA claims its next one from a counter in global memory (an atomic
 // add), so CTAs whose tiles were short take more of them and all finish together (where
-// O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per causal tile instead:
-// the next tile's loads cannot overlap, and a walk gains nothing). The
-// producer claims the next tile once it has issued the loads of the current one (it runs
+// O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per causal tile
+// instead: the next tile's loads cannot overlap, and a walk gains nothing). The producer
+// claims the next tile once it has issued the loads of the current one (it runs
 // ahead of the consumers by the rings' depth) and names it to the consumers through a
 // shared-memory slot that the Q tile's full barrier publishes. 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
 //     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
-//     swizzle; 64-byte at d = 96), K one block ahead of V. The rings run on across tiles, so the next tile's
-//     first blocks load while the consumers finish the last one. Every stage of each ring
-//     has a full barrier (transaction bytes) and an empty barrier that all 256 consumer
-//     threads arrive on once their GEMM of the stage is done (K after S, V after O += P V);
-//     the Q tile has a full barrier and an empty one (its last S GEMM is done, or where O
-//     leaves through it, both O stores have read it).
+//     swizzle; 64-byte at d = 96), K one block ahead of V. The rings run on across tiles,
+//     so the next tile's first blocks load while the consumers finish the last one. Every
+//     stage of each ring has a full barrier (transaction bytes) and an empty barrier that
+//     all 256 consumer threads arrive on once their GEMM of the stage is done (K after S, V
+//     after O += P V); the Q tile has a full barrier and an empty one (its last S GEMM is
+//     done, or where O leaves through it, both O stores have read it).
 //   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
 //     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
 //     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
@@ -29,12 +29,13 @@
 //     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
-// rows (16-bit) into the O buffer in shared memory (without a buffer of its own: over its Q rows) and one thread
-// stores them with TMA; LSE (fp32) by plain stores from registers.
+// rows (16-bit) into the O buffer in shared memory (without a buffer of its own: over its Q
+// rows) and one thread stores them with TMA; LSE (fp32) by plain stores from registers.
 //
-// Serves: head_dim_qk = Dqk and head_dim_v = Dv (fa3/fwd_traits.h), no varlen, bias, softcap, dropout or block-sparse
-// layout, band mask only causal (window_right 0, window_left unbounded) with either
-// alignment, GQA (key head = h / (heads_q / heads_kv)). The host sends everything else to fa2.
+// Serves: head_dim_qk = Dqk and head_dim_v = Dv (fa3/fwd_traits.h), no varlen, bias,
+// softcap, dropout or block-sparse layout, band mask only causal (window_right 0,
+// window_left unbounded) with either alignment, GQA (key head = h / (heads_q / heads_kv)).
+// The host sends everything else to fa2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
