@@ -54,13 +54,12 @@ constexpr int kWarpKeys = kTileK / kWarps;  // 16: one k16 step of P V
 // every 16 keys), so resident warps matter more than ring depth: at head dim 64 a ring of
 // two stages (39 KiB) lets four CTAs share an SM, registers budgeted for them by
 // __launch_bounds__ (kMinBlocks); above, three stages and two CTAs (one at d=256, by
-// shared memory). Sm90a: unpadded rows make three stages at d=64 51.5 KiB, four CTAs still;
-// at d=128 two stages (69.5 KiB) let three CTAs share an SM, the copy engine keeping a
-// tile in flight for each. docs/internals/kernels-decode.md has the measurements.
+// shared memory). Sm90a: unpadded rows make three stages at d=64 51.5 KiB, four CTAs still.
+// docs/internals/kernels-decode.md has the measurements.
 template <typename Arch, int D>
-constexpr int kStages = Arch::kSm90 ? (D == 128 ? 2 : 3) : (D > 64 ? 3 : 2);
+constexpr int kStages = Arch::kSm90 || D > 64 ? 3 : 2;
 template <typename Arch, int D>
-constexpr int kMinBlocks = D <= 64 ? 4 : (D == 128 && Arch::kSm90 ? 3 : 2);
+constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 
 // The Sm90a kernel's tensor maps of the K and V caches: 4-D (dims, keys of a row or page,
 // kv heads, rows or pages), boxes of 64 dims x box_rows keys in the 128-byte swizzle,
