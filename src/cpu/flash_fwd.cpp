@@ -72,6 +72,39 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
+// The K and V rows of one key tile as the score and P V loops read them (row strides ldk,
+// ldv): the slot's converted tiles, or for dot blocks of fp32 inputs whose rows are evenly
+// strided the inputs in place (decode reads each key once instead of copying it first).
+struct KeyTile {
+  const float* k;
+  int64_t ldk;
+  const float* v;
+  int64_t ldv;
+};
+
+// Loads what the key tile [j0, j0 + nj) of c needs into w's K and V tiles, or points at the
+// inputs: K in place for fp32 dot blocks without pages (the dot products read dqk elements
+// of each row), V too when head_dim_v is a multiple of the GEMM's column unit (it reads
+// whole kTileN-column vectors).
+KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, bool dots, const FwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
+  const bool in_place = dots && p.dtype == kFp32 && p.kv_block_table == nullptr;
+  KeyTile t{w.k, dqk, w.v, dvp};
+  if (in_place) {
+    t.k = reinterpret_cast<const float*>(elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0)));
+    t.ldk = p.k_stride.s;
+  } else {
+    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
+  }
+  if (in_place && dv == dvp) {
+    t.v = reinterpret_cast<const float*>(elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0)));
+    t.ldv = p.v_stride.s;
+  } else {
+    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
+  }
+  return t;
+}
+
 // One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
@@ -80,17 +113,17 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
 // lanes, and K needs no transposing. Dot blocks (few rows) work on S = Q K^T by dot
 // products, row by row. Both give every score the same sum in the same order.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-                 bool dots, const RowState& st, const FwdSlot& w) {
+                 bool dots, const KeyTile& kt, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   const bool partial = kind == kTilePartial;
   if (dots) {
-    dot_rows(ni, nj, dqk, st.q, dqk, w.k, dqk, w.s, kBc);  // padding columns: transform_scores
+    dot_rows(ni, nj, dqk, st.q, dqk, kt.k, kt.ldk, w.s, kBc);  // padding columns: transform_scores
     transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
     if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
     online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
     if (w.drop)
       for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
-    gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
+    gemm(ni, dvp, nj, w.s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
@@ -143,10 +176,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
-    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
+    const KeyTile kt = load_key_tile(p, c, j0, nj, dots, w);
     for (int sb = 0; sb < kSub; ++sb) {
-      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);
+      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, kt, w.sub[sb], w);
     }
   }
 
