@@ -2,7 +2,7 @@
 # CHECK (their name: the log and work folders) and STEPS (their default steps): the common
 # setup (BUILD, JOBS, TEST_TIMEOUT, BENCH_TIMEOUT, RESULTS = $OUT, WORK; the log
 # $RESULTS/$CHECK.log; want, fail, FAILED), the library build through scripts/gpu_check.sh
-# (LIB; stops without it), the tools (NVCC, CUOBJDUMP) and the ptxas check.
+# (LIB; stops without it), the tools (NVCC, CUOBJDUMP) and the ptxas and SASS checks.
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-16}
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
@@ -46,4 +46,33 @@ fa3_ptxas() {
     grep -q ' 0 bytes spill stores, 0 bytes spill loads' "$WORK/$n.ptxas" || fail "$n spills"
     if grep -E 'C75[0-9][0-9]' "$WORK/$n.ptxas"; then fail "$n: ptxas C75xx warning"; fi
   done
+}
+
+# fa3_sass_check UNIT... -- OP...: dumps the SASS of each unit's cubin (fa3_ptxas) into
+# $WORK/<name>.sass and prints, a row per unit, how many instructions match each OP and the
+# local-memory accesses (LDL, STL); calls fail when an OP is missing or local memory is used.
+# Ends with the HGMMA shapes and register settings of all the units.
+fa3_sass_check() {
+  local units=() ops=() u n op c row msg bad sass=()
+  while [[ $# -gt 0 && $1 != -- ]]; do units+=("$1"); shift; done
+  shift
+  ops=("$@")
+  printf '%-22s' unit; printf ' %11s' "${ops[@]}" LDL STL; echo
+  for u in "${units[@]}"; do
+    n=$(basename "$u" .cu)
+    "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
+    sass+=("$WORK/$n.sass")
+    row=$(printf '%-22s' "$n") bad=()
+    for op in "${ops[@]}" LDL STL; do
+      c=$(grep -c "$op" "$WORK/$n.sass")
+      row+=$(printf ' %11s' "$c")
+      case $op in
+        LDL | STL) [[ $c -eq 0 ]] || bad+=("$n uses local memory ($op)") ;;
+        *) [[ $c -gt 0 ]] || bad+=("$n lacks $op") ;;
+      esac
+    done
+    echo "$row"
+    for msg in "${bad[@]}"; do fail "$msg"; done
+  done
+  [[ ${#sass[@]} -gt 0 ]] && grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "${sass[@]}" | sort | uniq -c
 }

@@ -37,17 +37,7 @@ fi
 
 if want sass; then
   echo "==== SASS of the fa3 backward kernels"
-  printf '%-22s %6s %8s %11s %8s %4s %4s\n' unit HGMMA UTMALDG USETMAXREG UTMAREDG LDL STL
-  for u in "${UNITS[@]}"; do
-    n=$(basename "$u" .cu)
-    "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
-    c() { grep -c "$1" "$WORK/$n.sass"; }
-    h=$(c HGMMA) t=$(c UTMALDG) s=$(c USETMAXREG) r=$(c UTMAREDG) l=$(c 'LDL') st=$(c 'STL')
-    printf '%-22s %6s %8s %11s %8s %4s %4s\n' "$n" "$h" "$t" "$s" "$r" "$l" "$st"
-    [[ $h -gt 0 && $t -gt 0 && $s -gt 0 && $r -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, USETMAXREG or UTMAREDG"
-    [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
-  done
-  grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/bwd_*.sass | sort | uniq -c
+  fa3_sass_check "${UNITS[@]}" -- HGMMA UTMALDG USETMAXREG UTMAREDG
 fi
 
 if want tests; then

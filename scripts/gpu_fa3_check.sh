@@ -39,22 +39,15 @@ fi
 
 if want sass; then
   echo "==== SASS of the fa3 kernels"
-  printf '%-22s %6s %8s %8s %11s %4s %4s\n' unit HGMMA UTMALDG UTMASTG USETMAXREG LDL STL
+  fa3_sass_check "${UNITS[@]}" -- HGMMA UTMALDG UTMASTG USETMAXREG
   for u in "${UNITS[@]}"; do
     n=$(basename "$u" .cu)
-    "$CUOBJDUMP" --dump-sass "$WORK/$n.cubin" > "$WORK/$n.sass" || { fail "cuobjdump $n"; continue; }
-    c() { grep -c "$1" "$WORK/$n.sass"; }
-    h=$(c HGMMA) t=$(c UTMALDG) ts=$(c UTMASTG) s=$(c USETMAXREG) l=$(c 'LDL') st=$(c 'STL')
-    printf '%-22s %6s %8s %8s %11s %4s %4s\n' "$n" "$h" "$t" "$ts" "$s" "$l" "$st"
-    [[ $h -gt 0 && $t -gt 0 && $ts -gt 0 && $s -gt 0 ]] || fail "$n lacks HGMMA, UTMALDG, UTMASTG or USETMAXREG"
-    [[ $l -eq 0 && $st -eq 0 ]] || fail "$n uses local memory"
     # The intra-warpgroup overlap: the softmax's exponentials between the wait for S
     # (DEPBAR.LE gsb0, 0x1) and the wait for O += P V (0x0).
     ex2=$(awk '/DEPBAR.LE gsb0, 0x1/ { s = 1 } s && /MUFU.EX2/ { c++ } /DEPBAR.LE gsb0, 0x0/ { s = 0 }
                END { print c + 0 }' "$WORK/$n.sass")
     [[ $ex2 -gt 0 ]] || fail "$n: no MUFU.EX2 between the two wgmma waits (the softmax no longer overlaps O += P V)"
   done
-  grep -ho 'HGMMA\.[0-9x]*\S*\|USETMAXREG\.\S* [^;]*' "$WORK"/*.sass | sort | uniq -c
 fi
 
 if want tests; then
