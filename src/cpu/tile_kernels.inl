@@ -101,11 +101,21 @@ FA_TARGET FA_ALWAYS_INLINE void load_src(vf& v, const src_t<kSrc>* p) {
   if constexpr (kSrc == kSrcF32) {
     loadv(v, p);
   } else if constexpr (kSrc == kSrcBf16) {  // zero-extend and shift: bf16 is the top half of fp32
+#if defined(FA_ISA_F16C) && FA_LANES == 16
+    // One widening load (GCC 12 splits the generic conversion below into two halves); the
+    // zero-masked form, as GCC 12 warns that the unmasked one reads an undefined vector.
+    const vu u = (vu)_mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    v = (vf)(u << 16);
+#elif defined(FA_ISA_F16C)
+    const vu u = (vu)_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    v = (vf)(u << 16);
+#else
     typedef uint16_t vh __attribute__((vector_size(FA_LANES * 2)));
     vh h;
     memcpy(&h, p, sizeof h);
     const vu u = __builtin_convertvector(h, vu) << 16;
     memcpy(&v, &u, sizeof v);
+#endif
   } else {
 #if defined(FA_ISA_F16C) && FA_LANES == 16
     // The zero-masked form: GCC 12 warns that the unmasked one reads an undefined vector.
@@ -222,15 +232,18 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
 
 // Rows [i, M) (fewer than 4) of a row-major B product: register tiles 8 / MR vectors wide
 // (columns [jb, je)), so that each row keeps 8 / MR independent accumulator chains (the
-// FMA latency bound one 1 x kTileN tile per row hit: one chain per vector), then
-// kTileN-column tiles for what is left. Same sums in the same order as micro_tile.
+// FMA latency bound one 1 x kTileN tile per row hit: one chain per vector), then half as
+// wide (AVX-512 at d = 64: 4 vectors), then kTileN-column tiles for what is left. Same
+// sums in the same order as micro_tile.
 template <int MR, bool kAT, int kSrc = kSrcF32>
 FA_TARGET FA_ALWAYS_INLINE void wide_tiles(int64_t kc, const float* A, int64_t lda, const src_t<kSrc>* B, int64_t ldb,
                                            float* C, int64_t ldc, int64_t jb, int64_t je, bool acc) {
-  constexpr int kNV = 8 / MR;
+  constexpr int kNV = 8 / MR, kHalf = kNV / 2 > kVecs ? kNV / 2 : kVecs;
   int64_t j = jb;
   for (; j + kNV * kLanes <= je; j += kNV * kLanes)
     micro_tile<MR, kAT, kNV, kSrc, true>(kc, A, lda, B + j, ldb, C + j, ldc, acc);
+  for (; j + kHalf * kLanes <= je; j += kHalf * kLanes)
+    micro_tile<MR, kAT, kHalf, kSrc, true>(kc, A, lda, B + j, ldb, C + j, ldc, acc);
   for (; j < je; j += kTileN) micro_tile<MR, kAT, kVecs, kSrc, true>(kc, A, lda, B + j, ldb, C + j, ldc, acc);
 }
 
