@@ -345,11 +345,10 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   const SplitParts* out = n_splits > 1 ? &parts : nullptr;
   const bool decode = decode_schedule(p);
   // Decode: a task per (sequence, range of query heads, split); else per (sequence, query
-  // head, block of query rows, split).
+  // head, block of query rows, split). A decode's rows are one block (at most kDotRows).
   const int64_t heads_per_task = decode ? decode_heads_per_task(p) : 1;
-  const int64_t rows_per_task = decode ? p.seqlen_q : kFwdBlockRows;
   const int64_t n_ht = ceil_div(p.heads_q, heads_per_task);
-  const int64_t n_qt = decode ? 1 : ceil_div(p.seqlen_q, rows_per_task);
+  const int64_t n_qt = ceil_div(p.seqlen_q, kFwdBlockRows);
   const int64_t n_tasks = p.batch * n_ht * n_qt * n_splits;
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
   const int team = team_size(threads, n_tasks, attention_work(p));
@@ -376,10 +375,10 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
         continue;
       }
       const HeadCtx c = make_head_ctx(p, b, h0);
-      if (qt * rows_per_task >= c.len_q) continue;  // varlen: past this sequence's end
+      if (qt * kFwdBlockRows >= c.len_q) continue;  // varlen: past this sequence's end
       int64_t j_begin, j_end;
       split_range(c.len_k, n_splits, s, &j_begin, &j_end);
-      forward_block(p, c, qt * rows_per_task, j_begin, j_end, w, out, s);
+      forward_block(p, c, qt * kFwdBlockRows, j_begin, j_end, w, out, s);
     }
   });
   if (n_splits > 1) combine_split_parts(p, parts, threads);
