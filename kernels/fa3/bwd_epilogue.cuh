@@ -14,17 +14,19 @@ namespace fa3 {
 // dS^T (16-bit A fragments of the dK GEMM, hopper::pack_a's layout) into the dS^T tile
 // (kBlockN key rows x kBlockM query columns) in the layout of a TMA load with the 128-byte
 // swizzle: 64-column block cb at cb kBlockN 128 bytes, row r's 16-byte chunk c at c ^ (r % 8)
-// (r % 8 = g here). rows = this warpgroup's first key row.
+// (r % 8 = g here). rows = this warpgroup's first key row; chunk0 = the 16-byte chunk (8
+// query columns) of its first query (kSplitD: each warpgroup holds half the queries). The
+// kSplitD kernel stores P^T the same way.
 template <class Cfg, int KK>
 __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint32_t (&ds)[KK][4], int warp, int g,
-                                             int t) {
+                                             int t, int chunk0 = 0) {
 #pragma unroll
   for (int nt = 0; nt < 2 * KK; ++nt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = rows + warp * 16 + g + hh * 8;
+      const int r = rows + warp * 16 + g + hh * 8, c = chunk0 + nt;
       const uint32_t a =
-          sds + static_cast<uint32_t>((nt / 8) * Cfg::kBlockN * 128 + r * 128 + (((nt % 8) ^ g) << 4) + t * 4);
+          sds + static_cast<uint32_t>((c / 8) * Cfg::kBlockN * 128 + r * 128 + (((c % 8) ^ g) << 4) + t * 4);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(ds[nt / 2][(nt % 2) * 2 + hh]) : "memory");
     }
 }

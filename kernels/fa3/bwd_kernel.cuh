@@ -43,6 +43,7 @@
 #include "fa3/bwd_math.cuh"
 #include "fa3/bwd_producer.cuh"
 #include "fa3/bwd_schedule.cuh"
+#include "fa3/bwd_split.cuh"
 #include "fa3/bwd_traits.h"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
@@ -132,6 +133,33 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   hopper::mbar_arrive(sm.q_empty(s));
 }
 
+// Consumer warpgroup cw's whole walk (split by keys), then dK * scale and dV of its keys to
+// the outputs.
+template <class Cfg, typename T>
+__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int cw) {
+  BwdAcc<Cfg> acc;
+#pragma unroll
+  for (int nv = 0; nv < Cfg::kD / 8; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
+  hopper::mbar_wait(sm.kv_full(), 0u);
+  for (int it = 0; it < w.steps(); ++it) {
+    const bool mask = bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it));
+    if (bwd_has_dq_piece<Cfg>(it, cw)) {
+      if (mask) bwd_step<Cfg, T, true, true>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, true>(p, sm, w, it, cw, acc);
+    } else {
+      if (mask) bwd_step<Cfg, T, true, false>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, false>(p, sm, w, it, cw, acc);
+    }
+  }
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
+  const bool add = p.grad_accumulate != 0;
+  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
+  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
+}
+
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel(const AttnParams p, const __grid_constant__ BwdMaps maps, const BwdScratch scratch) {
@@ -164,28 +192,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   hopper::regs_inc<Cfg::kConsumerRegs>();
-  const int cw = wg - 1;
-  BwdAcc<Cfg> acc;
-#pragma unroll
-  for (int nv = 0; nv < Cfg::kD / 8; ++nv)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
-  hopper::mbar_wait(sm.kv_full(), 0u);
-  for (int it = 0; it < w.steps(); ++it) {
-    const bool mask = bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it));
-    if (bwd_has_dq_piece<Cfg>(it, cw)) {
-      if (mask) bwd_step<Cfg, T, true, true>(p, sm, w, it, cw, acc);
-      else bwd_step<Cfg, T, false, true>(p, sm, w, it, cw, acc);
-    } else {
-      if (mask) bwd_step<Cfg, T, true, false>(p, sm, w, it, cw, acc);
-      else bwd_step<Cfg, T, false, false>(p, sm, w, it, cw, acc);
-    }
+  if constexpr (Cfg::kSplitD) {
+    if (wg == 1) bwd_split_consumer<Cfg, T, 0>(p, sm, w);
+    else bwd_split_consumer<Cfg, T, 1>(p, sm, w);
+  } else {
+    bwd_consumer<Cfg, T>(p, sm, w, wg - 1);
   }
-  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
-  const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
-  const bool add = p.grad_accumulate != 0;
-  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
-  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
 }
 
 }  // namespace fa3

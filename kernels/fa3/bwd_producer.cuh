@@ -77,7 +77,8 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 
 // Warp 2: every staged dQ piece, in the consumers' step order, added into the fp32 dQ
 // accumulator by the copy engine: lane 0 issues two tensor reduce-adds a piece (its 32-column
-// boxes, maps.dq: (column, head, batch * seqlen_q + query)).
+// boxes, maps.dq: (column, head, batch * seqlen_q + query)). A step's pieces come in slots
+// (kDqSlots, more than one where a warpgroup stages several pieces a step in its buffer).
 // The handshake with consumer warpgroup cw, per piece (kDqBarThreads = 128 + 32 each):
 //   the warp arrives on kBarDqEmpty + cw once lane 0's reduce-adds of the buffer's previous
 //     pieces have read it (cp.async.bulk.wait_group.read 0, then __syncwarp); the
@@ -86,6 +87,7 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 //   the warpgroup's 128 threads arrive on kBarDqFull + cw after staging it (and
 //     fence.proxy.async: the generic-proxy stores become visible to the copy engine); the
 //     warp syncs there, so that phase completes, then lane 0 issues the piece.
+// A later slot's pieces take the same handshake after the earlier slot's have been read.
 // Each side takes every phase of both barriers once per piece in the same order, so neither
 // runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
 // for its reduce-adds to complete.
@@ -129,17 +131,27 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
       __syncwarp();
     }
 #pragma unroll
-    for (int cw = 0; cw < 2; ++cw) {
-      if (!bwd_has_dq_piece<Cfg>(it, cw)) continue;
-      hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
-      if (lane == 0)
+    for (int k = 0; k < Cfg::kDqSlots; ++k) {
+      if (k > 0) {  // the buffers again, once the slot before's pieces have been read
+        if (lane == 0) hopper::bulk_wait_read_all();
+        __syncwarp();
 #pragma unroll
-        for (int box = 0; box < 2; ++box) {
-          const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
-          const int col = bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols;
-          if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
-          else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
-        }
+        for (int cw = 0; cw < 2; ++cw)
+          if (bwd_has_dq_piece<Cfg>(it, cw, k)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+      }
+#pragma unroll
+      for (int cw = 0; cw < 2; ++cw) {
+        if (!bwd_has_dq_piece<Cfg>(it, cw, k)) continue;
+        hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
+        if (lane == 0)
+#pragma unroll
+          for (int box = 0; box < 2; ++box) {
+            const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
+            const int col = bwd_dq_col_block<Cfg>(cw, k) * 64 + box * Cfg::kDqBoxCols;
+            if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
+            else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
+          }
+      }
     }
     if (lane == 0) hopper::bulk_commit();
     held = counter;
