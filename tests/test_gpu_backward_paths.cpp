@@ -27,6 +27,11 @@ using namespace fat;
 
 namespace {
 
+// The head dims the fa3 backward serves (kernels/instances.json, "hopper" "backward"): 64
+// and 128 split a step's keys between the consumer warpgroups (128-key blocks), 192 and 256
+// the head-dim columns (64-key blocks; at 192 unevenly: two column blocks and one).
+constexpr int64_t kDims[] = {64, 128, 192, 256};
+
 // The path this process was started with ("" when FLASHATTN_CUDA_BACKWARD is unset).
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
 
@@ -69,14 +74,14 @@ TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
   CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
 }
 
-TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in both alignments", "[gpu][bwd]") {
+TEST_CASE("backward paths: awkward lengths at head dims 64 to 256, causal in both alignments", "[gpu][bwd]") {
   REQUIRE_PATH();
-  // Lengths off every tile (64 queries x 128 keys a step), whole tiles, more queries than
-  // keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees).
+  // Lengths off every tile (64 queries x 128 or 64 keys a step), whole tiles, more queries
+  // than keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees).
   const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
                               {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
   uint64_t seed = 9500;
-  for (int64_t d : {64, 128})
+  for (int64_t d : kDims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -92,7 +97,7 @@ TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gp
   const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
   uint64_t seed = 9600;
   for (const auto& h : heads)
-    for (int64_t d : {64, 128})
+    for (int64_t d : kDims)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
         Config c = gbase("bwd paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
@@ -108,7 +113,7 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
   REQUIRE_PATH();
   uint64_t seed = 9700;
   for (Layout lay : {Layout::BHSD, Layout::Padded})
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : kDims) {
       ++seed;
       Config c = gbase("bwd paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
       c.batch = 2;
@@ -129,11 +134,12 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
 TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
   REQUIRE_PATH();
   // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
-  // queries and fewer: several key blocks (128) and query blocks (64) a head, partial last
-  // blocks, so every dQ row takes several ordered adds. Five runs each.
+  // queries and fewer: several key blocks (128 or 64) and query blocks (64) a head, partial
+  // last blocks, so every dQ row takes several ordered adds (at d = 192 and 256 several
+  // pieces a warpgroup a step). Five runs each.
   const int64_t lens[][2] = {{300, 500}, {500, 300}};
   uint64_t seed = 9630;
-  for (int64_t d : {64, 128})
+  for (int64_t d : kDims)
     for (const auto& l : lens)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -148,34 +154,37 @@ TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right"
 
 TEST_CASE("backward paths: deterministic causal runs with more key blocks than SMs", "[gpu][bwd][deterministic]") {
   REQUIRE_PATH();
-  // 17000 keys are 133 key blocks of one (key head, sequence), more CTAs than an H100 holds
-  // at once: a turn order that waited on a CTA not yet dispatched would hang here (the
-  // per-test timeout). Two runs bitwise equal, and within the bf16 bound of the
-  // non-deterministic run (an fp64 reference at this length would take minutes).
-  for (int mask = 1; mask < 3; ++mask) {
-    Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, 64, FLASHATTN_DTYPE_BF16,
-                     9870 + static_cast<uint64_t>(mask));
-    c.hq = 2;
-    c.hkv = 1;
-    set_causal(c, mask);
-    c.deterministic = true;
-    const Problem p = make_problem(c);
-    DeviceMem dev;
-    const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
-    INFO(describe(c) << ": " << a.error << " " << b.error);
-    REQUIRE(a.ok());
-    require_same_bits(a, b);
-    Config plain = c;
-    plain.deterministic = false;
-    const LibResult r = run_library(make_problem(plain), dev, 0);
-    REQUIRE(r.ok());
-    for (const auto& pr : {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
-      const ErrStats e = error_stats(*pr.first, *pr.second);
-      INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
-      CHECK(e.nonfinite_mismatch == 0);
-      CHECK(e.max_abs <= 2e-2 * e.max_ref);
+  // 17000 keys are 133 key blocks of one (key head, sequence) at d = 64 (266 at d = 256),
+  // more CTAs than an H100 holds at once: a turn order that waited on a CTA not yet
+  // dispatched would hang here (the per-test timeout). Two runs bitwise equal, and within
+  // the bf16 bound of the non-deterministic run (an fp64 reference at this length would take
+  // minutes).
+  for (int64_t d : {64, 256})
+    for (int mask = 1; mask < 3; ++mask) {
+      Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, d, FLASHATTN_DTYPE_BF16,
+                       9870 + static_cast<uint64_t>(d + mask));
+      c.hq = 2;
+      c.hkv = 1;
+      set_causal(c, mask);
+      c.deterministic = true;
+      const Problem p = make_problem(c);
+      DeviceMem dev;
+      const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+      INFO(describe(c) << ": " << a.error << " " << b.error);
+      REQUIRE(a.ok());
+      require_same_bits(a, b);
+      Config plain = c;
+      plain.deterministic = false;
+      const LibResult r = run_library(make_problem(plain), dev, 0);
+      REQUIRE(r.ok());
+      for (const auto& pr :
+           {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
+        const ErrStats e = error_stats(*pr.first, *pr.second);
+        INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
+        CHECK(e.nonfinite_mismatch == 0);
+        CHECK(e.max_abs <= 2e-2 * e.max_ref);
+      }
     }
-  }
 }
 
 TEST_CASE("backward paths: a deterministic run takes the forced path's bits on the automatic path",
@@ -231,7 +240,7 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
           "[gpu][bwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(true, 9820);
-  cases.push_back(gbase("bwd paths d256", 100, 130, 256, FLASHATTN_DTYPE_FP16, 9801));
+  cases.push_back(gbase("bwd paths d32", 100, 130, 32, FLASHATTN_DTYPE_FP16, 9801));
   cases.push_back(gbase("bwd paths d96", 100, 130, 96, FLASHATTN_DTYPE_BF16, 9802));
   cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
   Config c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
@@ -255,12 +264,12 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
 TEST_CASE("backward paths: accumulating into dQ, dK, dV", "[gpu][bwd][accumulate]") {
   REQUIRE_PATH();
   // flashattn_plan_set_grad_accumulate on either path: several key blocks and query blocks,
-  // GQA, causal in both alignments (keys no query sees add nothing), both head dims, and
+  // GQA, causal in both alignments (keys no query sees add nothing), every head dim, and
   // deterministic (then two accumulating runs are bitwise equal).
   DeviceMem dev;
   uint64_t seed = 9830;
   for (bool det : {false, true})
-    for (int64_t d : {64, 128})
+    for (int64_t d : kDims)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
         Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,

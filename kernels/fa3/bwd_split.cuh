@@ -47,7 +47,7 @@ __device__ __forceinline__ void bwd_split_step(const AttnParams& p, const BwdSme
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
-  const int key0 = w.n0 + warp * 16 + g;                        // this thread's keys: key0, key0 + 8
+  const int key0 = w.n0 + warp * 16 + g;                                 // this thread's keys: key0, key0 + 8
   constexpr uint32_t kQRows = static_cast<uint32_t>(kCw * kHalf * 128);  // its first query row in Q, dO
   float acc_s[1][kNT][4], acc_dp[1][kNT][4];
 

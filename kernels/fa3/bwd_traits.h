@@ -34,11 +34,11 @@ struct BwdTraits {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
-  static constexpr int kQBytes = kBlockM * D * 2;         // one Q or dO tile
-  static constexpr int kKVBytes = kBlockN * D * 2;        // the K or the V tile
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of one step (two buffers)
+  static constexpr int kQBytes = kBlockM * D * 2;          // one Q or dO tile
+  static constexpr int kKVBytes = kBlockN * D * 2;         // the K or the V tile
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
   static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
-  static constexpr int kRowBytes = kBlockM * 4;           // LSE (base 2) or Delta of one step's queries
+  static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
   // dQ of a step (64 x D) in 64 x 64 pieces (column blocks). By keys: at d = 128 warpgroup c
   // takes piece c; at d = 64 the one piece goes to warpgroup it % 2 at step it. kSplitD
   // (bwd_schedule.cuh's bwd_kv_blocks, bwd_dq_blocks): warpgroup 0 owns the first kHiBlocks

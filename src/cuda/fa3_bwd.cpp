@@ -4,6 +4,10 @@
 // dim, dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
 // (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
 #include <stdint.h>
+#include <stdio.h>
+
+#include <array>
+#include <utility>
 
 #include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
@@ -31,6 +35,13 @@ int bwd_config(const AttnParams& p) {
   return -1;
 }
 
+// The key blocks of the launch (one CTA each) and the TMA maps of Q, K, V and dO, in the
+// tiles of head dim D's kernel.
+template <int D>
+int64_t key_blocks(const AttnParams& p) {
+  constexpr int64_t kBlockN = fa3::BwdTraits<D>::kBlockN;
+  return (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
+}
 template <int D>
 bool encode_maps(const AttnParams& p, fa3::BwdMaps* m) {
   using Cfg = fa3::BwdTraits<D>;
@@ -39,6 +50,16 @@ bool encode_maps(const AttnParams& p, fa3::BwdMaps* m) {
          encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
          encode_rows_map_16bit(&m->dout, p.dout, D, p.seqlen_q, p.heads_q, p.batch, p.do_stride, Cfg::kBlockM);
 }
+// The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
+struct DimOps {
+  int64_t (*blocks)(const AttnParams&);
+  bool (*maps)(const AttnParams&, fa3::BwdMaps*);
+};
+template <int... I>
+constexpr std::array<DimOps, sizeof...(I)> dim_ops(std::integer_sequence<int, I...>) {
+  return {{{key_blocks<fa3::kBwdDims[I]>, encode_maps<fa3::kBwdDims[I]>}...}};
+}
+constexpr auto kDimOps = dim_ops(std::make_integer_sequence<int, fa3::kNumBwd>{});
 
 // dK and dV leave the registers in 4-byte pairs of elements: pointers and the batch,
 // sequence and head strides must keep every pair 4-byte aligned.
@@ -52,12 +73,20 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
-  if (bwd_config(p) < 0)
-    return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims 64 and 128",
-                      ll(p.head_dim_qk), ll(p.head_dim_v));
-  constexpr int64_t kBlockN = fa3::BwdTraits<64>::kBlockN;  // the same at every head dim
-  const int64_t blocks = (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
+  const int cfg = bwd_config(p);
+  if (cfg < 0) {
+    char dims[64];  // "64, 128, 192 and 256"
+    size_t n = 0;
+    for (int i = 0; i < fa3::kNumBwd && n < sizeof dims; ++i)
+      n += static_cast<size_t>(snprintf(dims + n, sizeof dims - n, "%s%d",
+                                        i == 0                  ? ""
+                                        : i + 1 == fa3::kNumBwd ? " and "
+                                                                : ", ",
+                                        fa3::kBwdDims[i]));
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims %s",
+                      ll(p.head_dim_qk), ll(p.head_dim_v), dims);
+  }
+  const int64_t blocks = kDimOps[cfg].blocks(p);
   // The dQ accumulator's rows (batch x seqlen_q) are coordinates of its TMA map.
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || blocks > kMaxIndex || p.batch * p.seqlen_q > kMaxIndex)
     return fa3_refuse(why, why_size,
@@ -72,12 +101,7 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
     return fa3_refuse(why, why_size,
                       "dk or dv: the fa3 backward stores element pairs, so pointers must be 4-byte aligned and the "
                       "batch, sequence and head strides even");
-  bool ok = false;
-  switch (p.head_dim_v) {
-    case 64: ok = encode_maps<64>(p, &run->maps); break;
-    case 128: ok = encode_maps<128>(p, &run->maps); break;
-  }
-  if (!ok)
+  if (!kDimOps[cfg].maps(p, &run->maps))
     return fa3_refuse(why, why_size,
                       "the copy engine cannot address q, k, v or dout (strides, alignment or extents), or the driver "
                       "has no tensor-map encoder");
