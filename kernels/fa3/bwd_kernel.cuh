@@ -173,6 +173,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       hopper::mbar_init(sm.q_full(s), 1 + 32);  // the TMA thread (with the bytes) + warp 1's lanes
       hopper::mbar_init(sm.q_empty(s), 2 * 128);
     }
+    if constexpr (Cfg::kSeparateDo)
+      for (int s = 0; s < Cfg::kDoStages; ++s) {
+        hopper::mbar_init(sm.do_full(s), 1);
+        hopper::mbar_init(sm.do_empty(s), 2 * 128);
+      }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();

@@ -20,7 +20,8 @@
 namespace flashattn {
 namespace fa3 {
 
-// Warp 0, lane 0: K and V of the CTA's keys on kv_full, then Q and dO of every step.
+// Warp 0, lane 0: K and V of the CTA's keys on kv_full, then Q and dO of every step (on the
+// stage's full barrier, or with Cfg::kSeparateDo dO on its own ring's).
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSmem<Cfg>& sm, const BwdWork& w) {
   constexpr int kCols = Cfg::kD / 64;
@@ -40,12 +41,28 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSme
   for (int it = 0; it < w.steps(); ++it) {
     const int s = bwd_stage<Cfg>(it), h = w.head(it), m0 = w.m0<Cfg>(it);
     hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
-    hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
+    if constexpr (Cfg::kSeparateDo) {
+      // Q into its stage, then dO once the step before has done its dV GEMM.
+      const int sd = bwd_stage<Cfg, Cfg::kDoStages>(it);
+      hopper::mbar_expect(sm.q_full(s), Cfg::kQBytes);
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
-      hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
-      hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+      for (int c = 0; c < kCols; ++c)
+        hopper::tma_load(sm.q(s) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.q, c * 64, m0, h, w.b,
+                         sm.q_full(s));
+      hopper::mbar_wait(sm.do_empty(sd), bwd_parity<Cfg, Cfg::kDoStages>(it) ^ 1u);
+      hopper::mbar_expect(sm.do_full(sd), Cfg::kQBytes);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        hopper::tma_load(sm.dout(sd) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.dout, c * 64, m0, h, w.b,
+                         sm.do_full(sd));
+    } else {
+      hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
+        hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
+        hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+      }
     }
   }
 }

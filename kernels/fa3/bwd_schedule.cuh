@@ -19,7 +19,7 @@ struct BwdSmem {
   __device__ uint32_t v() const { return base + Cfg::kKVBytes; }
   __device__ uint32_t q(int s) const { return base + 2 * Cfg::kKVBytes + s * Cfg::kQBytes; }
   __device__ uint32_t dout(int s) const { return q(Cfg::kStages) + s * Cfg::kQBytes; }
-  __device__ uint32_t ds(int buf) const { return dout(Cfg::kStages) + buf * Cfg::kDsBytes; }
+  __device__ uint32_t ds(int buf) const { return dout(Cfg::kDoStages) + buf * Cfg::kDsBytes; }
   __device__ uint32_t pt(int buf) const { return ds(2) + buf * Cfg::kPtBytes; }
   __device__ uint32_t dq(int cw) const { return pt(2) + cw * Cfg::kDqStageBytes; }
   __device__ uint32_t lse(int s) const { return dq(2) + s * Cfg::kRowBytes; }
@@ -27,16 +27,20 @@ struct BwdSmem {
   __device__ uint32_t kv_full() const { return delta(Cfg::kStages); }
   __device__ uint32_t q_full(int s) const { return kv_full() + 8u * (1 + s); }
   __device__ uint32_t q_empty(int s) const { return kv_full() + 8u * (1 + Cfg::kStages + s); }
+  __device__ uint32_t do_full(int s) const { return kv_full() + 8u * (1 + 2 * Cfg::kStages + s); }
+  __device__ uint32_t do_empty(int s) const { return kv_full() + 8u * (1 + 2 * Cfg::kStages + Cfg::kDoStages + s); }
 };
 
-// Step it of the walk uses ring stage it % kStages, in that stage's use number it / kStages.
-template <class Cfg>
+// Step it of the walk uses stage it % kN of a kN-stage ring, in that stage's use number
+// it / kN: the Q ring (kStages, also LSE, Delta and, unless Cfg::kSeparateDo, dO), or the
+// dO ring (kDoStages).
+template <class Cfg, int kN = Cfg::kStages>
 __device__ __forceinline__ int bwd_stage(int it) {
-  return it % Cfg::kStages;
+  return it % kN;
 }
-template <class Cfg>
+template <class Cfg, int kN = Cfg::kStages>
 __device__ __forceinline__ uint32_t bwd_parity(int it) {
-  return static_cast<uint32_t>(it / Cfg::kStages) & 1u;
+  return static_cast<uint32_t>(it / kN) & 1u;
 }
 
 // The CTA's keys n0 .. n0 + kBlockN - 1 of key head kvh in sequence b, and its walk: for each

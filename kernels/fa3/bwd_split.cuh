@@ -46,16 +46,17 @@ __device__ __forceinline__ void bwd_split_step(const AttnParams& p, const BwdSme
   constexpr int kBlockN = Cfg::kBlockN, kNV = BwdSplitAcc<Cfg, kCw>::kNV, kPieces = bwd_dq_blocks<Cfg>(kCw);
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
+  const int s = bwd_stage<Cfg>(it), sd = bwd_stage<Cfg, Cfg::kDoStages>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
   const int key0 = w.n0 + warp * 16 + g;                                 // this thread's keys: key0, key0 + 8
   constexpr uint32_t kQRows = static_cast<uint32_t>(kCw * kHalf * 128);  // its first query row in Q, dO
   float acc_s[1][kNT][4], acc_dp[1][kNT][4];
 
   hopper::mbar_wait(sm.q_full(s), bwd_parity<Cfg>(it));
+  if constexpr (Cfg::kSeparateDo) hopper::mbar_wait(sm.do_full(sd), bwd_parity<Cfg, Cfg::kDoStages>(it));
   fa2::wg_fence();
   fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true>(acc_s, sm.k(), sm.q(s) + kQRows);
   fa2::wg_commit();
-  fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true>(acc_dp, sm.v(), sm.dout(s) + kQRows);
+  fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true>(acc_dp, sm.v(), sm.dout(sd) + kQRows);
   fa2::wg_commit();
   fa2::wg_wait<1>();  // S^T done; dP^T may still run
   fa2::wg_hold(acc_s);
@@ -79,7 +80,7 @@ __device__ __forceinline__ void bwd_split_step(const AttnParams& p, const BwdSme
   // apart). dQ piece = dS K: A = dS^T MN-major, B = K's column block, MN-major.
   constexpr uint32_t kCols = static_cast<uint32_t>(bwd_kv_first<Cfg>(kCw) * kBlockM * 128);
   fa2::wg_fence();
-  fa2::wg_gemm<T, kNV, kBlockM, 1, kBlockN, kBlockM, false>(acc.dv, sm.pt(buf), sm.dout(s) + kCols);
+  fa2::wg_gemm<T, kNV, kBlockM, 1, kBlockN, kBlockM, false>(acc.dv, sm.pt(buf), sm.dout(sd) + kCols);
   fa2::wg_commit();
   float acc_dq[kPieces][1][8][4];
 #pragma unroll
@@ -90,6 +91,7 @@ __device__ __forceinline__ void bwd_split_step(const AttnParams& p, const BwdSme
   fa2::wg_gemm<T, kNV, kBlockM, 1, kBlockN, kBlockM, false>(acc.dk, sm.ds(buf), sm.q(s) + kCols);
   fa2::wg_commit();
   fa2::wg_wait<1>();  // dV and the pieces done; dK may still run
+  if constexpr (Cfg::kSeparateDo) hopper::mbar_arrive(sm.do_empty(sd));
 #pragma unroll
   for (int k = 0; k < kPieces; ++k) {
     fa2::wg_hold(acc_dq[k]);

@@ -6,10 +6,10 @@ namespace flashattn {
 namespace fa3 {
 
 // One CTA per (key block of kBlockN rows, key head, sequence): a producer warpgroup and two
-// consumer warpgroups walking query blocks of kBlockM rows whose Q, dO, LSE and Delta arrive
-// in a kStages-deep ring. Head dim D (= head_dim_qk = head_dim_v) in 64-column blocks of the
-// 128-byte swizzle: a tile of R rows is D / 64 column blocks of R x 128 bytes, each 1024-byte
-// aligned. Two ways to split a step between the consumers:
+// consumer warpgroups walking query blocks of kBlockM rows whose Q, LSE and Delta arrive in a
+// kStages-deep ring, dO in a kDoStages-deep one (the same ring where they are equal). Head dim D (= head_dim_qk =
+// head_dim_v) in 64-column blocks of the 128-byte swizzle: a tile of R rows is D / 64 column blocks of R x 128 bytes,
+// each 1024-byte aligned. Two ways to split a step between the consumers:
 // - by keys (D <= 128): 128 keys, warpgroup c owns keys 64 c .. + 63 and their dK, dV (fp32,
 //   2 x D / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps P^T
 //   and dS^T in registers as the A operands of dV and dK (fa3/bwd_kernel.cuh);
@@ -25,8 +25,12 @@ struct BwdTraits {
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
   static constexpr int kBlockM = 64;
-  // At d = 256 a second Q + dO stage (64 KB) does not fit beside K, V, P^T, dS^T and dQ.
-  static constexpr int kStages = D == 256 ? 1 : 2;
+  static constexpr int kStages = 2;
+  // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
+  // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
+  // once the step's dV GEMM is done, so the next step's dO loads while dK runs.
+  static constexpr int kDoStages = D == 256 ? 1 : kStages;
+  static constexpr bool kSeparateDo = kDoStages != kStages;
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
   // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
@@ -54,13 +58,14 @@ struct BwdTraits {
   static constexpr int kDqBoxCols = 32;
   static constexpr int kDqBoxBytes = kBlockM * kDqBoxCols * 4;
   static constexpr int kDqStageBytes = 2 * kDqBoxBytes;
-  // Barriers: K/V full, then Q full and Q empty x kStages (8 bytes each).
-  static constexpr int kBarBytes = 8 * (1 + 2 * kStages);
-  // Dynamic shared memory: K, V, Q and dO rings, two dS^T (and kSplitD P^T) buffers, two dQ
+  // Barriers: K/V full, Q full and Q empty x kStages, (kSeparateDo) dO full and dO empty x
+  // kDoStages (8 bytes each).
+  static constexpr int kBarBytes = 8 * (1 + 2 * kStages + (kSeparateDo ? 2 * kDoStages : 0));
+  // Dynamic shared memory: K, V, the Q and dO rings, two dS^T (and kSplitD P^T) buffers, two dQ
   // staging buffers, LSE and Delta rings, barriers; the tiles start at the first 1024-byte
   // boundary (1024 bytes of slack).
-  static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + 2 * kPtBytes +
-                                    2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
+  static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + (kStages + kDoStages) * kQBytes + 2 * kDsBytes +
+                                    2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 128 || D == 192 || D == 256, "head dim 64, 128, 192 or 256");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
