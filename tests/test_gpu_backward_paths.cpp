@@ -27,10 +27,14 @@ using namespace fat;
 
 namespace {
 
-// The head dims the fa3 backward serves (kernels/instances.json, "hopper" "backward"): 64
-// and 128 split a step's keys between the consumer warpgroups (128-key blocks), 192 and 256
-// the head-dim columns (64-key blocks; at 192 unevenly: two column blocks and one).
-constexpr int64_t kDims[] = {64, 128, 192, 256};
+// The head dims the fa3 backward serves (kernels/instances.json, "hopper" "backward"), in
+// its two designs: 64 and 128 split a step's keys between the consumer warpgroups (128-key
+// blocks), 192 and 256 the head-dim columns (64-key blocks; at 192 unevenly, two column
+// blocks and one). Each case below runs once per design (a test each, each within the
+// per-test timeout).
+using Dims = std::vector<int64_t>;
+const Dims kKeySplitDims = {64, 128};
+const Dims kColSplitDims = {192, 256};
 
 // The path this process was started with ("" when FLASHATTN_CUDA_BACKWARD is unset).
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
@@ -66,22 +70,13 @@ std::vector<uint8_t> grad_bits(const LibResult& r) {
 // The child-process side of the comparison below: the variable that receives the bits' path.
 constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
-}  // namespace
-
-TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
-  REQUIRE_GPU();
-  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
-  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
-}
-
-TEST_CASE("backward paths: awkward lengths at head dims 64 to 256, causal in both alignments", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  // Lengths off every tile (64 queries x 128 or 64 keys a step), whole tiles, more queries
-  // than keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees).
+// Lengths off every tile (64 queries x 128 or 64 keys a step), whole tiles, more queries
+// than keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees),
+// causal in both alignments.
+void check_awkward_lengths(const Dims& dims, uint64_t seed) {
   const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
                               {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
-  uint64_t seed = 9500;
-  for (int64_t d : kDims)
+  for (int64_t d : dims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -91,13 +86,12 @@ TEST_CASE("backward paths: awkward lengths at head dims 64 to 256, causal in bot
       }
 }
 
-TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  // dK and dV of a key head sum over the query heads of its group.
+// GQA and MQA over three sequences: dK and dV of a key head sum over the query heads of its
+// group.
+void check_gqa(const Dims& dims, uint64_t seed) {
   const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
-  uint64_t seed = 9600;
   for (const auto& h : heads)
-    for (int64_t d : kDims)
+    for (int64_t d : dims)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
         Config c = gbase("bwd paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
@@ -109,11 +103,10 @@ TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gp
       }
 }
 
-TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  uint64_t seed = 9700;
+// BHSD and padded layouts, GQA, causal bottom-right.
+void check_strided(const Dims& dims, uint64_t seed) {
   for (Layout lay : {Layout::BHSD, Layout::Padded})
-    for (int64_t d : kDims) {
+    for (int64_t d : dims) {
       ++seed;
       Config c = gbase("bwd paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
       c.batch = 2;
@@ -123,23 +116,15 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
       set_causal(c, 2);
       gpu_check(c);
     }
-  Config c = gbase("bwd paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9711);
-  c.input_scale = 8.0;
-  gpu_check(c);
-  c = gbase("bwd paths scale 0.3", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9712);
-  c.scale = 0.3f;
-  gpu_check(c);
 }
 
-TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
-  REQUIRE_PATH();
-  // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
-  // queries and fewer: several key blocks (128 or 64) and query blocks (64) a head, partial
-  // last blocks, so every dQ row takes several ordered adds (at d = 192 and 256 several
-  // pieces a warpgroup a step). Five runs each.
+// GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
+// queries and fewer: several key blocks (128 or 64) and query blocks (64) a head, partial
+// last blocks, so every dQ row takes several ordered adds (at d = 192 and 256 several
+// pieces a warpgroup a step). Five runs each, bitwise equal and right.
+void check_deterministic(const Dims& dims, uint64_t seed) {
   const int64_t lens[][2] = {{300, 500}, {500, 300}};
-  uint64_t seed = 9630;
-  for (int64_t d : kDims)
+  for (int64_t d : dims)
     for (const auto& l : lens)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -152,6 +137,78 @@ TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right"
       }
 }
 
+// flashattn_plan_set_grad_accumulate: several key blocks and query blocks, GQA, causal in
+// both alignments (keys no query sees add nothing), and deterministic (then two
+// accumulating runs are bitwise equal).
+void check_accumulating(const Dims& dims, uint64_t seed) {
+  DeviceMem dev;
+  for (bool det : {false, true})
+    for (int64_t d : dims)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
+                         kGpuDtypes[seed % 2], seed);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        set_causal(c, mask);
+        c.grad_accumulate = true;
+        c.deterministic = det;
+        check_grad_accumulate(c, dev, kGpuTolerance, false);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
+  REQUIRE_GPU();
+  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
+  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
+}
+
+TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in both alignments", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_awkward_lengths(kKeySplitDims, 9500);
+}
+
+TEST_CASE("backward paths: awkward lengths at head dims 192 and 256, causal in both alignments", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_awkward_lengths(kColSplitDims, 10500);
+}
+
+TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_gqa(kKeySplitDims, 9600);
+}
+
+TEST_CASE("backward paths: GQA and MQA at head dims 192 and 256, several sequences, causal and not", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_gqa(kColSplitDims, 10600);
+}
+
+TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_strided(kKeySplitDims, 9700);
+  check_strided(kColSplitDims, 10700);
+  Config c = gbase("bwd paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9711);
+  c.input_scale = 8.0;
+  gpu_check(c);
+  c = gbase("bwd paths scale 0.3", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9712);
+  c.scale = 0.3f;
+  gpu_check(c);
+}
+
+TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  check_deterministic(kKeySplitDims, 9630);
+}
+
+TEST_CASE("backward paths: deterministic mode at head dims 192 and 256 is bitwise reproducible and right",
+          "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  check_deterministic(kColSplitDims, 10630);
+}
+
 TEST_CASE("backward paths: deterministic causal runs with more key blocks than SMs", "[gpu][bwd][deterministic]") {
   REQUIRE_PATH();
   // 17000 keys are 133 key blocks of one (key head, sequence) at d = 64 (266 at d = 256),
@@ -162,7 +219,7 @@ TEST_CASE("backward paths: deterministic causal runs with more key blocks than S
   for (int64_t d : {64, 256})
     for (int mask = 1; mask < 3; ++mask) {
       Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, d, FLASHATTN_DTYPE_BF16,
-                       9870 + static_cast<uint64_t>(d + mask));
+                       (d == 64 ? 9870 : 10870) + static_cast<uint64_t>(mask));
       c.hq = 2;
       c.hkv = 1;
       set_causal(c, mask);
@@ -263,25 +320,12 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
 
 TEST_CASE("backward paths: accumulating into dQ, dK, dV", "[gpu][bwd][accumulate]") {
   REQUIRE_PATH();
-  // flashattn_plan_set_grad_accumulate on either path: several key blocks and query blocks,
-  // GQA, causal in both alignments (keys no query sees add nothing), every head dim, and
-  // deterministic (then two accumulating runs are bitwise equal).
-  DeviceMem dev;
-  uint64_t seed = 9830;
-  for (bool det : {false, true})
-    for (int64_t d : kDims)
-      for (int mask = 0; mask < 3; ++mask) {
-        ++seed;
-        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
-                         kGpuDtypes[seed % 2], seed);
-        c.batch = 2;
-        c.hq = 4;
-        c.hkv = 2;
-        set_causal(c, mask);
-        c.grad_accumulate = true;
-        c.deterministic = det;
-        check_grad_accumulate(c, dev, kGpuTolerance, false);
-      }
+  check_accumulating(kKeySplitDims, 9830);
+}
+
+TEST_CASE("backward paths: accumulating into dQ, dK, dV at head dims 192 and 256", "[gpu][bwd][accumulate]") {
+  REQUIRE_PATH();
+  check_accumulating(kColSplitDims, 10830);
 }
 
 TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][bwd][errors][bad-path]") {
