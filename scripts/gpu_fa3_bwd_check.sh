@@ -12,7 +12,7 @@
 #      suite) the non-slow GPU suite; the deterministic cases run on both families (five
 #      runs each, bitwise equal), and on fa3 one is compared bit for bit with the automatic
 #      path's run;
-#   4. bench/bench.py (forward and backward; the backward is the point), bf16, d 64, 128,
+#   4. bench/bench.py (forward and backward; the backward is the point), bf16, d 64, 96, 128,
 #      192, 256, causal and not, seqlen 1k/4k/16k: lib-flash, lib-flash-det (deterministic
 #      mode: the table's det column is its ratio to lib-flash) and SDPA cuDNN with
 #      FLASHATTN_CUDA_BACKWARD=fa3, then lib-flash alone with fa2.
@@ -66,7 +66,7 @@ bench() {
   echo "==== bench, FLASHATTN_CUDA_BACKWARD=$1, $2"
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
   FLASHATTN_CUDA_BACKWARD=$1 timeout "$BENCH_TIMEOUT" python3 "$ROOT/bench/bench.py" --lib "$LIB" \
-    --out "$RESULTS/bench-bwd-$1" --record '' --no-memory --no-sparse --dtypes bf16 --hdims 64,128,192,256 \
+    --out "$RESULTS/bench-bwd-$1" --record '' --no-memory --no-sparse --dtypes bf16 --hdims 64,96,128,192,256 \
     --seqlens 1024,4096,16384 --impls "$2" ${BENCH_ARGS:-} || fail "bench ($1)"
 }
 if want bench; then

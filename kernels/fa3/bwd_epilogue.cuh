@@ -57,11 +57,11 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
   }
 }
 
-// acc * scale (keys key0, key0 + 8 x every column) into out (dK or dV of the CTA's key head,
-// strides st), or with `add` (flashattn_plan_set_grad_accumulate) its fp32 sum with the
-// value stored there, rounded once; keys past len_k are skipped. The host checks that out
-// and its strides allow 4-byte stores.
-template <typename T, int NV>
+// acc * scale (keys key0, key0 + 8 x the first kCols of its columns: the zero columns past
+// the head dim stay behind) into out (dK or dV of the CTA's key head, strides st), or with `add`
+// (flashattn_plan_set_grad_accumulate) its fp32 sum with the value stored there, rounded once; keys past len_k are
+// skipped. The host checks that out and its strides allow 4-byte stores.
+template <typename T, int kCols, int NV>
 __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0,
                                                const float (&acc)[1][NV][4], float scale, bool add, int t) {
 #pragma unroll
@@ -70,7 +70,7 @@ __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, co
     if (j >= w.len_k) continue;
     T* const row = static_cast<T*>(out) + w.b * st.b + static_cast<int64_t>(j) * st.s + w.kvh * st.h;
 #pragma unroll
-    for (int nv = 0; nv < NV; ++nv)
+    for (int nv = 0; nv < NV && nv * 8 < kCols; ++nv)
       fa2::store_grad2<T>(row + nv * 8 + 2 * t, __fmul_rn(acc[0][nv][2 * hh], scale),
                           __fmul_rn(acc[0][nv][2 * hh + 1], scale), add);
   }

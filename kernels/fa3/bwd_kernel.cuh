@@ -54,8 +54,8 @@ namespace fa3 {
 // The accumulators of one consumer warpgroup across the CTA's walk.
 template <class Cfg>
 struct BwdAcc {
-  float dk[1][Cfg::kD / 8][4];
-  float dv[1][Cfg::kD / 8][4];
+  float dk[1][Cfg::kTileD / 8][4];
+  float dv[1][Cfg::kTileD / 8][4];
 };
 
 // One step of a consumer warpgroup (cw: 0 or 1), ring stage s = bwd_stage(it); kPiece =
@@ -64,7 +64,8 @@ struct BwdAcc {
 template <class Cfg, typename T, bool kMask, bool kPiece>
 __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int it, int cw,
                                          BwdAcc<Cfg>& acc) {
-  constexpr int kNT = Cfg::kBlockM / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
+  constexpr int kNT = Cfg::kBlockM / 8, kD = Cfg::kD, kTileD = Cfg::kTileD, kBlockM = Cfg::kBlockM;
+  constexpr int kBlockN = Cfg::kBlockN;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it);
@@ -96,13 +97,13 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // dV += P^T dO, then (once both halves of dS^T are stored) the dQ piece, then dK += dS^T Q,
   // in that order so that dK runs on the tensor cores while this warpgroup stages the dQ
   // piece (FA3's order). dV and dK: B MN-major (k16 step kk = query rows 16 kk.., 2048
-  // bytes further; N = kD across 64-column blocks kBlockM * 128 bytes apart). dQ piece cb
-  // (column block cb of the step's 64 x kD) = dS K: A = dS^T, MN-major (k = keys along its
+  // bytes further; N = kTileD across 64-column blocks kBlockM * 128 bytes apart). dQ piece cb
+  // (column block cb of the step's 64 x kTileD) = dS K: A = dS^T, MN-major (k = keys along its
   // rows); B = K's column block cb, MN-major.
   fa2::wg_fence();
   const uint64_t ddo = fa2::wg_desc(sm.dout(s), kBlockM * 128), dq = fa2::wg_desc(sm.q(s), kBlockM * 128);
 #pragma unroll
-  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dv, pa[kk], ddo + static_cast<uint64_t>(kk * 128));
+  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kTileD>(acc.dv, pa[kk], ddo + static_cast<uint64_t>(kk * 128));
   fa2::wg_commit();
   hopper::bar_sync(kBarDsReady, 256);
   const int cb = bwd_dq_col_block<Cfg>(cw);
@@ -114,7 +115,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
     fa2::wg_commit();
   }
 #pragma unroll
-  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
+  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kTileD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
   fa2::wg_commit();
   if (kPiece) {
     // dV and the dQ piece done (wgmma groups complete in order); dK may still run. The
@@ -139,7 +140,7 @@ template <class Cfg, typename T>
 __device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int cw) {
   BwdAcc<Cfg> acc;
 #pragma unroll
-  for (int nv = 0; nv < Cfg::kD / 8; ++nv)
+  for (int nv = 0; nv < Cfg::kTileD / 8; ++nv)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
   hopper::mbar_wait(sm.kv_full(), 0u);
@@ -156,8 +157,8 @@ __device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
   const bool add = p.grad_accumulate != 0;
-  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
-  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
+  bwd_store_rows<T, Cfg::kD>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
+  bwd_store_rows<T, Cfg::kD>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
 }
 
 template <class Cfg, typename T>

@@ -24,7 +24,7 @@ namespace fa3 {
 // stage's full barrier, or with Cfg::kSeparateDo dO on its own ring's).
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSmem<Cfg>& sm, const BwdWork& w) {
-  constexpr int kCols = Cfg::kD / 64;
+  constexpr int kCols = Cfg::kColBlocks;
   hopper::tma_prefetch_map(&maps.q);
   hopper::tma_prefetch_map(&maps.k);
   hopper::tma_prefetch_map(&maps.v);

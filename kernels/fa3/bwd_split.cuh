@@ -122,8 +122,10 @@ __device__ __forceinline__ void bwd_split_consumer(const AttnParams& p, const Bw
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int key0 = w.n0 + warp * 16 + lane / 4, col0 = bwd_kv_first<Cfg>(kCw) * 64;
   const bool add = p.grad_accumulate != 0;
-  bwd_store_rows<T>(static_cast<T*>(p.dk) + col0, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
-  bwd_store_rows<T>(static_cast<T*>(p.dv) + col0, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
+  bwd_store_rows<T, BwdSplitAcc<Cfg, kCw>::kNV * 8>(static_cast<T*>(p.dk) + col0, p.dk_stride, w, key0, acc.dk, p.scale,
+                                                    add, lane % 4);
+  bwd_store_rows<T, BwdSplitAcc<Cfg, kCw>::kNV * 8>(static_cast<T*>(p.dv) + col0, p.dv_stride, w, key0, acc.dv, 1.f,
+                                                    add, lane % 4);
 }
 
 }  // namespace fa3

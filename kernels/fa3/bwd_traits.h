@@ -11,7 +11,7 @@ namespace fa3 {
 // head_dim_v) in 64-column blocks of the 128-byte swizzle: a tile of R rows is D / 64 column blocks of R x 128 bytes,
 // each 1024-byte aligned. Two ways to split a step between the consumers:
 // - by keys (D <= 128): 128 keys, warpgroup c owns keys 64 c .. + 63 and their dK, dV (fp32,
-//   2 x D / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps P^T
+//   2 x kTileD / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps P^T
 //   and dS^T in registers as the A operands of dV and dK (fa3/bwd_kernel.cuh);
 // - by head-dim columns (kSplitD, D > 128, where 2 x D / 2 registers do not fit beside S^T
 //   and dP^T): 64 keys, warpgroup c owns dK, dV of all of them in its column blocks
@@ -20,7 +20,12 @@ namespace fa3 {
 template <int D>
 struct BwdTraits {
   static constexpr int kD = D;
-  static constexpr int kColBlocks = D / 64;
+  // The head dim the tiles hold: D in whole 64-column blocks (d = 96: 128). The columns past
+  // D load as zeros (the TMA maps' extent is D), add nothing to S^T and dP^T, make zero
+  // columns of dK, dV and dQ, and are never stored (the dQ reduce-adds skip them as out of
+  // bounds).
+  static constexpr int kTileD = (D + 63) / 64 * 64;
+  static constexpr int kColBlocks = kTileD / 64;
   static constexpr bool kSplitD = D > 128;
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
@@ -38,8 +43,8 @@ struct BwdTraits {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
-  static constexpr int kQBytes = kBlockM * D * 2;          // one Q or dO tile
-  static constexpr int kKVBytes = kBlockN * D * 2;         // the K or the V tile
+  static constexpr int kQBytes = kBlockM * kTileD * 2;     // one Q or dO tile
+  static constexpr int kKVBytes = kBlockN * kTileD * 2;    // the K or the V tile
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
   static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
   static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
@@ -67,7 +72,7 @@ struct BwdTraits {
   static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + (kStages + kDoStages) * kQBytes + 2 * kDsBytes +
                                     2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
-  static_assert(D == 64 || D == 128 || D == 192 || D == 256, "head dim 64, 128, 192 or 256");
+  static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
 };
 
