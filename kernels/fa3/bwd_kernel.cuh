@@ -1,7 +1,9 @@
 // The FA3-design backward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs, dK and dV in registers.
 //
-// One CTA per (key block of 128 rows, key head, sequence), 384 threads:
+// One CTA per (key block of 128 rows, key head, sequence), 384 threads (this file: head dims
+// up to 128, BwdTraits' key split; above, the consumers split the head-dim columns instead,
+// fa3/bwd_split.cuh, with the same producer):
 //   warpgroup 0, the producer: drops to 32 registers (setmaxnreg); warp 0's first thread
 //     loads K and V once, then each step's Q and dO tiles with TMA into a 2-stage ring;
 //     warp 1 copies the step's LSE and Delta rows beside them; warp 2 adds the staged dQ
@@ -24,7 +26,7 @@
 // this step's: one named barrier per step. A CTA whose keys no query sees (causal) writes
 // dK = dV = 0.
 //
-// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
+// Serves: head_dim_qk = head_dim_v = D (kernels/instances.json), no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
 // alignment, GQA (the CTA walks every query head of its key head's group), gradients
 // written or accumulated, deterministic mode (the dQ adds of a query block in key-block

@@ -118,8 +118,8 @@ __device__ __forceinline__ int32_t* bwd_dq_counter(int32_t* turns, const AttnPar
 }
 
 // Named barriers (bar.sync / bar.arrive ids; 0 is __syncthreads):
-//   kBarDsReady (256 threads): both consumer warpgroups' dS^T of the step are stored; every
-//     consumer thread syncs once a step.
+//   kBarDsReady (256 threads): both consumer warpgroups' dS^T (kSplitD: and P^T) of the
+//     step are stored; every consumer thread syncs once a step.
 //   kBarDqFull + cw (kDqBarThreads): consumer warpgroup cw's dQ piece is staged; its 128
 //     threads arrive, the dQ writer warp (32 threads, bwd_reduce_dq) syncs.
 //   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
