@@ -19,7 +19,8 @@
 # usage: scripts/gpu_fa3_bwd_check.sh
 # environment: BUILD_DIR (default <repo>/build-gpu), JOBS (default 16), OUT (receives
 #   fa3-bwd-check.log, bench-bwd-fa2/ and bench-bwd-fa3/), STEPS (default
-#   ptxas,sass,tests,suite,bench), TEST_PATHS (default "fa3 fa2 bad"), BENCH_ARGS (extra
+#   ptxas,sass,tests,suite,bench), TEST_PATHS (default "fa3 fa2 bad"), TEST_EXCLUDE (a ctest
+#   -E regex: backward-path tests to leave out), BENCH_ARGS (extra
 #   arguments for bench/bench.py, after the defaults: a later --hdims replaces them),
 #   TEST_TIMEOUT (seconds per test, default 120), BENCH_TIMEOUT (seconds per bench run,
 #   default 240).
@@ -45,7 +46,8 @@ fi
 if want tests; then
   for path in ${TEST_PATHS:-fa3 fa2 bad}; do
     echo "==== test_gpu_backward_paths: bwd-$path"
-    ctest --test-dir "$BUILD" -R "^bwd-$path:" --output-on-failure --timeout "$TEST_TIMEOUT" > "$WORK/bwd-$path.log" 2>&1 ||
+    ctest --test-dir "$BUILD" -R "^bwd-$path:" ${TEST_EXCLUDE:+-E "$TEST_EXCLUDE"} --output-on-failure \
+      --timeout "$TEST_TIMEOUT" > "$WORK/bwd-$path.log" 2>&1 ||
       fail "backward-path tests ($path)"
     cat "$WORK/bwd-$path.log"
     # A hung fa3 pipeline would hang every later fa3 run too: the benchmark is skipped.
