@@ -61,6 +61,15 @@ constexpr std::array<DimOps, sizeof...(I)> dim_ops(std::integer_sequence<int, I.
 }
 constexpr auto kDimOps = dim_ops(std::make_integer_sequence<int, fa3::kNumBwd>{});
 
+// The served head dims as text ("64, 96, 128, 192 and 256"), for refusals.
+void served_dims(char* text, size_t size) {
+  size_t n = 0;
+  for (int i = 0; i < fa3::kNumBwd && n < size; ++i) {
+    const char* sep = i == 0 ? "" : i + 1 == fa3::kNumBwd ? " and " : ", ";
+    n += static_cast<size_t>(snprintf(text + n, size - n, "%s%d", sep, fa3::kBwdDims[i]));
+  }
+}
+
 // dK and dV leave the registers in 4-byte pairs of elements: pointers and the batch,
 // sequence and head strides must keep every pair 4-byte aligned.
 bool pairs_aligned(const void* base, const Strides4& s) {
@@ -75,14 +84,8 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   if (!fa3_serves_options(p, why, why_size)) return false;
   const int cfg = bwd_config(p);
   if (cfg < 0) {
-    char dims[64];  // "64, 128, 192 and 256"
-    size_t n = 0;
-    for (int i = 0; i < fa3::kNumBwd && n < sizeof dims; ++i)
-      n += static_cast<size_t>(snprintf(dims + n, sizeof dims - n, "%s%d",
-                                        i == 0                  ? ""
-                                        : i + 1 == fa3::kNumBwd ? " and "
-                                                                : ", ",
-                                        fa3::kBwdDims[i]));
+    char dims[64];
+    served_dims(dims, sizeof dims);
     return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims %s",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
