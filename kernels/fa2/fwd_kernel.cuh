@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
     // Keep decisions are first gathered into a bit mask by a rolled loop (one Philox
-    // call per thread, n8 tile and m16 tile), which keeps register pressure low.
+    // call per thread, pair of n8 tiles and m16 tile), which keeps register pressure low.
     if (dropout) {
       // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
       constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
