@@ -104,7 +104,9 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 //   the warpgroup's 128 threads arrive on kBarDqFull + cw after staging it (and
 //     fence.proxy.async: the generic-proxy stores become visible to the copy engine); the
 //     warp syncs there, so that phase completes, then lane 0 issues the piece.
-// A later slot's pieces take the same handshake after the earlier slot's have been read.
+// A later slot's pieces take the same handshake after the earlier slot's have been read:
+// lane 0 commits each slot's reduce-adds as a bulk group of their own, since
+// cp.async.bulk.wait_group(.read) waits for committed groups only.
 // Each side takes every phase of both barriers once per piece in the same order, so neither
 // runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
 // for its reduce-adds to complete.
@@ -169,8 +171,10 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
             else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
           }
       }
+      // The slot's reduce-adds as one bulk group: a wait covers committed groups only, so
+      // the next slot's wait for the reads would not see them uncommitted.
+      if (lane == 0) hopper::bulk_commit();
     }
-    if (lane == 0) hopper::bulk_commit();
     held = counter;
     held_turn = turn;
   }
