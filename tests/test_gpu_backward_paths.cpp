@@ -27,6 +27,15 @@ using namespace fat;
 
 namespace {
 
+// The head dims the fa3 backward serves (kernels/instances.json, "hopper" "backward"), in two
+// groups, each case below a test per group (each within the per-test timeout): 64 and 128;
+// 96, 192 and 256. 64, 96 and 128 split a step's 128 keys between the consumer warpgroups
+// (96 on tiles of 128 columns, the last 32 zero); 192 and 256 split the head-dim columns of
+// 64 keys (at 192 unevenly: two column blocks and one).
+using Dims = std::vector<int64_t>;
+const Dims kFirstDims = {64, 128};
+const Dims kLaterDims = {96, 192, 256};
+
 // The path this process was started with ("" when FLASHATTN_CUDA_BACKWARD is unset).
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
 
@@ -61,22 +70,13 @@ std::vector<uint8_t> grad_bits(const LibResult& r) {
 // The child-process side of the comparison below: the variable that receives the bits' path.
 constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
-}  // namespace
-
-TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
-  REQUIRE_GPU();
-  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
-  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
-}
-
-TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in both alignments", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  // Lengths off every tile (64 queries x 128 keys a step), whole tiles, more queries than
-  // keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees).
+// Lengths off every tile (64 queries x 128 or 64 keys a step), whole tiles, more queries
+// than keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees),
+// causal in both alignments.
+void check_awkward_lengths(const Dims& dims, uint64_t seed) {
   const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
                               {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
-  uint64_t seed = 9500;
-  for (int64_t d : {64, 128})
+  for (int64_t d : dims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -86,13 +86,12 @@ TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in bo
       }
 }
 
-TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  // dK and dV of a key head sum over the query heads of its group.
+// GQA and MQA over three sequences: dK and dV of a key head sum over the query heads of its
+// group.
+void check_gqa(const Dims& dims, uint64_t seed) {
   const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
-  uint64_t seed = 9600;
   for (const auto& h : heads)
-    for (int64_t d : {64, 128})
+    for (int64_t d : dims)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
         Config c = gbase("bwd paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
@@ -104,11 +103,10 @@ TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gp
       }
 }
 
-TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
-  REQUIRE_PATH();
-  uint64_t seed = 9700;
+// BHSD and padded layouts, GQA, causal bottom-right.
+void check_strided(const Dims& dims, uint64_t seed) {
   for (Layout lay : {Layout::BHSD, Layout::Padded})
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : dims) {
       ++seed;
       Config c = gbase("bwd paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
       c.batch = 2;
@@ -118,22 +116,15 @@ TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[
       set_causal(c, 2);
       gpu_check(c);
     }
-  Config c = gbase("bwd paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9711);
-  c.input_scale = 8.0;
-  gpu_check(c);
-  c = gbase("bwd paths scale 0.3", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9712);
-  c.scale = 0.3f;
-  gpu_check(c);
 }
 
-TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
-  REQUIRE_PATH();
-  // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
-  // queries and fewer: several key blocks (128) and query blocks (64) a head, partial last
-  // blocks, so every dQ row takes several ordered adds. Five runs each.
+// GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
+// queries and fewer: several key blocks (128 or 64) and query blocks (64) a head, partial
+// last blocks, so every dQ row takes several ordered adds (at d = 192 and 256 several
+// pieces a warpgroup a step). Five runs each, bitwise equal and right.
+void check_deterministic(const Dims& dims, uint64_t seed) {
   const int64_t lens[][2] = {{300, 500}, {500, 300}};
-  uint64_t seed = 9630;
-  for (int64_t d : {64, 128})
+  for (int64_t d : dims)
     for (const auto& l : lens)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -146,36 +137,111 @@ TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right"
       }
 }
 
+// flashattn_plan_set_grad_accumulate: several key blocks and query blocks, GQA, causal in
+// both alignments (keys no query sees add nothing), and deterministic (then two
+// accumulating runs are bitwise equal).
+void check_accumulating(const Dims& dims, uint64_t seed) {
+  DeviceMem dev;
+  for (bool det : {false, true})
+    for (int64_t d : dims)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
+                         kGpuDtypes[seed % 2], seed);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        set_causal(c, mask);
+        c.grad_accumulate = true;
+        c.deterministic = det;
+        check_grad_accumulate(c, dev, kGpuTolerance, false);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("backward paths: the process runs with a forced path", "[gpu][bwd]") {
+  REQUIRE_GPU();
+  INFO("FLASHATTN_CUDA_BACKWARD=" << forced_path() << " (tests/CMakeLists.txt sets fa2 or fa3)");
+  CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
+}
+
+TEST_CASE("backward paths: awkward lengths at head dims 64 and 128, causal in both alignments", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_awkward_lengths(kFirstDims, 9500);
+}
+
+TEST_CASE("backward paths: awkward lengths at head dims 96, 192 and 256, causal in both alignments", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_awkward_lengths(kLaterDims, 10500);
+}
+
+TEST_CASE("backward paths: GQA and MQA, several sequences, causal and not", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_gqa(kFirstDims, 9600);
+}
+
+TEST_CASE("backward paths: GQA and MQA at head dims 96, 192 and 256, several sequences, causal and not", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_gqa(kLaterDims, 10600);
+}
+
+TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_strided(kFirstDims, 9700);
+  check_strided(kLaterDims, 10700);
+  Config c = gbase("bwd paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9711);
+  c.input_scale = 8.0;
+  gpu_check(c);
+  c = gbase("bwd paths scale 0.3", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9712);
+  c.scale = 0.3f;
+  gpu_check(c);
+}
+
+TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right", "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  check_deterministic(kFirstDims, 9630);
+}
+
+TEST_CASE("backward paths: deterministic mode at head dims 96, 192 and 256 is bitwise reproducible and right",
+          "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  check_deterministic(kLaterDims, 10630);
+}
+
 TEST_CASE("backward paths: deterministic causal runs with more key blocks than SMs", "[gpu][bwd][deterministic]") {
   REQUIRE_PATH();
-  // 17000 keys are 133 key blocks of one (key head, sequence), more CTAs than an H100 holds
-  // at once: a turn order that waited on a CTA not yet dispatched would hang here (the
-  // per-test timeout). Two runs bitwise equal, and within the bf16 bound of the
-  // non-deterministic run (an fp64 reference at this length would take minutes).
-  for (int mask = 1; mask < 3; ++mask) {
-    Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, 64, FLASHATTN_DTYPE_BF16,
-                     9870 + static_cast<uint64_t>(mask));
-    c.hq = 2;
-    c.hkv = 1;
-    set_causal(c, mask);
-    c.deterministic = true;
-    const Problem p = make_problem(c);
-    DeviceMem dev;
-    const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
-    INFO(describe(c) << ": " << a.error << " " << b.error);
-    REQUIRE(a.ok());
-    require_same_bits(a, b);
-    Config plain = c;
-    plain.deterministic = false;
-    const LibResult r = run_library(make_problem(plain), dev, 0);
-    REQUIRE(r.ok());
-    for (const auto& pr : {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
-      const ErrStats e = error_stats(*pr.first, *pr.second);
-      INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
-      CHECK(e.nonfinite_mismatch == 0);
-      CHECK(e.max_abs <= 2e-2 * e.max_ref);
+  // 17000 keys are 133 key blocks of one (key head, sequence) at d = 64 (266 at d = 256),
+  // more CTAs than an H100 holds at once: a turn order that waited on a CTA not yet
+  // dispatched would hang here (the per-test timeout). Two runs bitwise equal, and within
+  // the bf16 bound of the non-deterministic run (an fp64 reference at this length would take
+  // minutes).
+  for (int64_t d : {64, 256})
+    for (int mask = 1; mask < 3; ++mask) {
+      Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, d, FLASHATTN_DTYPE_BF16,
+                       (d == 64 ? 9870 : 10870) + static_cast<uint64_t>(mask));
+      c.hq = 2;
+      c.hkv = 1;
+      set_causal(c, mask);
+      c.deterministic = true;
+      const Problem p = make_problem(c);
+      DeviceMem dev;
+      const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+      INFO(describe(c) << ": " << a.error << " " << b.error);
+      REQUIRE(a.ok());
+      require_same_bits(a, b);
+      Config plain = c;
+      plain.deterministic = false;
+      const LibResult r = run_library(make_problem(plain), dev, 0);
+      REQUIRE(r.ok());
+      for (const auto& pr :
+           {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
+        const ErrStats e = error_stats(*pr.first, *pr.second);
+        INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
+        CHECK(e.nonfinite_mismatch == 0);
+        CHECK(e.max_abs <= 2e-2 * e.max_ref);
+      }
     }
-  }
 }
 
 TEST_CASE("backward paths: a deterministic run takes the forced path's bits on the automatic path",
@@ -231,8 +297,8 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
           "[gpu][bwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(true, 9820);
-  cases.push_back(gbase("bwd paths d256", 100, 130, 256, FLASHATTN_DTYPE_FP16, 9801));
-  cases.push_back(gbase("bwd paths d96", 100, 130, 96, FLASHATTN_DTYPE_BF16, 9802));
+  cases.push_back(gbase("bwd paths d32", 100, 130, 32, FLASHATTN_DTYPE_FP16, 9801));
+  cases.push_back(gbase("bwd paths d80", 100, 130, 80, FLASHATTN_DTYPE_BF16, 9802));
   cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
   Config c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
   c.dv = 64;
@@ -254,25 +320,12 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
 
 TEST_CASE("backward paths: accumulating into dQ, dK, dV", "[gpu][bwd][accumulate]") {
   REQUIRE_PATH();
-  // flashattn_plan_set_grad_accumulate on either path: several key blocks and query blocks,
-  // GQA, causal in both alignments (keys no query sees add nothing), both head dims, and
-  // deterministic (then two accumulating runs are bitwise equal).
-  DeviceMem dev;
-  uint64_t seed = 9830;
-  for (bool det : {false, true})
-    for (int64_t d : {64, 128})
-      for (int mask = 0; mask < 3; ++mask) {
-        ++seed;
-        Config c = gbase("bwd paths grad_accumulate", mask == 2 ? 517 : 300, mask == 2 ? 300 : 517, d,
-                         kGpuDtypes[seed % 2], seed);
-        c.batch = 2;
-        c.hq = 4;
-        c.hkv = 2;
-        set_causal(c, mask);
-        c.grad_accumulate = true;
-        c.deterministic = det;
-        check_grad_accumulate(c, dev, kGpuTolerance, false);
-      }
+  check_accumulating(kFirstDims, 9830);
+}
+
+TEST_CASE("backward paths: accumulating into dQ, dK, dV at head dims 96, 192 and 256", "[gpu][bwd][accumulate]") {
+  REQUIRE_PATH();
+  check_accumulating(kLaterDims, 10830);
 }
 
 TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][bwd][errors][bad-path]") {

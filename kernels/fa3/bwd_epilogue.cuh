@@ -14,17 +14,19 @@ namespace fa3 {
 // dS^T (16-bit A fragments of the dK GEMM, hopper::pack_a's layout) into the dS^T tile
 // (kBlockN key rows x kBlockM query columns) in the layout of a TMA load with the 128-byte
 // swizzle: 64-column block cb at cb kBlockN 128 bytes, row r's 16-byte chunk c at c ^ (r % 8)
-// (r % 8 = g here). rows = this warpgroup's first key row.
+// (r % 8 = g here). rows = this warpgroup's first key row; chunk0 = the 16-byte chunk (8
+// query columns) of its first query (kSplitD: each warpgroup holds half the queries). The
+// kSplitD kernel stores P^T the same way.
 template <class Cfg, int KK>
 __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint32_t (&ds)[KK][4], int warp, int g,
-                                             int t) {
+                                             int t, int chunk0 = 0) {
 #pragma unroll
   for (int nt = 0; nt < 2 * KK; ++nt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = rows + warp * 16 + g + hh * 8;
+      const int r = rows + warp * 16 + g + hh * 8, c = chunk0 + nt;
       const uint32_t a =
-          sds + static_cast<uint32_t>((nt / 8) * Cfg::kBlockN * 128 + r * 128 + (((nt % 8) ^ g) << 4) + t * 4);
+          sds + static_cast<uint32_t>((c / 8) * Cfg::kBlockN * 128 + r * 128 + (((c % 8) ^ g) << 4) + t * 4);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(ds[nt / 2][(nt % 2) * 2 + hh]) : "memory");
     }
 }
@@ -55,11 +57,11 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
   }
 }
 
-// acc * scale (keys key0, key0 + 8 x every column) into out (dK or dV of the CTA's key head,
-// strides st), or with `add` (flashattn_plan_set_grad_accumulate) its fp32 sum with the
-// value stored there, rounded once; keys past len_k are skipped. The host checks that out
-// and its strides allow 4-byte stores.
-template <typename T, int NV>
+// acc * scale (keys key0, key0 + 8 x the first kCols of its columns: the zero columns past
+// the head dim stay behind) into out (dK or dV of the CTA's key head, strides st), or with `add`
+// (flashattn_plan_set_grad_accumulate) its fp32 sum with the value stored there, rounded once; keys past len_k are
+// skipped. The host checks that out and its strides allow 4-byte stores.
+template <typename T, int kCols, int NV>
 __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0,
                                                const float (&acc)[1][NV][4], float scale, bool add, int t) {
 #pragma unroll
@@ -68,7 +70,7 @@ __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, co
     if (j >= w.len_k) continue;
     T* const row = static_cast<T*>(out) + w.b * st.b + static_cast<int64_t>(j) * st.s + w.kvh * st.h;
 #pragma unroll
-    for (int nv = 0; nv < NV; ++nv)
+    for (int nv = 0; nv < NV && nv * 8 < kCols; ++nv)
       fa2::store_grad2<T>(row + nv * 8 + 2 * t, __fmul_rn(acc[0][nv][2 * hh], scale),
                           __fmul_rn(acc[0][nv][2 * hh + 1], scale), add);
   }

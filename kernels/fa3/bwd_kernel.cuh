@@ -1,7 +1,9 @@
 // The FA3-design backward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs, dK and dV in registers.
 //
-// One CTA per (key block of 128 rows, key head, sequence), 384 threads:
+// One CTA per (key block of 128 rows, key head, sequence), 384 threads (this file: head dims
+// up to 128, BwdTraits' key split; above, the consumers split the head-dim columns instead,
+// fa3/bwd_split.cuh, with the same producer):
 //   warpgroup 0, the producer: drops to 32 registers (setmaxnreg); warp 0's first thread
 //     loads K and V once, then each step's Q and dO tiles with TMA into a 2-stage ring;
 //     warp 1 copies the step's LSE and Delta rows beside them; warp 2 adds the staged dQ
@@ -24,7 +26,7 @@
 // this step's: one named barrier per step. A CTA whose keys no query sees (causal) writes
 // dK = dV = 0.
 //
-// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
+// Serves: head_dim_qk = head_dim_v = D (kernels/instances.json), no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
 // alignment, GQA (the CTA walks every query head of its key head's group), gradients
 // written or accumulated, deterministic mode (the dQ adds of a query block in key-block
@@ -43,6 +45,7 @@
 #include "fa3/bwd_math.cuh"
 #include "fa3/bwd_producer.cuh"
 #include "fa3/bwd_schedule.cuh"
+#include "fa3/bwd_split.cuh"
 #include "fa3/bwd_traits.h"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
@@ -53,8 +56,8 @@ namespace fa3 {
 // The accumulators of one consumer warpgroup across the CTA's walk.
 template <class Cfg>
 struct BwdAcc {
-  float dk[1][Cfg::kD / 8][4];
-  float dv[1][Cfg::kD / 8][4];
+  float dk[1][Cfg::kTileD / 8][4];
+  float dv[1][Cfg::kTileD / 8][4];
 };
 
 // One step of a consumer warpgroup (cw: 0 or 1), ring stage s = bwd_stage(it); kPiece =
@@ -63,7 +66,8 @@ struct BwdAcc {
 template <class Cfg, typename T, bool kMask, bool kPiece>
 __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int it, int cw,
                                          BwdAcc<Cfg>& acc) {
-  constexpr int kNT = Cfg::kBlockM / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
+  constexpr int kNT = Cfg::kBlockM / 8, kD = Cfg::kD, kTileD = Cfg::kTileD, kBlockM = Cfg::kBlockM;
+  constexpr int kBlockN = Cfg::kBlockN;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), m0 = w.m0<Cfg>(it);
@@ -95,13 +99,13 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // dV += P^T dO, then (once both halves of dS^T are stored) the dQ piece, then dK += dS^T Q,
   // in that order so that dK runs on the tensor cores while this warpgroup stages the dQ
   // piece (FA3's order). dV and dK: B MN-major (k16 step kk = query rows 16 kk.., 2048
-  // bytes further; N = kD across 64-column blocks kBlockM * 128 bytes apart). dQ piece cb
-  // (column block cb of the step's 64 x kD) = dS K: A = dS^T, MN-major (k = keys along its
+  // bytes further; N = kTileD across 64-column blocks kBlockM * 128 bytes apart). dQ piece cb
+  // (column block cb of the step's 64 x kTileD) = dS K: A = dS^T, MN-major (k = keys along its
   // rows); B = K's column block cb, MN-major.
   fa2::wg_fence();
   const uint64_t ddo = fa2::wg_desc(sm.dout(s), kBlockM * 128), dq = fa2::wg_desc(sm.q(s), kBlockM * 128);
 #pragma unroll
-  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dv, pa[kk], ddo + static_cast<uint64_t>(kk * 128));
+  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kTileD>(acc.dv, pa[kk], ddo + static_cast<uint64_t>(kk * 128));
   fa2::wg_commit();
   hopper::bar_sync(kBarDsReady, 256);
   const int cb = bwd_dq_col_block<Cfg>(cw);
@@ -113,7 +117,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
     fa2::wg_commit();
   }
 #pragma unroll
-  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
+  for (int kk = 0; kk < kNT / 2; ++kk) fa2::wg_mma_rs<T, kTileD>(acc.dk, dsa[kk], dq + static_cast<uint64_t>(kk * 128));
   fa2::wg_commit();
   if (kPiece) {
     // dV and the dQ piece done (wgmma groups complete in order); dK may still run. The
@@ -132,6 +136,33 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   hopper::mbar_arrive(sm.q_empty(s));
 }
 
+// Consumer warpgroup cw's whole walk (split by keys), then dK * scale and dV of its keys to
+// the outputs.
+template <class Cfg, typename T>
+__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int cw) {
+  BwdAcc<Cfg> acc;
+#pragma unroll
+  for (int nv = 0; nv < Cfg::kTileD / 8; ++nv)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
+  hopper::mbar_wait(sm.kv_full(), 0u);
+  for (int it = 0; it < w.steps(); ++it) {
+    const bool mask = bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it));
+    if (bwd_has_dq_piece<Cfg>(it, cw)) {
+      if (mask) bwd_step<Cfg, T, true, true>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, true>(p, sm, w, it, cw, acc);
+    } else {
+      if (mask) bwd_step<Cfg, T, true, false>(p, sm, w, it, cw, acc);
+      else bwd_step<Cfg, T, false, false>(p, sm, w, it, cw, acc);
+    }
+  }
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
+  const bool add = p.grad_accumulate != 0;
+  bwd_store_rows<T, Cfg::kD>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
+  bwd_store_rows<T, Cfg::kD>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
+}
+
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel(const AttnParams p, const __grid_constant__ BwdMaps maps, const BwdScratch scratch) {
@@ -145,6 +176,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       hopper::mbar_init(sm.q_full(s), 1 + 32);  // the TMA thread (with the bytes) + warp 1's lanes
       hopper::mbar_init(sm.q_empty(s), 2 * 128);
     }
+    if constexpr (Cfg::kSeparateDo)
+      for (int s = 0; s < Cfg::kDoStages; ++s) {
+        hopper::mbar_init(sm.do_full(s), 1);
+        hopper::mbar_init(sm.do_empty(s), 2 * 128);
+      }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -164,28 +200,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   hopper::regs_inc<Cfg::kConsumerRegs>();
-  const int cw = wg - 1;
-  BwdAcc<Cfg> acc;
-#pragma unroll
-  for (int nv = 0; nv < Cfg::kD / 8; ++nv)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc.dk[0][nv][e] = acc.dv[0][nv][e] = 0.f;
-  hopper::mbar_wait(sm.kv_full(), 0u);
-  for (int it = 0; it < w.steps(); ++it) {
-    const bool mask = bwd_needs_mask<Cfg>(p, w, w.m0<Cfg>(it));
-    if (bwd_has_dq_piece<Cfg>(it, cw)) {
-      if (mask) bwd_step<Cfg, T, true, true>(p, sm, w, it, cw, acc);
-      else bwd_step<Cfg, T, false, true>(p, sm, w, it, cw, acc);
-    } else {
-      if (mask) bwd_step<Cfg, T, true, false>(p, sm, w, it, cw, acc);
-      else bwd_step<Cfg, T, false, false>(p, sm, w, it, cw, acc);
-    }
+  if constexpr (Cfg::kSplitD) {
+    if (wg == 1) bwd_split_consumer<Cfg, T, 0>(p, sm, w);
+    else bwd_split_consumer<Cfg, T, 1>(p, sm, w);
+  } else {
+    bwd_consumer<Cfg, T>(p, sm, w, wg - 1);
   }
-  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
-  const int key0 = w.n0 + cw * 64 + warp * 16 + lane / 4;
-  const bool add = p.grad_accumulate != 0;
-  bwd_store_rows<T>(p.dk, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
-  bwd_store_rows<T>(p.dv, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
 }
 
 }  // namespace fa3

@@ -20,10 +20,11 @@
 namespace flashattn {
 namespace fa3 {
 
-// Warp 0, lane 0: K and V of the CTA's keys on kv_full, then Q and dO of every step.
+// Warp 0, lane 0: K and V of the CTA's keys on kv_full, then Q and dO of every step (on the
+// stage's full barrier, or with Cfg::kSeparateDo dO on its own ring's).
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSmem<Cfg>& sm, const BwdWork& w) {
-  constexpr int kCols = Cfg::kD / 64;
+  constexpr int kCols = Cfg::kColBlocks;
   hopper::tma_prefetch_map(&maps.q);
   hopper::tma_prefetch_map(&maps.k);
   hopper::tma_prefetch_map(&maps.v);
@@ -40,12 +41,28 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSme
   for (int it = 0; it < w.steps(); ++it) {
     const int s = bwd_stage<Cfg>(it), h = w.head(it), m0 = w.m0<Cfg>(it);
     hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
-    hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
+    if constexpr (Cfg::kSeparateDo) {
+      // Q into its stage, then dO once the step before has done its dV GEMM.
+      const int sd = bwd_stage<Cfg, Cfg::kDoStages>(it);
+      hopper::mbar_expect(sm.q_full(s), Cfg::kQBytes);
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
-      hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
-      hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+      for (int c = 0; c < kCols; ++c)
+        hopper::tma_load(sm.q(s) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.q, c * 64, m0, h, w.b,
+                         sm.q_full(s));
+      hopper::mbar_wait(sm.do_empty(sd), bwd_parity<Cfg, Cfg::kDoStages>(it) ^ 1u);
+      hopper::mbar_expect(sm.do_full(sd), Cfg::kQBytes);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        hopper::tma_load(sm.dout(sd) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.dout, c * 64, m0, h, w.b,
+                         sm.do_full(sd));
+    } else {
+      hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
+        hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
+        hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+      }
     }
   }
 }
@@ -77,7 +94,8 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 
 // Warp 2: every staged dQ piece, in the consumers' step order, added into the fp32 dQ
 // accumulator by the copy engine: lane 0 issues two tensor reduce-adds a piece (its 32-column
-// boxes, maps.dq: (column, head, batch * seqlen_q + query)).
+// boxes, maps.dq: (column, head, batch * seqlen_q + query)). A step's pieces come in slots
+// (kDqSlots, more than one where a warpgroup stages several pieces a step in its buffer).
 // The handshake with consumer warpgroup cw, per piece (kDqBarThreads = 128 + 32 each):
 //   the warp arrives on kBarDqEmpty + cw once lane 0's reduce-adds of the buffer's previous
 //     pieces have read it (cp.async.bulk.wait_group.read 0, then __syncwarp); the
@@ -86,6 +104,9 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 //   the warpgroup's 128 threads arrive on kBarDqFull + cw after staging it (and
 //     fence.proxy.async: the generic-proxy stores become visible to the copy engine); the
 //     warp syncs there, so that phase completes, then lane 0 issues the piece.
+// A later slot's pieces take the same handshake after the earlier slot's have been read:
+// lane 0 commits each slot's reduce-adds as a bulk group of their own, since
+// cp.async.bulk.wait_group(.read) waits for committed groups only.
 // Each side takes every phase of both barriers once per piece in the same order, so neither
 // runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
 // for its reduce-adds to complete.
@@ -129,19 +150,31 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
       __syncwarp();
     }
 #pragma unroll
-    for (int cw = 0; cw < 2; ++cw) {
-      if (!bwd_has_dq_piece<Cfg>(it, cw)) continue;
-      hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
-      if (lane == 0)
+    for (int k = 0; k < Cfg::kDqSlots; ++k) {
+      if (k > 0) {  // the buffers again, once the slot before's pieces have been read
+        if (lane == 0) hopper::bulk_wait_read_all();
+        __syncwarp();
 #pragma unroll
-        for (int box = 0; box < 2; ++box) {
-          const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
-          const int col = bwd_dq_col_block<Cfg>(cw) * 64 + box * Cfg::kDqBoxCols;
-          if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
-          else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
-        }
+        for (int cw = 0; cw < 2; ++cw)
+          if (bwd_has_dq_piece<Cfg>(it, cw, k)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+      }
+#pragma unroll
+      for (int cw = 0; cw < 2; ++cw) {
+        if (!bwd_has_dq_piece<Cfg>(it, cw, k)) continue;
+        hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
+        if (lane == 0)
+#pragma unroll
+          for (int box = 0; box < 2; ++box) {
+            const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
+            const int col = bwd_dq_col_block<Cfg>(cw, k) * 64 + box * Cfg::kDqBoxCols;
+            if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
+            else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
+          }
+      }
+      // The slot's reduce-adds as one bulk group: a wait covers committed groups only, so
+      // the next slot's wait for the reads would not see them uncommitted.
+      if (lane == 0) hopper::bulk_commit();
     }
-    if (lane == 0) hopper::bulk_commit();
     held = counter;
     held_turn = turn;
   }

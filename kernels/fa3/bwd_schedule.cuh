@@ -19,23 +19,28 @@ struct BwdSmem {
   __device__ uint32_t v() const { return base + Cfg::kKVBytes; }
   __device__ uint32_t q(int s) const { return base + 2 * Cfg::kKVBytes + s * Cfg::kQBytes; }
   __device__ uint32_t dout(int s) const { return q(Cfg::kStages) + s * Cfg::kQBytes; }
-  __device__ uint32_t ds(int buf) const { return dout(Cfg::kStages) + buf * Cfg::kDsBytes; }
-  __device__ uint32_t dq(int cw) const { return ds(2) + cw * Cfg::kDqStageBytes; }
+  __device__ uint32_t ds(int buf) const { return dout(Cfg::kDoStages) + buf * Cfg::kDsBytes; }
+  __device__ uint32_t pt(int buf) const { return ds(2) + buf * Cfg::kPtBytes; }
+  __device__ uint32_t dq(int cw) const { return pt(2) + cw * Cfg::kDqStageBytes; }
   __device__ uint32_t lse(int s) const { return dq(2) + s * Cfg::kRowBytes; }
   __device__ uint32_t delta(int s) const { return lse(Cfg::kStages) + s * Cfg::kRowBytes; }
   __device__ uint32_t kv_full() const { return delta(Cfg::kStages); }
   __device__ uint32_t q_full(int s) const { return kv_full() + 8u * (1 + s); }
   __device__ uint32_t q_empty(int s) const { return kv_full() + 8u * (1 + Cfg::kStages + s); }
+  __device__ uint32_t do_full(int s) const { return kv_full() + 8u * (1 + 2 * Cfg::kStages + s); }
+  __device__ uint32_t do_empty(int s) const { return kv_full() + 8u * (1 + 2 * Cfg::kStages + Cfg::kDoStages + s); }
 };
 
-// Step it of the walk uses ring stage it % kStages, in that stage's use number it / kStages.
-template <class Cfg>
+// Step it of the walk uses stage it % kN of a kN-stage ring, in that stage's use number
+// it / kN: the Q ring (kStages, also LSE, Delta and, unless Cfg::kSeparateDo, dO), or the
+// dO ring (kDoStages).
+template <class Cfg, int kN = Cfg::kStages>
 __device__ __forceinline__ int bwd_stage(int it) {
-  return it % Cfg::kStages;
+  return it % kN;
 }
-template <class Cfg>
+template <class Cfg, int kN = Cfg::kStages>
 __device__ __forceinline__ uint32_t bwd_parity(int it) {
-  return static_cast<uint32_t>(it / Cfg::kStages) & 1u;
+  return static_cast<uint32_t>(it / kN) & 1u;
 }
 
 // The CTA's keys n0 .. n0 + kBlockN - 1 of key head kvh in sequence b, and its walk: for each
@@ -113,8 +118,8 @@ __device__ __forceinline__ int32_t* bwd_dq_counter(int32_t* turns, const AttnPar
 }
 
 // Named barriers (bar.sync / bar.arrive ids; 0 is __syncthreads):
-//   kBarDsReady (256 threads): both consumer warpgroups' dS^T of the step are stored; every
-//     consumer thread syncs once a step.
+//   kBarDsReady (256 threads): both consumer warpgroups' dS^T (kSplitD: and P^T) of the
+//     step are stored; every consumer thread syncs once a step.
 //   kBarDqFull + cw (kDqBarThreads): consumer warpgroup cw's dQ piece is staged; its 128
 //     threads arrive, the dQ writer warp (32 threads, bwd_reduce_dq) syncs.
 //   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
@@ -127,15 +132,38 @@ constexpr int kBarDqFull = 2;
 constexpr int kBarDqEmpty = 4;
 constexpr int kDqBarThreads = 128 + 32;
 
-// Whether consumer warpgroup cw computes a dQ piece at step it: at d = 128 both (column
-// block cw), at d = 64 the one piece (column block 0) on warpgroup it % 2.
+// kSplitD: the column blocks of dK and dV that consumer warpgroup cw owns (bwd_kv_first ..
+// + bwd_kv_blocks - 1), and how many dQ pieces it computes a step (column blocks
+// bwd_dq_first .. + bwd_dq_blocks - 1): the larger half of dK, dV goes with the smaller of dQ.
 template <class Cfg>
-__device__ __forceinline__ bool bwd_has_dq_piece(int it, int cw) {
-  return Cfg::kDqPieces == 2 || cw == it % 2;
+__host__ __device__ constexpr int bwd_kv_blocks(int cw) {
+  return cw == 0 ? Cfg::kHiBlocks : Cfg::kLoBlocks;
 }
 template <class Cfg>
-__device__ __forceinline__ int bwd_dq_col_block(int cw) {
-  return Cfg::kDqPieces == 2 ? cw : 0;
+__host__ __device__ constexpr int bwd_kv_first(int cw) {
+  return cw == 0 ? 0 : Cfg::kHiBlocks;
+}
+template <class Cfg>
+__host__ __device__ constexpr int bwd_dq_blocks(int cw) {
+  return cw == 0 ? Cfg::kLoBlocks : Cfg::kHiBlocks;
+}
+template <class Cfg>
+__host__ __device__ constexpr int bwd_dq_first(int cw) {
+  return cw == 0 ? 0 : Cfg::kLoBlocks;
+}
+
+// Whether consumer warpgroup cw computes a dQ piece in slot k (0 .. kDqSlots - 1) of step it:
+// by keys, at d = 128 both (column block cw), at d = 64 the one piece (column block 0) on
+// warpgroup it % 2; kSplitD, its bwd_dq_blocks(cw) pieces from column block bwd_dq_first(cw).
+template <class Cfg>
+__device__ __forceinline__ bool bwd_has_dq_piece(int it, int cw, int k = 0) {
+  if constexpr (Cfg::kSplitD) return k < bwd_dq_blocks<Cfg>(cw);
+  else return Cfg::kDqPieces == 2 || cw == it % 2;
+}
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_col_block(int cw, int k = 0) {
+  if constexpr (Cfg::kSplitD) return bwd_dq_first<Cfg>(cw) + k;
+  else return Cfg::kDqPieces == 2 ? cw : 0;
 }
 
 // Whether the step's (query block, key block) pair takes the element mask: queries past

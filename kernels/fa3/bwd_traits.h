@@ -6,17 +6,36 @@ namespace flashattn {
 namespace fa3 {
 
 // One CTA per (key block of kBlockN rows, key head, sequence): a producer warpgroup and two
-// consumer warpgroups, each owning 64 keys' dK and dV in registers, walking query blocks of
-// kBlockM rows whose Q, dO, LSE and Delta arrive in a kStages-deep ring. Head dim D
-// (= head_dim_qk = head_dim_v) in 64-column blocks of the 128-byte swizzle: a tile of R rows
-// is D / 64 column blocks of R x 128 bytes, each 1024-byte aligned.
+// consumer warpgroups walking query blocks of kBlockM rows whose Q, LSE and Delta arrive in a
+// kStages-deep ring, dO in a kDoStages-deep one (the same ring where they are equal). Head dim D (= head_dim_qk =
+// head_dim_v) in 64-column blocks of the 128-byte swizzle: a tile of R rows is D / 64 column blocks of R x 128 bytes,
+// each 1024-byte aligned. Two ways to split a step between the consumers:
+// - by keys (D <= 128): 128 keys, warpgroup c owns keys 64 c .. + 63 and their dK, dV (fp32,
+//   2 x kTileD / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps P^T
+//   and dS^T in registers as the A operands of dV and dK (fa3/bwd_kernel.cuh);
+// - by head-dim columns (kSplitD, D > 128, where 2 x D / 2 registers do not fit beside S^T
+//   and dP^T): 64 keys, warpgroup c owns dK, dV of all of them in its column blocks
+//   (bwd_kv_blocks), computes S^T and dP^T for the 64 keys x its kBlockM / 2 queries, and
+//   both halves of P^T and dS^T go to shared memory for dV and dK (fa3/bwd_split.cuh).
 template <int D>
 struct BwdTraits {
   static constexpr int kD = D;
-  static constexpr int kBlockN = 128;  // keys: 64 per consumer warpgroup
+  // The head dim the tiles hold: D in whole 64-column blocks (d = 96: 128). The columns past
+  // D load as zeros (the TMA maps' extent is D), add nothing to S^T and dP^T, make zero
+  // columns of dK, dV and dQ, and are never stored (the dQ reduce-adds skip them as out of
+  // bounds).
+  static constexpr int kTileD = (D + 63) / 64 * 64;
+  static constexpr int kColBlocks = kTileD / 64;
+  static constexpr bool kSplitD = D > 128;
+  static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
   static constexpr int kBlockM = 64;
   static constexpr int kStages = 2;
+  // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
+  // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
+  // once the step's dV GEMM is done, so the next step's dO loads while dK runs.
+  static constexpr int kDoStages = D == 256 ? 1 : kStages;
+  static constexpr bool kSeparateDo = kDoStages != kStages;
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
   // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
@@ -24,28 +43,36 @@ struct BwdTraits {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
-  static constexpr int kQBytes = kBlockM * D * 2;         // one Q or dO tile
-  static constexpr int kKVBytes = kBlockN * D * 2;        // the K or the V tile
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of one step (two buffers)
-  static constexpr int kRowBytes = kBlockM * 4;           // LSE (base 2) or Delta of one step's queries
-  // dQ of a step (64 x D) in 64 x 64 pieces (column blocks): at d = 128 warpgroup c takes
-  // piece c; at d = 64 the one piece goes to warpgroup it % 2 at step it.
-  static constexpr int kDqPieces = D / 64;
+  static constexpr int kQBytes = kBlockM * kTileD * 2;     // one Q or dO tile
+  static constexpr int kKVBytes = kBlockN * kTileD * 2;    // the K or the V tile
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
+  static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
+  static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
+  // dQ of a step (64 x D) in 64 x 64 pieces (column blocks). By keys: at d = 128 warpgroup c
+  // takes piece c; at d = 64 the one piece goes to warpgroup it % 2 at step it. kSplitD
+  // (bwd_schedule.cuh's bwd_kv_blocks, bwd_dq_blocks): warpgroup 0 owns the first kHiBlocks
+  // column blocks of dK and dV and computes the first kLoBlocks dQ pieces of every step,
+  // warpgroup 1 the rest (at d = 192 two and one of dK, dV's, one and two of dQ's).
+  static constexpr int kDqPieces = kColBlocks;
+  static constexpr int kHiBlocks = (kColBlocks + 1) / 2, kLoBlocks = kColBlocks / 2;
+  // The most pieces a warpgroup stages in one step (one after the other in its buffer).
+  static constexpr int kDqSlots = kSplitD ? kHiBlocks : 1;
   // A piece staged in shared memory for the copy engine's reduce-add into the fp32 dQ
   // accumulator (one buffer per consumer warpgroup): two boxes of 32 columns (128 bytes, the
   // widest row of the 128-byte swizzle) x 64 rows, each 1024-byte aligned.
   static constexpr int kDqBoxCols = 32;
   static constexpr int kDqBoxBytes = kBlockM * kDqBoxCols * 4;
   static constexpr int kDqStageBytes = 2 * kDqBoxBytes;
-  // Barriers: K/V full, then Q full and Q empty x kStages (8 bytes each).
-  static constexpr int kBarBytes = 8 * (1 + 2 * kStages);
-  // Dynamic shared memory: K, V, Q and dO rings, two dS^T buffers, two dQ staging buffers,
-  // LSE and Delta rings, barriers; the tiles start at the first 1024-byte boundary (1024
-  // bytes of slack).
-  static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + 2 * kDqStageBytes +
-                                    2 * kStages * kRowBytes + kBarBytes;
+  // Barriers: K/V full, Q full and Q empty x kStages, (kSeparateDo) dO full and dO empty x
+  // kDoStages (8 bytes each).
+  static constexpr int kBarBytes = 8 * (1 + 2 * kStages + (kSeparateDo ? 2 * kDoStages : 0));
+  // Dynamic shared memory: K, V, the Q and dO rings, two dS^T (and kSplitD P^T) buffers, two dQ
+  // staging buffers, LSE and Delta rings, barriers; the tiles start at the first 1024-byte
+  // boundary (1024 bytes of slack).
+  static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + (kStages + kDoStages) * kQBytes + 2 * kDsBytes +
+                                    2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
   static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
 };
 

@@ -28,8 +28,14 @@ extern template FwdLaunchResult run_fwd<256, 256, kFp16>(const AttnParams&, cons
 extern template FwdLaunchResult run_fwd<256, 256, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<64, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<64, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<96, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<96, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<128, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<128, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<192, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<192, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<256, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
+extern template BwdLaunchResult run_bwd<256, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 #define FLASHATTN_FA3_FN(...) &__VA_ARGS__
 #else
 #define FLASHATTN_FA3_FN(...) nullptr
@@ -54,12 +60,15 @@ inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
 
 // Backward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
 // head dim runs on fa2.
-inline constexpr int kBwdDims[] = {64, 128};
-inline constexpr int kNumBwd = 2;
+inline constexpr int kBwdDims[] = {64, 96, 128, 192, 256};
+inline constexpr int kNumBwd = 5;
 using BwdRunFn = BwdLaunchResult (*)(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 inline constexpr BwdRunFn kBwdRun[kNumBwd][kNumDtypes] = {
     {FLASHATTN_FA3_FN(run_bwd<64, kFp16>), FLASHATTN_FA3_FN(run_bwd<64, kBf16>)},
-    {FLASHATTN_FA3_FN(run_bwd<128, kFp16>), FLASHATTN_FA3_FN(run_bwd<128, kBf16>)}};
+    {FLASHATTN_FA3_FN(run_bwd<96, kFp16>), FLASHATTN_FA3_FN(run_bwd<96, kBf16>)},
+    {FLASHATTN_FA3_FN(run_bwd<128, kFp16>), FLASHATTN_FA3_FN(run_bwd<128, kBf16>)},
+    {FLASHATTN_FA3_FN(run_bwd<192, kFp16>), FLASHATTN_FA3_FN(run_bwd<192, kBf16>)},
+    {FLASHATTN_FA3_FN(run_bwd<256, kFp16>), FLASHATTN_FA3_FN(run_bwd<256, kBf16>)}};
 
 #undef FLASHATTN_FA3_FN
 

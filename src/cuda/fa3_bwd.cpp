@@ -4,6 +4,10 @@
 // dim, dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
 // (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
 #include <stdint.h>
+#include <stdio.h>
+
+#include <array>
+#include <utility>
 
 #include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
@@ -31,13 +35,59 @@ int bwd_config(const AttnParams& p) {
   return -1;
 }
 
+// The key blocks of the launch (one CTA each), and the TMA maps of Q, K, V and dO in the
+// tiles of head dim D's kernel (false and the refusal, naming the tensor, if the encoder
+// refuses one).
 template <int D>
-bool encode_maps(const AttnParams& p, fa3::BwdMaps* m) {
+int64_t key_blocks(const AttnParams& p) {
+  constexpr int64_t kBlockN = fa3::BwdTraits<D>::kBlockN;
+  return (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
+}
+template <int D>
+bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::BwdTraits<D>;
-  return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
-         encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->dout, p.dout, D, p.seqlen_q, p.heads_q, p.batch, p.do_stride, Cfg::kBlockM);
+  const struct {
+    const char* name;
+    TensorMap128* map;
+    const void* base;
+    const Strides4& st;
+    int64_t rows, heads;
+    int box_rows;
+  } maps[] = {{"q", &m->q, p.q, p.q_stride, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+              {"k", &m->k, p.k, p.k_stride, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+              {"v", &m->v, p.v, p.v_stride, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+              {"dout", &m->dout, p.dout, p.do_stride, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
+  if (const char* missing = tensor_map_encoder_missing())
+    return fa3_refuse(why, why_size, "the driver has no tensor-map encoder: %s", missing);
+  for (const auto& t : maps)
+    if (!encode_rows_map_16bit(t.map, t.base, D, t.rows, t.heads, p.batch, t.st, t.box_rows))
+      return fa3_refuse(why, why_size,
+                        "%s=%p, element strides (batch, seq, head) (%lld, %lld, %lld), %lld x %lld rows x %lld heads "
+                        "x %d: the copy engine refuses it (16-byte aligned pointer, byte strides multiples of 16 in "
+                        "(0, 2^40)) or the driver refused the map",
+                        t.name, t.base, static_cast<long long>(t.st.b), static_cast<long long>(t.st.s),
+                        static_cast<long long>(t.st.h), static_cast<long long>(p.batch), static_cast<long long>(t.rows),
+                        static_cast<long long>(t.heads), D);
+  return true;
+}
+// The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
+struct DimOps {
+  int64_t (*blocks)(const AttnParams&);
+  bool (*maps)(const AttnParams&, fa3::BwdMaps*, char*, size_t);
+};
+template <int... I>
+constexpr std::array<DimOps, sizeof...(I)> dim_ops(std::integer_sequence<int, I...>) {
+  return {{{key_blocks<fa3::kBwdDims[I]>, encode_maps<fa3::kBwdDims[I]>}...}};
+}
+constexpr auto kDimOps = dim_ops(std::make_integer_sequence<int, fa3::kNumBwd>{});
+
+// The served head dims as text ("64, 96, 128, 192 and 256"), for refusals.
+void served_dims(char* text, size_t size) {
+  size_t n = 0;
+  for (int i = 0; i < fa3::kNumBwd && n < size; ++i) {
+    const char* sep = i == 0 ? "" : i + 1 == fa3::kNumBwd ? " and " : ", ";
+    n += static_cast<size_t>(snprintf(text + n, size - n, "%s%d", sep, fa3::kBwdDims[i]));
+  }
 }
 
 // dK and dV leave the registers in 4-byte pairs of elements: pointers and the batch,
@@ -52,12 +102,14 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   constexpr int64_t kMaxIndex = 2147483647;
   const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
-  if (bwd_config(p) < 0)
-    return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims 64 and 128",
-                      ll(p.head_dim_qk), ll(p.head_dim_v));
-  constexpr int64_t kBlockN = fa3::BwdTraits<64>::kBlockN;  // the same at every head dim
-  const int64_t blocks = (p.seqlen_k + kBlockN - 1) / kBlockN * p.heads_kv * p.batch;
+  const int cfg = bwd_config(p);
+  if (cfg < 0) {
+    char dims[64];
+    served_dims(dims, sizeof dims);
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims %s",
+                      ll(p.head_dim_qk), ll(p.head_dim_v), dims);
+  }
+  const int64_t blocks = kDimOps[cfg].blocks(p);
   // The dQ accumulator's rows (batch x seqlen_q) are coordinates of its TMA map.
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || blocks > kMaxIndex || p.batch * p.seqlen_q > kMaxIndex)
     return fa3_refuse(why, why_size,
@@ -72,16 +124,7 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
     return fa3_refuse(why, why_size,
                       "dk or dv: the fa3 backward stores element pairs, so pointers must be 4-byte aligned and the "
                       "batch, sequence and head strides even");
-  bool ok = false;
-  switch (p.head_dim_v) {
-    case 64: ok = encode_maps<64>(p, &run->maps); break;
-    case 128: ok = encode_maps<128>(p, &run->maps); break;
-  }
-  if (!ok)
-    return fa3_refuse(why, why_size,
-                      "the copy engine cannot address q, k, v or dout (strides, alignment or extents), or the driver "
-                      "has no tensor-map encoder");
-  return true;
+  return kDimOps[cfg].maps(p, &run->maps, why, why_size);
 }
 
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <mutex>
 
@@ -15,19 +16,30 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-// The driver's encoder, looked up once (NULL if this driver has none: it then stays NULL).
-EncodeTiled encoder() {
-  static EncodeTiled fn = nullptr;
+// The driver's encoder, looked up once (NULL if this driver has none: it then stays NULL,
+// and `missing` says why).
+struct Encoder {
+  EncodeTiled fn;
+  char missing[128];
+};
+const Encoder& encoder() {
+  static Encoder e{};
   static std::once_flag once;
   std::call_once(once, [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<EncodeTiled>(p);
-    else (void)cudaGetLastError();  // a failed lookup leaves nothing pending for the caller's checks
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) {
+      e.fn = reinterpret_cast<EncodeTiled>(p);
+      return;
+    }
+    (void)cudaGetLastError();  // a failed lookup leaves nothing pending for the caller's checks
+    snprintf(e.missing, sizeof e.missing,
+             "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled, 12000): %s, query result %d",
+             cudaGetErrorName(err), static_cast<int>(q));
   });
-  return fn;
+  return e;
 }
 
 // One tiled map in the given swizzle with unit element strides; elements of a box outside
@@ -37,7 +49,7 @@ EncodeTiled encoder() {
 bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, const int64_t* dims,
             const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   static_assert(sizeof(TensorMap128) == sizeof(CUtensorMap) && alignof(TensorMap128) >= 64, "CUtensorMap layout");
-  const EncodeTiled enc = encoder();
+  const EncodeTiled enc = encoder().fn;
   if (enc == nullptr) return false;
   cuuint64_t d[4], st[3];
   cuuint32_t bx[4], es[4];
@@ -73,6 +85,11 @@ bool encode_dq_accum(TensorMap128* map, float* base, int64_t cols, int64_t heads
 }
 
 }  // namespace
+
+const char* tensor_map_encoder_missing() {
+  const Encoder& e = encoder();
+  return e.fn != nullptr ? nullptr : e.missing;
+}
 
 bool encode_dq_accum_map(TensorMap128* map, float* base, int64_t cols, int64_t heads, int64_t rows, int box_cols,
                          int box_rows) {

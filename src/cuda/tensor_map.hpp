@@ -10,6 +10,10 @@
 
 namespace flashattn {
 
+// nullptr when the driver's tensor-map encoder is there, else why it is not (the failed
+// lookup through the runtime): every map below then fails.
+const char* tensor_map_encoder_missing();
+
 // Map of the backward's fp32 dQ accumulator [rows][heads][cols] (row-major, dense) as a
 // 3-D tensor (cols, heads, rows) with boxes of box_cols x 1 x box_rows, shared-memory side
 // in the 128-byte swizzle (16-byte chunk c of box row r at chunk c ^ (r % 8)). Elements of
