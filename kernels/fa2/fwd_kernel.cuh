@@ -28,6 +28,7 @@
 #include "common/params.h"
 #include "fa2/arch.h"
 #include "fa2/dropout.cuh"
+#include "fa2/fwd_sparse.cuh"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
@@ -165,76 +166,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     lk_tile = n_rb * ncb_max;
     tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
   }
-  constexpr int kScanMore = -0x40000000;  // scan_resolve: no attended tile in this batch
-  // Batched scan (when a tile needs <= 32 lookups): lane handles lookup q of tile n_top - k,
-  // k = lane / lk_tile. Returns bit 0 = block attended, bit 1 = a real lookup.
-  auto scan_issue = [&](int n_top) -> uint32_t {
-    const int k = lane / lk_tile;
-    const int q = lane - k * lk_tile;
-    const int n = n_top - k;
-    if (k >= tiles_per_scan || n < n_block_min) return 0u;
-    const int r = q / ncb_max, c = q - r * ncb_max;
-    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
-    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
-    const uint32_t cb = c_first / lay_bk + c;
-    if (cb > c_last / lay_bk) return 0u;
-    return (layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb] != 0 ? 1u : 0u) | 2u;
-  };
-  // First tile from n_top down with an attended block (its state in *state: 1 partially,
-  // 2 fully covered); a value < n_block_min when the range ends; kScanMore otherwise.
-  auto scan_resolve = [&](int n_top, uint32_t look, int* state) -> int {
-    const uint32_t on = __ballot_sync(0xffffffffu, look & 1u);
-    const uint32_t real = __ballot_sync(0xffffffffu, (look >> 1) & 1u);
-    const uint32_t tile_mask = lk_tile >= 32 ? 0xffffffffu : (1u << lk_tile) - 1u;
-    for (int k = 0; k < tiles_per_scan; ++k) {
-      const int n = n_top - k;
-      if (n < n_block_min) return n;
-      const uint32_t m = tile_mask << (k * lk_tile);
-      if (on & m) {
-        *state = (on & m) == (real & m) ? 2 : 1;
-        return n;
-      }
-    }
-    return kScanMore;
-  };
-  // Tiles needing more than 32 lookups: one tile at a time. 0: nothing attended, 1, 2 as above.
-  auto tile_state = [&](int n) -> int {
-    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
-    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
-    const int cb0 = static_cast<int>(c_first / lay_bk);
-    const int n_cb = static_cast<int>(c_last / lay_bk) - cb0 + 1;
-    const int total = n_rb * n_cb;
-    bool any = false, all = true;
-    for (int idx = lane; idx < total; idx += 32) {
-      const int r = idx / n_cb, c = idx - r * n_cb;
-      const bool on = layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb0 + c] != 0;
-      any |= on;
-      all &= on;
-    }
-    any = __any_sync(0xffffffffu, any);
-    all = __all_sync(0xffffffffu, all);
-    return all ? 2 : (any ? 1 : 0);
-  };
-  // Largest attended tile index <= n (or a value < n_block_min), its state in *state.
-  auto prev_active = [&](int n, int* state) -> int {
-    *state = 2;
-    if (layout == nullptr) return n;
-    if (tiles_per_scan > 0) {
-      for (; n >= n_block_min; n -= tiles_per_scan) {
-        const int r = scan_resolve(n, scan_issue(n), state);
-        if (r != kScanMore) return r;
-      }
-      return n;
-    }
-    for (; n >= n_block_min; --n) {
-      const int st = tile_state(n);
-      if (st != 0) {
-        *state = st;
-        return n;
-      }
-    }
-    return n;
-  };
+  const FwdScanIssue<kBlockN> scan_issue{lane, lk_tile, tiles_per_scan, n_block_min, ncb_max, len_k, lay_bk, layout_h, rb0, p};
+  const FwdScanResolve scan_resolve{lk_tile, tiles_per_scan, n_block_min};
+  const FwdTileState<kBlockN> tile_state{len_k, lay_bk, n_rb, lane, layout_h, rb0, p};
+  const FwdPrevActive<kBlockN> prev_active{layout, tiles_per_scan, n_block_min, scan_resolve, scan_issue, tile_state};
 
   int cur_state = 2;
   int n_block = n_block_max > n_block_min ? prev_active(n_block_max - 1, &cur_state) : n_block_min - 1;
@@ -377,7 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int n_next = n_block_min - 1;
     if (scan_early) {
       n_next = scan_resolve(n_block - 1, look, &next_state);
-      if (n_next == kScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, &next_state);
+      if (n_next == kFwdScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, &next_state);
     } else if (n_block > n_block_min) {
       n_next = prev_active(n_block - 1, &next_state);
     }
