@@ -65,6 +65,92 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int
   }
 }
 
+// Elementwise score transform (kExtras): S in the log2 domain, scaled and soft-capped,
+//   no softcap: s = x * scale * log2e;  softcap c: s = (c * log2e) * tanh(x * scale / c)
+// then + bias * log2e (the bias tile staged in sB with bias_smem, else read from global
+// memory) or + (slope * log2e) * distance (ALiBi).
+template <class Cfg, typename T, class WRow>
+__device__ __forceinline__ void fwd_score_transform(float (&s)[Cfg::kMT][Cfg::kNT][4], const AttnParams& p,
+                                                    const WRow& wrow, const T* sB, const T* bias_base, bool softcap_on,
+                                                    bool bias_on, bool alibi_on, int bias_smem, float x_mul,
+                                                    float cap_l2, float alibi_slope_l2, int m0, int n0, int len_q,
+                                                    int len_k, int shift, int g, int t) {
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = s[mt][nt][e] * x_mul;
+        s[mt][nt][e] = softcap_on ? cap_l2 * tanhf(x) : x;
+      }
+  if (bias_on && bias_smem) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const T* brow = sB + (wrow(mt) + g + hh * 8) * Cfg::kBiasStride + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + nt * 8);
+          T h2[2];
+          memcpy(h2, &u, 4);
+          s[mt][nt][2 * hh] = fmaf(ElemTraits<T>::to_float(h2[0]), kLog2e, s[mt][nt][2 * hh]);
+          s[mt][nt][2 * hh + 1] = fmaf(ElemTraits<T>::to_float(h2[1]), kLog2e, s[mt][nt][2 * hh + 1]);
+        }
+      }
+  } else if (bias_on) {
+    // One row at a time (the empty asm keeps the loads of a row together, bounding
+    // the registers in flight); pairs of columns are one 32-bit load when aligned.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = m0 + wrow(mt) + g + hh * 8;
+        if (i < len_q) {
+          const T* brow = bias_base + static_cast<int64_t>(i) * p.bias_stride[2];
+          const int64_t bsk = p.bias_stride[3];
+          const bool pairs = bsk == 1 && (reinterpret_cast<uintptr_t>(brow) & 3u) == 0;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const int j = n0 + nt * 8 + 2 * t;
+            float b0 = 0.f, b1 = 0.f;
+            if (pairs && j + 1 < len_k) {
+              const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + j);
+              T h2[2];
+              memcpy(h2, &u, 4);
+              b0 = ElemTraits<T>::to_float(h2[0]);
+              b1 = ElemTraits<T>::to_float(h2[1]);
+            } else {
+              if (j < len_k) b0 = ElemTraits<T>::to_float(brow[j * bsk]);
+              if (j + 1 < len_k) b1 = ElemTraits<T>::to_float(brow[(j + 1) * bsk]);
+            }
+            s[mt][nt][2 * hh] = fmaf(b0, kLog2e, s[mt][nt][2 * hh]);
+            s[mt][nt][2 * hh + 1] = fmaf(b1, kLog2e, s[mt][nt][2 * hh + 1]);
+          }
+        }
+        asm volatile("" ::: "memory");
+      }
+  } else if (alibi_on) {
+    const bool sym = p.bias_kind == kBiasAlibiSymmetric;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
+        const float dist0 = static_cast<float>(n0 + 2 * t - ip);  // one conversion per row
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float dist = dist0 + static_cast<float>(nt * 8 + e);
+            s[mt][nt][2 * hh + e] = fmaf(alibi_slope_l2, sym ? -fabsf(dist) : dist, s[mt][nt][2 * hh + e]);
+          }
+      }
+  }
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -328,81 +414,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- elementwise score transform: scale, softcap, bias / ALiBi (log2 domain) ----
-    if (elementwise) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = s[mt][nt][e] * x_mul;
-            s[mt][nt][e] = softcap_on ? cap_l2 * tanhf(x) : x;
-          }
-      if (bias_on && bias_smem) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const T* brow = sB + (wrow(mt) + g + hh * 8) * Cfg::kBiasStride + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-              const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + nt * 8);
-              T h2[2];
-              memcpy(h2, &u, 4);
-              s[mt][nt][2 * hh] = fmaf(ElemTraits<T>::to_float(h2[0]), kLog2e, s[mt][nt][2 * hh]);
-              s[mt][nt][2 * hh + 1] = fmaf(ElemTraits<T>::to_float(h2[1]), kLog2e, s[mt][nt][2 * hh + 1]);
-            }
-          }
-      } else if (bias_on) {
-        // One row at a time (the empty asm keeps the loads of a row together, bounding
-        // the registers in flight); pairs of columns are one 32-bit load when aligned.
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + wrow(mt) + g + hh * 8;
-            if (i < len_q) {
-              const T* brow = bias_base + static_cast<int64_t>(i) * p.bias_stride[2];
-              const int64_t bsk = p.bias_stride[3];
-              const bool pairs = bsk == 1 && (reinterpret_cast<uintptr_t>(brow) & 3u) == 0;
-#pragma unroll
-              for (int nt = 0; nt < kNT; ++nt) {
-                const int j = n0 + nt * 8 + 2 * t;
-                float b0 = 0.f, b1 = 0.f;
-                if (pairs && j + 1 < len_k) {
-                  const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + j);
-                  T h2[2];
-                  memcpy(h2, &u, 4);
-                  b0 = ElemTraits<T>::to_float(h2[0]);
-                  b1 = ElemTraits<T>::to_float(h2[1]);
-                } else {
-                  if (j < len_k) b0 = ElemTraits<T>::to_float(brow[j * bsk]);
-                  if (j + 1 < len_k) b1 = ElemTraits<T>::to_float(brow[(j + 1) * bsk]);
-                }
-                s[mt][nt][2 * hh] = fmaf(b0, kLog2e, s[mt][nt][2 * hh]);
-                s[mt][nt][2 * hh + 1] = fmaf(b1, kLog2e, s[mt][nt][2 * hh + 1]);
-              }
-            }
-            asm volatile("" ::: "memory");
-          }
-      } else if (alibi_on) {
-        const bool sym = p.bias_kind == kBiasAlibiSymmetric;
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
-            const float dist0 = static_cast<float>(n0 + 2 * t - ip);  // one conversion per row
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float dist = dist0 + static_cast<float>(nt * 8 + e);
-                s[mt][nt][2 * hh + e] = fmaf(alibi_slope_l2, sym ? -fabsf(dist) : dist, s[mt][nt][2 * hh + e]);
-              }
-          }
-      }
-    }
+    if (elementwise)
+      fwd_score_transform<Cfg>(s, p, wrow, sB, bias_base, softcap_on, bias_on, alibi_on, bias_smem, x_mul, cap_l2,
+                               alibi_slope_l2, m0, n0, len_q, len_k, shift, g, t);
 
     // ---- element mask on boundary tiles ----
     const bool col_edge = n0 + kBlockN > len_k;
