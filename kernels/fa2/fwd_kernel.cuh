@@ -151,6 +151,28 @@ __device__ __forceinline__ void fwd_score_transform(float (&s)[Cfg::kMT][Cfg::kN
   }
 }
 
+// Dropout on P (kExtras; the row sums keep the undropped values): keep decisions are first
+// gathered into a bit mask by a rolled loop (one Philox call per thread, n8 tile and m16
+// tile), which keeps register pressure low; dropped elements of P set to 0.
+template <class Cfg, class WRow>
+__device__ __forceinline__ void fwd_dropout(float (&s)[Cfg::kMT][Cfg::kNT][4], const AttnParams& p, const WRow& wrow,
+                                            uint64_t drop_head, int m0, int n0, int g, int t) {
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
+  // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
+  constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    const DropBits<kNT> drop_bits =
+        dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
+                                            static_cast<uint32_t>(n0), t, p.drop_threshold);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if ((drop_bits >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
+  }
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -498,23 +520,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
-    // Keep decisions are first gathered into a bit mask by a rolled loop (one Philox
-    // call per thread, n8 tile and m16 tile), which keeps register pressure low.
-    if (dropout) {
-      // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
-      constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        const DropBits<kNT> drop_bits =
-            dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
-                                                static_cast<uint32_t>(n0), t, p.drop_threshold);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if ((drop_bits >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
-      }
-    }
+    if (dropout) fwd_dropout<Cfg>(s, p, wrow, drop_head, m0, n0, g, t);
 
     // ---- O += P V (P from registers) ----
     if constexpr (kWgF) {
