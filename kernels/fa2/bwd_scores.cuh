@@ -18,6 +18,145 @@
 namespace flashattn {
 namespace fa2 {
 
+// The column part of BwdPOf's capture: only where it masks (kMask).
+template <bool kMask>
+struct BwdTileCols {
+  const int& ws_n0;
+  const int& t;
+};
+template <>
+struct BwdTileCols<false> {
+  __device__ BwdTileCols(int, int) {}
+};
+
+// The pieces of the S phase (BwdScores below) hold references to the phase's values in the
+// order of their first use, as the lambdas they were captured them, so that the optimizer
+// gets the lambdas' IR.
+// Fast-path (EW2) pieces. Masked tiles: keep tile column c of the rows rr, rr + 8 iff
+// lo <= c <= hi (band and key length in tile-column units).
+struct BwdBandCols {
+  BwdCtx& ctx;
+  const int& r0;
+
+  __device__ void operator()(int rr, int n0, int (&lo)[2], int (&hi)[2]) const {
+    const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      lo[hr] = r0 + rr + 8 * hr + blo - n0;
+      hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
+    }
+  }
+};
+
+// P of element e of n8 tile nt of m16 tile ml (S still in acc_s).
+template <int SL, int kNTs, bool kMask>
+struct BwdPOf {
+  const float (&acc_s)[SL][kNTs][4];
+  BwdTileCols<kMask> tc;
+
+  __device__ float operator()(int ml, int nt, int e, float scale_log2, const float (&lse2)[2], const int (&lo)[2],
+                              const int (&hi)[2]) const {
+    float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
+    if constexpr (kMask) {
+      const int c = tc.ws_n0 + nt * 8 + 2 * tc.t + (e & 1);
+      if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
+    }
+    return fast_exp2(x);
+  }
+};
+
+// P and dS of one n8 tile at byte offset a of sP (rows rr, rr + 8; dS: + the P tile).
+template <class Tr, typename T>
+struct BwdStorePdsAt {
+  __device__ void operator()(uint32_t a, const float* pd, const float* ds) const {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
+    asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
+    asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
+                 : "memory");
+    asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])), "n"(Tr::TileP::kBytes + 1024)
+                 : "memory");
+  }
+};
+
+// Byte offset in sP of n8 tile nt of a row whose tile 0 is at o0: with ws_n0 a multiple
+// of kSN (a power of two) the n8 tiles of a row stay in one 64-column block up to
+// nt = 8 and their 16-byte chunk index is (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt,
+// so tile nt's byte offset is tile 0's XOR (nt << 4); a 128-column warp tile crosses
+// into the next 64-column block at nt = 8. Row + 8: + 1024 bytes; dS: + the P tile.
+template <int Br>
+struct BwdPdsOff {
+  __device__ uint32_t operator()(uint32_t o0, int nt) const {
+    return (o0 ^ static_cast<uint32_t>((nt & 7) << 4)) + static_cast<uint32_t>((nt >> 3) * Br * 128);
+  }
+};
+
+// Dropout alone (kDrop): the dropped elements of m16 tile ml of the slice as bits, one
+// Philox call per n8 tile (fa2/dropout.cuh).
+template <int kNTs>
+struct BwdDropBitsOf {
+  const AttnParams& p;
+  BwdCtx& ctx;
+  const int& h;
+  const int& r0;
+  const int& ws_m0;
+  const int& g;
+  const int& ws_n0;
+  const int& t;
+
+  __device__ DropBits<kNTs> operator()(int ml) const {
+    const uint64_t head_ctr = p.offset + static_cast<uint64_t>(bwd_lds(ctx.b)) * static_cast<uint64_t>(p.heads_q) + h;
+    return dropout_drop_bits<kNTs, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + ws_m0 + ml * 16 + g),
+                                      static_cast<uint32_t>(bwd_lds(ctx.n0) + ws_n0), t, p.drop_threshold);
+  }
+};
+
+// Element e of n8 tile nt under the dropped bits: P to store (pst) and dP.
+template <int kNTs>
+struct BwdDropElem {
+  const AttnParams& p;
+
+  __device__ void operator()(DropBits<kNTs> bits, int nt, int e, float& pst, float& dp) const {
+    const bool dropped = (bits >> (4 * nt + e)) & 1u;
+    pst = dropped ? 0.f : pst * p.rp_keep;
+    dp = dropped ? 0.f : dp * p.rp_keep;
+  }
+};
+
+// Row values of the two rows (rr, rr + 8) this thread touches in m16 tile ml of the
+// slice. LSE = -inf (fully masked row) becomes +inf so that every P of the row is
+// exactly exp2(-inf) = 0.
+template <class Arch, class Tr, typename T>
+struct BwdRowVals {
+  const BwdKernel<Arch, Tr, T>& k;
+  const int& st;
+
+  __device__ void operator()(int rr, float (&lse2)[2], float (&dlt)[2]) const {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float l = k.lse_s(st)[rr + 8 * hr];
+      lse2[hr] = l == -INFINITY ? INFINITY : l * BwdGrid<Arch, Tr>::kLog2e;
+      dlt[hr] = k.delta_s(st)[rr + 8 * hr];
+    }
+  }
+};
+
+// P_dropped and dS of one n8 tile (rows rr, rr + 8, column cc) to shared memory.
+template <class Tr, typename T>
+struct BwdStorePds {
+  const uint32_t& sP;
+  const uint32_t& sdS;
+
+  __device__ void operator()(int rr, int cc, float p0, float p1, float p2, float p3, float d0, float d1, float d2,
+                             float d3) const {
+    // P_dropped and dS rows to shared memory ([query][key]).
+    const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(pack2<T>(p0, p1)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro8), "r"(pack2<T>(p2, p3)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(pack2<T>(d0, d1)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
+  }
+};
+
 // kSkew1: what the S phase needs to wait for the previous step's readers of sP/sdS (see the
 // kernel). Without kSkew1 nothing: the kernel's values are not referenced, so that they
 // stay plain registers from the start (a reference would keep them in memory until the
@@ -62,18 +201,6 @@ struct BwdScores {
     constexpr bool kWg = G::kWg, kSkew1 = G::kSkew1;
     constexpr int kWS_M = G::kWS_M, kSM = G::kSM, kSN = G::kSN, kMTs = G::kMTs, kNTs = G::kNTs;
     BwdCtx& ctx = bwd_ctx();
-    const int& r0 = this->r0;
-    const BwdKernel<Arch, Tr, T>& k = this->k;
-    const int& st = this->st;
-    const uint32_t& sK = this->sK;
-    const uint32_t& sV = this->sV;
-    const AttnParams& p = this->p;
-    const int& h = this->h;
-    const uint32_t& sP = this->sP;
-    const uint32_t& sdS = this->sdS;
-    const bool& masked = this->masked;
-    const BwdArgs& args = this->args;
-    const int& group = this->group;
 
     constexpr int SL = decltype(sl_c)::value;
     constexpr bool kGen = decltype(gen_c)::value;
@@ -91,44 +218,10 @@ struct BwdScores {
         bwd_zero(acc_s);
         bwd_zero(acc_dp);
       }
-      // Fast-path (EW2) pieces. Masked tiles: keep tile column c of the rows rr, rr + 8 iff
-      // lo <= c <= hi (band and key length in tile-column units).
-      auto band_cols = [&](int rr, int n0, int(&lo)[2], int(&hi)[2]) {
-        const int len_k = bwd_lds(ctx.len_k), blo = bwd_lds(ctx.band_lo), bhi = bwd_lds(ctx.band_hi);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          lo[hr] = r0 + rr + 8 * hr + blo - n0;
-          hi[hr] = min(r0 + rr + 8 * hr + bhi, len_k - 1) - n0;
-        }
-      };
-      // P of element e of n8 tile nt of m16 tile ml (S still in acc_s).
-      auto p_of = [&](int ml, int nt, int e, float scale_log2, const float(&lse2)[2], const int(&lo)[2],
-                      const int(&hi)[2]) {
-        float x = acc_s[ml][nt][e] * scale_log2 - lse2[e >> 1];
-        if constexpr (kMask) {
-          const int c = ws_n0 + nt * 8 + 2 * t + (e & 1);
-          if (c < lo[e >> 1] || c > hi[e >> 1]) x = -INFINITY;
-        }
-        return fast_exp2(x);
-      };
-      // P and dS of one n8 tile at byte offset a of sP (rows rr, rr + 8; dS: + the P tile).
-      auto store_pds_at = [&](uint32_t a, const float* pd, const float* ds) {
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(pd[0], pd[1])) : "memory");
-        asm volatile("st.shared.b32 [%0+1024], %1;\n" ::"r"(a), "r"(pack2<T>(pd[2], pd[3])) : "memory");
-        asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[0], ds[1])), "n"(Tr::TileP::kBytes)
-                     : "memory");
-        asm volatile("st.shared.b32 [%0+%2], %1;\n" ::"r"(a), "r"(pack2<T>(ds[2], ds[3])),
-                     "n"(Tr::TileP::kBytes + 1024)
-                     : "memory");
-      };
-      // Byte offset in sP of n8 tile nt of a row whose tile 0 is at o0: with ws_n0 a multiple
-      // of kSN (a power of two) the n8 tiles of a row stay in one 64-column block up to
-      // nt = 8 and their 16-byte chunk index is (ws_n0 / 8 | nt) ^ (row & 7) = chunk(0) ^ nt,
-      // so tile nt's byte offset is tile 0's XOR (nt << 4); a 128-column warp tile crosses
-      // into the next 64-column block at nt = 8. Row + 8: + 1024 bytes; dS: + the P tile.
-      auto pds_off = [](uint32_t o0, int nt) {
-        return (o0 ^ static_cast<uint32_t>((nt & 7) << 4)) + static_cast<uint32_t>((nt >> 3) * Br * 128);
-      };
+      const BwdBandCols band_cols{ctx, r0};
+      const BwdPOf<SL, kNTs, kMask> p_of{acc_s, {ws_n0, t}};
+      const BwdStorePdsAt<Tr, T> store_pds_at{};
+      const BwdPdsOff<Br> pds_off{};
       if constexpr (kWg) {
         // Both GEMMs issued at once (the warpgroup's rows: ws_m0 of its warp 0); the S batch
         // completes first (wait_group 1) while dP's still runs.
@@ -147,18 +240,8 @@ struct BwdScores {
       // tile (fa2/dropout.cuh); P_dropped = P / (1 - p) where kept, else 0, and dS = P
       // (dP_dropped - Delta) with dP_dropped alike, as the general path computes them.
       [[maybe_unused]] DropBits<kNTs> drop[SL];
-      auto drop_bits_of = [&](int ml) {
-        const uint64_t head_ctr =
-            p.offset + static_cast<uint64_t>(bwd_lds(ctx.b)) * static_cast<uint64_t>(p.heads_q) + h;
-        return dropout_drop_bits<kNTs, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + ws_m0 + ml * 16 + g),
-                                          static_cast<uint32_t>(bwd_lds(ctx.n0) + ws_n0), t, p.drop_threshold);
-      };
-      // Element e of n8 tile nt under the dropped bits: P to store (pst) and dP.
-      auto drop_elem = [&](DropBits<kNTs> bits, int nt, int e, float& pst, float& dp) {
-        const bool dropped = (bits >> (4 * nt + e)) & 1u;
-        pst = dropped ? 0.f : pst * p.rp_keep;
-        dp = dropped ? 0.f : dp * p.rp_keep;
-      };
+      const BwdDropBitsOf<kNTs> drop_bits_of{p, ctx, h, r0, ws_m0, g, ws_n0, t};
+      const BwdDropElem<kNTs> drop_elem{p};
       // PFIRST (fast path): P = exp2(...) in place of S before the dP GEMM, so that the
       // exponentials (and with dropout the keep decisions) can overlap that GEMM's tensor
       // work; P and dS are stored after it (a store before it would pin the exponentials
@@ -219,31 +302,13 @@ struct BwdScores {
         continue;  // next slice
       }
 
-      // Row values of the two rows (rr, rr + 8) this thread touches in m16 tile ml of the
-      // slice. LSE = -inf (fully masked row) becomes +inf so that every P of the row is
-      // exactly exp2(-inf) = 0.
-      auto row_vals = [&](int rr, float(&lse2)[2], float(&dlt)[2]) {
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float l = k.lse_s(st)[rr + 8 * hr];
-          lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
-          dlt[hr] = k.delta_s(st)[rr + 8 * hr];
-        }
-      };
+      const BwdRowVals<Arch, Tr, T> row_vals{k, st};
       const int n0 = bwd_lds(ctx.n0);
       const bool has_softcap = p.softcap > 0.f;
       const bool has_bias = p.bias_kind == kBiasTensor;
       const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
       const bool has_dropout = p.p_drop > 0.f;
-      auto store_pds = [&](int rr, int cc, float p0, float p1, float p2, float p3, float d0, float d1, float d2,
-                           float d3) {
-        // P_dropped and dS rows to shared memory ([query][key]).
-        const int ro = Tr::TileP::offset(rr, cc), ro8 = Tr::TileP::offset(rr + 8, cc);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro), "r"(pack2<T>(p0, p1)) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + 2u * ro8), "r"(pack2<T>(p2, p3)) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro), "r"(pack2<T>(d0, d1)) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + 2u * ro8), "r"(pack2<T>(d2, d3)) : "memory");
-      };
+      const BwdStorePds<Tr, T> store_pds{sP, sdS};
       if constexpr (!kGen) {
         // Fast path without the PFIRST order (sm_80, or tile widths it does not take):
         // compact unrolled code, one instantiation for unmasked and one for masked tiles
@@ -356,10 +421,9 @@ struct BwdScores {
               }
               if (i < len_q && j < len_k) {
                 if (has_bias) {
-                  s += Elem::to_float(static_cast<const T*>(p.bias)[static_cast<int64_t>(b) * p.bias_stride[0] +
-                                                                    static_cast<int64_t>(h) * p.bias_stride[1] +
-                                                                    static_cast<int64_t>(i) * p.bias_stride[2] +
-                                                                    static_cast<int64_t>(j) * p.bias_stride[3]]);
+                  s += Elem::to_float(static_cast<const T*>(
+                      p.bias)[static_cast<int64_t>(b) * p.bias_stride[0] + static_cast<int64_t>(h) * p.bias_stride[1] +
+                              static_cast<int64_t>(i) * p.bias_stride[2] + static_cast<int64_t>(j) * p.bias_stride[3]]);
                 } else if (has_alibi) {
                   s += alibi_bias(p, alibi_slope(p, b, h), i + bwd_lds(ctx.shift), j);
                 }

@@ -162,9 +162,8 @@ __device__ __forceinline__ void fwd_dropout(float (&s)[Cfg::kMT][Cfg::kNT][4], c
   constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    const DropBits<kNT> drop_bits =
-        dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
-                                            static_cast<uint32_t>(n0), t, p.drop_threshold);
+    const DropBits<kNT> drop_bits = dropout_drop_bits<kNT, kDropUnroll>(
+        p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g), static_cast<uint32_t>(n0), t, p.drop_threshold);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -274,7 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     lk_tile = n_rb * ncb_max;
     tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
   }
-  const FwdScanIssue<kBlockN> scan_issue{lane, lk_tile, tiles_per_scan, n_block_min, ncb_max, len_k, lay_bk, layout_h, rb0, p};
+  const FwdScanIssue<kBlockN> scan_issue{lane,  lk_tile, tiles_per_scan, n_block_min, ncb_max,
+                                         len_k, lay_bk,  layout_h,       rb0,         p};
   const FwdScanResolve scan_resolve{lk_tile, tiles_per_scan, n_block_min};
   const FwdTileState<kBlockN> tile_state{len_k, lay_bk, n_rb, lane, layout_h, rb0, p};
   const FwdPrevActive<kBlockN> prev_active{layout, tiles_per_scan, n_block_min, scan_resolve, scan_issue, tile_state};
