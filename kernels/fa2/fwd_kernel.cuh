@@ -172,6 +172,123 @@ __device__ __forceinline__ void fwd_dropout(float (&s)[Cfg::kMT][Cfg::kNT][4], c
   }
 }
 
+// Varlen: sequence b's first query and key token and its lengths from the offsets (clamped so
+// that bad inputs stay in bounds; lengths at most the plan's maxima).
+__device__ __forceinline__ void fwd_varlen_extent(const AttnParams& p, int b, int64_t& q_start, int64_t& k_start,
+                                                  int& len_q, int& len_k) {
+  int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
+  a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
+  e = e < a ? a : (e > p.total_q ? p.total_q : e);
+  q_start = a;
+  len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
+  a = p.cu_seqlens_k[b];
+  e = p.cu_seqlens_k[b + 1];
+  a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
+  e = e < a ? a : (e > p.total_k ? p.total_k : e);
+  k_start = a;
+  len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
+}
+
+// Epilogue: O normalized by the row sums (and by 1 - p with dropout), the LSE, and O through
+// shared memory (the Q tile) to global memory, each warp its own rows.
+template <class Cfg, typename T, bool kExtras, bool kWgF, class WRow>
+__device__ __forceinline__ void fwd_epilogue(const AttnParams& p, float (&acc_o)[Cfg::kMT][Cfg::kNV][4],
+                                             const float (&row_max)[Cfg::kMT * 2], const float (&row_sum)[Cfg::kMT * 2],
+                                             const WRow& wrow, T* sQ, T* gO, bool dropout, float sl2, int b, int h,
+                                             int64_t q_start, int m0, int rows_q, int dv_chunks, int row_w0, int lane,
+                                             int g, int t) {
+  constexpr int kMT = Cfg::kMT;
+  using OTile = typename Cfg::OTile;
+  const float out_scale = kExtras && dropout ? p.rp_keep : 1.f;
+  float* lse_out = nullptr;
+  if (p.lse != nullptr)
+    lse_out = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = mt * 2 + hh;
+      // sum = 0 exactly iff every probability of the row was 0 (the row maximum alone
+      // contributes ex2(0) = 1): a fully masked row, O = 0 and LSE = -inf. fmaxf skips
+      // NaN, so a NaN score (NaN in Q, or in a kept K row) leaves the max alone but makes
+      // its exp, and from then on the sum (NaN * alpha), NaN: O and LSE become NaN.
+      const float sum = quad_sum(row_sum[r]);
+      const float inv = sum != 0.f ? out_scale / sum : 0.f;
+#pragma unroll
+      for (int nv = 0; nv < Cfg::kNV; ++nv) {
+        acc_o[mt][nv][2 * hh] *= inv;
+        acc_o[mt][nv][2 * hh + 1] *= inv;
+      }
+      const int row = wrow(mt) + g + hh * 8;
+      if (lse_out != nullptr && t == 0 && row < rows_q)
+        lse_out[m0 + row] = sum != 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
+    }
+  // Each warp only ever read its own rows of sQ, so it may overwrite them now (kWgF: the
+  // warpgroup's GEMMs read every row; they are all complete after this barrier).
+  if constexpr (kWgF) __syncthreads();
+  T* sO = sQ;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nv = 0; nv < Cfg::kNV; ++nv)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = wrow(mt) + g + hh * 8;
+        const int col = nv * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(sO + OTile::offset(row, col)) =
+            pack2<T>(acc_o[mt][nv][2 * hh], acc_o[mt][nv][2 * hh + 1]);
+      }
+  __syncwarp();
+  constexpr int kOChunks = Cfg::kDV / 8;
+#pragma unroll
+  for (int it = 0; it < (Cfg::kRowsPerWarp * kOChunks + 31) / 32; ++it) {
+    const int idx = lane + it * 32;
+    const int r = idx / kOChunks, c = idx - r * kOChunks;
+    const int row = kWgF ? wrow(r >> 4) + (r & 15) : row_w0 + r;
+    if (r < Cfg::kRowsPerWarp && row < rows_q && c < dv_chunks) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sO + OTile::offset(row, c * 8));
+      *reinterpret_cast<uint4*>(gO + row * p.o_stride.s + c * 8) = v;
+    }
+  }
+}
+
+// Online softmax (base 2) over one KV tile: the row maxima and sums updated, O rescaled by
+// exp2 of the change of the maximum, S replaced by P = exp2(S * sl2 - max * sl2).
+template <class Cfg>
+__device__ __forceinline__ void fwd_softmax(float (&s)[Cfg::kMT][Cfg::kNT][4], float (&acc_o)[Cfg::kMT][Cfg::kNV][4],
+                                            float (&row_max)[Cfg::kMT * 2], float (&row_sum)[Cfg::kMT * 2], float sl2) {
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = mt * 2 + hh;
+      float mx = row_max[r];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+      mx = quad_max(mx);
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
+      const float alpha = fast_exp2(row_max[r] * sl2 - m_scaled);
+      row_max[r] = mx;
+      row_sum[r] *= alpha;
+#pragma unroll
+      for (int nv = 0; nv < Cfg::kNV; ++nv) {
+        acc_o[mt][nv][2 * hh] *= alpha;
+        acc_o[mt][nv][2 * hh + 1] *= alpha;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = fast_exp2(fmaf(s[mt][nt][2 * hh + e], sl2, -m_scaled));
+          s[mt][nt][2 * hh + e] = pe;
+          sum += pe;
+        }
+      row_sum[r] += sum;
+    }
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -215,19 +332,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // ---- this sequence's extent (varlen offsets clamped so bad inputs stay in bounds) ----
   int64_t q_start = 0, k_start = 0;
   int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
-  if (p.varlen) {
-    int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
-    a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
-    e = e < a ? a : (e > p.total_q ? p.total_q : e);
-    q_start = a;
-    len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
-    a = p.cu_seqlens_k[b];
-    e = p.cu_seqlens_k[b + 1];
-    a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
-    e = e < a ? a : (e > p.total_k ? p.total_k : e);
-    k_start = a;
-    len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
-  }
+  if (p.varlen) fwd_varlen_extent(p, b, q_start, k_start, len_q, len_k);
   const int m0 = m_block * kBlockM;
   if (m0 >= len_q) return;
   const int rows_q = min(kBlockM, len_q - m0);
@@ -489,35 +594,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- online softmax (base 2) ----
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = mt * 2 + hh;
-        float mx = row_max[r];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
-        mx = quad_max(mx);
-        const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
-        const float alpha = fast_exp2(row_max[r] * sl2 - m_scaled);
-        row_max[r] = mx;
-        row_sum[r] *= alpha;
-#pragma unroll
-        for (int nv = 0; nv < Cfg::kNV; ++nv) {
-          acc_o[mt][nv][2 * hh] *= alpha;
-          acc_o[mt][nv][2 * hh + 1] *= alpha;
-        }
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pe = fast_exp2(fmaf(s[mt][nt][2 * hh + e], sl2, -m_scaled));
-            s[mt][nt][2 * hh + e] = pe;
-            sum += pe;
-          }
-        row_sum[r] += sum;
-      }
+    fwd_softmax<Cfg>(s, acc_o, row_max, row_sum, sl2);
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
     if (dropout) fwd_dropout<Cfg>(s, p, wrow, drop_head, m0, n0, g, t);
@@ -581,57 +658,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- epilogue: normalize, LSE, O through shared memory (this warp's rows only) ----
-  const float out_scale = dropout ? p.rp_keep : 1.f;
-  float* lse_out = nullptr;
-  if (p.lse != nullptr)
-    lse_out = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = mt * 2 + hh;
-      // sum = 0 exactly iff every probability of the row was 0 (the row maximum alone
-      // contributes ex2(0) = 1): a fully masked row, O = 0 and LSE = -inf. fmaxf skips
-      // NaN, so a NaN score (NaN in Q, or in a kept K row) leaves the max alone but makes
-      // its exp, and from then on the sum (NaN * alpha), NaN: O and LSE become NaN.
-      const float sum = quad_sum(row_sum[r]);
-      const float inv = sum != 0.f ? out_scale / sum : 0.f;
-#pragma unroll
-      for (int nv = 0; nv < Cfg::kNV; ++nv) {
-        acc_o[mt][nv][2 * hh] *= inv;
-        acc_o[mt][nv][2 * hh + 1] *= inv;
-      }
-      const int row = wrow(mt) + g + hh * 8;
-      if (lse_out != nullptr && t == 0 && row < rows_q)
-        lse_out[m0 + row] = sum != 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
-    }
-  // Each warp only ever read its own rows of sQ, so it may overwrite them now (kWgF: the
-  // warpgroup's GEMMs read every row; they are all complete after this barrier).
-  if constexpr (kWgF) __syncthreads();
-  T* sO = sQ;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nv = 0; nv < Cfg::kNV; ++nv)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wrow(mt) + g + hh * 8;
-        const int col = nv * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sO + OTile::offset(row, col)) =
-            pack2<T>(acc_o[mt][nv][2 * hh], acc_o[mt][nv][2 * hh + 1]);
-      }
-  __syncwarp();
-  constexpr int kOChunks = Cfg::kDV / 8;
-#pragma unroll
-  for (int it = 0; it < (Cfg::kRowsPerWarp * kOChunks + 31) / 32; ++it) {
-    const int idx = lane + it * 32;
-    const int r = idx / kOChunks, c = idx - r * kOChunks;
-    const int row = kWgF ? wrow(r >> 4) + (r & 15) : row_w0 + r;
-    if (r < Cfg::kRowsPerWarp && row < rows_q && c < dv_chunks) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sO + OTile::offset(row, c * 8));
-      *reinterpret_cast<uint4*>(gO + row * p.o_stride.s + c * 8) = v;
-    }
-  }
+  fwd_epilogue<Cfg, T, kExtras, kWgF>(p, acc_o, row_max, row_sum, wrow, sQ, gO, dropout, sl2, b, h, q_start, m0, rows_q,
+                                      dv_chunks, row_w0, lane, g, t);
 }
 
 }  // namespace fa2
