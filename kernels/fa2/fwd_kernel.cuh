@@ -289,6 +289,42 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[Cfg::kMT][Cfg::kNT][4], f
     }
 }
 
+// The bias tile of q block m0 and KV tile n0 (kExtras with bias_smem: k stride 1, 16-byte
+// aligned rows) into sB by cp.async, next to V; rows and columns past the sequences zero.
+template <class Cfg, typename T>
+__device__ __forceinline__ void fwd_load_bias_tile(const AttnParams& p, T* sB, const T* bias_base, int m0, int n0,
+                                                   int rows_q, int len_k, int tid) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int kChunks = kBlockN / 8;
+  const T* gB = bias_base + static_cast<int64_t>(m0) * p.bias_stride[2] + n0;
+  for (int idx = tid; idx < kBlockM * kChunks; idx += kThreads) {
+    const int row = idx / kChunks, ch = idx - row * kChunks;
+    int valid = row < rows_q ? min(8, len_k - n0 - ch * 8) : 0;
+    valid = valid < 0 ? 0 : valid;
+    const T* src = valid > 0 ? gB + row * p.bias_stride[2] + ch * 8 : bias_base;
+    cp_async_16_bytes(smem_u32(sB + row * Cfg::kBiasStride + ch * 8), src, valid * 2);
+  }
+}
+
+// Block-sparse (kExtras with a layout): the layout of head h (layout_h), its block sizes
+// (clamped to 2^30 so that 32-bit divisions stay exact), the layout rows of q block m0..m_last
+// (rb0, n_rb) and the lookups one KV tile needs (at most ncb_max columns, lk_tile in all;
+// tiles_per_scan tiles per 32-lane batch, 0 when one tile needs more).
+template <int kBlockN>
+__device__ __forceinline__ void fwd_layout_setup(const AttnParams& p, const uint8_t* layout, int h, int m0, int m_last,
+                                                 uint32_t& lay_bq, uint32_t& lay_bk, const uint8_t*& layout_h, int& rb0,
+                                                 int& n_rb, int& ncb_max, int& lk_tile, int& tiles_per_scan) {
+  lay_bq = static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30));
+  lay_bk = static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30));
+  layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
+  rb0 = static_cast<int>(static_cast<uint32_t>(m0) / lay_bq);
+  n_rb = static_cast<int>(static_cast<uint32_t>(m_last) / lay_bq) - rb0 + 1;
+  // Layout blocks one KV tile can touch: n_rb rows x at most ncb_max columns.
+  ncb_max = static_cast<int>(min(p.n_col_blocks, static_cast<int64_t>((kBlockN - 1) / lay_bk + 2)));
+  lk_tile = n_rb * ncb_max;
+  tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -367,17 +403,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Divisors clamped to 2^30 (j / block stays exact for j < 2^30) so 32-bit math suffices.
   uint32_t lay_bq = 1, lay_bk = 1;
   int rb0 = 0, n_rb = 0, ncb_max = 1, lk_tile = 1, tiles_per_scan = 0;
-  if (layout != nullptr) {
-    lay_bq = static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30));
-    lay_bk = static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30));
-    layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
-    rb0 = static_cast<int>(static_cast<uint32_t>(m0) / lay_bq);
-    n_rb = static_cast<int>(static_cast<uint32_t>(m_last) / lay_bq) - rb0 + 1;
-    // Layout blocks one KV tile can touch: n_rb rows x at most ncb_max columns.
-    ncb_max = static_cast<int>(min(p.n_col_blocks, static_cast<int64_t>((kBlockN - 1) / lay_bk + 2)));
-    lk_tile = n_rb * ncb_max;
-    tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
-  }
+  if (layout != nullptr)
+    fwd_layout_setup<kBlockN>(p, layout, h, m0, m_last, lay_bq, lay_bk, layout_h, rb0, n_rb, ncb_max, lk_tile,
+                              tiles_per_scan);
+
   const FwdScanIssue<kBlockN> scan_issue{lane,  lk_tile, tiles_per_scan, n_block_min, ncb_max,
                                          len_k, lay_bk,  layout_h,       rb0,         p};
   const FwdScanResolve scan_resolve{lk_tile, tiles_per_scan, n_block_min};
@@ -460,17 +489,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
                                                   p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
-    if (kExtras && bias_on && bias_smem) {
-      constexpr int kChunks = kBlockN / 8;
-      const T* gB = bias_base + static_cast<int64_t>(m0) * p.bias_stride[2] + n0;
-      for (int idx = tid; idx < kBlockM * kChunks; idx += kThreads) {
-        const int row = idx / kChunks, ch = idx - row * kChunks;
-        int valid = row < rows_q ? min(8, len_k - n0 - ch * 8) : 0;
-        valid = valid < 0 ? 0 : valid;
-        const T* src = valid > 0 ? gB + row * p.bias_stride[2] + ch * 8 : bias_base;
-        cp_async_16_bytes(smem_u32(sB + row * Cfg::kBiasStride + ch * 8), src, valid * 2);
-      }
-    }
+    if (kExtras && bias_on && bias_smem) fwd_load_bias_tile<Cfg>(p, sB, bias_base, m0, n0, rows_q, len_k, tid);
+
     cp_async_commit();
 
     // Block-sparse: look up the next candidate tiles now; the ballot after the GEMM finds
