@@ -325,6 +325,31 @@ __device__ __forceinline__ void fwd_layout_setup(const AttnParams& p, const uint
   tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
 }
 
+// The element mask of a boundary tile (the band of a causal or sliding-window mask, the end
+// of the keys): masked elements of S set to -inf.
+template <class Cfg, class WRow>
+__device__ __forceinline__ void fwd_band_mask(float (&s)[Cfg::kMT][Cfg::kNT][4], const WRow& wrow, bool band, int wl,
+                                              int wr, int m0, int n0, int len_k, int shift, int g, int t) {
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
+      // Columns kept by the band and the sequence end: [lo, hi].
+      int hi = len_k - 1, lo = 0;
+      if (band && wr >= 0) hi = min(hi, ip + wr);
+      if (band && wl >= 0) lo = max(lo, ip - wl);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = n0 + nt * 8 + 2 * t + e;
+          if (j < lo || j > hi) s[mt][nt][2 * hh + e] = -INFINITY;
+        }
+    }
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -569,25 +594,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool col_edge = n0 + kBlockN > len_k;
     const bool band_edge =
         band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) || (wl >= 0 && n0 < m_last + shift - wl));
-    if (col_edge || band_edge) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
-          // Columns kept by the band and the sequence end: [lo, hi].
-          int hi = len_k - 1, lo = 0;
-          if (band && wr >= 0) hi = min(hi, ip + wr);
-          if (band && wl >= 0) lo = max(lo, ip - wl);
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = n0 + nt * 8 + 2 * t + e;
-              if (j < lo || j > hi) s[mt][nt][2 * hh + e] = -INFINITY;
-            }
-        }
-    }
+    if (col_edge || band_edge) fwd_band_mask<Cfg>(s, wrow, band, wl, wr, m0, n0, len_k, shift, g, t);
+
     if (cur_state == 1) {
       // Partially covered block-sparse tile: per-element layout lookup. Column blocks are
       // computed once per column (32-bit divisions), row offsets once per row.
