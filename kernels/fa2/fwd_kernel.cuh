@@ -350,6 +350,40 @@ __device__ __forceinline__ void fwd_band_mask(float (&s)[Cfg::kMT][Cfg::kNT][4],
     }
 }
 
+// The accumulators before the first KV tile: O = 0, row maxima -inf, row sums 0.
+template <class Cfg>
+__device__ __forceinline__ void fwd_init_acc(float (&acc_o)[Cfg::kMT][Cfg::kNV][4], float (&row_max)[Cfg::kMT * 2],
+                                             float (&row_sum)[Cfg::kMT * 2]) {
+  constexpr int kMT = Cfg::kMT;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nv = 0; nv < Cfg::kNV; ++nv)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][nv][e] = 0.f;
+#pragma unroll
+  for (int r = 0; r < kMT * 2; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+  }
+}
+
+// The next KV tile below n_block with an attended block (a value < n_block_min when none;
+// its state in *next_state): the batch the kernel looked up early (look) first, if any.
+template <int kBlockN>
+__device__ __forceinline__ int fwd_next_tile(const FwdScanResolve& scan_resolve,
+                                             const FwdPrevActive<kBlockN>& prev_active, bool scan_early, uint32_t look,
+                                             int n_block, int n_block_min, int tiles_per_scan, int* next_state) {
+  int n_next = n_block_min - 1;
+  if (scan_early) {
+    n_next = scan_resolve(n_block - 1, look, next_state);
+    if (n_next == kFwdScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, next_state);
+  } else if (n_block > n_block_min) {
+    n_next = prev_active(n_block - 1, next_state);
+  }
+  return n_next;
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -484,18 +518,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
 
   float acc_o[kMT][Cfg::kNV][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nv = 0; nv < Cfg::kNV; ++nv)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][nv][e] = 0.f;
   float row_max[kMT * 2], row_sum[kMT * 2];
-#pragma unroll
-  for (int r = 0; r < kMT * 2; ++r) {
-    row_max[r] = -INFINITY;
-    row_sum[r] = 0.f;
-  }
+  fwd_init_acc<Cfg>(acc_o, row_max, row_sum);
 
   // ldmatrix lane addressing (swizzle precomputed per lane).
   SwizzledLane<kBlockM> lq;  // Q, A operand: rows (lane & 15), cols (lane >> 4) * 8
@@ -567,13 +591,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Next active tile (warp-uniform scan of the layout, if any).
     int next_state = 2;
-    int n_next = n_block_min - 1;
-    if (scan_early) {
-      n_next = scan_resolve(n_block - 1, look, &next_state);
-      if (n_next == kFwdScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, &next_state);
-    } else if (n_block > n_block_min) {
-      n_next = prev_active(n_block - 1, &next_state);
-    }
+    const int n_next = fwd_next_tile<kBlockN>(scan_resolve, prev_active, scan_early, look, n_block, n_block_min,
+                                              tiles_per_scan, &next_state);
 
     cp_async_wait<0>();
     if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
