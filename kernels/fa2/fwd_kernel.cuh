@@ -384,6 +384,50 @@ __device__ __forceinline__ int fwd_next_tile(const FwdScanResolve& scan_resolve,
   return n_next;
 }
 
+// The options of a plan as the forward kernel applies them (all off without kExtras).
+// Elementwise scores are produced directly in the log2 domain:
+//   no softcap: s = x * scale * log2e;  softcap c: s = (c * log2e) * tanh(x * scale / c)
+//   then + bias * log2e or + (slope * log2e) * distance.
+template <typename T>
+struct FwdOptions {
+  bool softcap_on, bias_on, alibi_on, elementwise;
+  float sl2;  // the scale to the log2 domain: 1 when the scores are pre-scaled (elementwise)
+  float x_mul, cap_l2, alibi_slope_l2;
+  bool dropout;
+  uint64_t drop_head;  // Philox counter of the (sequence, head)
+  const T* bias_base;  // the bias tensor at (b, h)
+};
+template <bool kExtras, typename T>
+__device__ __forceinline__ FwdOptions<T> fwd_options(const AttnParams& p, int b, int h) {
+  const bool softcap_on = kExtras && p.softcap > 0.f;
+  const bool bias_on = kExtras && p.bias_kind == kBiasTensor;
+  const bool alibi_on = kExtras && (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric);
+  const bool elementwise = softcap_on || bias_on || alibi_on;
+  const float sl2 = elementwise ? 1.f : p.scale * kLog2e;
+  const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
+  const float cap_l2 = p.softcap * kLog2e;
+  const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
+  const bool dropout = kExtras && p.p_drop > 0.f;
+  const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
+  const T* bias_base = nullptr;
+  if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
+  return {softcap_on, bias_on,        alibi_on, elementwise, sl2,      x_mul,
+          cap_l2,     alibi_slope_l2, dropout,  drop_head,   bias_base};
+}
+
+// The ldmatrix lane addresses of the Q, K and V tiles (swizzle precomputed per lane).
+template <class Cfg, typename T>
+__device__ __forceinline__ void fwd_init_lanes(SwizzledLane<Cfg::kBlockM>& lq, SwizzledLane<Cfg::kBlockN>& lk,
+                                               SwizzledLane<Cfg::kBlockN>& lv, const T* sQ, const T* sK, const T* sV,
+                                               int row_w0, int lane) {
+  // Q, A operand: rows (lane & 15), cols (lane >> 4) * 8
+  lq.init(smem_u32(sQ), row_w0 + (lane & 15), (lane >> 4) * 8);
+  // K, B operand from [n][k]: rows (lane & 7) + (lane >> 4) * 8, cols ((lane >> 3) & 1) * 8
+  lk.init(smem_u32(sK), (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
+  // V, B operand from [k][n] (.trans): rows (lane & 15), cols (lane >> 4) * 8
+  lv.init(smem_u32(sV), lane & 15, (lane >> 4) * 8);
+}
+
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
 // options at run time; the host picks the extras variant only when one is enabled.
@@ -501,33 +545,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   cp_async_commit();
 
   // ---- per-thread options ----
-  const bool softcap_on = kExtras && p.softcap > 0.f;
-  const bool bias_on = kExtras && p.bias_kind == kBiasTensor;
-  const bool alibi_on = kExtras && (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric);
-  const bool elementwise = softcap_on || bias_on || alibi_on;
-  const float sl2 = elementwise ? 1.f : p.scale * kLog2e;  // scores are pre-scaled when elementwise
-  // Elementwise scores are produced directly in the log2 domain:
-  //   no softcap: s = x * scale * log2e;  softcap c: s = (c * log2e) * tanh(x * scale / c)
-  //   then + bias * log2e or + (slope * log2e) * distance.
-  const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
-  const float cap_l2 = p.softcap * kLog2e;
-  const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
-  const bool dropout = kExtras && p.p_drop > 0.f;
-  const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-  const T* bias_base = nullptr;
-  if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
+  const FwdOptions<T> o = fwd_options<kExtras, T>(p, b, h);
 
   float acc_o[kMT][Cfg::kNV][4];
   float row_max[kMT * 2], row_sum[kMT * 2];
   fwd_init_acc<Cfg>(acc_o, row_max, row_sum);
 
   // ldmatrix lane addressing (swizzle precomputed per lane).
-  SwizzledLane<kBlockM> lq;  // Q, A operand: rows (lane & 15), cols (lane >> 4) * 8
-  lq.init(smem_u32(sQ), row_w0 + (lane & 15), (lane >> 4) * 8);
-  SwizzledLane<kBlockN> lk;  // K, B operand from [n][k]: rows (lane & 7) + (lane >> 4) * 8, cols ((lane >> 3) & 1) * 8
-  lk.init(smem_u32(sK), (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
-  SwizzledLane<kBlockN> lv;  // V, B operand from [k][n] (.trans): rows (lane & 15), cols (lane >> 4) * 8
-  lv.init(smem_u32(sV), lane & 15, (lane >> 4) * 8);
+  SwizzledLane<kBlockM> lq;
+  SwizzledLane<kBlockN> lk, lv;
+  fwd_init_lanes<Cfg>(lq, lk, lv, sQ, sK, sV, row_w0, lane);
 
   for (;;) {
     const int n0 = n_block * kBlockN;
@@ -538,7 +565,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
                                                   p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
-    if (kExtras && bias_on && bias_smem) fwd_load_bias_tile<Cfg>(p, sB, bias_base, m0, n0, rows_q, len_k, tid);
+    if (kExtras && o.bias_on && bias_smem) fwd_load_bias_tile<Cfg>(p, sB, o.bias_base, m0, n0, rows_q, len_k, tid);
 
     cp_async_commit();
 
@@ -605,9 +632,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- elementwise score transform: scale, softcap, bias / ALiBi (log2 domain) ----
-    if (elementwise)
-      fwd_score_transform<Cfg>(s, p, wrow, sB, bias_base, softcap_on, bias_on, alibi_on, bias_smem, x_mul, cap_l2,
-                               alibi_slope_l2, m0, n0, len_q, len_k, shift, g, t);
+    if (o.elementwise)
+      fwd_score_transform<Cfg>(s, p, wrow, sB, o.bias_base, o.softcap_on, o.bias_on, o.alibi_on, bias_smem, o.x_mul,
+                               o.cap_l2, o.alibi_slope_l2, m0, n0, len_q, len_k, shift, g, t);
 
     // ---- element mask on boundary tiles ----
     const bool col_edge = n0 + kBlockN > len_k;
@@ -641,10 +668,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- online softmax (base 2) ----
-    fwd_softmax<Cfg>(s, acc_o, row_max, row_sum, sl2);
+    fwd_softmax<Cfg>(s, acc_o, row_max, row_sum, o.sl2);
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
-    if (dropout) fwd_dropout<Cfg>(s, p, wrow, drop_head, m0, n0, g, t);
+    if (o.dropout) fwd_dropout<Cfg>(s, p, wrow, o.drop_head, m0, n0, g, t);
 
     // ---- O += P V (P from registers) ----
     if constexpr (kWgF) {
@@ -705,8 +732,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- epilogue: normalize, LSE, O through shared memory (this warp's rows only) ----
-  fwd_epilogue<Cfg, T, kExtras, kWgF>(p, acc_o, row_max, row_sum, wrow, sQ, gO, dropout, sl2, b, h, q_start, m0, rows_q,
-                                      dv_chunks, row_w0, lane, g, t);
+  fwd_epilogue<Cfg, T, kExtras, kWgF>(p, acc_o, row_max, row_sum, wrow, sQ, gO, o.dropout, o.sl2, b, h, q_start, m0,
+                                      rows_q, dv_chunks, row_w0, lane, g, t);
 }
 
 }  // namespace fa2
