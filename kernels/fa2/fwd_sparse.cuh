@@ -1,7 +1,8 @@
-// The block-sparse tile scan of the FA2-design forward kernel: which KV tiles of a q block a
-// layout attends, looked up warp-uniformly (every warp computes it itself). Each step is a
-// function object holding references to the kernel's per-CTA values (set up in
-// fwd_kernel), the same references the kernel's lambdas held before, in the same order.
+// The block-sparse tile scan of the FA2-design forward kernel (fwd_kernel.cuh): which KV tiles
+// of a q block a layout attends, looked up warp-uniformly (every warp computes it itself).
+// The lookups are function objects holding references to the kernel's per-CTA values (set by
+// fwd_layout_setup) in the order of their first use: the optimizer then sees the code as it
+// saw the kernel-local lambdas they replace, and the kernel's machine code stays the same.
 #pragma once
 #include <stdint.h>
 
@@ -125,6 +126,41 @@ struct FwdPrevActive {
     return n;
   }
 };
+
+// Block-sparse (kExtras with a layout): the layout of head h (layout_h), its block sizes
+// (clamped to 2^30 so that 32-bit divisions stay exact), the layout rows of q block m0..m_last
+// (rb0, n_rb) and the lookups one KV tile needs (at most ncb_max columns, lk_tile in all;
+// tiles_per_scan tiles per 32-lane batch, 0 when one tile needs more).
+template <int kBlockN>
+__device__ __forceinline__ void fwd_layout_setup(const AttnParams& p, const uint8_t* layout, int h, int m0, int m_last,
+                                                 uint32_t& lay_bq, uint32_t& lay_bk, const uint8_t*& layout_h, int& rb0,
+                                                 int& n_rb, int& ncb_max, int& lk_tile, int& tiles_per_scan) {
+  lay_bq = static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30));
+  lay_bk = static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30));
+  layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
+  rb0 = static_cast<int>(static_cast<uint32_t>(m0) / lay_bq);
+  n_rb = static_cast<int>(static_cast<uint32_t>(m_last) / lay_bq) - rb0 + 1;
+  // Layout blocks one KV tile can touch: n_rb rows x at most ncb_max columns.
+  ncb_max = static_cast<int>(min(p.n_col_blocks, static_cast<int64_t>((kBlockN - 1) / lay_bk + 2)));
+  lk_tile = n_rb * ncb_max;
+  tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
+}
+
+// The next KV tile below n_block with an attended block (a value < n_block_min when none;
+// its state in *next_state): the batch the kernel looked up early (look) first, if any.
+template <int kBlockN>
+__device__ __forceinline__ int fwd_next_tile(const FwdScanResolve& scan_resolve,
+                                             const FwdPrevActive<kBlockN>& prev_active, bool scan_early, uint32_t look,
+                                             int n_block, int n_block_min, int tiles_per_scan, int* next_state) {
+  int n_next = n_block_min - 1;
+  if (scan_early) {
+    n_next = scan_resolve(n_block - 1, look, next_state);
+    if (n_next == kFwdScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, next_state);
+  } else if (n_block > n_block_min) {
+    n_next = prev_active(n_block - 1, next_state);
+  }
+  return n_next;
+}
 
 }  // namespace fa2
 }  // namespace flashattn
