@@ -1,4 +1,5 @@
-// Generation-1 backward main kernel (sm_80+, FA2 design).
+// Generation-1 backward main kernel (sm_80+, FA2 design). Its S phase (S, dP, P and dS into
+// shared memory) is BwdScores (bwd_scores.cuh); the other phases are in the files it includes.
 //
 // One CTA per (k-block of Bc keys, kv head, sequence). K_j and V_j stay in shared memory;
 // the CTA walks the query heads of its GQA group and, for each, the q-blocks of Br rows

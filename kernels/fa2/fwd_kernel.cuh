@@ -1,4 +1,5 @@
-// Generation-1 FlashAttention forward kernel (FA2 design, sm_80+).
+// Generation-1 FlashAttention forward kernel (FA2 design, sm_80+). Its steps are in the fwd_*.cuh
+// files it includes (loads, set-up, block-sparse scan, score steps, epilogue).
 //
 // One CTA per (q block, query head, sequence). Warps split the q block by rows (kMT m16
 // tiles each), so row max / row sum are quad shuffles. S = Q K^T and O += P V run on
