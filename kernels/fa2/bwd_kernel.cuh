@@ -30,7 +30,6 @@
 
 #include "common/mask.h"
 #include "common/params.h"
-#include "common/philox.h"
 #include "fa2/arch.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_ctx.cuh"
@@ -42,7 +41,6 @@
 #include "fa2/bwd_scores.cuh"
 #include "fa2/bwd_state.cuh"
 #include "fa2/bwd_traits.h"
-#include "fa2/dropout.cuh"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
 

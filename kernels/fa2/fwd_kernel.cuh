@@ -23,12 +23,10 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "common/mask.h"
 #include "common/params.h"
 #include "fa2/arch.h"
-#include "fa2/dropout.cuh"
 #include "fa2/fwd_epilogue.cuh"
 #include "fa2/fwd_loads.cuh"
 #include "fa2/fwd_scores.cuh"
