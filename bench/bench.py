@@ -27,7 +27,7 @@ import sys
 import time
 
 from suite import kernels, library, report, sweeps
-from suite.timing import SDPA
+from suite.timing import SDPA, parse_hdims
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -42,7 +42,8 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="defaults become bf16, d=64/128, seqlen 1k/4k/16k (explicit flags still win)")
     ap.add_argument("--dtypes", help="comma list (default bf16,fp16; --profile: bf16)")
-    ap.add_argument("--hdims", help="comma list (default 64,128,256; --profile: 128)")
+    ap.add_argument("--hdims", help="comma list of head dims, d or d_qk/d_v such as 192/128 (default 64,128,256; "
+                    "--profile: 128)")
     ap.add_argument("--seqlens", help="comma list (default 512,1024,2048,4096,8192,16384; --profile: 1024,16384)")
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per batch (b = tokens / seqlen)")
     ap.add_argument("--impls", help="comma list of lib-flash, lib-flash-det (deterministic mode), lib-standard, " +
@@ -70,7 +71,7 @@ def parse_args(argv=None):
     else:
         defaults = ("bf16,fp16", "64,128,256", "512,1024,2048,4096,8192,16384", None)
     a.dtypes = [x for x in (a.dtypes or defaults[0]).split(",") if x]
-    a.hdims = [int(x) for x in (a.hdims or defaults[1]).split(",") if x]
+    a.hdims = parse_hdims(a.hdims or defaults[1])
     a.seqlens = [int(x) for x in (a.seqlens or defaults[2]).split(",") if x]
     a.impls = [x for x in (a.impls or defaults[3] or ",".join(["lib-flash", "lib-standard"] + SDPA)).split(",") if x]
     a.causal = [bool(int(x)) for x in a.causal.split(",") if x]

@@ -448,15 +448,17 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_alibi_batch_stride(flashattn
  */
 
 /**
- * @brief Set dropout on the normalized probabilities: keep with probability 1-p, scale
- * kept values by 1/(1-p).
+ * @brief Set dropout on the normalized probabilities: keep with probability 1 - t/65536,
+ * t = min(floor(p * 65536 + 1/2), 65535) (within 2^-17 of 1-p), and scale kept values by
+ * 65536 / (65536 - t), the reciprocal of that probability, so expectations are unchanged.
  *
  * The keep decision for (b, h, i, j) (b the sequence, h the query head, i and j
  * positions within the sequence) is a pure function of (seed, offset, b, h, i, j),
  * identical on every backend and in forward and backward:
  * Philox4x32-10 with key (lo32(seed), hi32(seed)) and counter
- * (j / 4, i, lo32(offset + b*heads_q + h), hi32(offset + b*heads_q + h)) yields four
- * 32-bit words; word j % 4 is r, and (b, h, i, j) is kept iff r >= floor(p * 2^32).
+ * (j / 8, i, lo32(offset + b*heads_q + h), hi32(offset + b*heads_q + h)) yields four
+ * 32-bit words w0..w3, eight 16-bit values; r = (w[(j % 8) / 2] >> (16 * (j % 2))) & 0xFFFF,
+ * and (b, h, i, j) is kept iff r >= t.
  * To draw an independent mask for another call, advance offset by batch*heads_q.
  * @param plan The plan.
  * @param p Drop probability in [0, 1); 0 disables.

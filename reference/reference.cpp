@@ -151,12 +151,10 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
 
 bool ref_dropout_keep(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j) {
   if (s.p_drop == 0.f) return true;
-  // keep iff r >= floor(p * 2^32), r from the documented Philox keying.
-  const double t = floor(static_cast<double>(s.p_drop) * 4294967296.0);
-  const uint32_t threshold = t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
+  // keep iff r >= t, r and t from the documented Philox keying.
   return flashattn::dropout_keep(s.seed, s.offset, static_cast<uint64_t>(b), static_cast<uint64_t>(s.heads_q),
                                  static_cast<uint64_t>(h), static_cast<uint32_t>(i), static_cast<uint32_t>(j),
-                                 threshold);
+                                 flashattn::dropout_threshold(s.p_drop));
 }
 
 bool ref_allowed(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j) {

@@ -38,19 +38,29 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
+def dropout_threshold(p):
+    """The 16-bit keep threshold t = min(floor(p * 65536 + 1/2), 65535) of drop probability p."""
+    return min(int(np.floor(np.float64(np.float32(p)) * 65536.0 + 0.5)), 65535)
+
+
+def dropout_scale(p):
+    """The multiplier of kept values, 65536 / (65536 - t): the reciprocal of the keep probability."""
+    return 65536.0 / (65536.0 - dropout_threshold(p))
+
+
 def dropout_keep(p, seed, offset, b, heads_q, h, sq, sk):
     """Boolean keep mask [sq, sk] of sequence b, query head h, per the header's contract."""
-    t = np.float64(p) * 4294967296.0
-    thr = np.uint64(0xFFFFFFFF) if t >= 4294967295.0 else np.uint64(int(t))
+    thr = np.uint64(dropout_threshold(p))
     hc = (int(offset) + b * heads_q + h) & (2**64 - 1)
     i = np.arange(sq, dtype=np.uint64)[:, None]
     j = np.arange(sk, dtype=np.uint64)[None, :]
-    jd4 = j // np.uint64(4)
-    ii, jj = np.broadcast_arrays(i, jd4)
+    jd8 = j // np.uint64(8)
+    ii, jj = np.broadcast_arrays(i, jd8)
     words = philox4x32_10(jj, ii, np.full(ii.shape, hc & 0xFFFFFFFF, np.uint64),
                           np.full(ii.shape, hc >> 32, np.uint64), seed & 0xFFFFFFFF, seed >> 32)
-    sel = np.broadcast_to(j % np.uint64(4), ii.shape)
-    r = np.choose(sel.astype(np.int64), words)
+    c = np.broadcast_to(j % np.uint64(8), ii.shape)
+    word = np.choose((c // np.uint64(2)).astype(np.int64), words)
+    r = (word >> (np.uint64(16) * (c % np.uint64(2)))) & np.uint64(0xFFFF)
     return r >= thr
 
 
@@ -94,7 +104,7 @@ def _one_head(q, k, v, do, *, scale, softcap, bias, slope, alibi_sym, keep_mask,
     l = e.sum(axis=1, keepdims=True)
     P = np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0)
     lse = np.where(full, -np.inf, (m + np.log(np.where(l > 0, l, 1.0)))[:, 0])
-    D = drop_keep / (1.0 - p) if drop_keep is not None else 1.0
+    D = drop_keep * dropout_scale(p) if drop_keep is not None else 1.0
     Pd = P * D
     o = Pd @ v
     if do is None:

@@ -1,5 +1,6 @@
 // Helpers shared by reference.cpp (fp64) and reference_lowp.cpp (same precision): index
-// arithmetic of the expanded bias and of its broadcast groups, and the additive bias.
+// arithmetic of the expanded bias and of its broadcast groups, the additive bias and the
+// dropout scale.
 // Internal to fa_reference.
 #pragma once
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/philox.h"
 #include "reference.hpp"
 
 namespace fat {
@@ -50,7 +52,10 @@ inline double ref_bias(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_
   }
 }
 
-inline double dropout_scale(const RefSpec& s) { return 1.0 / (1.0 - static_cast<double>(s.p_drop)); }
+// The multiplier of kept values, 65536 / (65536 - t) (1 without dropout).
+inline double dropout_scale(const RefSpec& s) {
+  return flashattn::dropout_keep_scale(flashattn::dropout_threshold(s.p_drop));
+}
 
 // The expanded [batch][heads_q][max_sq][max_sk] tensor whose every element holds its
 // broadcast group's value in `reduced`.

@@ -3,7 +3,7 @@
 // Mirrors what a naive PyTorch implementation computes in fp16/bf16 (flash-attention's
 // tests call it "pt"): q * scale rounded; S = rd(q_s . k) with fp32 accumulation; softcap as
 // rd(tanh(rd(S / c))) * c rounded; S + bias rounded; softmax in fp32 rounded to P; dropout
-// as P masked and V scaled by 1/(1-p) (rounded); O = rd(P_d . V_s). The backward is what
+// as P masked and V scaled by 65536/(65536-t) (rounded); O = rd(P_d . V_s). The backward is what
 // autograd does with those ops: every tensor rounded, softmax backward in fp32.
 #include "reference.hpp"
 

@@ -36,6 +36,9 @@ flashattn_status_t cpu_run(const AttnParams& p, int threads, void* workspace, si
 // block-table entries, rotary positions) in range, and no cache row or page appended to
 // by two sequences; nothing written.
 flashattn_status_t cpu_check_kvcache(const AttnParams& p);
+// KV-cache splits the library chooses for p (p.kv_num_splits unset): a function of the
+// shape only, so results never depend on the machine.
+int64_t cpu_kv_splits(const AttnParams& p);
 // Merges partial results (flashattn_combine); c is validated.
 flashattn_status_t cpu_combine(const CombineParams& c);
 

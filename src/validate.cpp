@@ -393,8 +393,8 @@ AttnParams params_from_plan(const flashattn_plan_s& plan, Direction direction) {
   for (int i = 0; i < 4; ++i) p.bias_stride[i] = plan.bias_stride[i];
   p.alibi_batch_stride = plan.alibi_batch_stride;
   p.p_drop = plan.dropout_p;
-  p.rp_keep = plan.dropout_p > 0.f ? static_cast<float>(1.0 / (1.0 - static_cast<double>(plan.dropout_p))) : 1.f;
   p.drop_threshold = dropout_threshold(plan.dropout_p);
+  p.rp_keep = static_cast<float>(dropout_keep_scale(p.drop_threshold));
   p.seed = plan.seed;
   p.offset = plan.offset;
   if (!plan.layout.empty()) {

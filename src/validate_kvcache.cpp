@@ -61,16 +61,6 @@ flashattn_status_t check_range(const char* name, int64_t value, int64_t lo, int6
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-int64_t choose_splits(const flashattn_plan_s& plan) {
-  // Enough (sequence, head, query block, split) tasks to occupy the largest CPU teams
-  // (64), each split at least 256 keys (4 tiles), so decode of few sequences still uses
-  // every core; a function of the shape only, so results never depend on the machine.
-  const int64_t tasks = plan.batch * plan.heads_q * ((plan.seqlen_q + 127) / 128);
-  const int64_t by_tasks = tasks >= 64 ? 1 : (64 + tasks - 1) / tasks;
-  const int64_t by_keys = plan.seqlen_k / 256 > 1 ? plan.seqlen_k / 256 : 1;
-  return by_tasks < by_keys ? by_tasks : by_keys;
-}
-
 Strides4 strides4(const int64_t* s) { return {s[0], s[1], s[2], s[3]}; }
 
 // The plan's shape and options with the KV-cache geometry kv (strides resolved).
@@ -89,7 +79,7 @@ AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
   p.rotary_dim = kv.rotary_dim;
   p.rotary_rows = kv.rotary_rows;
   if (kv.num_splits > 0) p.kv_num_splits = kv.num_splits;
-  else p.kv_num_splits = plan.backend == FLASHATTN_BACKEND_CPU ? choose_splits(plan) : cuda_kv_splits(p, plan.device);
+  else p.kv_num_splits = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_kv_splits(p) : cuda_kv_splits(p, plan.device);
   return p;
 }
 

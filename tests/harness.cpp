@@ -628,11 +628,13 @@ Masks recover_dropout_masks(const Config& c, MemOps& mem, const Tolerance& tol) 
   const int64_t tq = p.spec.total_q();
   m.fwd.assign(static_cast<size_t>(tq * H * SK), 0);
   m.bwd.assign(m.fwd.size(), 0);
+  m.fwd_p.assign(m.fwd.size(), 0.0);
   for (int64_t b = 0; b < p.spec.batch; ++b)
     for (int64_t i = 0; i < p.spec.len_q(b); ++i)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t j = 0; j < p.spec.len_k(b); ++j) {
           const int64_t row = (p.spec.cu_q[b] + i) * H + h;
+          m.fwd_p[row * SK + j] = r.o[row * DV + j];
           m.fwd[row * SK + j] = r.o[row * DV + j] != 0.0;
           m.bwd[row * SK + j] = r.dv[((p.spec.cu_k[b] + j) * H + h) * DV + i] != 0.0;
         }

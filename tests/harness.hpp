@@ -195,6 +195,7 @@ void require_same_bits(const LibResult& a, const LibResult& b);
 // (entries past a sequence's key length are 0). Also checks the run against the reference.
 struct Masks {
   std::vector<uint8_t> fwd, bwd;
+  std::vector<double> fwd_p;  // the forward's dropped, rescaled P itself, laid out as fwd
   bool ok = false;
   std::string error;
 };

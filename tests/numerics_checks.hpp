@@ -421,17 +421,28 @@ inline void dropout_zero_is_off(const Config& proto, MemOps& mem, uint64_t seed)
 
 // Dropout with p close to 1: the kept elements, recovered from the library's outputs with
 // V = I and dO = I, are exactly those of the documented keep rule in the forward and the
-// backward, about (1 - p) of them; on random data outputs and gradients are finite and match
-// the reference.
+// backward, a fraction 1 - t / 65536 of them (t = min(round(p * 65536), 65535): at least
+// one in 65536); on random data outputs and gradients are finite and match the reference.
 inline void dropout_near_one(const Config& proto, MemOps& mem, const Tolerance& tol, float pd) {
   Config c = scenario(proto, "dropout p -> 1", 4, 64, 64, 16, 16, 510, 64);
   c.p_drop = pd;
   c.seed = 0x0123456789abcdefull;
   c.offset = 77;
   INFO(describe(c) << " p = " << pd);
+  // With V = I, and with so few kept elements on random data, an element of O or dV is one
+  // or two kept terms, so its error is that of one P = exp(s - LSE), up to (|s| + |LSE|)
+  // unit roundoffs, which the fp32 yardstick (rounding on its own) does not track: measured
+  // over 24 masks, up to 8.2 unit roundoffs of C. In fp16/bf16 the same single terms carry
+  // the rounding of P (scaled) to the dtype before P V and dP^T dO, one unit roundoff of the
+  // element that the same-precision yardstick may or may not incur at the same element
+  // (GPU, bf16, p = 0.999: dV 0.83 against the yardstick's 0.53 at |dV| 146, 1.5 units).
+  // A wrong mask or scale is off by O(1).
+  Tolerance single_term = tol;
+  single_term.floor_u_fp32 = std::max(tol.floor_u_fp32, 16.0);
+  single_term.floor_u_lowp = std::max(tol.floor_u_lowp, 1.0);
   // recover_dropout_masks checks the run against the reference, which applies the
   // documented keep rule; the masks are the library's.
-  const Masks m = recover_dropout_masks(c, mem, tol);
+  const Masks m = recover_dropout_masks(c, mem, single_term);
   INFO(m.error);
   REQUIRE(m.ok);
   size_t kept = 0, kept_bwd = 0, mismatch = 0;
@@ -446,7 +457,7 @@ inline void dropout_near_one(const Config& proto, MemOps& mem, const Tolerance& 
           mismatch += m.fwd[idx] != (ref_dropout_keep(p.spec, b, h, i, j) ? 1 : 0);
         }
   const double n = static_cast<double>(c.batch * c.hq * c.sq * c.sk);
-  const double expect = n * (1.0 - static_cast<double>(pd));
+  const double expect = n * (1.0 - fmin(floor(static_cast<double>(pd) * 65536.0 + 0.5), 65535.0) / 65536.0);
   INFO("kept " << kept << " (bwd " << kept_bwd << ") of " << n << ", expected " << expect);
   CHECK(mismatch == 0);
   CHECK(kept == kept_bwd);
@@ -458,7 +469,7 @@ inline void dropout_near_one(const Config& proto, MemOps& mem, const Tolerance& 
   const LibResult lr = run_library(pr, mem, 0);
   INFO(lr.error);
   require_finite_run(lr);
-  check_against_reference(pr, lr, tol);
+  check_against_reference(pr, lr, single_term);
 }
 
 }  // namespace fat

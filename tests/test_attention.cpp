@@ -59,6 +59,30 @@ TEST_CASE("GQA and MQA", "[fwd][bwd]") {
     }
 }
 
+// Forwards of at most 8 query rows per sequence take the decode schedule (cpu_impl.hpp):
+// query heads packed per kv head, whole GQA groups per task while their rows fit 64 (8
+// heads of 8 rows, 32 heads of 2), else 64 / rows heads of a group per task, so a task's
+// heads may end inside a group (32 heads of one kv head with 3 rows: 21 per task); keys
+// split into ranges merged after (from 512 keys on), with windows of 256 keys.
+TEST_CASE("decode schedule: GQA groups split across tasks, key splits, masks", "[fwd][bwd]") {
+  const int64_t heads[][2] = {{8, 2}, {32, 1}, {5, 5}, {12, 4}};
+  const int64_t rows[] = {1, 3, 8};
+  uint64_t seed = 900;
+  for (const auto& h : heads)
+    for (int64_t sq : rows)
+      for (flashattn_dtype_t t : kDtypes) {
+        Config c = base_config("decode", sq, 1100, 32, t, ++seed);
+        c.hq = h[0];
+        c.hkv = h[1];
+        c.batch = 2;
+        c.band = sq > 1;  // causal, bottom-right (the last row sees every key)
+        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        c.wr = 0;
+        c.wl = sq == 8 ? 700 : -1;  // a window that skips whole splits
+        run_and_check_cpu(c);
+      }
+}
+
 TEST_CASE("causal mask with seqlen_q != seqlen_k in both alignments", "[fwd][bwd]") {
   const int64_t shapes[][2] = {{17, 65}, {65, 17}, {1, 63}, {63, 1}, {64, 64}, {129, 127}};
   uint64_t seed = 400;

@@ -1,6 +1,7 @@
 // Dropout: the Philox4x32-10 stream (Random123 known answers), the keying documented at
 // flashattn_plan_set_dropout (recomputed here from the header text and pinned with literal
-// words computed independently), and the library's masks, recovered from its outputs:
+// 16-bit values computed independently), the threshold and the scale of kept values, and
+// the library's masks, recovered from its outputs:
 // with V = identity (seqlen_k <= head_dim_v) row i of O is row i of the dropped, rescaled P,
 // and with dO = identity (seqlen_q <= head_dim_v) column i of dV is row i of it again, as
 // the backward recomputes it.
@@ -17,17 +18,43 @@ using namespace fat;
 
 namespace {
 
-// The documented keying, spelled out from flashattn.h rather than calling dropout_keep.
-uint32_t documented_word(uint64_t seed, uint64_t offset, uint64_t b, uint64_t heads_q, uint64_t h, uint32_t i,
-                         uint32_t j) {
+// The documented keying, spelled out from flashattn.h rather than calling dropout_keep:
+// r is halfword j % 8 of the call's four words, the low half of a word first.
+uint32_t documented_r(uint64_t seed, uint64_t offset, uint64_t b, uint64_t heads_q, uint64_t h, uint32_t i,
+                      uint32_t j) {
   const uint64_t counter_hi = offset + b * heads_q + h;
   const flashattn::Philox4 w = flashattn::philox4x32_10(
-      j / 4, i, static_cast<uint32_t>(counter_hi & 0xffffffffu), static_cast<uint32_t>(counter_hi >> 32),
+      j / 8, i, static_cast<uint32_t>(counter_hi & 0xffffffffu), static_cast<uint32_t>(counter_hi >> 32),
       static_cast<uint32_t>(seed & 0xffffffffu), static_cast<uint32_t>(seed >> 32));
-  return w.x[j % 4];
+  return (w.x[(j % 8) / 2] >> (16 * (j % 2))) & 0xffffu;
 }
 
-uint32_t documented_threshold(float p) { return static_cast<uint32_t>(floor(static_cast<double>(p) * 4294967296.0)); }
+// t = min(floor(p * 65536 + 1/2), 65535).
+uint32_t documented_threshold(float p) {
+  return static_cast<uint32_t>(fmin(floor(static_cast<double>(p) * 65536.0 + 0.5), 65535.0));
+}
+
+// Literal 16-bit values r of (b, h, i, j) from an independent implementation of
+// Philox4x32-10 and of the header's keying (Python integers). Columns 0 and 1 (and 8 and 9)
+// are the two halves of one word, so a swapped halfword order fails; the offsets near 2^32
+// make offset + b*heads_q + h carry into the high word, and offset 2^64 - 1 wraps it to 4.
+struct Pin {
+  uint64_t seed, offset, b, heads_q, h;
+  uint32_t i, j, r;
+};
+const Pin kPins[] = {
+    {0x0123456789abcdefull, 0, 0, 4, 0, 0, 0, 0x222eu},
+    {0x0123456789abcdefull, 0, 0, 4, 0, 0, 1, 0xb850u},
+    {0x0123456789abcdefull, 0, 1, 4, 3, 17, 6, 0x9d0fu},
+    {42, 0xfffffffeull, 0, 8, 5, 3, 8, 0x0b1eu},
+    {42, 0xfffffffeull, 0, 8, 5, 3, 9, 0xc18cu},
+    {42, 0xfffffffeull, 1, 8, 1, 0, 2, 0x7414u},
+    {7, 3, 1, 2, 1, 11, 7, 0xfdfeu},
+    {7, 3, 1, 2, 1, 11, 11, 0x0550u},
+    {0xfedcba9876543210ull, 123456789012345ull, 2, 16, 15, 1000, 4092, 0x878fu},
+    {0xfedcba9876543210ull, 123456789012345ull, 2, 16, 15, 1000, 4095, 0xc98eu},
+    {0xffffffff00000001ull, 0xffffffffffffffffull, 1, 3, 2, 5, 3, 0x0f26u},
+};
 
 Masks library_masks(const Config& c) {
   HostMem mem;
@@ -77,73 +104,145 @@ TEST_CASE("Philox4x32-10 known answers (Random123 kat_vectors)", "[dropout]") {
 }
 
 TEST_CASE("dropout_keep follows the keying documented in flashattn.h", "[dropout]") {
-  // Literal words from an independent implementation of Philox4x32-10 and of the header's
-  // keying; the offsets near 2^32 make offset + b*heads_q + h carry into the high word.
-  struct Pin {
-    uint64_t seed, offset, b, heads_q, h;
-    uint32_t i, j, word;
-  };
-  const Pin pins[] = {
-      {0x0123456789abcdefull, 0, 0, 4, 0, 0, 0, 0xb850222eu},
-      {0x0123456789abcdefull, 0, 1, 4, 3, 17, 6, 0x50479cfeu},
-      {42, 0xfffffffeull, 0, 8, 5, 3, 9, 0x523de311u},
-      {42, 0xfffffffeull, 1, 8, 1, 0, 2, 0xe01ed51eu},
-      {0xfedcba9876543210ull, 123456789012345ull, 2, 16, 15, 1000, 4095, 0x5b394e9eu},
-  };
-  for (const Pin& p : pins) {
+  for (const Pin& p : kPins) {
     INFO("seed " << p.seed << " offset " << p.offset << " (b,h,i,j)=(" << p.b << "," << p.h << "," << p.i << "," << p.j
                  << ")");
-    CHECK(documented_word(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j) == p.word);
-    // keep iff word >= threshold: a threshold just below keeps, one just above drops.
-    CHECK(flashattn::dropout_keep(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j, p.word));
-    CHECK(!flashattn::dropout_keep(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j, p.word + 1));
+    CHECK(documented_r(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j) == p.r);
+    // keep iff r >= threshold: a threshold equal to r keeps, one above drops.
+    CHECK(flashattn::dropout_keep(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j, p.r));
+    CHECK(!flashattn::dropout_keep(p.seed, p.offset, p.b, p.heads_q, p.h, p.i, p.j, p.r + 1));
   }
-  // dropout_threshold is floor(p * 2^32).
-  for (float p : {0.0f, 0.1f, 0.5f, 0.9f, 0.999f}) CHECK(flashattn::dropout_threshold(p) == documented_threshold(p));
-  // And the keying over a grid, including both 32-bit halves of seed and offset.
+  // And the keying over a grid (every column of two Philox calls), including both 32-bit
+  // halves of seed and offset.
   size_t mismatches = 0;
   for (uint64_t seed : {0ull, 1ull, 0x100000000ull, 0xdeadbeefcafef00dull})
     for (uint64_t offset : {0ull, 5ull, 0xffffffffull, 0x123400000000ull})
       for (uint32_t i = 0; i < 9; ++i)
-        for (uint32_t j = 0; j < 13; ++j)
+        for (uint32_t j = 0; j < 17; ++j)
           for (uint64_t b = 0; b < 2; ++b)
             for (uint64_t h = 0; h < 3; ++h) {
               const uint32_t thr = documented_threshold(0.3f);
-              const bool doc = documented_word(seed, offset, b, 3, h, i, j) >= thr;
+              const bool doc = documented_r(seed, offset, b, 3, h, i, j) >= thr;
               mismatches += doc != flashattn::dropout_keep(seed, offset, b, 3, h, i, j, thr);
             }
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("library keep decisions are pinned to the documented Philox words", "[dropout][fwd]") {
-  // Each pinned (b, h, i, j) is run twice: with p just below word / 2^32 it must be kept,
-  // just above it must be dropped. This pins the library's keying to ~1e-6 of the stream.
-  struct Pin {
-    uint64_t seed, offset;
-    int64_t heads_q, b, h, i, j;
-    uint32_t word;
+TEST_CASE("the threshold rounds p * 65536 to nearest and the kept scale is 65536 / (65536 - t)", "[dropout]") {
+  struct T {
+    float p;
+    uint32_t t;
   };
-  const Pin pins[] = {
-      {0x0123456789abcdefull, 0, 4, 0, 0, 0, 0, 0xb850222eu},
-      {0x0123456789abcdefull, 0, 4, 1, 3, 17, 6, 0x50479cfeu},
-      {42, 0xfffffffeull, 8, 0, 5, 3, 9, 0x523de311u},
-      {42, 0xfffffffeull, 8, 1, 1, 0, 2, 0xe01ed51eu},
+  // Literal thresholds: 0.1f * 65536 = 6553.6001 rounds up, halves round up (not to even),
+  // p below 2^-17 drops nothing, and p close to 1 stops at 65535 (one value in 65536 kept).
+  const T cases[] = {
+      {0.f, 0u},
+      {1e-6f, 0u},
+      {7.6e-6f, 0u},       // p * 65536 = 0.498
+      {7.7e-6f, 1u},       // 0.505
+      {0.5f / 65536, 1u},  // exactly half
+      {1.5f / 65536, 2u},
+      {2.5f / 65536, 3u},
+      {1000.4f / 65536, 1000u},
+      {1000.6f / 65536, 1001u},
+      {0.1f, 6554u},
+      {0.25f, 16384u},
+      {0.5f, 32768u},
+      {0.9f, 58982u},
+      {0.999f, 65470u},
+      {0.99999f, 65535u},              // 65535.34
+      {65534.5f / 65536, 65535u},      // exactly half below the cap
+      {nextafterf(1.f, 0.f), 65535u},  // 65535.996: the cap
   };
-  for (const Pin& pin : pins) {
+  for (const T& c : cases) {
+    INFO("p = " << c.p);
+    CHECK(flashattn::dropout_threshold(c.p) == c.t);
+    CHECK(documented_threshold(c.p) == c.t);
+    const double scale = flashattn::dropout_keep_scale(c.t);
+    CHECK(scale >= 1.0);  // finite, not NaN
+    CHECK(scale <= 65536.0);
+    CHECK(scale == 65536.0 / (65536.0 - c.t));
+    // The expectation of a kept-and-scaled 1 is exactly 1.
+    CHECK(scale * (65536.0 - c.t) / 65536.0 == Approx(1.0).epsilon(1e-15));
+  }
+  CHECK(flashattn::dropout_keep_scale(0) == 1.0);
+  CHECK(flashattn::dropout_keep_scale(65535) == 65536.0);
+  CHECK(flashattn::dropout_keep_scale(6554) == Approx(1.1111186464).epsilon(1e-9));  // 1 / (1 - 0.1) = 1.1111111
+}
+
+TEST_CASE("dropout_keep keeps a fraction 1 - t / 65536 of the elements, in every column of a call", "[dropout]") {
+  // 2^21 decisions per p (2^18 per column position j % 8): each fraction within 5 standard
+  // deviations of the keep probability, which is within 2^-17 of 1 - p.
+  for (float p : {1e-6f, 0.1f, 0.5f, 0.9f, 0.99999f}) {
+    const uint32_t thr = flashattn::dropout_threshold(p);
+    const double keep = 1.0 - thr / 65536.0;
+    CHECK(fabs(keep - (1.0 - static_cast<double>(p))) <= 1.0 / 131072);
+    size_t kept[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const uint32_t rows = 512, cols = 4096;
+    for (uint32_t i = 0; i < rows; ++i)
+      for (uint32_t j = 0; j < cols; ++j) kept[j % 8] += flashattn::dropout_keep(99, 12345, 1, 6, 2, i, j, thr);
+    size_t total = 0;
+    for (int c = 0; c < 8; ++c) {
+      const double n = rows * cols / 8.0;
+      INFO("p = " << p << " column " << c << ": kept " << kept[c] << " of " << n);
+      CHECK(fabs(static_cast<double>(kept[c]) - n * keep) <= 5.0 * sqrt(n * keep * (1.0 - keep)) + 1.0);
+      total += kept[c];
+    }
+    const double n = static_cast<double>(rows) * cols;
+    INFO("p = " << p << ": kept " << total << " of " << n);
+    CHECK(fabs(static_cast<double>(total) - n * keep) <= 5.0 * sqrt(n * keep * (1.0 - keep)) + 1.0);
+  }
+}
+
+TEST_CASE("library keep decisions are pinned to the documented 16-bit values", "[dropout][fwd]") {
+  // Each pin of kPins inside a 2 x 20 x 12 problem, value r, is run twice: p = (r + 0.4) /
+  // 65536 rounds to t = r, which keeps it; p = (r + 0.6) / 65536 rounds to r + 1, which
+  // drops it. That pins the value exactly, and a threshold that truncated (floor) or rounded
+  // up (ceil) fails one side.
+  size_t run = 0;
+  for (const Pin& pin : kPins) {
+    if (pin.b >= 2 || pin.i >= 20 || pin.j >= 12) continue;
+    ++run;
     for (int side = 0; side < 2; ++side) {
-      const double target = (static_cast<double>(pin.word) + (side == 0 ? -2000.0 : 2000.0)) / 4294967296.0;
+      const double target = (static_cast<double>(pin.r) + (side == 0 ? 0.4 : 0.6)) / 65536.0;
       Config c = mask_config(static_cast<float>(target), pin.seed, pin.offset);
-      c.hq = c.hkv = pin.heads_q;
+      c.hq = c.hkv = static_cast<int64_t>(pin.heads_q);
       c.sq = 20;
       c.sk = 12;
       c.dv = 20;
       const Masks m = library_masks(c);
       INFO("pin (b,h,i,j)=(" << pin.b << "," << pin.h << "," << pin.i << "," << pin.j << ") p=" << c.p_drop);
       REQUIRE(m.ok);
-      const int64_t row = (pin.b * c.sq + pin.i) * c.hq + pin.h;
+      const int64_t row = (static_cast<int64_t>(pin.b) * c.sq + pin.i) * c.hq + static_cast<int64_t>(pin.h);
       CHECK(m.fwd[row * c.sk + pin.j] == (side == 0 ? 1 : 0));
       CHECK(m.bwd[row * c.sk + pin.j] == (side == 0 ? 1 : 0));
     }
+  }
+  CHECK(run == 9);
+}
+
+TEST_CASE("the library scales kept values by 65536 / (65536 - t), not by 1 / (1 - p)", "[dropout][fwd]") {
+  // The kept values of the recovered P divided by those of the same problem without
+  // dropout. At p = 0.99, t = 64881 and the scale is 65536 / 655 = 100.055, 5.5e-4 above
+  // 1 / (1 - p); at p = 1e-6, t = 0: nothing is dropped and nothing rescaled.
+  const Masks plain = library_masks(mask_config(0.f, 4242, 3));
+  REQUIRE(plain.ok);
+  const struct {
+    float p;
+    double scale;
+  } cases[] = {{0.99f, 65536.0 / 655.0}, {1e-6f, 1.0}};
+  for (const auto& k : cases) {
+    const Masks m = library_masks(mask_config(k.p, 4242, 3));
+    REQUIRE(m.ok);
+    size_t kept = 0, bad = 0;
+    for (size_t n = 0; n < m.fwd.size(); ++n) {
+      if (!m.fwd[n]) continue;
+      ++kept;
+      bad += !(fabs(m.fwd_p[n] - plain.fwd_p[n] * k.scale) <= 1e-5 * plain.fwd_p[n] * k.scale);
+    }
+    INFO("p = " << k.p << ": " << bad << " of " << kept << " kept values not scaled by " << k.scale);
+    CHECK(kept > (k.p < 0.5f ? m.fwd.size() - 1 : 100));
+    CHECK(bad == 0);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch_compat.hpp"
@@ -143,6 +144,38 @@ TEST_CASE("backward paths: deterministic mode is bitwise reproducible and right"
         set_causal(c, mask);
         gpu_check_deterministic(c, 5);
       }
+}
+
+TEST_CASE("backward paths: deterministic causal runs with more key blocks than SMs", "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  // 17000 keys are 133 key blocks of one (key head, sequence), more CTAs than an H100 holds
+  // at once: a turn order that waited on a CTA not yet dispatched would hang here (the
+  // per-test timeout). Two runs bitwise equal, and within the bf16 bound of the
+  // non-deterministic run (an fp64 reference at this length would take minutes).
+  for (int mask = 1; mask < 3; ++mask) {
+    Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, 64, FLASHATTN_DTYPE_BF16,
+                     9870 + static_cast<uint64_t>(mask));
+    c.hq = 2;
+    c.hkv = 1;
+    set_causal(c, mask);
+    c.deterministic = true;
+    const Problem p = make_problem(c);
+    DeviceMem dev;
+    const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+    INFO(describe(c) << ": " << a.error << " " << b.error);
+    REQUIRE(a.ok());
+    require_same_bits(a, b);
+    Config plain = c;
+    plain.deterministic = false;
+    const LibResult r = run_library(make_problem(plain), dev, 0);
+    REQUIRE(r.ok());
+    for (const auto& pr : {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
+      const ErrStats e = error_stats(*pr.first, *pr.second);
+      INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
+      CHECK(e.nonfinite_mismatch == 0);
+      CHECK(e.max_abs <= 2e-2 * e.max_ref);
+    }
+  }
 }
 
 TEST_CASE("backward paths: a deterministic run takes the forced path's bits on the automatic path",

@@ -18,9 +18,17 @@ namespace {
 // The path this process was started with ("" when FLASHATTN_CUDA_FORWARD is unset).
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_FORWARD"); }
 
+// The head dims fa3 serves (head_dim_qk, head_dim_v), every one of which the served-case
+// tests below run on both paths.
+struct HeadDims {
+  int64_t d, dv;
+};
+constexpr HeadDims kServedDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+
 // Forward only unless the case asks for the backward too (which then reads this path's O and LSE).
-Config fcase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
-  Config c = gbase(name, sq, sk, d, t, seed);
+Config fcase(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dtype_t t, uint64_t seed) {
+  Config c = gbase(name, sq, sk, d.d, t, seed);
+  c.dv = d.dv;
   c.backward = false;
   return c;
 }
@@ -33,14 +41,14 @@ TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
   CHECK((forced_path() == "fa2" || forced_path() == "fa3"));
 }
 
-TEST_CASE("forward paths: awkward lengths at head dims 64, 128, 256, causal in both alignments", "[gpu][fwd]") {
+TEST_CASE("forward paths: awkward lengths at every served head dim, causal in both alignments", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // Lengths off every tile, and whole tiles (128 x 128, and 128 x 64 at d = 256): no key
-  // block then takes the element mask unless causal.
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17},  {129, 129},
-                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}};
+  // Lengths off every tile, and whole tiles (128 x 128; 128 x 112 at head_dim_qk 192, 128 x
+  // 64 at d = 256): no key block then takes the element mask unless causal.
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129},  {129, 17},  {129, 129}, {1000, 129},
+                              {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}, {128, 224}, {300, 336}};
   uint64_t seed = 9000;
-  for (int64_t d : {64, 128, 256})
+  for (const HeadDims& d : kServedDims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
@@ -59,7 +67,7 @@ TEST_CASE("forward paths: GQA and MQA, several sequences, causal and not", "[gpu
   const int64_t heads[][2] = {{8, 2}, {6, 1}, {4, 4}};
   uint64_t seed = 9100;
   for (const auto& h : heads)
-    for (int64_t d : {64, 128, 256})
+    for (const HeadDims& d : kServedDims)
       for (bool causal : {false, true}) {
         ++seed;
         Config c = fcase("paths gqa", 300, 517, d, kGpuDtypes[seed % 2], seed);
@@ -77,9 +85,10 @@ TEST_CASE("forward paths: strided layouts and the backward on this path's O and 
   REQUIRE_PATH();
   uint64_t seed = 9200;
   for (Layout lay : {Layout::BHSD, Layout::Padded})
-    for (int64_t d : {64, 128}) {
+    for (const HeadDims& d : kServedDims) {
       ++seed;
-      Config c = gbase("paths strided", 257, 300, d, kGpuDtypes[seed % 2], seed);
+      Config c = gbase("paths strided", 257, 300, d.d, kGpuDtypes[seed % 2], seed);
+      c.dv = d.dv;
       c.batch = 2;
       c.hq = 4;
       c.hkv = 2;
@@ -92,10 +101,10 @@ TEST_CASE("forward paths: strided layouts and the backward on this path's O and 
 
 TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]") {
   REQUIRE_PATH();
-  Config c = fcase("paths no lse", 200, 333, 128, FLASHATTN_DTYPE_BF16, 9301);
+  Config c = fcase("paths no lse", 200, 333, {128, 128}, FLASHATTN_DTYPE_BF16, 9301);
   c.with_lse = false;
   gpu_check(c);
-  c = fcase("paths large inputs", 333, 200, 64, FLASHATTN_DTYPE_FP16, 9302);
+  c = fcase("paths large inputs", 333, 200, {64, 64}, FLASHATTN_DTYPE_FP16, 9302);
   c.input_scale = 8.0;
   gpu_check(c);
 }
@@ -104,20 +113,18 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
           "[gpu][fwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(false, 9403);
-  cases.push_back(fcase("paths d96", 100, 130, 96, FLASHATTN_DTYPE_FP16, 9401));
-  cases.push_back(fcase("paths d32", 100, 130, 32, FLASHATTN_DTYPE_BF16, 9402));
+  cases.push_back(fcase("paths d80", 100, 130, {80, 80}, FLASHATTN_DTYPE_FP16, 9401));
+  cases.push_back(fcase("paths d32", 100, 130, {32, 32}, FLASHATTN_DTYPE_BF16, 9402));
   // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
   // (the queried workspace), fa3 never.
-  cases.push_back(fcase("paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9410));
-  Config c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9411);
-  c.dv = 125;
+  cases.push_back(fcase("paths d60 staged", 100, 130, {60, 60}, FLASHATTN_DTYPE_FP16, 9410));
+  Config c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, {128, 125}, FLASHATTN_DTYPE_BF16, 9411);
   c.band = true;
   c.wr = 0;
   cases.push_back(c);
-  c = fcase("paths dqk 192 dv 128", 100, 130, 192, FLASHATTN_DTYPE_BF16, 9403);
-  c.dv = 128;
+  c = fcase("paths dqk 128 dv 64", 100, 130, {128, 64}, FLASHATTN_DTYPE_BF16, 9403);
   cases.push_back(c);
-  c = fcase("paths alibi per (batch, head), causal", 150, 170, 128, FLASHATTN_DTYPE_BF16, 9409);
+  c = fcase("paths alibi per (batch, head), causal", 150, 170, {128, 128}, FLASHATTN_DTYPE_BF16, 9409);
   c.batch = 2;
   c.hq = 4;
   c.hkv = 2;
@@ -140,7 +147,7 @@ TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on o
   REQUIRE_PATH();
   // 5 sequences x 8 heads x 7 query tiles of 128 rows: more tiles than a GPU has SMs, so
   // fa3's persistent CTAs claim tiles from the counter in the workspace.
-  Config c = fcase("paths causal, tiles > SMs", 777, 1100, 64, FLASHATTN_DTYPE_BF16, 9501);
+  Config c = fcase("paths causal, tiles > SMs", 777, 1100, {64, 64}, FLASHATTN_DTYPE_BF16, 9501);
   c.batch = 5;
   c.hq = 8;
   c.hkv = 2;

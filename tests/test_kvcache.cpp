@@ -191,6 +191,32 @@ TEST_CASE("kvcache with one split equals the dense path bitwise") {
   CHECK(lse_same);
 }
 
+// A decode reads contiguous caches in place (fp32 rows, or 16-bit rows converted as the
+// kernels read them) and paged ones through fp32 tiles converted first (flash_fwd.cpp):
+// the same logical cache gives the same bits either way.
+TEST_CASE("kvcache contiguous and paged caches give the same bits in every dtype") {
+  for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32})
+    for (int64_t dv : {48, 40}) {  // V in place, and V through the slot (not whole vectors)
+      std::vector<KvResult> runs;
+      for (int64_t page : {0, 16, 1}) {
+        KvCase c = decode_case("in-place", page, 61);
+        c.dtype = t;
+        c.cap = 300;
+        c.used = {300, 5, 170};
+        c.hq = 6;
+        c.hkv = 2;
+        c.dqk = 40;  // a tail past the last 16-element vector of the dot products
+        c.dv = dv;
+        runs.push_back(run_and_check(c));
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        INFO("dtype " << t << " dv " << dv << " run " << i);
+        CHECK(same_bytes(runs[i].o, runs[0].o));
+        CHECK(memcmp(runs[i].lse.data(), runs[0].lse.data(), runs[0].lse.size() * 4) == 0);
+      }
+    }
+}
+
 TEST_CASE("kvcache results are bitwise independent of the thread count") {
   KvCase c = decode_case("threads", 16, 51);
   c.cap = 1500;

@@ -114,3 +114,37 @@ TEST_CASE("CPU backward gradients are bitwise independent of the thread count", 
     CHECK(runs[r].dv == runs[0].dv);
   }
 }
+
+// A decode forward (one query row) splits its keys by the shape alone (cpu_impl.hpp), so O
+// and LSE do not depend on the thread count: 2 sequences, 8 query heads on 2 kv heads and
+// 1500 keys make 2 tasks of 8 heads, each split in 5 key ranges.
+TEST_CASE("CPU decode forward is bitwise independent of the thread count", "[threads][fwd]") {
+  const int64_t b = 2, sk = 1500, hq = 8, hkv = 2, d = 40;
+  std::vector<float> q(b * hq * d), k(b * sk * hkv * d), v(b * sk * hkv * d);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = sinf(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = cosf(0.11f * static_cast<float>(i));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = sinf(0.23f * static_cast<float>(i) + 1.f);
+  std::vector<std::vector<float>> outs;
+  for (const char* threads : {"1", "2", "3", "5"}) {
+    INFO("threads " << threads);
+    REQUIRE(setenv("FLASHATTN_CPU_THREADS", threads, 1) == 0);
+    flashattn_plan_t p = nullptr;
+    REQUIRE(flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_shape(p, b, 1, sk, hq, hkv, d, d) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_dtype(p, FLASHATTN_DTYPE_FP32) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_softcap(p, 5.f) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_dropout(p, 0.2f, 11, 0) == FLASHATTN_STATUS_SUCCESS);
+    std::vector<char> ws(workspace(p, FLASHATTN_PASS_FORWARD));
+    std::vector<float> o(q.size()), lse(b * hq);
+    const flashattn_fwd_args_t a = fat::fwd_args(q.data(), k.data(), v.data(), o.data(), lse.data());
+    REQUIRE(flashattn_fwd(p, &a, ws.data(), ws.size(), nullptr) == FLASHATTN_STATUS_SUCCESS);
+    o.insert(o.end(), lse.begin(), lse.end());
+    outs.push_back(o);
+    flashattn_plan_destroy(p);
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+  for (size_t r = 1; r < outs.size(); ++r) {
+    INFO("run " << r);
+    CHECK(outs[r] == outs[0]);
+  }
+}

@@ -11,14 +11,16 @@ pass is fwd, fwd+bwd or decode (1 query against N keys, forward), with ":standar
 appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half of it
 under a causal mask) and 3.5 times that for forward+backward, for both libraries.
 
-usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--dims 64,128]
+usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
                    [--dtypes fp32,bf16] [--passes fwd,fwd+bwd] [--repeats R]
                    [--no-standard] [--csv PATH] [--host NAME]
   --tiny  instead of the sweep: microseconds per forward of b=1, one query, 128 keys (and
           larger key counts) with 1 and 2 threads: the small-problem cutoff's check.
 Inputs are BSHD for the library and BHSD (torch's own layout) for torch; bf16 runs use
-bf16 inputs in both. Needs torch; the library is found as the Python binding finds it
+bf16 inputs in both. --heads-kv (default: --heads) gives K and V fewer heads than Q
+(grouped-query attention; torch runs it with enable_gqa); the rows' host column then
+ends in "/gqa<H>:<HK>" so they never mix with rows of equal heads. Needs torch; the library is found as the Python binding finds it
 (FLASHATTN_LIBRARY, or --lib).
 """
 import argparse
@@ -59,12 +61,12 @@ def check(lib, status, what):
 class Plan:
     """A CPU plan of one problem with its workspace; threads fixed at creation."""
 
-    def __init__(self, fa, lib, threads, b, h, nq, nk, d, dtype_code, causal, algorithm):
+    def __init__(self, fa, lib, threads, b, h, hkv, nq, nk, d, dtype_code, causal, algorithm):
         self.fa, self.lib = fa, lib
         os.environ["FLASHATTN_CPU_THREADS"] = str(threads)
         self.plan = ctypes.c_void_p()
         check(lib, lib.flashattn_plan_create(ctypes.byref(self.plan), 1, 0), "plan_create")
-        check(lib, lib.flashattn_plan_set_shape(self.plan, b, nq, nk, h, h, d, d), "set_shape")
+        check(lib, lib.flashattn_plan_set_shape(self.plan, b, nq, nk, h, hkv, d, d), "set_shape")
         check(lib, lib.flashattn_plan_set_dtype(self.plan, dtype_code), "set_dtype")
         check(lib, lib.flashattn_plan_set_algorithm(self.plan, algorithm), "set_algorithm")
         if causal:
@@ -111,8 +113,8 @@ def flops(b, h, nq, nk, d, causal, passname):
 
 
 def time_ours(fa, lib, args, algorithm, x, passname, repeats):
-    b, h, nq, nk, d, dtype_code, causal, threads = args
-    plan = Plan(fa, lib, threads, b, h, nq, nk, d, dtype_code, causal, algorithm)
+    b, h, hkv, nq, nk, d, dtype_code, causal, threads = args
+    plan = Plan(fa, lib, threads, b, h, hkv, nq, nk, d, dtype_code, causal, algorithm)
     q, k, v, do = x
     o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     lse = torch.empty(b * h * nq, dtype=torch.float32)
@@ -131,7 +133,8 @@ def time_ours(fa, lib, args, algorithm, x, passname, repeats):
 
 def time_torch(x, causal, passname, repeats):
     q, k, v, do = (t.transpose(1, 2).contiguous() for t in x)  # BSHD -> BHSD
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    sdpa = lambda *a, **kw: torch.nn.functional.scaled_dot_product_attention(*a, **kw, **gqa)  # noqa: E731
     if passname == "fwd+bwd":
         q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
 
@@ -163,11 +166,11 @@ def sweep(fa, lib, o):
     for dt, d, nq0, n, causal, p in cases:
         torch_dtype, code = DTYPES[dt]
         nq = 1 if p == "decode" else n
-        b, h = o.batch, o.heads
+        b, h, hkv = o.batch, o.heads, o.heads_kv
         torch.manual_seed(0)
-        x = tuple(torch.randn(b, s, h, d).to(torch_dtype) for s in (nq, n, n, nq))
+        x = tuple(torch.randn(b, s, hs, d).to(torch_dtype) for s, hs in ((nq, h), (n, hkv), (n, hkv), (nq, h)))
         passname = "fwd" if p == "decode" else p
-        args = (b, h, nq, n, d, code, causal, o.threads)
+        args = (b, h, hkv, nq, n, d, code, causal, o.threads)
         f = flops(b, h, nq, n, d, causal, passname)
         ours = f / time_ours(fa, lib, args, FLASH, x, passname, o.repeats) / 1e9
         std = f / time_ours(fa, lib, args, STANDARD, x, passname, o.repeats) / 1e9 if o.standard else None
@@ -175,7 +178,8 @@ def sweep(fa, lib, o):
         print("%-5s %4d %6d %6s %-8s %10.2f %10s %10.2f %6.2f" % (dt, d, n, causal, p, ours,
                                                                    "%.2f" % std if std else "-", ref, ours / ref),
               flush=True)
-        base = [o.host, o.threads, dt, d, n, int(causal)]
+        host = o.host if hkv == h else "%s/gqa%d:%d" % (o.host, h, hkv)
+        base = [host, o.threads, dt, d, n, int(causal)]
         rows.append(base + [p, "%.3f" % ours, "%.3f" % ref, o.commit, stamp])
         if std is not None:
             rows.append(base + [p + ":standard", "%.3f" % std, "%.3f" % ref, o.commit, stamp])
@@ -187,7 +191,7 @@ def tiny(fa, lib, o):
     print("%6s %10s %10s" % ("keys", "1 thread", "2 threads"))
     for nk in (128, 512, 2048, 8192):
         x = tuple(torch.randn(1, s, o.heads, 64) for s in (1, nk, nk, 1))
-        us = [time_ours(fa, lib, (1, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd", o.repeats) * 1e6
+        us = [time_ours(fa, lib, (1, o.heads, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd", o.repeats) * 1e6
               for t in (1, 2)]
         print("%6d %10.1f %10.1f" % (nk, us[0], us[1]), flush=True)
 
@@ -199,6 +203,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--heads-kv", dest="heads_kv", type=int, default=None)
     ap.add_argument("--dims", type=ints, default=[64, 128])
     ap.add_argument("--n", type=ints, default=[1024, 2048, 4096])
     ap.add_argument("--decode", type=ints, default=[4096, 8192, 16384, 32768])
@@ -210,6 +215,10 @@ def main():
     ap.add_argument("--host", default=socket.gethostname())
     ap.add_argument("--tiny", action="store_true")
     o = ap.parse_args()
+    if o.heads_kv is None:
+        o.heads_kv = o.heads
+    if o.heads_kv < 1 or o.heads % o.heads_kv:
+        ap.error("--heads-kv=%d must divide --heads=%d" % (o.heads_kv, o.heads))
     o.commit = report.commit()
     fa, lib = library(o.lib)
     if o.tiny:

@@ -11,7 +11,7 @@ call. Host gaps between kernels show as the difference between the two.
 (bench/ncu_compare.sh runs Nsight Compute this way).
 """
 from .library import LibCase
-from .timing import flops, sdpa_backend, sdpa_call, short
+from .timing import flops, hdim_label, sdpa_backend, sdpa_call, short
 
 
 def short_name(name, n=90):
@@ -53,14 +53,14 @@ def run_profile(args, fa, torch):
     dtype = args.dtypes[0]
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  direction {args.dir}")
-    for d in args.hdims:
+    for d, dv in args.hdims:
         for sq in args.seqlens:
             for causal in args.causal:
                 b, h = max(1, args.tokens // sq), max(1, 2048 // d)
                 g = torch.Generator(device=dev).manual_seed(sq * 1000 + d)
-                q, k, v, do = (torch.randn(b, sq, h, d, device=dev, dtype=tdt, generator=g) for _ in range(4))
-                fl = flops(b, h, sq, sq, d, causal, args.dir)
-                print(f"\n== {dtype} d={d} seqlen={sq} b={b} h={h} causal={int(causal)}")
+                q, k, v, do = (torch.randn(b, sq, h, w, device=dev, dtype=tdt, generator=g) for w in (d, d, dv, dv))
+                fl = flops(b, h, sq, sq, d, causal, args.dir, dv)
+                print(f"\n== {dtype} d={hdim_label(d, dv)} seqlen={sq} b={b} h={h} causal={int(causal)}")
                 for impl in args.impls:
                     ctx = None
                     if impl == "lib-flash":

@@ -7,6 +7,7 @@ import os
 import subprocess
 
 from .library import REPO
+from .timing import hdim_order
 
 SWEEP_KEYS = ["dtype", "hdim", "causal", "seqlen", "batch", "heads", "impl", "direction", "ms", "tflops", "error"]
 # bench/results/README.md describes these columns.
@@ -63,7 +64,7 @@ def write_outputs(out_dir, rows, memory, sparse, verify_res, meta):
     except ImportError:
         print("note: matplotlib is not importable; skipping bench.png")
         return
-    combos = sorted({(r["dtype"], r["hdim"], r["causal"]) for r in rows})
+    combos = sorted({(r["dtype"], r["hdim"], r["causal"]) for r in rows}, key=lambda c: (c[0], hdim_order(c[1]), c[2]))
     dirs = sorted({r["direction"] for r in rows}, reverse=True)
     if not combos:
         return
@@ -127,12 +128,12 @@ def print_table(rows, memory, sparse, verify_res):
                   f"{r['error']}")
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     by = {(r["dtype"], r["hdim"], r["causal"], r["seqlen"], r["direction"], r["impl"]): r for r in rows}
-    print("== TFLOP/s (fwd 4*b*h*sq*sk*d, /2 causal; bwd 2.5x); ratio = lib-flash / peer; det = lib-flash-det / "
-          "lib-flash")
-    hdr = f"{'dtype':5} {'d':>3} {'c':>1} {'seqlen':>6} {'dir':3} " + " ".join(f"{i[:12]:>12}" for i in impls) + \
+    print("== TFLOP/s (fwd 2*b*h*sq*sk*(d_qk+d_v), /2 causal; bwd 2.5x); ratio = lib-flash / peer; det = "
+          "lib-flash-det / lib-flash")
+    hdr = f"{'dtype':5} {'d':>7} {'c':>1} {'seqlen':>6} {'dir':3} " + " ".join(f"{i[:12]:>12}" for i in impls) + \
           f" {'/flash':>7} {'/cudnn':>7} {'det':>7}"
     print(hdr)
-    keys = sorted({k[:5] for k in by}, key=lambda k: (k[0], k[1], k[2], k[4] != "fwd", k[3]))
+    keys = sorted({k[:5] for k in by}, key=lambda k: (k[0], hdim_order(k[1]), k[2], k[4] != "fwd", k[3]))
     for k in keys:
         cells = []
         for i in impls:
@@ -144,5 +145,5 @@ def print_table(rows, memory, sparse, verify_res):
             if a and p and a["tflops"] and p["tflops"]:
                 return f"{a['tflops'] / p['tflops']:7.2f}"
             return f"{'-':>7}"
-        print(f"{k[0]:5} {k[1]:3d} {k[2]:1d} {k[3]:6d} {k[4]:3} " + " ".join(cells) +
+        print(f"{k[0]:5} {str(k[1]):>7} {k[2]:1d} {k[3]:6d} {k[4]:3} " + " ".join(cells) +
               f" {ratio('flash')} {ratio('cudnn')} {ratio('lib-flash', 'lib-flash-det')}")

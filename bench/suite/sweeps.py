@@ -3,7 +3,7 @@ block-sparse runtime against layout density."""
 import random
 
 from .library import LibCase, bench_lib, std_fits
-from .timing import SDPA, bench_torch, flops, sdpa_backend, short
+from .timing import SDPA, bench_torch, flops, hdim_label, sdpa_backend, short
 
 # The library's implementations: name -> (algorithm, plan options). lib-flash-det is the FLASH
 # algorithm in deterministic mode (flashattn_plan_set_deterministic), to measure its cost.
@@ -18,14 +18,14 @@ def run_sweep(args, fa, torch, on_row):
     directions = ["fwd"] if args.no_bwd else ["fwd", "bwd"]
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for dtype in args.dtypes:
-        for d in args.hdims:
+        for d, dv in args.hdims:
             for causal in (False, True):
                 for sq in args.seqlens:
                     b, h = max(1, args.tokens // sq), max(1, 2048 // d)
-                    base = dict(dtype=dtype, hdim=d, causal=int(causal), seqlen=sq, batch=b, heads=h)
+                    base = dict(dtype=dtype, hdim=hdim_label(d, dv), causal=int(causal), seqlen=sq, batch=b, heads=h)
                     g = torch.Generator(device=dev).manual_seed(sq * 1000 + d)
-                    q, k, v, do = (torch.randn(b, sq, h, d, device=dev, dtype=tdt[dtype], generator=g)
-                                   for _ in range(4))
+                    q, k, v, do = (torch.randn(b, sq, h, w, device=dev, dtype=tdt[dtype], generator=g)
+                                   for w in (d, d, dv, dv))
                     for impl, (algo, opts) in list(LIB_IMPLS.items()) + [(n, (None, None)) for n in SDPA]:
                         if impl not in args.impls:
                             continue
@@ -58,13 +58,14 @@ def run_sweep(args, fa, torch, on_row):
                         torch.cuda.empty_cache()
                         for direction in directions:
                             ms = res.get(direction)
-                            tf = flops(b, h, sq, sq, d, causal, direction) / (ms * 1e-3) / 1e12 if ms else None
+                            tf = flops(b, h, sq, sq, d, causal, direction, dv) / (ms * 1e-3) / 1e12 if ms else None
                             derr = res.get("errors", {}).get(direction, err)
                             on_row(dict(base, impl=impl, direction=direction, ms=round(ms, 4) if ms else None,
                                         tflops=round(tf, 1) if tf else None, error=derr if not ms else ""))
                         msg = " ".join(f"{k_}={res[k_]:.3f}ms" for k_ in ("fwd", "bwd") if k_ in res)
                         err = " ".join([err] + list(res.get("errors", {}).values())).strip()
-                        print(f"  {dtype} d={d} causal={int(causal)} sq={sq} {impl:13s} {msg} {err}", flush=True)
+                        print(f"  {dtype} d={base['hdim']} causal={int(causal)} sq={sq} {impl:13s} {msg} {err}",
+                              flush=True)
                     del q, k, v, do
                     torch.cuda.empty_cache()
 

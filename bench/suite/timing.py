@@ -1,7 +1,8 @@
 """How one call is timed, and the peers: PyTorch SDPA's backends on the same tensors.
 
-Conventions (bench/README.md): FLOPs fwd 4*b*h*sq*sk*d, halved for causal, backward 2.5x
-the forward; CUDA events around each call after warm-up, median of the timed calls.
+Conventions (bench/README.md): FLOPs fwd 2*b*h*sq*sk*(d_qk + d_v) (4*b*h*sq*sk*d where the
+head dims are equal), halved for causal, backward 2.5x the forward; CUDA events around each
+call after warm-up, median of the timed calls.
 """
 import statistics
 import time
@@ -9,11 +10,32 @@ import time
 SDPA = ["flash", "cudnn", "efficient", "math"]
 
 
-def flops(b, h, sq, sk, d, causal, direction):
-    f = 4.0 * b * h * sq * sk * d
+def flops(b, h, sq, sk, d, causal, direction, dv=None):
+    f = 2.0 * b * h * sq * sk * (d + (d if dv is None else dv))
     if causal:
         f /= 2
     return f * (2.5 if direction == "bwd" else 1.0)
+
+
+def parse_hdims(text):
+    """--hdims: a comma list of head dims, each d (d_qk = d_v) or d_qk/d_v; [(d_qk, d_v), ...]."""
+    dims = []
+    for x in text.split(","):
+        if x:
+            qk, _, v = x.partition("/")
+            dims.append((int(qk), int(v or qk)))
+    return dims
+
+
+def hdim_label(d, dv):
+    """The hdim column of a row: d where d_qk = d_v, else "d_qk/d_v"."""
+    return d if d == dv else f"{d}/{dv}"
+
+
+def hdim_order(label):
+    """Sort key of hdim column values (ints and "d_qk/d_v" strings): (d_qk, d_v)."""
+    qk, _, v = str(label).partition("/")
+    return int(qk), int(v or qk)
 
 
 def time_cuda(torch, fn, min_iters=5, max_iters=50, target_s=0.4):

@@ -67,8 +67,8 @@ struct AttnParams {
 
   // ---- dropout ----
   float p_drop;             // 0 = off
-  float rp_keep;            // 1 / (1 - p_drop)
-  uint32_t drop_threshold;  // dropout_threshold(p_drop)
+  float rp_keep;            // dropout_keep_scale(drop_threshold)
+  uint32_t drop_threshold;  // dropout_threshold(p_drop), < 2^16
   uint64_t seed, offset;
 
   // ---- block-sparse (layout != null): [layout_heads, n_row_blocks, n_col_blocks] ----

@@ -9,6 +9,7 @@
 
 #include "common/params.h"
 #include "fa2/mma.cuh"
+#include "flashattn.h"
 
 namespace flashattn {
 namespace decode {
@@ -47,25 +48,34 @@ __device__ __forceinline__ Sequence sequence(const AttnParams& p, int64_t b) {
   return s;
 }
 
+// Where key j of a sequence lives: cache row (contiguous: the sequence's row; paged: the
+// block-table entry of its page) and slot in it; row -1 when the page entry is outside
+// the pool. Positions are below 2^31 (decode_check), so the page arithmetic is 32-bit.
+struct KeySlot {
+  int64_t row, slot;
+};
+
+__device__ __forceinline__ KeySlot key_slot(const AttnParams& p, const Sequence& s, int64_t b, int64_t j) {
+  if (p.kv_block_table == nullptr) return {s.row, j};
+  const int32_t ps = static_cast<int32_t>(p.kv_page_size), jj = static_cast<int32_t>(j);
+  const int32_t lp = jj / ps;
+  const int64_t row = p.kv_block_table[b * p.kv_max_pages + lp];
+  if (row < 0 || row >= p.kv_num_rows) return {-1, 0};
+  return {row, jj - lp * ps};
+}
+
 // Element offsets of key j (of kv head hk) in the K and V caches; both -1 when the
-// block-table entry of its page is outside the pool. Positions are below 2^31
-// (decode_check), so the page arithmetic is 32-bit.
+// block-table entry of its page is outside the pool.
 struct KeyOffsets {
   int64_t k, v;
 };
 
 __device__ __forceinline__ KeyOffsets key_offsets(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk,
                                                   int64_t j) {
-  int64_t row = s.row, slot = j;
-  if (p.kv_block_table != nullptr) {
-    const int32_t ps = static_cast<int32_t>(p.kv_page_size), jj = static_cast<int32_t>(j);
-    const int32_t lp = jj / ps;
-    row = p.kv_block_table[b * p.kv_max_pages + lp];
-    if (row < 0 || row >= p.kv_num_rows) return {-1, -1};
-    slot = jj - lp * ps;
-  }
-  return {row * p.k_stride.b + slot * p.k_stride.s + hk * p.k_stride.h,
-          row * p.v_stride.b + slot * p.v_stride.s + hk * p.v_stride.h};
+  const KeySlot ks = key_slot(p, s, b, j);
+  if (ks.row < 0) return {-1, -1};
+  return {ks.row * p.k_stride.b + ks.slot * p.k_stride.s + hk * p.k_stride.h,
+          ks.row * p.v_stride.b + ks.slot * p.v_stride.s + hk * p.v_stride.h};
 }
 
 // The dims (a, b) of rotary pair k: (2k, 2k+1) interleaved, (k, k + rotary_dim/2) half-split.

@@ -8,12 +8,18 @@
 // to the workspace parts (then combine merges them), or, with one split, O in the dtype
 // and LSE directly.
 //
-// Memory: tiles of kTileK keys are gathered row by row through the block table (any
-// page size, NHD or HND through strides) with 16-byte cp.async into a shared-memory
-// ring of kStages tiles (two where shared memory is smaller), so tiles are in flight while
-// one is computed; `vec` is false when a dim, pointer or stride (of a dim of extent above
-// 1) is not a multiple of 16 bytes, and rows are then loaded element by element. One
-// barrier per tile.
+// Memory: tiles of kTileK keys go into a shared-memory ring of kStages tiles (two where
+// shared memory is smaller), so tiles are in flight while one is computed; one barrier per
+// tile. Two architecture policies (fa2/arch.h), chosen by the host (src/cuda/decode.cu):
+// - Sm80: the 128 threads gather each tile row by row through the block table (any page
+//   size, NHD or HND through strides) with 16-byte cp.async into rows padded by 16 bytes;
+//   `vec` is false when a dim, pointer or stride (of a dim of extent above 1) is not a
+//   multiple of 16 bytes, and rows are then loaded element by element.
+// - Sm90a: one thread issues the tile as copy-engine boxes of 64 dims x box_rows keys
+//   (tensor maps of the K and V caches, BulkMaps: one box per 64 dims for a contiguous
+//   cache or pages of a multiple of 64 keys, one per page of 16 or 32 keys) into rows in
+//   the 128-byte swizzle, completing on the stage's mbarrier; the other threads issue
+//   only math.
 //
 // Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
 // the CTA's 16 query rows are the M of every product, so GQA groups and several query
@@ -24,8 +30,13 @@
 #pragma once
 #include <math.h>
 
+#include <type_traits>
+
 #include "common/mask.h"
+#include "common/tensor_map.h"
 #include "decode/cache.cuh"
+#include "fa2/arch.h"
+#include "hopper/tma.cuh"
 
 namespace flashattn {
 namespace decode {
@@ -34,31 +45,47 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;  // query rows per CTA: the M of the mma
 
-// Tiles of kTileK keys (18, 35 and 68 KiB of K and V with padding at head dims 64, 128 and
-// 256), kWarpKeys of them per warp.
+// Tiles of kTileK keys (K and V: 18, 35 and 68 KiB with the Sm80 padding at head dims 64,
+// 128 and 256; 16, 32 and 64 KiB unpadded), kWarpKeys of them per warp.
 constexpr int kTileK = 64;
 constexpr int kWarpKeys = kTileK / kWarps;  // 16: one k16 step of P V
 
-// The kernel is bound by instruction latency (each warp waits on dependent math for
+// Sm80: the kernel is bound by instruction latency (each warp waits on dependent math for
 // every 16 keys), so resident warps matter more than ring depth: at head dim 64 a ring of
 // two stages (39 KiB) lets four CTAs share an SM, registers budgeted for them by
 // __launch_bounds__ (kMinBlocks); above, three stages and two CTAs (one at d=256, by
-// shared memory). docs/internals/kernels-decode.md has the measurement.
-template <int D>
-constexpr int kStages = D <= 64 ? 2 : 3;
-template <int D>
+// shared memory). Sm90a: unpadded rows make three stages at d=64 51.5 KiB, four CTAs still.
+// docs/internals/kernels-decode.md has the measurements.
+template <typename Arch, int D>
+constexpr int kStages = Arch::kSm90 || D > 64 ? 3 : 2;
+template <typename Arch, int D>
 constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 
+// The Sm90a kernel's tensor maps of the K and V caches: 4-D (dims, keys of a row or page,
+// kv heads, rows or pages), boxes of 64 dims x box_rows keys in the 128-byte swizzle,
+// dims past the head dim and keys past the row zero-filled (src/cuda/tensor_map.hpp).
+struct BulkMaps {
+  TensorMap128 k, v;
+  int box_rows;  // 64, or the page size (16, 32) when pages are smaller
+};
+struct NoMaps {};
+template <typename Arch>
+using MapsOf = std::conditional_t<Arch::kSm90, BulkMaps, NoMaps>;
+
 // Shared memory of a CTA for padded head dim D, element type T and a ring of Stages tiles
-// (kStages<D>, or 2 where the device's shared memory is smaller). Rows are padded by 16
-// bytes, so ldmatrix of eight consecutive rows is free of bank conflicts. The K/V ring is
-// reused for the cross-warp merge once the last tile is done.
-template <typename T, int D, int Stages>
-struct Smem {
-  static constexpr int kStride = D + 8;
+// (kStages, or 2 where the device's shared memory is smaller). A stage holds kTileK key
+// rows so that ldmatrix of eight consecutive rows is free of bank conflicts: Sm80, rows
+// padded by 16 bytes; Sm90a, D / 64 blocks of kTileK rows x 64 dims (128 bytes), chunk c
+// (16 bytes) of row r at c ^ (r % 8), as the copy engine's 128-byte swizzle writes it (the
+// ring then starts 1024-byte aligned: kvAlign). The K/V ring is reused for the cross-warp
+// merge once the last tile is done.
+template <typename Arch, typename T, int D, int Stages>
+struct SmemBase {
+  static_assert(sizeof(T) == 2, "fp16 and bf16 rows: 64 dims are 128 bytes");
+  static constexpr int kStride = Arch::kSm90 ? D : D + 8;  // elements per key row of a stage
   struct Ring {
-    T k[Stages][kTileK][kStride];
-    T v[Stages][kTileK][kStride];
+    T k[Stages][kTileK * kStride];
+    T v[Stages][kTileK * kStride];
   };
   struct Merge {
     float acc[kWarps][kRows][D];
@@ -69,11 +96,35 @@ struct Smem {
     Ring ring;
     Merge merge;
   } u;
-  alignas(16) T q[kRows][kStride];  // query rows (rotated), zero past head_dim_qk and nr
-  int64_t ip[kRows];                // aligned query position of each row
+  alignas(16) T q[kRows][D + 8];  // query rows (rotated), zero past head_dim_qk and nr
+  int64_t ip[kRows];              // aligned query position of each row
   float slope[kRows];
   int bad;
 };
+template <typename Arch, typename T, int D, int Stages, bool Bulk = Arch::kSm90>
+struct Smem : SmemBase<Arch, T, D, Stages> {};
+template <typename Arch, typename T, int D, int Stages>
+struct Smem<Arch, T, D, Stages, true> : SmemBase<Arch, T, D, Stages> {
+  uint64_t full[Stages];  // mbarrier of each stage: its tile has landed
+};
+
+// Alignment of the ring (the start of Smem) and the dynamic shared memory a launch needs:
+// the copy engine's 128-byte swizzle repeats every 1024 bytes, and the kernel rounds its
+// dynamic shared memory up to the next 1024-byte boundary.
+template <typename Arch>
+constexpr unsigned kvAlign = Arch::kSm90 ? 1024 : 16;
+template <typename Arch, typename T, int D, int Stages>
+constexpr size_t smem_size() {
+  return sizeof(Smem<Arch, T, D, Stages>) + (kvAlign<Arch> > 16 ? kvAlign<Arch> : 0);
+}
+
+// Byte offset in a stage of the 16 bytes of dims [col, col + 8) of key row `row`.
+template <typename Arch, int D>
+__device__ __forceinline__ uint32_t kv_offset(int row, int col) {  // 2-byte elements (SmemBase)
+  if constexpr (Arch::kSm90)
+    return static_cast<uint32_t>((col / 64) * (kTileK * 128) + row * 128 + (((col % 64) / 8) ^ (row % 8)) * 16);
+  else return static_cast<uint32_t>((row * (D + 8) + col) * 2);
+}
 
 // Outputs of one split: fp32 parts [splits, batch, heads_q, seqlen_q, (head_dim_v)].
 struct Parts {
@@ -104,9 +155,10 @@ __device__ __forceinline__ void load_chunk(const T* base, int64_t off, int d0, i
 // are zero. A page entry outside the pool sets sm.bad (its rows zero). Eight consecutive
 // threads copy one key's row, 16 bytes each per step: every warp instruction reads whole
 // 128-byte lines of four rows.
-template <typename T, int D, int Stages>
+template <typename Arch, typename T, int D, int Stages>
 __device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t t0,
-                                          int64_t k1, bool vec, Smem<T, D, Stages>& sm, int st) {
+                                          int64_t k1, bool vec, Smem<Arch, T, D, Stages>& sm, int st) {
+  constexpr int kStride = Smem<Arch, T, D, Stages>::kStride;
   constexpr int kPerKey = 8, kKeysPerPass = kThreads / kPerKey;
   const int part = static_cast<int>(threadIdx.x) % kPerKey;
   const int ck = static_cast<int>((p.head_dim_qk + 7) / 8), cv = static_cast<int>((p.head_dim_v + 7) / 8);
@@ -122,16 +174,70 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s
 #pragma unroll
       for (int i = 0; i < D / 8 / kPerKey; ++i) {
         const int c = part + i * kPerKey;
-        if (c < ck) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.k[st][jj][c * 8]), kb + off.k + c * 8, true);
-        if (c < cv) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.v[st][jj][c * 8]), vb + off.v + c * 8, true);
+        if (c < ck) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.k[st][jj * kStride + c * 8]), kb + off.k + c * 8, true);
+        if (c < cv) fa2::cp_async_16(fa2::smem_u32(&sm.u.ring.v[st][jj * kStride + c * 8]), vb + off.v + c * 8, true);
       }
       continue;
     }
     for (int c = part; c < ck; c += kPerKey)
-      load_chunk(kb, off.k, c * 8, p.head_dim_qk, vec, &sm.u.ring.k[st][jj][c * 8]);
+      load_chunk(kb, off.k, c * 8, p.head_dim_qk, vec, &sm.u.ring.k[st][jj * kStride + c * 8]);
     for (int c = part; c < cv; c += kPerKey)
-      load_chunk(vb, off.v, c * 8, p.head_dim_v, vec, &sm.u.ring.v[st][jj][c * 8]);
+      load_chunk(vb, off.v, c * 8, p.head_dim_v, vec, &sm.u.ring.v[st][jj * kStride + c * 8]);
   }
+}
+
+// Sm90a, one thread: the boxes of keys [t0, t0 + kTileK) into stage st, completing on
+// sm.full[st] (armed here with the bytes of the boxes issued). Tiles start at multiples of
+// box_rows (the host's condition), so a box never crosses a page. A box whose first key is
+// at or past k1 is not issued (its V rows are zeroed by the warps: zero_v_tail); a page
+// entry outside the pool sets sm.bad and its box is not issued. Column blocks wholly past
+// a head dim are not issued either (the kernel zeroed them once).
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void bulk_tile(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t t0,
+                                          int64_t k1, const BulkMaps& maps, Smem<Arch, T, D, Stages>& sm, int st) {
+  constexpr int kMaxBoxes = kTileK / 16, kBlockBytes = kTileK * 128;
+  const int box = maps.box_rows;
+  const int ck = static_cast<int>((p.head_dim_qk + 63) / 64), cv = static_cast<int>((p.head_dim_v + 63) / 64);
+  KeySlot at[kMaxBoxes];
+  uint32_t bytes = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxBoxes; ++i) {
+    const int64_t j = t0 + i * box;
+    at[i] = KeySlot{-1, 0};
+    if (i * box >= kTileK || j >= k1) continue;
+    at[i] = key_slot(p, s, b, j);
+    if (at[i].row < 0) sm.bad = 1;
+    else bytes += static_cast<uint32_t>((ck + cv) * box * 128);
+  }
+  const uint32_t bar = fa2::smem_u32(&sm.full[st]);
+  hopper::mbar_expect(bar, bytes);
+  const uint32_t k0 = fa2::smem_u32(sm.u.ring.k[st]), v0 = fa2::smem_u32(sm.u.ring.v[st]);
+#pragma unroll
+  for (int i = 0; i < kMaxBoxes; ++i) {
+    if (at[i].row < 0) continue;
+    const int slot = static_cast<int>(at[i].slot), row = static_cast<int>(at[i].row), h = static_cast<int>(hk);
+    const uint32_t dst = static_cast<uint32_t>(i * box * 128);
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      if (c < ck) hopper::tma_load(k0 + c * kBlockBytes + dst, &maps.k, c * 64, slot, h, row, bar);
+      if (c < cv) hopper::tma_load(v0 + c * kBlockBytes + dst, &maps.v, c * 64, slot, h, row, bar);
+    }
+  }
+}
+
+// Sm90a, one warp after its tile landed: zeros in its V rows of keys at or past k1 (rows
+// of boxes not issued, or keys past the used length: stale or unwritten cache slots), so
+// that P = 0 there adds exact zeros. Only the CTA's last tile has such keys, and no copy
+// refills its stage afterwards.
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void zero_v_tail(Smem<Arch, T, D, Stages>& sm, int st, int64_t j0, int64_t k1) {
+  const int lane = threadIdx.x % 32, key0 = threadIdx.x / 32 * kWarpKeys;
+  unsigned char* v = reinterpret_cast<unsigned char*>(sm.u.ring.v[st]);
+  for (int e = lane; e < kWarpKeys * (D / 8); e += 32) {
+    const int r = e / (D / 8), col = e % (D / 8) * 8;
+    if (j0 + r >= k1) *reinterpret_cast<uint4*>(v + kv_offset<Arch, D>(key0 + r, col)) = make_uint4(0, 0, 0, 0);
+  }
+  __syncwarp();
 }
 
 // Keys [k0, k1) of one split: the rows' band within [0, n) (query rows i_first..i_last,
@@ -160,9 +266,9 @@ __device__ __forceinline__ KeyRange split_keys(const AttnParams& p, const Sequen
 // The CTA's query rows into shared memory (zero past nr and head_dim_qk), rotated and
 // rounded to T at the used length (+ i under a band mask), with each row's aligned
 // position and ALiBi slope. Ends with a barrier.
-template <typename T, int D, int Stages>
+template <typename Arch, typename T, int D, int Stages>
 __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t r0, int nr,
-                           int64_t group, int64_t shift, Smem<T, D, Stages>& sm) {
+                           int64_t group, int64_t shift, Smem<Arch, T, D, Stages>& sm) {
   const T* q = static_cast<const T*>(p.q);
   for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
     const int r = e / D, d = e % D;
@@ -211,11 +317,12 @@ using ScoreFrag = float[kWarpKeys / 8][4];
 using ProbFrag = uint32_t[kWarpKeys / 16][4];
 
 // S = Q K^T for the warp's keys of stage st (kWarpKeys / 8 m16n8 tiles).
-template <typename T, int D, int Stages>
-__device__ __forceinline__ void warp_qk(const Smem<T, D, Stages>& sm, int st, ScoreFrag& s) {
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void warp_qk(const Smem<Arch, T, D, Stages>& sm, int st, ScoreFrag& s) {
   const int lane = threadIdx.x % 32, key0 = threadIdx.x / 32 * kWarpKeys;
   const int q_row = lane % 8 + 8 * (lane / 8 % 2), q_col = 8 * (lane / 16);
   const int k_row = lane % 8 + 8 * (lane / 16), k_col = 8 * (lane / 8 % 2);
+  const uint32_t ks0 = fa2::smem_u32(sm.u.ring.k[st]);
 #pragma unroll
   for (int nt = 0; nt < kWarpKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
@@ -225,7 +332,7 @@ __device__ __forceinline__ void warp_qk(const Smem<T, D, Stages>& sm, int st, Sc
 #pragma unroll
     for (int np = 0; np < kWarpKeys / 16; ++np) {  // two n8 tiles of keys per ldmatrix
       uint32_t b[4];
-      fa2::ldmatrix_x4(b, fa2::smem_u32(&sm.u.ring.k[st][key0 + np * 16 + k_row][ks * 16 + k_col]));
+      fa2::ldmatrix_x4(b, ks0 + kv_offset<Arch, D>(key0 + np * 16 + k_row, ks * 16 + k_col));
       const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
       fa2::mma16816<T>(s[2 * np], a, b0);
       fa2::mma16816<T>(s[2 * np + 1], a, b1);
@@ -305,16 +412,18 @@ __device__ __forceinline__ void warp_softmax(const AttnParams& p, int64_t j0, in
 
 // O += P V over the warp's keys of stage st (past k1 P is exactly 0 and the V rows are
 // zeros, so those terms add exact zeros).
-template <typename T, int D, int Stages>
-__device__ __forceinline__ void warp_pv(const Smem<T, D, Stages>& sm, int st, const ProbFrag& pa, WarpState<D>& ws) {
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void warp_pv(const Smem<Arch, T, D, Stages>& sm, int st, const ProbFrag& pa,
+                                        WarpState<D>& ws) {
   const int lane = threadIdx.x % 32, key0 = threadIdx.x / 32 * kWarpKeys;
   const int v_row = lane % 8 + 8 * (lane / 8 % 2), v_col = 8 * (lane / 16);
+  const uint32_t vs0 = fa2::smem_u32(sm.u.ring.v[st]);
 #pragma unroll
   for (int kp = 0; kp < kWarpKeys / 16; ++kp)
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {  // two n8 tiles of dims per ldmatrix
       uint32_t b[4];
-      fa2::ldmatrix_x4_trans(b, fa2::smem_u32(&sm.u.ring.v[st][key0 + kp * 16 + v_row][dp * 16 + v_col]));
+      fa2::ldmatrix_x4_trans(b, vs0 + kv_offset<Arch, D>(key0 + kp * 16 + v_row, dp * 16 + v_col));
       const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
       fa2::mma16816<T>(ws.o[2 * dp], pa[kp], b0);
       fa2::mma16816<T>(ws.o[2 * dp + 1], pa[kp], b1);
@@ -330,11 +439,12 @@ struct Dest {
 // Merges the warps' states and writes O = acc / l and LSE = m + log l (after the ring is
 // drained). As on the CPU, a row is empty (O = 0, LSE = -inf) iff l == 0 exactly; a NaN l
 // (a NaN or +inf score) stays NaN, and bad device values give NaN.
-template <typename T, int D, int Stages>
-__device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest& dst, int nr, Smem<T, D, Stages>& sm,
-                            const WarpState<D>& ws) {
+template <typename Arch, typename T, int D, int Stages>
+__device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest& dst, int nr,
+                            Smem<Arch, T, D, Stages>& sm, const WarpState<D>& ws) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  fa2::cp_async_wait<0>();
+  // (Sm90a: no copy is left in flight, every tile's mbarrier was waited on.)
+  if constexpr (!Arch::kSm90) fa2::cp_async_wait<0>();
   __syncthreads();  // every warp is done with the ring
   auto& mg = sm.u.merge;
   const int g = lane / 4, t = lane % 4;
@@ -380,11 +490,14 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
   }
 }
 
-template <typename T, int D, int Stages>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
-    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec) {
+template <typename Arch, typename T, int D, int Stages>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
+    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec,
+                  const __grid_constant__ MapsOf<Arch> maps) {
+  constexpr bool kBulk = Arch::kSm90;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem<T, D, Stages>& sm = *reinterpret_cast<Smem<T, D, Stages>*>(smem_raw);
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + kvAlign<Arch> - 1) & ~uintptr_t{kvAlign<Arch> - 1};
+  Smem<Arch, T, D, Stages>& sm = *reinterpret_cast<Smem<Arch, T, D, Stages>*>(base);
   int64_t task = blockIdx.x;
   Dest dst;
   dst.splits = splits;
@@ -407,8 +520,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     uint4* ring = reinterpret_cast<uint4*>(&sm.u.ring);
     for (int e = threadIdx.x; e < static_cast<int>(sizeof(sm.u.ring) / 16); e += kThreads)
       ring[e] = make_uint4(0, 0, 0, 0);
+    // Sm90a: the copy engine's writes (the zero fill of a block partly past the head dim
+    // included) come after these, once load_query's barrier has passed.
+    if constexpr (kBulk) hopper::fence_proxy_async_smem();
   }
-  load_query<T, D, Stages>(p, s, dst.b, dst.hk, dst.r0, nr, dst.group, shift, sm);
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < Stages; ++st) hopper::mbar_init(fa2::smem_u32(&sm.full[st]));
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+  }
+  load_query<Arch, T, D, Stages>(p, s, dst.b, dst.hk, dst.r0, nr, dst.group, shift, sm);
 
   WarpState<D> ws;
 #pragma unroll
@@ -422,27 +544,42 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) ws.o[dt][0] = ws.o[dt][1] = ws.o[dt][2] = ws.o[dt][3] = 0.f;
   const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
+  // Tile t lives in stage t % Stages, in that stage's use t / Stages.
+  auto fill = [&](int64_t t) {
+    const int st = static_cast<int>(t % Stages);
+    if constexpr (kBulk) bulk_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, maps, sm, st);
+    else load_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, vec, sm, st);
+  };
 #pragma unroll
   for (int t = 0; t < Stages - 1; ++t) {
-    if (t < tiles) load_tile<T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, vec, sm, t);
-    fa2::cp_async_commit();
+    if constexpr (kBulk) {
+      if (threadIdx.x == 0 && t < tiles) fill(t);
+    } else {
+      if (t < tiles) fill(t);
+      fa2::cp_async_commit();
+    }
   }
   for (int64_t t = 0; t < tiles; ++t) {
-    fa2::cp_async_wait<Stages - 2>();
-    __syncthreads();  // tile t is in; every warp is done with tile t - 1, whose stage is refilled next
-    const int64_t next = t + Stages - 1;
-    if (next < tiles)
-      load_tile<T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + next * kTileK, kr.k1, vec, sm,
-                              static_cast<int>(next % Stages));
-    fa2::cp_async_commit();
     const int st = static_cast<int>(t % Stages);
+    const int64_t next = t + Stages - 1, j0 = kr.k0 + t * kTileK + threadIdx.x / 32 * kWarpKeys;
+    if constexpr (kBulk) {
+      __syncthreads();  // every warp is done with tile t - 1, whose stage is refilled next
+      if (threadIdx.x == 0 && next < tiles) fill(next);
+      hopper::mbar_wait(fa2::smem_u32(&sm.full[st]), static_cast<uint32_t>(t / Stages) & 1u);
+      if (j0 + kWarpKeys > kr.k1) zero_v_tail<Arch, T, D, Stages>(sm, st, j0, kr.k1);
+    } else {
+      fa2::cp_async_wait<Stages - 2>();
+      __syncthreads();  // tile t is in; every warp is done with tile t - 1, whose stage is refilled next
+      if (next < tiles) fill(next);
+      fa2::cp_async_commit();
+    }
     ScoreFrag sc;
     ProbFrag pa;
-    warp_qk<T, D, Stages>(sm, st, sc);
-    warp_softmax<T, D>(p, kr.k0 + t * kTileK + threadIdx.x / 32 * kWarpKeys, kr.k1, sc, ws, pa);
-    warp_pv<T, D, Stages>(sm, st, pa, ws);
+    warp_qk<Arch, T, D, Stages>(sm, st, sc);
+    warp_softmax<T, D>(p, j0, kr.k1, sc, ws, pa);
+    warp_pv<Arch, T, D, Stages>(sm, st, pa, ws);
   }
-  merge_store<T, D, Stages>(p, parts, dst, nr, sm, ws);
+  merge_store<Arch, T, D, Stages>(p, parts, dst, nr, sm, ws);
 }
 
 }  // namespace decode

@@ -91,7 +91,7 @@ struct BwdPdsOff {
 };
 
 // Dropout alone (kDrop): the dropped elements of m16 tile ml of the slice as bits, one
-// Philox call per n8 tile (fa2/dropout.cuh).
+// Philox call per two n8 tiles (fa2/dropout.cuh).
 template <int kNTs>
 struct BwdDropBitsOf {
   const AttnParams& p;
@@ -236,8 +236,8 @@ struct BwdScores {
       } else {
         bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, k.sQ(st), ws_m0, sK, ws_n0);
       }
-      // Dropout alone (kDrop): the dropped elements of m16 tile ml, one Philox call per n8
-      // tile (fa2/dropout.cuh); P_dropped = P / (1 - p) where kept, else 0, and dS = P
+      // Dropout alone (kDrop): the dropped elements of m16 tile ml, one Philox call per two
+      // n8 tiles (fa2/dropout.cuh); P_dropped = P rp_keep where kept, else 0, and dS = P
       // (dP_dropped - Delta) with dP_dropped alike, as the general path computes them.
       [[maybe_unused]] DropBits<kNTs> drop[SL];
       const BwdDropBitsOf<kNTs> drop_bits_of{p, ctx, h, r0, ws_m0, g, ws_n0, t};
@@ -385,29 +385,12 @@ struct BwdScores {
               }
             }
             const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
-            // Dropout keep words: lanes t and t^1 share the 4-column philox group; each
-            // computes one of the two rows and they swap the halves the other needs.
-            uint32_t kw[4] = {0u, 0u, 0u, 0u};
+            // Dropout: bit e set iff element e of this n8 tile is dropped (fa2/dropout.cuh).
+            uint32_t dropped = 0u;
             if (has_dropout) {
               const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-              const uint32_t i_sel = static_cast<uint32_t>(r0 + rr + 8 * (t & 1));
-              const uint32_t j4 = static_cast<uint32_t>((n0 + ws_n0 + nt * 8) / 4 + (t >> 1));
-              const Philox4 w = dropout_words(p.seed, head_ctr, i_sel, j4);
-              const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
-              const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
-              const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-              const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-              if (t & 1) {
-                kw[0] = recv0;
-                kw[1] = recv1;
-                kw[2] = w.x[2];
-                kw[3] = w.x[3];
-              } else {
-                kw[0] = w.x[0];
-                kw[1] = w.x[1];
-                kw[2] = recv0;
-                kw[3] = recv1;
-              }
+              dropped = dropout_drop_bits<1, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + rr),
+                                                static_cast<uint32_t>(n0 + ws_n0 + nt * 8), t, p.drop_threshold);
             }
             float pdv[4], dsv[4];
 #pragma unroll
@@ -447,7 +430,7 @@ struct BwdScores {
               float dp = dv[e];
               float pd = pr;
               if (has_dropout) {
-                const bool kept = kw[e] >= p.drop_threshold;
+                const bool kept = !((dropped >> e) & 1u);
                 dp = kept ? dp * p.rp_keep : 0.f;
                 pd = kept ? pr * p.rp_keep : 0.f;
               }

@@ -16,10 +16,13 @@ using DropBits = typename std::conditional<(kNT > 8), uint64_t, uint32_t>::type;
 
 // The dropped elements of thread (g, t): element e of n8 tile nt sits at row
 // row_g + 8 (e >> 1), column col0 + 8 nt + 2 t + (e & 1) of head head_ctr's score matrix
-// (common/philox.h). Lanes t and t ^ 1 share one 4-column Philox group: each computes the
-// words of one of the two rows (row_g for even t, row_g + 8 for odd) and they swap the
-// halves the other needs, so a thread makes one Philox call per n8 tile. kUnroll: the
-// calls the loop may keep in flight (registers beside the caller's accumulators).
+// (common/philox.h). col0 is a multiple of 8, so a row of an n8 tile is exactly one Philox
+// call, and the quad of lanes t = 0..3 (one g) needs four calls per pair of n8 tiles: lane
+// t makes the call of row row_g + 8 (t & 1) in tile 2k + (t >> 1) of pair k (an odd kNT's
+// last tile twice), turns its eight halfwords into a byte of drop bits, and two shuffles
+// give every lane of the quad the four bytes, of which it keeps its columns' bits 2t and
+// 2t + 1. kUnroll: the calls the loop may keep in flight (registers beside the caller's
+// accumulators).
 template <int kNT, int kUnroll>
 __device__ __forceinline__ DropBits<kNT> dropout_drop_bits(uint64_t seed, uint64_t head_ctr, uint32_t row_g,
                                                            uint32_t col0, int t, uint32_t threshold) {
@@ -27,20 +30,20 @@ __device__ __forceinline__ DropBits<kNT> dropout_drop_bits(uint64_t seed, uint64
   const uint32_t i_own = row_g + static_cast<uint32_t>(t & 1) * 8;
   DropBits<kNT> bits = 0;
 #pragma unroll kUnroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    const uint32_t j4 = ((col0 + static_cast<uint32_t>(nt) * 8) >> 2) + static_cast<uint32_t>(t >> 1);
-    const Philox4 w = dropout_words(seed, head_ctr, i_own, j4);
-    const uint32_t send0 = (t & 1) ? w.x[0] : w.x[2];
-    const uint32_t send1 = (t & 1) ? w.x[1] : w.x[3];
-    const uint32_t recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-    const uint32_t recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-    const uint32_t r00 = (t & 1) ? recv0 : w.x[0];  // row g, col 2t
-    const uint32_t r01 = (t & 1) ? recv1 : w.x[1];  // row g, col 2t+1
-    const uint32_t r10 = (t & 1) ? w.x[2] : recv0;  // row g+8, col 2t
-    const uint32_t r11 = (t & 1) ? w.x[3] : recv1;  // row g+8, col 2t+1
-    const uint32_t f = (r00 < threshold ? 1u : 0u) | (r01 < threshold ? 2u : 0u) | (r10 < threshold ? 4u : 0u) |
-                       (r11 < threshold ? 8u : 0u);
-    bits |= static_cast<DropBits<kNT>>(f) << (4 * nt);
+  for (int k = 0; k < (kNT + 1) / 2; ++k) {
+    const int nt = 2 * k + (t >> 1) < kNT ? 2 * k + (t >> 1) : kNT - 1;
+    const Philox4 w = dropout_words8(seed, head_ctr, i_own, (col0 >> 3) + static_cast<uint32_t>(nt));
+    uint32_t own = 0;  // bit c: column 8 nt + c of row i_own is dropped
+#pragma unroll
+    for (uint32_t c = 0; c < 8; ++c) own |= (dropout_halfword(w, c) < threshold ? 1u : 0u) << c;
+    // Byte s: lane s's row (s & 1) of tile 2k + (s >> 1).
+    uint32_t quad = own << (8 * t);
+    quad |= __shfl_xor_sync(0xffffffffu, quad, 1);
+    quad |= __shfl_xor_sync(0xffffffffu, quad, 2);
+    const uint32_t mine = (quad >> (2 * t)) & 0x03030303u;  // bits 0, 1 of each byte: columns 2t, 2t + 1
+    // Tile 2k: e = 0, 1 from byte 0 (row g), e = 2, 3 from byte 1 (row g + 8); tile 2k + 1: bytes 2, 3.
+    const uint32_t f = (mine & 0x3u) | ((mine >> 6) & 0xCu) | ((mine >> 12) & 0x30u) | ((mine >> 18) & 0xC0u);
+    bits |= static_cast<DropBits<kNT>>(2 * k + 1 < kNT ? f : f & 0xFu) << (8 * k);
   }
   return bits;
 }

@@ -164,8 +164,8 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[Cfg::kMT][Cfg::kNT][4], f
 }
 
 // Dropout on P (kExtras; the row sums keep the undropped values): keep decisions are first
-// gathered into a bit mask by a rolled loop (one Philox call per thread, n8 tile and m16
-// tile), which keeps register pressure low; dropped elements of P set to 0.
+// gathered into a bit mask by a rolled loop (one Philox call per thread, pair of n8 tiles
+// and m16 tile), which keeps register pressure low; dropped elements of P set to 0.
 template <class Cfg, class WRow>
 __device__ __forceinline__ void fwd_dropout(float (&s)[Cfg::kMT][Cfg::kNT][4], const AttnParams& p, const WRow& wrow,
                                             uint64_t drop_head, int m0, int n0, int g, int t) {

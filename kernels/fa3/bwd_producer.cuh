@@ -89,8 +89,8 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 // Each side takes every phase of both barriers once per piece in the same order, so neither
 // runs a phase ahead, and no arrival is left pending at exit. Before it exits lane 0 waits
 // for its reduce-adds to complete.
-// kDet (deterministic mode; scratch.dq_turns set): before a step's pieces lane 0 waits for the
-// turn of the step's query block (bwd_dq_turn); it passes the turn on once that step's
+// kDet (deterministic mode; scratch.dq_turns set): before a step's pieces lane 0 waits for its
+// turn at the step's query block (bwd_dq_turn); it passes the turn on once that step's
 // reduce-adds have completed (cp.async.bulk.wait_group 0, not .read, in place of the next
 // step's wait for the reads: the consumers compute the next step meanwhile, and the next CTA
 // in the order waits no longer than the adds take). maps.dq is then 4-D (column, head,
@@ -102,14 +102,14 @@ template <class Cfg, bool kDet>
 __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch,
                                               const BwdSmem<Cfg>& sm, const BwdWork& w, int lane) {
   hopper::tma_prefetch_map(&maps.dq);
-  const int turn = bwd_dq_turn<Cfg>(w);
-  int32_t* held = nullptr;  // kDet: the previous step's counter, until its adds complete
+  int32_t* held = nullptr;  // kDet: the previous step's counter, until its adds complete,
+  int held_turn = 0;        // and the turn this CTA took there
   for (int it = 0; it < w.steps(); ++it) {
     if (lane == 0) {
       if (kDet && held != nullptr) {
         hopper::bulk_wait_all();
         hopper::fence_proxy_async_global();
-        turn_pass(held, turn + 1);
+        turn_pass(held, held_turn + 1);
       } else {
         hopper::bulk_wait_read_all();
       }
@@ -120,6 +120,7 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
       if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
     const int h = w.head(it), m0 = w.m0<Cfg>(it), row = w.b * static_cast<int>(p.seqlen_q) + m0;
     int32_t* const counter = kDet ? bwd_dq_counter<Cfg>(scratch.dq_turns, p, w, it) : nullptr;
+    const int turn = kDet ? bwd_dq_turn<Cfg>(p, w, m0) : 0;
     if constexpr (kDet) {
       if (lane == 0) {
         turn_wait(counter, turn);
@@ -142,12 +143,13 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
     }
     if (lane == 0) hopper::bulk_commit();
     held = counter;
+    held_turn = turn;
   }
   if (lane == 0) {
     hopper::bulk_wait_all();
     if (kDet && held != nullptr) {
       hopper::fence_proxy_async_global();
-      turn_pass(held, turn + 1);
+      turn_pass(held, held_turn + 1);
     }
   }
 }

@@ -41,7 +41,8 @@ __device__ __forceinline__ uint32_t bwd_parity(int it) {
 // The CTA's keys n0 .. n0 + kBlockN - 1 of key head kvh in sequence b, and its walk: for each
 // query head of the GQA group (kvh * group ..), the query blocks m_first .. tiles_m - 1 (under
 // the causal mask the blocks before m_first see none of its keys). Key blocks are numbered
-// fastest, so the CTAs with the longest causal walks (the first key blocks) start first.
+// fastest, so the CTAs with the longest causal walks (the first key blocks) start first;
+// deterministic causal runs number them last first (bwd_dq_turn says why).
 struct BwdWork {
   int n0, kvh, b;
   int group;              // query heads per key head
@@ -63,7 +64,8 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
   w.shift = p.align == 1 ? w.len_k - w.len_q : 0;
   const int n_blocks = (w.len_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int kvh_b = static_cast<int>(blockIdx.x) / n_blocks;
-  w.n0 = (static_cast<int>(blockIdx.x) % n_blocks) * Cfg::kBlockN;
+  const int nb = static_cast<int>(blockIdx.x) % n_blocks;
+  w.n0 = (p.deterministic && p.has_band ? n_blocks - 1 - nb : nb) * Cfg::kBlockN;
   w.kvh = kvh_b % static_cast<int>(p.heads_kv);
   w.b = kvh_b / static_cast<int>(p.heads_kv);
   w.group = static_cast<int>(p.heads_q / p.heads_kv);
@@ -75,22 +77,33 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
   return w;
 }
 
-// Deterministic mode: the dQ pieces of query block m of head h in sequence b are added in
-// the order of the key blocks, each CTA when the block's turn counter (BwdScratch::dq_turns,
-// [batch, heads_q, query blocks of kBlockM rows], zero at launch) equals its turn; it passes
-// the turn on once its adds have completed (bwd_reduce_dq).
-// The turn is the CTA's key block: the key blocks whose walk includes block m are 0 .. L(m)
-// (unmasked: all; causal: m_first grows with the key block, so the blocks with m_first <= m
-// are a prefix), so the ordinal of key block n among them is n, and key blocks past L(m)
-// never wait on m. The order is fixed by the problem, not by the scheduling.
+// Deterministic mode: the dQ pieces of query block m of head h in sequence b are added in a
+// fixed order of the key blocks, each CTA when the block's turn counter
+// (BwdScratch::dq_turns, [batch, heads_q, query blocks of kBlockM rows], zero at launch)
+// equals its turn; it passes the turn on once its adds have completed (bwd_reduce_dq). The
+// key blocks whose walk includes block m are 0 .. L(m) (unmasked: all; causal: m_first
+// grows with the key block, so the blocks with m_first <= m are a prefix); key blocks past
+// L(m) never wait on m. The order is fixed by the problem, not by the scheduling:
+// - unmasked: ascending, the turn of key block n is n;
+// - causal: descending, the turn is L(m) - n with L(m) the key block of the last key that
+//   block m's last row sees. A CTA's walk starts at the diagonal (m_first), where it is the
+//   last contributor and so the first in the order: it waits only for blocks further down,
+//   which the CTAs of the following key blocks took first. In ascending order every CTA
+//   would wait for the first key block's whole walk to reach its diagonal (measured on an
+//   H100: 1.4-2.2x the plain time under the causal mask).
 // No deadlock, whatever number of CTAs is resident: a CTA waits only on CTAs of the same
-// (key head, sequence) with smaller key blocks, i.e. smaller linear block indices (key blocks
-// are numbered fastest), which the hardware dispatches no later. By induction on the index,
-// the lowest unfinished CTA is resident and everything it waits for has finished (and passed
-// every turn it took, as each CTA does before it exits), so it makes progress.
+// (key head, sequence) that come before it in the order, and bwd_work numbers key blocks
+// fastest in that same order (descending for deterministic causal runs), so those CTAs have
+// smaller linear block indices, which the hardware dispatches no later. By induction on the
+// index, the lowest unfinished CTA is resident and everything it waits for has finished
+// (and passed every turn it took, as each CTA does before it exits), so it makes progress.
 template <class Cfg>
-__device__ __forceinline__ int bwd_dq_turn(const BwdWork& w) {
-  return w.n0 / Cfg::kBlockN;
+__device__ __forceinline__ int bwd_dq_turn(const AttnParams& p, const BwdWork& w, int m0) {
+  const int n = w.n0 / Cfg::kBlockN;
+  if (!p.has_band) return n;
+  const int last_row = min(m0 + Cfg::kBlockM, w.len_q) - 1;
+  const int last_key = min(last_row + w.shift, w.len_k - 1);
+  return last_key / Cfg::kBlockN - n;
 }
 // The turn counter of step it's query block.
 template <class Cfg>

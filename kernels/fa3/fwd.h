@@ -10,9 +10,9 @@ namespace flashattn {
 namespace fa3 {
 
 // TMA maps of Q, K, V and O as 4-D tensors (head dim, seq, head, batch) over the plan's
-// strides, boxes of 64 columns x FwdTraits<D>::kBlockM (Q), kBlockN (K, V) or kOBoxRows (O)
-// rows, 128-byte swizzle; loads zero-fill rows past the sequence, stores skip them
-// (src/cuda/tensor_map.hpp encodes them).
+// strides, boxes of FwdTraits<Dqk, Dv>::kCols columns x kBlockM (Q), kBlockN (K, V) or
+// kOBoxRows (O) rows in the kSwizzle-byte swizzle; loads zero-fill rows past the sequence,
+// stores skip them (src/cuda/tensor_map.hpp encodes them).
 struct FwdMaps {
   TensorMap128 q, k, v, o;
 };
@@ -38,8 +38,8 @@ struct FwdLaunchResult {
   int smem;
 };
 
-// Launches the kernel of head dim D for dtype kDtype (kFp16/kBf16).
-template <int D, int kDtype>
+// Launches the kernel of head dims Dqk (Q, K) and Dv (V, O) for dtype kDtype (kFp16/kBf16).
+template <int Dqk, int Dv, int kDtype>
 FwdLaunchResult run_fwd(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream);
 
 }  // namespace fa3

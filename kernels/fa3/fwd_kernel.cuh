@@ -5,20 +5,20 @@
 // tile_at's order: CTA c starts with tile c. Without a mask every tile is as long, and CTA c
 // goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
 // in length, and each CTA claims its next one from a counter in global memory (an atomic
-// add), so CTAs whose tiles were short take more of them and all finish together (at
-// d = 256 the host launches one CTA per causal tile instead: without an O buffer of its
-// own the next tile's loads cannot overlap, and a walk gains nothing). The
-// producer claims the next tile once it has issued the loads of the current one (it runs
+// add), so CTAs whose tiles were short take more of them and all finish together (where
+// O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per causal tile
+// instead: the next tile's loads cannot overlap, and a walk gains nothing). The producer
+// claims the next tile once it has issued the loads of the current one (it runs
 // ahead of the consumers by the rings' depth) and names it to the consumers through a
 // shared-memory slot that the Q tile's full barrier publishes. 384 threads:
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
 //     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
-//     swizzle), K one block ahead of V. The rings run on across tiles, so the next tile's
-//     first blocks load while the consumers finish the last one. Every stage of each ring
-//     has a full barrier (transaction bytes) and an empty barrier that all 256 consumer
-//     threads arrive on once their GEMM of the stage is done (K after S, V after O += P V);
-//     the Q tile has a full barrier and an empty one (its last S GEMM is done, or at d = 256,
-//     where O leaves through it, both O stores have read it).
+//     swizzle; 64-byte at d = 96), K one block ahead of V. The rings run on across tiles,
+//     so the next tile's first blocks load while the consumers finish the last one. Every
+//     stage of each ring has a full barrier (transaction bytes) and an empty barrier that
+//     all 256 consumer threads arrive on once their GEMM of the stage is done (K after S, V
+//     after O += P V); the Q tile has a full barrier and an empty one (its last S GEMM is
+//     done, or where O leaves through it, both O stores have read it).
 //   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
 //     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
 //     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
@@ -29,12 +29,13 @@
 //     one's softmax runs under the other's GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
-// rows (16-bit) into the O buffer in shared memory (d = 256: over its Q rows) and one thread
-// stores them with TMA; LSE (fp32) by plain stores from registers.
+// rows (16-bit) into the O buffer in shared memory (without a buffer of its own: over its Q
+// rows) and one thread stores them with TMA; LSE (fp32) by plain stores from registers.
 //
-// Serves: head_dim_qk = head_dim_v = D, no varlen, bias, softcap, dropout or block-sparse
-// layout, band mask only causal (window_right 0, window_left unbounded) with either
-// alignment, GQA (key head = h / (heads_q / heads_kv)). The host sends everything else to fa2.
+// Serves: head_dim_qk = Dqk and head_dim_v = Dv (fa3/fwd_traits.h), no varlen, bias,
+// softcap, dropout or block-sparse layout, band mask only causal (window_right 0,
+// window_left unbounded) with either alignment, GQA (key head = h / (heads_q / heads_kv)).
+// The host sends everything else to fa2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,9 +44,9 @@
 
 #include "common/params.h"
 #include "fa2/mma.cuh"
-#include "fa2/wgmma.cuh"
 #include "fa3/fwd.h"
 #include "fa3/fwd_traits.h"
+#include "fa3/fwd_wgmma.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
 
@@ -143,16 +144,18 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // stores ----
 // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
 // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. O goes to so_wg: the
-// warpgroup's rows of the O buffer, or (d = 256) of the Q tile (its S GEMMs, the only
-// readers, are done), in the layout of a TMA load: 64-column block cb at cb kBlockM 128
-// bytes, row r's 16-byte chunk c at c ^ (r % 8) (r % 8 = g here); the 4-byte stores of a
-// warp hit 32 distinct banks. The storing thread returns once the store has read shared
-// memory.
+// warpgroup's rows of the O buffer, or (without a buffer of its own) of the Q tile (its S
+// GEMMs, the only readers, are done), in the layout of a TMA load: column block cb at
+// cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^ x with
+// x = (r kSwizzle / 128) % (kSwizzle / 16): r % 8 = g in the 128-byte swizzle, (r / 2) % 4 =
+// g / 2 in the 64-byte one. Either way the 4-byte stores of a warp hit 32 distinct banks.
+// The storing thread returns once the store has read shared memory.
 template <class Cfg, typename T, int kNV>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int row0, int cw,
                                          int warp, int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
                                          const float (&row_max)[2], const float (&row_sum)[2], float sl2) {
-  constexpr int kBlockM = Cfg::kBlockM, kD = Cfg::kD;
+  constexpr int kBlockM = Cfg::kBlockM, kDv = Cfg::kDv, kSw = Cfg::kSwizzle;
+  constexpr int kChunks = kSw / 16;  // 16-byte chunks of a row of a column block
   const int len_q = static_cast<int>(p.seqlen_q);
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waited
@@ -172,8 +175,9 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = warp * 16 + g + hh * 8;
+      const int x = (r * kSw / 128) % kChunks;
       const uint32_t a =
-          so_wg + static_cast<uint32_t>((nv / 8) * kBlockM * 128 + r * 128 + (((nv % 8) ^ g) << 4) + t * 4);
+          so_wg + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw + (((nv % kChunks) ^ x) << 4) + t * 4);
       const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }
@@ -184,8 +188,8 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   const int r0 = tl.m0 + cw * 64;
   if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
 #pragma unroll
-    for (int cb = 0; cb < kD / 64; ++cb)
-      hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * 128), cb * 64, r0, tl.h, tl.b);
+    for (int cb = 0; cb < kDv / Cfg::kCols; ++cb)
+      hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h, tl.b);
     hopper::tma_store_commit_and_wait_read();
   }
 }
@@ -193,15 +197,16 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
 template <class Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const AttnParams p, const __grid_constant__ FwdMaps maps, int* next_tile) {
-  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kD = Cfg::kD, kStages = Cfg::kStages;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  constexpr int kDqk = Cfg::kDqk, kDv = Cfg::kDv, kSw = Cfg::kSwizzle, kCols = Cfg::kCols;
   constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
-  constexpr int kNV = kD / 8;       // n8 tiles of O
+  constexpr int kNV = kDv / 8;      // n8 tiles of O
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t so = Cfg::kOwnO ? sq + Cfg::kQBytes : sq;  // the O staging tile
   const uint32_t sk0 = sq + Cfg::kQBytes + Cfg::kOBytes;
-  const uint32_t sv0 = sk0 + kStages * Cfg::kKVBytes;
-  const uint32_t bar0 = sv0 + kStages * Cfg::kKVBytes;
+  const uint32_t sv0 = sk0 + kStages * Cfg::kKBytes;
+  const uint32_t bar0 = sv0 + kStages * Cfg::kVBytes;
   const uint32_t q_full = bar0, q_empty = bar0 + 8u;
   const uint32_t tile_slot = bar0 + static_cast<uint32_t>(Cfg::kBarBytes);
   auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(2 + kind * kStages + s); };
@@ -216,8 +221,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
   const int shift = p.align == 1 ? len_k - len_q : 0;
-  const int tiles_m = (len_q + kBlockM - 1) / kBlockM;
-  const int num_tiles = tiles_m * static_cast<int>(p.heads_q * p.batch);
+  // Evaluated where used, from p: a value computed here and held across the register
+  // reallocation (setmaxnreg) below spills.
+  auto tiles_m = [&] { return (static_cast<int>(p.seqlen_q) + kBlockM - 1) / kBlockM; };
+  auto num_tiles = [&] { return tiles_m() * static_cast<int>(p.heads_q * p.batch); };
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full);
@@ -263,12 +270,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
       };
-      if (tile >= num_tiles) {  // no tile left: the barrier completes with no bytes
+      if (tile >= num_tiles()) {  // no tile left: the barrier completes with no bytes
         name_tile();
         hopper::mbar_arrive(q_full);
         return;
       }
-      const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+      const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
       // From p's fields, not the values above: in 24 registers, keeping those live spills.
       const int n_blocks = key_blocks<Cfg>(p, tl.m0, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
                                            p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
@@ -279,20 +286,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       auto load = [&](int which, int it) {
         const int s = stage(base + it), n = n_blocks - 1 - it;
         const uint32_t full = which == 0 ? k_full(s) : v_full(s);
-        const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * Cfg::kKVBytes);
+        const int bytes = which == 0 ? Cfg::kKBytes : Cfg::kVBytes;
+        const uint32_t dst = (which == 0 ? sk0 : sv0) + static_cast<uint32_t>(s * bytes);
         hopper::mbar_wait(which == 0 ? k_empty(s) : v_empty(s), parity(base + it) ^ 1u);
-        hopper::mbar_expect(full, Cfg::kKVBytes);
+        hopper::mbar_expect(full, bytes);
 #pragma unroll
-        for (int c = 0; c < kD / 64; ++c)
-          hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * 128), which == 0 ? &maps.k : &maps.v, c * 64,
-                           n * kBlockN, kvh, tl.b, full);
+        for (int c = 0; c < (kDqk > kDv ? kDqk : kDv) / kCols; ++c)
+          if (c < (which == 0 ? kDqk : kDv) / kCols)
+            hopper::tma_load(dst + static_cast<uint32_t>(c * kBlockN * kSw), which == 0 ? &maps.k : &maps.v, c * kCols,
+                             n * kBlockN, kvh, tl.b, full);
       };
       if (n_blocks > 0) load(0, 0);
       name_tile();
       hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
-      for (int c = 0; c < kD / 64; ++c)
-        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * 128), &maps.q, c * 64, tl.m0, tl.h, tl.b, q_full);
+      for (int c = 0; c < kDqk / kCols; ++c)
+        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b, q_full);
       for (int it = 1; it < n_blocks; ++it) {
         load(0, it);
         load(1, it - 1);
@@ -310,8 +319,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const float sl2 = p.scale * static_cast<float>(M_LOG2E);
-  const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * 128);  // this warpgroup's Q rows
-  const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * 128);  // and its O rows
+  const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's Q rows
+  const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // and its O rows
   // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
   auto q_done = [&] {
     if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
@@ -321,8 +330,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
-    if (tile >= num_tiles) return;
-    const Tile tl = tile_at<Cfg>(p, tile, tiles_m);
+    if (tile >= num_tiles()) return;
+    const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
@@ -344,16 +353,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
     // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
     auto issue_s = [&](int it) {
-      fa2::wg_gemm<T, kNT, kD, 0, kBlockM, kBlockN, true>(
-          acc_s, sq_wg, sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKVBytes));
+      gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
+                                                  sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
     };
-    // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 2048 bytes
-    // further; N = kD across its 64-column blocks, kBlockN * 128 bytes apart).
+    // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
+    // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
     auto issue_pv = [&](int it) {
-      const uint64_t db = fa2::wg_desc(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKVBytes), kBlockN * 128);
+      const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
-        fa2::wg_mma_rs<T, kD>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * 128));
+        fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
     };
 
     // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),

@@ -10,9 +10,9 @@
 namespace flashattn {
 namespace fa3 {
 
-template <int D, int kDtype>
+template <int Dqk, int Dv, int kDtype>
 FwdLaunchResult run_fwd(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream) {
-  using Cfg = FwdTraits<D>;
+  using Cfg = FwdTraits<Dqk, Dv>;
   using T = typename fa2::DtypeToElem<kDtype>::type;
   auto kernel = fwd_kernel<Cfg, T>;
   FwdLaunchResult r{};

@@ -6,31 +6,48 @@ namespace flashattn {
 namespace fa3 {
 
 // One CTA per SM, persistent over 128-row query tiles: a producer warpgroup and two
-// consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep ring. Head dim D (= head_dim_v) in
-// 64-column blocks of the 128-byte swizzle: a tile of R rows is D / 64 column blocks of
-// R x 128 bytes, each 1024-byte aligned.
-template <int D>
+// consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep ring. Head
+// dims Dqk (Q, K) and Dv (V, O) in column blocks of kCols columns, rows of kSwizzle bytes in
+// the copy engine's swizzle of that width: a tile of R rows and D columns is D / kCols column
+// blocks of R x kSwizzle bytes, each 1024-byte aligned. The 128-byte swizzle (64 columns)
+// where both head dims are multiples of 64; else (d = 96) the 64-byte swizzle (32 columns):
+// the tiles hold exactly the head dim, no padding.
+template <int Dqk, int Dv>
 struct FwdTraits {
-  static constexpr int kD = D;
+  static constexpr int kDqk = Dqk, kDv = Dv;
+  static constexpr int kSwizzle = Dqk % 64 == 0 && Dv % 64 == 0 ? 128 : 64;
+  static constexpr int kCols = kSwizzle / 2;
   static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = D <= 128 ? 128 : 64;  // d = 256: the O accumulator takes 128 registers
+  // Key block rows, a multiple of 16 (the k16 steps of O += P V): 128 up to d = 128; 112 at
+  // head_dim_qk 192 (the largest that fits shared memory at 192/192, as FA3's 128 x 112; the
+  // O accumulator takes 96 registers, S 56, P 28; at 192/128 it leaves room for an O buffer);
+  // 64 at d = 256 (the O accumulator takes 128 registers).
+  static constexpr int kBlockN = Dv > 192 ? 64 : Dqk > 128 ? 112 : 128;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
-  static constexpr int kQBytes = kBlockM * D * 2;
-  // O leaves through shared memory, one warpgroup's rows per TMA store: through a buffer of
-  // its own up to d = 128, so the next tile's Q loads once the last S GEMM has read Q; at
-  // d = 256 (shared memory is short) through the Q tile, once the tile is done.
-  static constexpr int kOBoxRows = 64;
-  static constexpr bool kOwnO = D <= 128;
-  static constexpr int kOBytes = kOwnO ? kBlockM * D * 2 : 0;
-  static constexpr int kKVBytes = kBlockN * D * 2;  // one K or V tile
+  static constexpr int kQBytes = kBlockM * Dqk * 2;
+  static constexpr int kKBytes = kBlockN * Dqk * 2;  // one K tile
+  static constexpr int kVBytes = kBlockN * Dv * 2;   // one V tile
   // Barriers: Q full, Q empty, then K full, V full, K empty, V empty x kStages each (8 bytes
   // each); after them the slot through which the producer names the consumers' next tile.
   static constexpr int kBarBytes = 8 * (2 + 4 * kStages);
   static constexpr int kSlotBytes = 8;
-  // Dynamic shared memory: the tiles start at the first 1024-byte boundary (1024 bytes of slack).
-  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKVBytes + kBarBytes + kSlotBytes;
-  static_assert(D % 64 == 0 && D <= 256, "head dim: a multiple of 64 up to 256");
+  // The opt-in dynamic shared memory of a CTA on sm_90 (227 KB).
+  static constexpr int kSmemLimit = 232448;
+  // Dynamic shared memory but the O buffer: the tiles start at the first 1024-byte boundary
+  // (1024 bytes of slack).
+  static constexpr int kSmemNoO = 1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes + kSlotBytes;
+  // O leaves through shared memory, one warpgroup's rows per TMA store: through a buffer of
+  // its own wherever one fits (d <= 128, 192/128), so the next tile's Q loads once the last S
+  // GEMM has read Q; else (192/192, 256/256) through the Q tile, once the tile is done.
+  static constexpr int kOBoxRows = 64;
+  static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= kSmemLimit;
+  static constexpr int kOBytes = kOwnO ? kBlockM * Dv * 2 : 0;
+  static constexpr int kSmemBytes = kSmemNoO + kOBytes;
+  static_assert(Dqk % kCols == 0 && Dv % kCols == 0 && Dqk <= 256 && Dv <= 256,
+                "head dims: whole column blocks, up to 256");
+  static_assert(kBlockN % 16 == 0 && kSmemBytes <= kSmemLimit, "key blocks of whole k16 steps, in shared memory");
+  static_assert(kOwnO || Dv <= Dqk, "O through the Q tile: O's columns fit Q's");
 };
 
 }  // namespace fa3

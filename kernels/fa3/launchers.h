@@ -14,12 +14,18 @@ inline constexpr int kNumDtypes = 2;
 // CMakeLists.txt defines FLASHATTN_FA3 to 1 when FLASHATTN_CUDA_ARCHITECTURES builds the Sm90a
 // policy; the launchers are null otherwise.
 #if FLASHATTN_FA3
-extern template FwdLaunchResult run_fwd<64, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<64, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<256, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
-extern template FwdLaunchResult run_fwd<256, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<64, 64, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<64, 64, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<96, 96, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<96, 96, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<128, 128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<128, 128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, 128, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, 128, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, 192, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<192, 192, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<256, 256, kFp16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
+extern template FwdLaunchResult run_fwd<256, 256, kBf16>(const AttnParams&, const FwdLaunch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<64, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<64, kBf16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
 extern template BwdLaunchResult run_bwd<128, kFp16>(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);
@@ -30,15 +36,21 @@ extern template BwdLaunchResult run_bwd<128, kBf16>(const AttnParams&, const Bwd
 #endif
 inline constexpr bool kBuilt = FLASHATTN_FA3 != 0;
 
-// Forward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
-// head dim runs on fa2.
-inline constexpr int kFwdDims[] = {64, 128, 256};
-inline constexpr int kNumFwd = 3;
+// Forward head dims served (head_dim_qk, head_dim_v), exactly: a problem of other
+// head dims runs on fa2.
+struct FwdDims {
+  int qk, v;
+};
+inline constexpr FwdDims kFwdDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+inline constexpr int kNumFwd = 6;
 using FwdRunFn = FwdLaunchResult (*)(const AttnParams&, const FwdLaunch&, cudaStream_t);
 inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
-    {FLASHATTN_FA3_FN(run_fwd<64, kFp16>), FLASHATTN_FA3_FN(run_fwd<64, kBf16>)},
-    {FLASHATTN_FA3_FN(run_fwd<128, kFp16>), FLASHATTN_FA3_FN(run_fwd<128, kBf16>)},
-    {FLASHATTN_FA3_FN(run_fwd<256, kFp16>), FLASHATTN_FA3_FN(run_fwd<256, kBf16>)}};
+    {FLASHATTN_FA3_FN(run_fwd<64, 64, kFp16>), FLASHATTN_FA3_FN(run_fwd<64, 64, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<96, 96, kFp16>), FLASHATTN_FA3_FN(run_fwd<96, 96, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<128, 128, kFp16>), FLASHATTN_FA3_FN(run_fwd<128, 128, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<192, 128, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, 128, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<192, 192, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, 192, kBf16>)},
+    {FLASHATTN_FA3_FN(run_fwd<256, 256, kFp16>), FLASHATTN_FA3_FN(run_fwd<256, 256, kBf16>)}};
 
 // Backward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
 // head dim runs on fa2.

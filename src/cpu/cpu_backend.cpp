@@ -21,8 +21,8 @@ CheckedSize slot_bytes(const AttnParams& p) {
 }
 
 CheckedSize shared_bytes(const AttnParams& p) {
-  if (p.kv_enabled) return kv_shared_bytes(p);
-  return p.algorithm == FLASHATTN_ALGORITHM_STANDARD ? standard_shared_bytes(p) : CheckedSize(0);
+  if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD && !p.kv_enabled) return standard_shared_bytes(p);
+  return p.direction == kForward || p.kv_enabled ? flash_fwd_shared_bytes(p) : CheckedSize(0);
 }
 
 flashattn_status_t check_offsets(const int32_t* cu, const char* name, int64_t batch, int64_t total, int64_t max_len,
@@ -84,6 +84,16 @@ flashattn_status_t cpu_prepare_plan(int* threads) {
   *threads = cpu::default_thread_count();
   cpu::reserve_workers(*threads);
   return FLASHATTN_STATUS_SUCCESS;
+}
+
+int64_t cpu_kv_splits(const AttnParams& p) {
+  if (cpu::decode_schedule(p)) return cpu::decode_splits(p);
+  // Enough (sequence, head, query block, split) tasks to occupy the largest CPU teams
+  // (64), each split at least 256 keys (4 tiles).
+  const int64_t tasks = p.batch * p.heads_q * ((p.seqlen_q + 127) / 128);
+  const int64_t by_tasks = tasks >= 64 ? 1 : (64 + tasks - 1) / tasks;
+  const int64_t by_keys = p.seqlen_k / 256 > 1 ? p.seqlen_k / 256 : 1;
+  return by_tasks < by_keys ? by_tasks : by_keys;
 }
 
 CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {

@@ -38,6 +38,20 @@ constexpr int64_t first_dot_row(int64_t len_q) {
   return len_q - last <= kDotRows ? last : len_q;
 }
 
+// A forward whose sequences all have at most kDotRows query rows (decode, short chunks)
+// takes the decode schedule (flash_fwd.cpp): a task per (sequence, range of query heads,
+// key split) that loads each K and V tile once for all the query heads sharing its kv
+// head (GQA).
+bool decode_schedule(const AttnParams& p);
+
+// Key splits of a decode schedule chosen from the shape alone (batch, heads, seqlen_q,
+// seqlen_k: never the thread count, so results do not depend on it).
+int64_t decode_splits(const AttnParams& p);
+
+// Key splits of a forward run (1: none): the plan's for a KV-cache run, decode_splits for
+// a decode schedule without varlen, else 1.
+int64_t forward_splits(const AttnParams& p);
+
 // Alignment of every buffer carved from the workspace (cache line).
 constexpr int64_t kAlign = 64;
 
@@ -57,6 +71,7 @@ struct Carver {
 };
 
 // Per-thread slot bytes and shared bytes of each algorithm.
+CheckedSize flash_fwd_shared_bytes(const AttnParams& p);
 CheckedSize flash_fwd_slot_bytes(const AttnParams& p);
 CheckedSize flash_bwd_slot_bytes(const AttnParams& p);
 CheckedSize standard_shared_bytes(const AttnParams& p);

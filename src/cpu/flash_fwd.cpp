@@ -72,6 +72,48 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
+// The K and V rows of one key tile as the score and P V loops read them (row strides ldk,
+// ldv): the slot's converted fp32 tiles, or for dot blocks whose rows are evenly strided
+// (no pages) the inputs in place, fp32 or 16-bit (kh, vh: converted as they are read), so
+// decode reads each key once instead of converting it into the slot first. In place, a
+// 16-bit tile read 2-3x faster than one converted into the slot (bf16, 1 thread, EPYC:
+// the conversion's stores and reloads waited on the strided source rows).
+struct KeyTile {
+  const float* k;
+  const uint16_t* kh;  // K in place as 16-bit rows (k unused), or null
+  int64_t ldk;
+  const float* v;
+  const uint16_t* vh;  // V in place as 16-bit rows (v unused), or null
+  int64_t ldv;
+};
+
+// Loads what the key tile [j0, j0 + nj) of c needs into w's K and V tiles, or points at the
+// inputs: K in place for dot blocks without pages (the dot products read dqk elements of
+// each row), V too when head_dim_v is a multiple of the GEMM's column unit (it reads whole
+// kTileN-column vectors).
+KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, bool dots, const FwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
+  const bool in_place = dots && p.kv_block_table == nullptr;
+  KeyTile t{w.k, nullptr, dqk, w.v, nullptr, dvp};
+  if (in_place) {
+    const char* k = elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0));
+    t.k = p.dtype == kFp32 ? reinterpret_cast<const float*>(k) : nullptr;
+    t.kh = p.dtype == kFp32 ? nullptr : reinterpret_cast<const uint16_t*>(k);
+    t.ldk = p.k_stride.s;
+  } else {
+    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
+  }
+  if (in_place && dv == dvp) {
+    const char* v = elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0));
+    t.v = p.dtype == kFp32 ? reinterpret_cast<const float*>(v) : nullptr;
+    t.vh = p.dtype == kFp32 ? nullptr : reinterpret_cast<const uint16_t*>(v);
+    t.ldv = p.v_stride.s;
+  } else {
+    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
+  }
+  return t;
+}
+
 // One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
@@ -80,17 +122,25 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
 // lanes, and K needs no transposing. Dot blocks (few rows) work on S = Q K^T by dot
 // products, row by row. Both give every score the same sum in the same order.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-                 bool dots, const RowState& st, const FwdSlot& w) {
+                 bool dots, const KeyTile& kt, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   const bool partial = kind == kTilePartial;
   if (dots) {
-    dot_rows(ni, nj, dqk, st.q, dqk, w.k, dqk, w.s, kBc);  // padding columns: transform_scores
+    if (kt.kh != nullptr) {  // padding columns: transform_scores
+      dot_rows_h(ni, nj, dqk, st.q, dqk, kt.kh, kt.ldk, w.s, kBc, p.dtype == kBf16);
+    } else {
+      dot_rows(ni, nj, dqk, st.q, dqk, kt.k, kt.ldk, w.s, kBc);
+    }
     transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
     if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
     online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
     if (w.drop)
       for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
-    gemm(ni, dvp, nj, w.s, kBc, w.v, dvp, st.acc, dvp, true);
+    if (kt.vh != nullptr) {
+      gemm_h(ni, dvp, nj, w.s, kBc, kt.vh, kt.ldv, st.acc, dvp, p.dtype == kBf16);
+    } else {
+      gemm(ni, dvp, nj, w.s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
+    }
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
@@ -103,12 +153,52 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
   gemm_at(ni, dvp, nj, w.s, kBr, w.v, dvp, st.acc, dvp, true);  // acc += P V, P read from S^T
 }
 
+// Writes O and LSE of rows [i0, i0 + ni) of context c from their state st, or with parts
+// (split s of a split run) the normalized partial O and LSE of the keys it covered.
+void finish_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const RowState& st, const FwdSlot& w,
+                 const SplitParts* parts, int64_t s) {
+  const int64_t dv = p.head_dim_v, dvp = round_up(dv, kTileN);
+  for (int64_t r = 0; r < ni; ++r) {
+    const int64_t i = i0 + r;
+    // l = 0 exactly iff every probability was 0 (the row's maximum alone gives
+    // exp(0) = 1): a fully masked row. A NaN l (a NaN or +inf score) is not empty and
+    // makes O and LSE NaN.
+    const bool empty = st.l[r] == 0.f;
+    const float inv = empty ? 0.f : 1.f / st.l[r];
+    const float lse = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
+    if (parts != nullptr) {
+      const int64_t row = split_row(p, s, c.b, c.h, i);
+      parts->lse[row] = lse;
+      float* o = parts->o + row * dv;
+      for (int64_t d = 0; d < dv; ++d) o[d] = st.acc[r * dvp + d] * inv;
+      continue;
+    }
+    store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
+    if (p.lse) p.lse[lse_index(p, c, i)] = lse;
+  }
+}
+
+// Loads query rows [i0, i0 + ni) of context c (rotated for a KV-cache run with rotary
+// embedding) into q (row stride dqk) and clears their state (rows [0, n_clear) of st).
+void start_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, float* q, const RowState& st,
+                int64_t n_clear) {
+  const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
+  load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, i0, ni, dqk, q, dqk);
+  if (p.rotary != 0)
+    for (int64_t r = 0; r < ni; ++r) rotate_row(p, q + r * dqk, query_rotary_position(p, c.b, i0 + r));
+  for (int64_t r = 0; r < n_clear; ++r) {
+    st.m[r] = -INFINITY;
+    st.l[r] = 0.f;
+  }
+  memset(st.acc, 0, sizeof(float) * static_cast<size_t>(n_clear * dvp));
+}
+
 // Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence) against keys
 // [j_begin, j_end) (j_begin a multiple of kBc). Writes O and LSE, or with parts (split
 // s of a split-KV run) the normalized partial O and LSE of those keys.
 void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end, const FwdSlot& w,
                    const SplitParts* parts, int64_t s) {
-  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
+  const int64_t dqk = p.head_dim_qk;
   int64_t rows[kSub];
   int64_t block_rows = 0;
   for (int sb = 0; sb < kSub; ++sb) {
@@ -122,16 +212,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
     const int64_t start = i0 + sb * kBr;
     const RowState& st = w.sub[sb];
     float* q = dots ? st.q : w.qrows;
-    load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, start, rows[sb], dqk, q, dqk);
-    if (p.rotary != 0)
-      for (int64_t r = 0; r < rows[sb]; ++r) rotate_row(p, q + r * dqk, query_rotary_position(p, c.b, start + r));
-    if (!dots) pack_panels(q, dqk, rows[sb], dqk, st.q);
     // Every row of the tile, the padding rows' too: the column softmax reads them all.
-    for (int64_t r = 0; r < kBr; ++r) {
-      st.m[r] = -INFINITY;
-      st.l[r] = 0.f;
-    }
-    memset(st.acc, 0, sizeof(float) * static_cast<size_t>(kBr * dvp));
+    start_rows(p, c, start, rows[sb], q, st, kBr);
+    if (!dots) pack_panels(q, dqk, rows[sb], dqk, st.q);
   }
 
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
@@ -143,37 +226,107 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
-    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
+    const KeyTile kt = load_key_tile(p, c, j0, nj, dots, w);
     for (int sb = 0; sb < kSub; ++sb) {
-      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, w.sub[sb], w);
+      if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, kt, w.sub[sb], w);
     }
   }
 
-  for (int sb = 0; sb < kSub; ++sb) {
-    const RowState& st = w.sub[sb];
-    for (int64_t r = 0; r < rows[sb]; ++r) {
-      const int64_t i = i0 + sb * kBr + r;
-      // l = 0 exactly iff every probability was 0 (the row's maximum alone gives
-      // exp(0) = 1): a fully masked row. A NaN l (a NaN or +inf score) is not empty and
-      // makes O and LSE NaN.
-      const bool empty = st.l[r] == 0.f;
-      const float inv = empty ? 0.f : 1.f / st.l[r];
-      const float lse = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
-      if (parts != nullptr) {
-        const int64_t row = split_row(p, s, c.b, c.h, i);
-        parts->lse[row] = lse;
-        float* o = parts->o + row * dv;
-        for (int64_t d = 0; d < dv; ++d) o[d] = st.acc[r * dvp + d] * inv;
-        continue;
+  for (int sb = 0; sb < kSub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s);
+}
+
+// The keys [*j_begin, *j_end) of split s of n_splits over len_k keys: whole kBc tiles, the
+// last splits possibly empty.
+void split_range(int64_t len_k, int64_t n_splits, int64_t s, int64_t* j_begin, int64_t* j_end) {
+  const int64_t chunk = round_up(ceil_div(len_k, n_splits), kBc);
+  *j_begin = s * chunk < len_k ? s * chunk : len_k;
+  *j_end = *j_begin + chunk < len_k ? *j_begin + chunk : len_k;
+}
+
+// Keys a decode task's kv heads take turns over (decode_task): 4 tiles. With key rows of
+// all heads 4 KiB or more apart (BSHD, 16 heads of d = 64 in fp32), each key of a head
+// is on a page of its own; a window's 256 pages stay in the TLB while the task's other
+// kv heads read the same pages, where one head's pass over all keys missed the TLB on
+// every key (measured: 2x the time of the same bytes read contiguously).
+constexpr int64_t kDecodeWindow = 4 * kBc;
+
+// Query heads [h0, h0 + nh) of sequence b (every row of each: a decode schedule has at
+// most kDotRows per head, and nh * rows <= kBr) against split s of the keys. Each kv head
+// of the range loads each K and V tile once for all of its query heads in the range (GQA
+// packing), and the kv heads take turns over windows of kDecodeWindow keys.
+void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t n_splits, int64_t s, const FwdSlot& w,
+                 const SplitParts* parts) {
+  const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
+  const int64_t group = p.heads_q / p.heads_kv;
+  HeadCtx ctx[kBr];
+  RowState st[kBr];
+  const RowState& all = w.sub[0];
+  int64_t rows = 0;
+  for (int64_t e = 0; e < nh; ++e) {
+    ctx[e] = make_head_ctx(p, b, h0 + e);
+    rows = ctx[e].len_q;
+    st[e] = RowState{all.q + e * rows * dqk, all.acc + e * rows * dvp, all.m + e * rows, all.l + e * rows};
+    start_rows(p, ctx[e], 0, rows, st[e].q, st[e], rows);
+  }
+  if (rows == 0) return;  // varlen: an empty sequence
+  int64_t j_begin, j_end;
+  split_range(ctx[0].len_k, n_splits, s, &j_begin, &j_end);
+  for (int64_t w0 = j_begin; w0 < j_end; w0 += kDecodeWindow) {
+    const int64_t w1 = j_end - w0 < kDecodeWindow ? j_end : w0 + kDecodeWindow;
+    for (int64_t e0 = 0; e0 < nh;) {
+      // The query heads [e0, e1) of the range share kv head ctx[e0].hk.
+      const int64_t e1 = (ctx[e0].hk + 1) * group - h0 < nh ? (ctx[e0].hk + 1) * group - h0 : nh;
+      for (int64_t j0 = w0; j0 < w1; j0 += kBc) {
+        const int64_t nj = w1 - j0 < kBc ? w1 - j0 : kBc;
+        TileKind kind[kBr];
+        bool any = false;
+        for (int64_t e = e0; e < e1; ++e) {
+          kind[e] = classify_tile(p, ctx[e], 0, rows, j0, nj);
+          any |= kind[e] != kTileSkip;
+        }
+        if (!any) continue;
+        const KeyTile kt = load_key_tile(p, ctx[e0], j0, nj, true, w);
+        for (int64_t e = e0; e < e1; ++e)
+          if (kind[e] != kTileSkip) update_rows(p, ctx[e], 0, rows, j0, nj, kind[e], true, kt, st[e], w);
       }
-      store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
-      if (p.lse) p.lse[lse_index(p, c, i)] = lse;
+      e0 = e1;
     }
   }
+  for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s);
+}
+
+// Query heads per decode task: whole GQA groups of kv heads while their rows fit one
+// kBr-row state, else kBr / rows heads of one group.
+int64_t decode_heads_per_task(const AttnParams& p) {
+  const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q > 0 ? p.seqlen_q : 1;
+  if (group * rows > kBr) return kBr / rows;
+  const int64_t kv = kBr / (group * rows) < p.heads_kv ? kBr / (group * rows) : p.heads_kv;
+  return kv * group;
 }
 
 }  // namespace
+
+bool decode_schedule(const AttnParams& p) { return p.direction == kForward && p.seqlen_q <= kDotRows; }
+
+int64_t decode_splits(const AttnParams& p) {
+  // Enough (sequence, head range, split) tasks for the largest CPU teams (64), each split
+  // at least 256 keys (4 tiles); a function of the shape only, so results never depend
+  // on the machine or the thread count.
+  const int64_t tasks = p.batch * ceil_div(p.heads_q, decode_heads_per_task(p));
+  const int64_t by_tasks = tasks >= 64 ? 1 : ceil_div(64, tasks);
+  const int64_t by_keys = p.seqlen_k / 256 > 1 ? p.seqlen_k / 256 : 1;
+  return by_tasks < by_keys ? by_tasks : by_keys;
+}
+
+int64_t forward_splits(const AttnParams& p) {
+  if (p.kv_enabled) return p.kv_num_splits;
+  return decode_schedule(p) && !p.varlen ? decode_splits(p) : 1;
+}
+
+CheckedSize flash_fwd_shared_bytes(const AttnParams& p) {
+  if (p.kv_enabled) return kv_shared_bytes(p);
+  return forward_splits(p) > 1 ? split_parts_bytes(p) : CheckedSize(0);
+}
 
 CheckedSize flash_fwd_slot_bytes(const AttnParams& p) {
   Carver cv{nullptr};
@@ -182,16 +335,21 @@ CheckedSize flash_fwd_slot_bytes(const AttnParams& p) {
 }
 
 void flash_forward(const AttnParams& p, char* workspace, int threads) {
-  // Split-KV (KV-cache runs only): each (sequence, head, query block) task is split into
-  // kv_num_splits key ranges of whole kBc tiles whose partial results are merged after;
-  // the split count comes from the plan, never from the thread count.
-  const int64_t n_splits = p.kv_enabled ? p.kv_num_splits : 1;
-  const size_t shared = p.kv_enabled ? static_cast<size_t>(kv_shared_bytes(p).value()) : 0;
-  const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
-  const int64_t rows_per_task = kFwdBlockRows;
-  const int64_t n_qt = ceil_div(p.seqlen_q, rows_per_task);
-  const int64_t n_tasks = p.batch * p.heads_q * n_qt * n_splits;
+  // Split runs (KV-cache runs, and decode schedules of long keys): each task is split into
+  // forward_splits(p) key ranges of whole kBc tiles whose partial results are merged after;
+  // the split count comes from the shape (or the plan), never from the thread count.
+  const int64_t n_splits = forward_splits(p);
   // Both sizes are parts of the checked workspace size the API layer validated.
+  const size_t shared = static_cast<size_t>(flash_fwd_shared_bytes(p).value());
+  const SplitParts parts = n_splits > 1 ? split_parts(p, workspace) : SplitParts{nullptr, nullptr};
+  const SplitParts* out = n_splits > 1 ? &parts : nullptr;
+  const bool decode = decode_schedule(p);
+  // Decode: a task per (sequence, range of query heads, split); else per (sequence, query
+  // head, block of query rows, split). A decode's rows are one block (at most kDotRows).
+  const int64_t heads_per_task = decode ? decode_heads_per_task(p) : 1;
+  const int64_t n_ht = ceil_div(p.heads_q, heads_per_task);
+  const int64_t n_qt = ceil_div(p.seqlen_q, kFwdBlockRows);
+  const int64_t n_tasks = p.batch * n_ht * n_qt * n_splits;
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
   const int team = team_size(threads, n_tasks, attention_work(p));
   TaskCounter tasks(n_tasks);
@@ -210,16 +368,17 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
       // handing out long tasks first shortens the tail of the dynamic schedule.
       const int64_t s = t % n_splits, u = t / n_splits;
       const int64_t qt = n_qt - 1 - u % n_qt, bh = u / n_qt;
-      const HeadCtx c = make_head_ctx(p, bh / p.heads_q, bh % p.heads_q);
-      if (qt * rows_per_task >= c.len_q) continue;  // varlen: past this sequence's end
-      if (n_splits == 1) {
-        forward_block(p, c, qt * rows_per_task, 0, c.len_k, w, nullptr, 0);
+      const int64_t b = bh / n_ht, h0 = bh % n_ht * heads_per_task;
+      if (decode) {
+        const int64_t nh = p.heads_q - h0 < heads_per_task ? p.heads_q - h0 : heads_per_task;
+        decode_task(p, b, h0, nh, n_splits, s, w, out);
         continue;
       }
-      const int64_t chunk = round_up(ceil_div(c.len_k, n_splits), kBc);
-      const int64_t j_begin = s * chunk < c.len_k ? s * chunk : c.len_k;
-      const int64_t j_end = j_begin + chunk < c.len_k ? j_begin + chunk : c.len_k;
-      forward_block(p, c, qt * rows_per_task, j_begin, j_end, w, &parts, s);
+      const HeadCtx c = make_head_ctx(p, b, h0);
+      if (qt * kFwdBlockRows >= c.len_q) continue;  // varlen: past this sequence's end
+      int64_t j_begin, j_end;
+      split_range(c.len_k, n_splits, s, &j_begin, &j_end);
+      forward_block(p, c, qt * kFwdBlockRows, j_begin, j_end, w, out, s);
     }
   });
   if (n_splits > 1) combine_split_parts(p, parts, threads);

@@ -67,8 +67,9 @@ namespace {
 
 SplitParts carve_split_parts(const AttnParams& p, Carver& cv) {
   SplitParts parts;
-  parts.o = cv.floats(p.kv_num_splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
-  parts.lse = cv.floats(p.kv_num_splits, p.batch, p.heads_q, p.seqlen_q);
+  const int64_t n = forward_splits(p);
+  parts.o = cv.floats(n, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  parts.lse = cv.floats(n, p.batch, p.heads_q, p.seqlen_q);
   return parts;
 }
 
@@ -95,17 +96,16 @@ SplitParts split_parts(const AttnParams& p, char* shared) {
 }
 
 void combine_split_parts(const AttnParams& p, const SplitParts& parts, int threads) {
-  const int64_t n_rows = p.batch * p.heads_q * p.seqlen_q, dv = p.head_dim_v;
+  const int64_t n_rows = p.batch * p.heads_q * p.seqlen_q, dv = p.head_dim_v, n_splits = forward_splits(p);
   const int64_t lse_step = split_row(p, 1, 0, 0, 0);
   TaskCounter tasks(n_rows);
-  const double work = static_cast<double>(n_rows * p.kv_num_splits * dv);
+  const double work = static_cast<double>(n_rows * n_splits * dv);
   run_team(team_size(threads, n_rows, work), [&](const TeamMember&) {
     float out[FLASHATTN_MAX_HEAD_DIM];
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t i = t % p.seqlen_q, h = (t / p.seqlen_q) % p.heads_q, b = t / (p.seqlen_q * p.heads_q);
       const int64_t row = split_row(p, 0, b, h, i);
-      const float lse =
-          combine_row(p.kv_num_splits, parts.o + row * dv, lse_step * dv, parts.lse + row, lse_step, dv, out);
+      const float lse = combine_row(n_splits, parts.o + row * dv, lse_step * dv, parts.lse + row, lse_step, dv, out);
       row_from_float(out, p.dtype, elem_ptr(p.o, p.dtype, row_offset(p, p.o_stride, b, i, h)), dv);
       if (p.lse) p.lse[(b * p.heads_q + h) * p.seqlen_q + i] = lse;
     }

@@ -34,9 +34,9 @@ flashattn_status_t check_append_targets(const AttnParams& p, char* scratch);
 // Writes the (rotated) new keys and the new values at each sequence's used length.
 void append_new_rows(const AttnParams& p, int threads);
 
-// Split-KV partials in the shared workspace region of a KV-cache forward with
-// kv_num_splits > 1: O parts fp32 [splits, batch, heads_q, seqlen_q, head_dim_v] and LSE
-// parts fp32 [splits, batch, heads_q, seqlen_q].
+// Split partials at the start of the shared workspace region of a forward with
+// forward_splits(p) > 1 (cpu_impl.hpp): O parts fp32 [splits, batch, heads_q, seqlen_q,
+// head_dim_v] and LSE parts fp32 [splits, batch, heads_q, seqlen_q].
 struct SplitParts {
   float* o;
   float* lse;

@@ -98,7 +98,7 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
 
 // Dropout multipliers of a tile: rp_keep where kept, 0 where dropped (philox.h keying:
 // b = sequence, h = query head, i/j = positions within the sequence). One Philox call
-// yields the words of four consecutive columns. Layout as in transform_scores.
+// yields the 16-bit values of eight consecutive columns. Layout as in transform_scores.
 template <bool kTransposed>
 inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_t ld, int64_t i0, int64_t ni,
                          int64_t j0, int64_t nj) {
@@ -107,9 +107,9 @@ inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_
     int64_t x = 0;
     while (x < nj) {
       const uint32_t j = static_cast<uint32_t>(j0 + x);
-      const Philox4 w = dropout_words(p.seed, c.head_counter, i, j >> 2);
-      for (uint32_t l = j & 3u; l < 4u && x < nj; ++l, ++x) {
-        const float v = w.x[l] >= p.drop_threshold ? p.rp_keep : 0.f;
+      const Philox4 w = dropout_words8(p.seed, c.head_counter, i, j >> 3);
+      for (uint32_t l = j & 7u; l < 8u && x < nj; ++l, ++x) {
+        const float v = dropout_halfword(w, l) >= p.drop_threshold ? p.rp_keep : 0.f;
         if (kTransposed) {
           d[x * ld + r] = v;
         } else {

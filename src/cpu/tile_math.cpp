@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cpu/isa.hpp"
 
 #define FA_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -64,6 +66,7 @@ namespace {
 
 struct KernelTable {
   decltype(&isa_base::gemm) gemm;
+  decltype(&isa_base::gemm_h) gemm_h;
   decltype(&isa_base::gemm_at) gemm_at;
   decltype(&isa_base::gemm_panels) gemm_panels;
   decltype(&isa_base::row_max) row_max;
@@ -74,6 +77,7 @@ struct KernelTable {
   decltype(&isa_base::online_softmax_cols) online_softmax_cols;
   decltype(&isa_base::dot) dot;
   decltype(&isa_base::dot_rows) dot_rows;
+  decltype(&isa_base::dot_rows_h) dot_rows_h;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
@@ -81,11 +85,11 @@ struct KernelTable {
   decltype(&isa_base::mul_row) mul_row;
 };
 
-#define FA_TABLE(ns)                                                                                   \
-  KernelTable {                                                                                        \
-    ns::gemm, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
-        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::half_row_to_float,     \
-        ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row                                   \
+#define FA_TABLE(ns)                                                                                               \
+  KernelTable {                                                                                                    \
+    ns::gemm, ns::gemm_h, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
+        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::dot_rows_h, ns::half_row_to_float, \
+        ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row                                               \
   }
 
 KernelTable pick_kernels() {
@@ -109,6 +113,10 @@ const KernelTable& kernels() {
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate) {
   kernels().gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+void gemm_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+            int64_t ldc, bool bf16) {
+  kernels().gemm_h(M, N, K, A, lda, B, ldb, C, ldc, bf16);
 }
 void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb, float* C,
              int64_t ldc, bool accumulate) {
@@ -134,6 +142,10 @@ float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b
 void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
               int64_t ldc) {
   kernels().dot_rows(M, N, K, A, lda, B, ldb, C, ldc);
+}
+void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                int64_t ldc, bool bf16) {
+  kernels().dot_rows_h(M, N, K, A, lda, B, ldb, C, ldc, bf16);
 }
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().half_row_to_float(src, dst, n); }
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().bf16_row_to_float(src, dst, n); }

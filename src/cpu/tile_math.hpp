@@ -22,6 +22,11 @@ constexpr int64_t kTileN = 16;  // column padding unit (two AVX registers)
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
           int64_t ldc, bool accumulate);
 
+// gemm accumulating (C += A B) with B of 16-bit elements, bf16 (bf16 true) or fp16,
+// converted to fp32 as they are read: the same bits as gemm on B converted first.
+void gemm_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+            int64_t ldc, bool bf16);
+
 // The same with A given transposed: C = (accumulate ? C : 0) + At^T B, At[K x M] row-major
 // (A's element (i, k) at At[k * lda + i]); the same sums in the same order as gemm on A.
 void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb, float* C,
@@ -72,6 +77,11 @@ float dot(const float* a, const float* b, int64_t n);
 // row-major: the scores of a few query rows, without transposing K).
 void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
               int64_t ldc);
+
+// dot_rows with B rows of 16-bit elements, bf16 (bf16 true) or fp16, converted to fp32 as
+// they are read: the same bits as dot_rows on B converted first.
+void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                int64_t ldc, bool bf16);
 
 // Exact conversions of n (any) elements to fp32.
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n);

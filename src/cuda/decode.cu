@@ -1,15 +1,25 @@
 // Host side of KV-cache runs on CUDA (flashattn_fwd_kvcache): the split count, the
-// workspace (split parts), the support checks, and the launches on the caller's stream:
-// append (kernels/decode/append_kernel.cuh), decode (decode_kernel.cuh), then, with more
-// than one split, combine (kernels/combine). No allocation, no synchronization.
+// workspace (split parts), the support checks, the decode kernel's architecture policy,
+// and the launches on the caller's stream: append (kernels/decode/append_kernel.cuh),
+// decode (decode_kernel.cuh), then, with more than one split, combine (kernels/combine).
+// No allocation, no synchronization.
 #include <stdint.h>
 
+#include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
 #include "decode/append_kernel.cuh"
-#include "decode/decode_kernel.cuh"
+#include "decode/launch.cuh"
 #include "error.hpp"
 
 namespace flashattn {
+namespace decode {
+#if FLASHATTN_FA2_SM90A  // kernels/decode/instances/decode_sm90a.cu
+extern template cudaError_t reserve<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l);
+extern template cudaError_t enqueue<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, cudaStream_t st);
+#endif
+}  // namespace decode
+
 namespace {
 
 constexpr int64_t kMaxIndex = 2147483647;  // the grids are 1-D
@@ -34,45 +44,62 @@ CheckedSize parts_lse_floats(const AttnParams& p) {
   return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
 }
 
-// The per-head-dim constants the host sizes a decode launch by: the kernel's dynamic shared
-// memory with its full ring (kStages tiles) and with two, the full ring's depth, and the
-// CTAs per SM its registers are budgeted for (the same for fp16 and bf16).
+// The per-policy, per-head-dim constants the host sizes a decode launch by: the kernel's
+// dynamic shared memory with its full ring (kStages tiles) and with two, the full ring's
+// depth, and the CTAs per SM its registers are budgeted for (the same for fp16 and bf16).
 struct DimPlan {
   size_t smem_full, smem_two;
   int full_stages;
   int64_t min_blocks;
 };
-template <int D>
+template <typename Arch, int D>
 constexpr DimPlan dim_plan() {
-  return {sizeof(decode::Smem<__half, D, decode::kStages<D>>), sizeof(decode::Smem<__half, D, 2>), decode::kStages<D>,
-          decode::kMinBlocks<D>};
+  return {decode::smem_size<Arch, __half, D, decode::kStages<Arch, D>>(), decode::smem_size<Arch, __half, D, 2>(),
+          decode::kStages<Arch, D>, decode::kMinBlocks<Arch, D>};
 }
-const DimPlan& plan_of(const AttnParams& p) {
-  static constexpr DimPlan k64 = dim_plan<64>(), k128 = dim_plan<128>(), k256 = dim_plan<256>();
+template <typename Arch>
+const DimPlan& plan_for(const AttnParams& p) {
+  static constexpr DimPlan k64 = dim_plan<Arch, 64>(), k128 = dim_plan<Arch, 128>(), k256 = dim_plan<Arch, 256>();
   const int d = padded_dim(p);
   return d == 64 ? k64 : d == 128 ? k128 : k256;
 }
-size_t smem_bytes(const AttnParams& p, int stages) {
-  const DimPlan& dp = plan_of(p);
-  return stages == 2 ? dp.smem_two : dp.smem_full;
+
+// Keys per copy-engine box of the Sm90a kernel: 64 for a contiguous cache or pages of a
+// multiple of 64 keys, the page size for pages of 16 or 32 (several boxes per tile); 0 for
+// other page sizes, whose rows the Sm80 kernel gathers.
+int box_rows(const AttnParams& p) {
+  if (p.kv_page_size == 0 || p.kv_page_size % decode::kTileK == 0) return decode::kTileK;  // 0: contiguous
+  return p.kv_page_size == 16 || p.kv_page_size == 32 ? static_cast<int>(p.kv_page_size) : 0;
+}
+
+// Whether the plan of p runs the Sm90a kernel where its pointers allow (bulk_maps): a
+// compute capability 9.0 device with the policy built, a page size box_rows takes, and
+// tiles at multiples of the box (no left window, which starts the key range anywhere).
+bool bulk_plan(const AttnParams& p, const cudaDeviceProp& prop) {
+  return fa2_arch_for(prop.major, prop.minor) == fa2::kArchSm90a && box_rows(p) > 0 &&
+         !(p.has_band && p.window_left >= 0);
+}
+
+const DimPlan& plan_of(const AttnParams& p, const cudaDeviceProp& prop) {
+  return bulk_plan(p, prop) ? plan_for<fa2::Sm90a>(p) : plan_for<fa2::Sm80>(p);
 }
 
 // The head dim's kStages where the device's opt-in shared memory (capped by
 // FLASHATTN_CUDA_SMEM_LIMIT) allows, else two (decode_check has refused what two do not
 // fit).
-int ring_stages(const AttnParams& p, const cudaDeviceProp& prop) {
-  const DimPlan& dp = plan_of(p);
+int ring_stages(const DimPlan& dp, const cudaDeviceProp& prop) {
   const size_t limit = static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
   return dp.smem_full <= limit ? dp.full_stages : 2;
 }
+size_t smem_bytes(const DimPlan& dp, int stages) { return stages == 2 ? dp.smem_two : dp.smem_full; }
 
 // Decode CTAs resident on one SM: as many as its shared memory holds, at most the
 // kMinBlocks the kernel's registers are budgeted for.
 int64_t ctas_per_sm(const AttnParams& p, const cudaDeviceProp& prop) {
-  const size_t per_cta = smem_bytes(p, ring_stages(p, prop)) + prop.reservedSharedMemPerBlock;
+  const DimPlan& dp = plan_of(p, prop);
+  const size_t per_cta = smem_bytes(dp, ring_stages(dp, prop)) + prop.reservedSharedMemPerBlock;
   const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / per_cta);
-  const int64_t most = plan_of(p).min_blocks;
-  return fit < 1 ? 1 : fit > most ? most : fit;
+  return fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -88,50 +115,72 @@ bool vector_loads(const AttnParams& p) {
   return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
 }
 
-// Append (with seqlen_new >= 1), then decode, for head dims padded to D. The decode
-// kernel's shared memory is granted first, so a refusal leaves the cache untouched.
-template <typename T, int D, int Stages>
-flashattn_status_t launch(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
-  const size_t smem = smem_bytes(p, Stages);
-  cudaError_t err = cudaFuncSetAttribute(decode::decode_kernel<T, D, Stages>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+// The decode launch of p with policy Arch (its maps left to the caller).
+template <typename Arch>
+decode::Launch<Arch> launch_of(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts) {
+  const DimPlan& dp = plan_for<Arch>(p);
+  decode::Launch<Arch> l{};
+  l.dim = padded_dim(p);
+  l.stages = ring_stages(dp, prop);
+  l.smem = smem_bytes(dp, l.stages);
+  l.chunks = static_cast<int>(row_chunks(p));
+  l.splits = static_cast<int>(p.kv_num_splits);
+  l.blocks = static_cast<unsigned>(p.kv_num_splits * l.chunks * p.heads_kv * p.batch);
+  l.parts = parts;
+  l.vec = vector_loads(p);
+  return l;
+}
+
+// Append (with seqlen_new >= 1), then decode. The decode kernel's shared memory is
+// granted first, so a refusal leaves the cache untouched.
+template <typename Arch>
+flashattn_status_t launch(const AttnParams& p, const decode::Launch<Arch>& l, cudaStream_t st) {
+  cudaError_t err = decode::reserve(p, l);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel: %zu bytes of shared memory refused: %s (%s)", smem,
+    return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel: %zu bytes of shared memory refused: %s (%s)", l.smem,
                 cudaGetErrorName(err), cudaGetErrorString(err));
   }
   if (p.kv_seqlen_new > 0) {
     const int64_t rows = p.batch * p.kv_seqlen_new * p.heads_kv;
-    decode::append_kernel<T><<<static_cast<unsigned>((rows + decode::kAppendWarps - 1) / decode::kAppendWarps),
-                               decode::kAppendWarps * 32, 0, st>>>(p);
+    const unsigned blocks = static_cast<unsigned>((rows + decode::kAppendWarps - 1) / decode::kAppendWarps);
+    if (p.dtype == kBf16) decode::append_kernel<__nv_bfloat16><<<blocks, decode::kAppendWarps * 32, 0, st>>>(p);
+    else decode::append_kernel<__half><<<blocks, decode::kAppendWarps * 32, 0, st>>>(p);
     err = cudaGetLastError();
     if (err != cudaSuccess)
       return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "KV-cache append kernel launch failed: %s (%s)",
                   cudaGetErrorName(err), cudaGetErrorString(err));
   }
-  const int64_t chunks = row_chunks(p);
-  const int64_t blocks = p.kv_num_splits * chunks * p.heads_kv * p.batch;
-  decode::decode_kernel<T, D, Stages><<<static_cast<unsigned>(blocks), decode::kThreads, smem, st>>>(
-      p, parts, static_cast<int>(p.kv_num_splits), static_cast<int>(chunks), vector_loads(p));
-  err = cudaGetLastError();
+  err = decode::enqueue(p, l, st);
   if (err != cudaSuccess)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED, "decode kernel launch failed: %s (%s)", cudaGetErrorName(err),
                 cudaGetErrorString(err));
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-template <typename T, int D>
-flashattn_status_t launch_staged(const AttnParams& p, const decode::Parts& parts, int stages, cudaStream_t st) {
-  return stages == 2 ? launch<T, D, 2>(p, parts, st) : launch<T, D, decode::kStages<D>>(p, parts, st);
+#if FLASHATTN_FA2_SM90A
+// The Sm90a kernel's tensor maps of p's caches (keys of a cache row, or of a page, by
+// kv heads by rows or pages); false when the copy engine cannot take a pointer, stride or
+// extent (encode_rows_map_16bit), and the Sm80 kernel runs instead.
+bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
+  const int64_t keys = p.kv_page_size > 0 ? p.kv_page_size : p.seqlen_k;
+  m->box_rows = box_rows(p);
+  return encode_rows_map_16bit(&m->k, p.k, p.head_dim_qk, keys, p.heads_kv, p.kv_num_rows, p.k_stride, m->box_rows) &&
+         encode_rows_map_16bit(&m->v, p.v, p.head_dim_v, keys, p.heads_kv, p.kv_num_rows, p.v_stride, m->box_rows);
 }
+#endif
 
-template <typename T>
-flashattn_status_t run_typed(const AttnParams& p, const decode::Parts& parts, int stages, cudaStream_t st) {
-  switch (padded_dim(p)) {
-    case 64: return launch_staged<T, 64>(p, parts, stages, st);
-    case 128: return launch_staged<T, 128>(p, parts, stages, st);
-    default: return launch_staged<T, 256>(p, parts, stages, st);
+// The decode kernel of p on this device: Sm90a where bulk_plan and its maps allow, else Sm80.
+flashattn_status_t run(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts, cudaStream_t st) {
+#if FLASHATTN_FA2_SM90A
+  decode::BulkMaps maps;
+  if (bulk_plan(p, prop) && bulk_maps(p, &maps)) {
+    decode::Launch<fa2::Sm90a> l = launch_of<fa2::Sm90a>(p, prop, parts);
+    l.maps = maps;
+    return launch(p, l, st);
   }
+#endif
+  return launch(p, launch_of<fa2::Sm80>(p, prop, parts), st);
 }
 
 }  // namespace
@@ -174,11 +223,12 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
                 "dtype=FP32: the CUDA KV-cache kernels take fp16/bf16 tensors; run fp32 KV-cache plans on the CPU "
                 "backend");
-  if (smem_bytes(p, 2) > prop.sharedMemPerBlockOptin)
+  const DimPlan& sm80 = plan_for<fa2::Sm80>(p);  // the larger rows; every run can take this kernel
+  if (smem_bytes(sm80, 2) > prop.sharedMemPerBlockOptin)
     return fail(FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED,
                 "head_dim_qk=%lld, head_dim_v=%lld: the CUDA KV-cache kernel needs %zu bytes of shared memory per "
                 "block; device %s allows %zu",
-                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(p, 2),
+                static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v), smem_bytes(sm80, 2),
                 prop.name, static_cast<size_t>(prop.sharedMemPerBlockOptin));
   if (p.seqlen_k > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
@@ -212,9 +262,7 @@ flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, v
     parts.o = reinterpret_cast<float*>(start);
     parts.lse = parts.o + parts_o_floats(p).value();
   }
-  const int stages = ring_stages(p, prop);
-  flashattn_status_t s =
-      p.dtype == kBf16 ? run_typed<__nv_bfloat16>(p, parts, stages, st) : run_typed<__half>(p, parts, stages, st);
+  flashattn_status_t s = run(p, prop, parts, st);
   if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
   CombineParams c;
   const int64_t sq = p.seqlen_q, dv = p.head_dim_v, rows = p.batch * p.heads_q * sq;

@@ -1,6 +1,11 @@
 // Host side of the FA3-design forward (kernels/fa3): which problems it serves, the TMA
 // maps of Q, K and V, and the launch of the (head dim, dtype) instance.
+#include <stddef.h>
 #include <stdint.h>
+
+#include <array>
+#include <string>
+#include <utility>
 
 #include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
@@ -15,26 +20,48 @@ namespace {
 // fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
 // the workspace fa3 would use for its tile counter.
 constexpr bool no_staged_dims() {
-  for (int d : fa3::kFwdDims)
-    if (fa2_staged_dim(d)) return false;
+  for (const fa3::FwdDims& d : fa3::kFwdDims)
+    if (fa2_staged_dim(d.qk) || fa2_staged_dim(d.v)) return false;
   return true;
 }
 static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
 
-// Index of p's head dim in fa3::kFwdDims, or -1.
+template <int Dqk, int Dv>
+bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
+  using Cfg = fa3::FwdTraits<Dqk, Dv>;
+  constexpr int sw = Cfg::kSwizzle;
+  return encode_rows_map_16bit(&m->q, p.q, Dqk, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM, sw) &&
+         encode_rows_map_16bit(&m->k, p.k, Dqk, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN, sw) &&
+         encode_rows_map_16bit(&m->v, p.v, Dv, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN, sw) &&
+         encode_rows_map_16bit(&m->o, p.o, Dv, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows, sw);
+}
+
+// What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, and
+// whether O leaves through a buffer of its own (fa3/fwd_traits.h).
+struct Config {
+  bool (*encode)(const AttnParams&, fa3::FwdMaps*);
+  bool own_o;
+};
+template <size_t... I>
+constexpr std::array<Config, sizeof...(I)> make_configs(std::index_sequence<I...>) {
+  return {{{&encode_maps<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>,
+            fa3::FwdTraits<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>::kOwnO}...}};
+}
+constexpr std::array<Config, fa3::kNumFwd> kConfigs = make_configs(std::make_index_sequence<fa3::kNumFwd>{});
+
+// Index of p's head dims in fa3::kFwdDims, or -1.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
-    if (p.head_dim_qk == fa3::kFwdDims[i] && p.head_dim_v == fa3::kFwdDims[i]) return i;
+    if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
   return -1;
 }
 
-template <int D>
-bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
-  using Cfg = fa3::FwdTraits<D>;
-  return encode_rows_map_16bit(&m->q, p.q, D, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM) &&
-         encode_rows_map_16bit(&m->k, p.k, D, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->v, p.v, D, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN) &&
-         encode_rows_map_16bit(&m->o, p.o, D, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows);
+// The served head dims as the refusal names them: "64/64, 128/128, ..." (qk/v).
+std::string served_dims() {
+  std::string s;
+  for (int i = 0; i < fa3::kNumFwd; ++i)
+    s += (i > 0 ? ", " : "") + std::to_string(fa3::kFwdDims[i].qk) + "/" + std::to_string(fa3::kFwdDims[i].v);
+  return s;
 }
 
 }  // namespace
@@ -51,9 +78,9 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     return fa3_refuse(why, why_size, "querying the device's SM count failed: %s", cudaGetErrorString(err));
   }
   if (fa3_config(p) < 0)
-    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves equal head dims 64, 128 and 256",
-                      ll(p.head_dim_qk), ll(p.head_dim_v));
-  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;  // the same at every head dim
+    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves the head dims (qk/v) %s",
+                      ll(p.head_dim_qk), ll(p.head_dim_v), served_dims().c_str());
+  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;  // the same at every head dim
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
     return fa3_refuse(why, why_size,
@@ -62,13 +89,7 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
                       ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
   if (p.seqlen_k == 0) return fa3_refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
-  bool ok = false;
-  switch (p.head_dim_v) {
-    case 64: ok = encode_maps<64>(p, &run->maps); break;
-    case 128: ok = encode_maps<128>(p, &run->maps); break;
-    case 256: ok = encode_maps<256>(p, &run->maps); break;
-  }
-  if (!ok)
+  if (!kConfigs[fa3_config(p)].encode(p, &run->maps))
     return fa3_refuse(
         why, why_size,
         "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
@@ -80,15 +101,14 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
                            cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
-  constexpr int64_t kBlockM = fa3::FwdTraits<64>::kBlockM;
+  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;  // < 2^31 (prepare)
   // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
-  // differ in length: up to d = 128, where O leaves through a buffer of its own and the next
-  // tile's loads overlap the last one's work, the CTAs claim tiles past the first grid from
-  // a zeroed counter; at d = 256 one CTA per tile, and the hardware's dispatch balances them
-  // (docs/internals/kernels-fa3-forward.md, the persistent walk).
-  static_assert(fa3::FwdTraits<128>::kOwnO && !fa3::FwdTraits<256>::kOwnO, "the own O buffer ends at d = 128");
-  const bool walk = !p.has_band || p.head_dim_v <= 128;
+  // differ in length: where O leaves through a buffer of its own and the next tile's loads
+  // overlap the last one's work, the CTAs claim tiles past the first grid from a zeroed
+  // counter; where O leaves through the Q tile, one CTA per tile, and the hardware's dispatch
+  // balances them (docs/internals/kernels-fa3-forward.md, the persistent walk).
+  const bool walk = !p.has_band || kConfigs[cfg].own_o;
   fa3::FwdLaunch launch{run.maps, static_cast<unsigned>(walk && tiles > run.sms ? run.sms : tiles), nullptr};
   if (p.has_band && launch.grid < tiles) {
     const auto at = (reinterpret_cast<uintptr_t>(workspace) + alignof(int) - 1) & ~uintptr_t{alignof(int) - 1};
@@ -105,12 +125,12 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   if (r.step == fa3::kFwdSetSmem)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-                "fa3 forward (d=%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
-                fa3::kFwdDims[cfg], r.smem, cudaGetErrorString(r.err));
+                "fa3 forward (d=%d/%d): cudaFuncSetAttribute(max dynamic shared memory = %d bytes) failed: %s",
+                fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, r.smem, cudaGetErrorString(r.err));
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "fa3 forward kernel (d=%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
-              fa3::kFwdDims[cfg], launch.grid, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err),
-              cudaGetErrorString(r.err));
+              "fa3 forward kernel (d=%d/%d, grid %u, %d bytes of shared memory, stream %p) launch failed: %s (%s)",
+              fa3::kFwdDims[cfg].qk, fa3::kFwdDims[cfg].v, launch.grid, r.smem, static_cast<void*>(stream),
+              cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn

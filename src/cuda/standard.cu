@@ -364,17 +364,14 @@ __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int
   return s;
 }
 
-// keep/(1-p) for element j (1 without dropout).
-// The keep decision is common/philox.h's dropout_keep; the word is picked with selects
-// rather than a dynamically indexed array, which would live in local memory.
+// The dropout multiplier of element j: rp_keep if kept, else 0 (1 without dropout). The
+// keep decision is common/philox.h's dropout_keep.
 template <typename T>
 __device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
   if (p.p_drop <= 0.f) return 1.f;
-  const Philox4 w = dropout_words(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
-                                  static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 2);
-  const uint32_t k = static_cast<uint32_t>(j) & 3u;
-  const uint32_t word = k == 0 ? w.x[0] : k == 1 ? w.x[1] : k == 2 ? w.x[2] : w.x[3];
-  return word >= p.drop_threshold ? p.rp_keep : 0.f;
+  const Philox4 w = dropout_words8(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
+                                   static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 3);
+  return dropout_halfword(w, static_cast<uint32_t>(j) & 7u) >= p.drop_threshold ? p.rp_keep : 0.f;
 }
 
 __device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int64_t h, int64_t i, int64_t q_start) {
@@ -394,7 +391,7 @@ __device__ __forceinline__ void store4(T* dst, float a, float b, float c, float 
 }
 
 // P_hi = rd(p) and P_lo = rd(kLoScale * (p - P_hi)) as floats (p - P_hi is exact in fp32).
-// A P_hi that overflowed (dropout's 1/(1 - p_drop) can take p past fp16's range) is left
+// A P_hi that overflowed (dropout's scale, up to 2^16, can take p past fp16's range) is left
 // the only term, as in a single rounding; a NaN p gives NaN terms.
 template <typename T>
 __device__ __forceinline__ float2 split_p(float p) {
@@ -472,7 +469,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // The same, for rows that fit in shared memory (the common case, seqlen_k <= 16k): pass 1
 // reads S once with 16-byte loads and keeps the final scores in shared memory, pass 2
-// writes P from there with vector stores and one Philox call per 4 columns. S is read
+// writes P from there with vector stores and one Philox call per 8 columns. S is read
 // once instead of twice (4 bytes of traffic per element less), and since pass 2 reads no
 // global S, the in-place write needs no per-chunk barrier and a 16-bit P_lo can go to the
 // row's second half (lo = P + ldS, ldLo = 2 ldS: 16-byte aligned rows).
@@ -515,27 +512,35 @@ __global__ void __launch_bounds__(kRowThreads)
 
   const bool live = r.valid && lse != -INFINITY;
   const uint64_t head_counter = p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h;
-  for (int64_t j0 = 4 * int64_t(threadIdx.x); j0 < Sk; j0 += 4 * int64_t(blockDim.x)) {
-    float pv[4] = {0.f, 0.f, 0.f, 0.f};
-    if (live && j0 < r.len_k) {
-      Philox4 w;
-      if (p.p_drop > 0.f) {
-        w = dropout_words(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j0 >> 2));
-      }
-      const float4 x4 = *reinterpret_cast<const float4*>(xs + j0);  // written by this thread in pass 1
-      const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+  // Eight columns per thread (two 4-column halves), the columns of one Philox call.
+  for (int64_t j8 = 8 * int64_t(threadIdx.x); j8 < Sk; j8 += 8 * int64_t(blockDim.x)) {
+    Philox4 w;
+    if (live && j8 < r.len_k && p.p_drop > 0.f) {
+      w = dropout_words8(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j8 >> 3));
+    }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (j0 + u < r.len_k) {
-          const float x = xv[u];
-          if (x != -INFINITY) {
-            pv[u] = __expf(x - lse);
-            if (p.p_drop > 0.f) pv[u] *= w.x[u] >= p.drop_threshold ? p.rp_keep : 0.f;
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j0 = j8 + 4 * half;
+      if (j0 >= Sk) break;
+      float pv[4] = {0.f, 0.f, 0.f, 0.f};
+      if (live && j0 < r.len_k) {
+        const float4 x4 = *reinterpret_cast<const float4*>(xs + j0);  // pass 1's, before block_reduce_ml
+        const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (j0 + u < r.len_k) {
+            const float x = xv[u];
+            if (x != -INFINITY) {
+              pv[u] = __expf(x - lse);
+              if (p.p_drop > 0.f) {
+                pv[u] *= dropout_halfword(w, static_cast<uint32_t>(4 * half + u)) >= p.drop_threshold ? p.rp_keep : 0.f;
+              }
+            }
           }
         }
       }
+      store4_p<T>(prow, lrow, j0, pv);
     }
-    store4_p<T>(prow, lrow, j0, pv);
   }
 }
 

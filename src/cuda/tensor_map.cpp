@@ -30,12 +30,12 @@ EncodeTiled encoder() {
   return fn;
 }
 
-// One tiled map in the 128-byte swizzle with unit element strides; elements of a box outside
+// One tiled map in the given swizzle with unit element strides; elements of a box outside
 // the tensor are skipped (reductions) or zero-filled (loads) by the engine. dims and box:
 // rank entries, innermost first; strides: rank - 1 byte strides. Every extent must fit the
 // kernels' signed 32-bit box coordinates.
 bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, const int64_t* dims,
-            const uint64_t* strides, const uint32_t* box) {
+            const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   static_assert(sizeof(TensorMap128) == sizeof(CUtensorMap) && alignof(TensorMap128) >= 64, "CUtensorMap layout");
   const EncodeTiled enc = encoder();
   if (enc == nullptr) return false;
@@ -52,9 +52,8 @@ bool encode(TensorMap128* map, CUtensorMapDataType type, int rank, void* base, c
     st[i] = static_cast<cuuint64_t>(strides[i]);
   }
   CUtensorMap m;
-  if (enc(&m, type, static_cast<cuuint32_t>(rank), base, d, st, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+  if (enc(&m, type, static_cast<cuuint32_t>(rank), base, d, st, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
     return false;
   __builtin_memcpy(map->bytes, &m, sizeof(m));
   return true;
@@ -86,8 +85,10 @@ bool encode_dq_accum_map_seqs(TensorMap128* map, float* base, int64_t cols, int6
 }
 
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
-                           int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows) {
+                           int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows,
+                           int swizzle_bytes) {
   if (box_rows <= 0 || box_rows > 256 || (reinterpret_cast<uintptr_t>(base) & 15u) != 0) return false;
+  if (swizzle_bytes != 128 && swizzle_bytes != 64) return false;
   const int64_t elem[3] = {stride_s, stride_h, stride_b};
   uint64_t strides[3];
   for (int i = 0; i < 3; ++i) {
@@ -95,14 +96,15 @@ bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, in
     strides[i] = static_cast<uint64_t>(elem[i]) * 2;
   }
   const int64_t dims[4] = {cols, rows, heads, batch};
-  const uint32_t box[4] = {64u, static_cast<uint32_t>(box_rows), 1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box);
+  const uint32_t box[4] = {static_cast<uint32_t>(swizzle_bytes / 2), static_cast<uint32_t>(box_rows), 1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box,
+                swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
-                           int64_t batch, const Strides4& s, int box_rows) {
+                           int64_t batch, const Strides4& s, int box_rows, int swizzle_bytes) {
   return encode_rows_map_16bit(map, base, cols, rows, heads, batch, s.s, heads == 1 ? s.s : s.h, batch == 1 ? s.s : s.b,
-                               box_rows);
+                               box_rows, swizzle_bytes);
 }
 
 }  // namespace flashattn

@@ -27,18 +27,20 @@ bool encode_dq_accum_map_seqs(TensorMap128* map, float* base, int64_t cols, int6
                               int box_cols, int box_rows);
 
 // Map of a 16-bit [batch][rows][heads][cols] tensor with element strides (b, s, h) and
-// contiguous columns, as a 4-D tensor (cols, rows, heads, batch) with boxes of 64 x box_rows
-// x 1 x 1 in the 128-byte swizzle; elements of a box outside the tensor are zero-filled.
-// Returns false (map untouched) without an encoder, for strides or pointers the engine
+// contiguous columns, as a 4-D tensor (cols, rows, heads, batch) with boxes of
+// swizzle_bytes / 2 x box_rows x 1 x 1 in the swizzle of that many bytes (128: boxes of 64
+// columns, 64: of 32); elements of a box outside the tensor are zero-filled. Returns false
+// (map untouched) without an encoder, for another swizzle, for strides or pointers the engine
 // cannot take (byte strides must be positive multiples of 16 below 2^40), or for extents
 // past the kernels' signed 32-bit box coordinates.
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
-                           int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows);
+                           int64_t batch, int64_t stride_s, int64_t stride_h, int64_t stride_b, int box_rows,
+                           int swizzle_bytes = 128);
 
 // encode_rows_map_16bit with a plan's strides. The stride of a dimension of extent 1 is never
 // applied: the row stride stands in for it, so that e.g. a 0 there does not cost the
 // copy-engine path.
 bool encode_rows_map_16bit(TensorMap128* map, const void* base, int64_t cols, int64_t rows, int64_t heads,
-                           int64_t batch, const Strides4& s, int box_rows);
+                           int64_t batch, const Strides4& s, int box_rows, int swizzle_bytes = 128);
 
 }  // namespace flashattn

@@ -215,8 +215,8 @@ def _dropout_probe(p, seed, offset, b=2, h=3, sq=40, sk=64):
     return q, k, v, out
 
 
-def test_dropout_keep_fraction_and_scaling():
-    p = 0.3
+@pytest.mark.parametrize("p", [0.3, 0.99])
+def test_dropout_keep_fraction_and_scaling(p):
     q, k, v, out = _dropout_probe(p, seed=42, offset=7)
     r = ref.attention(q, k, v)  # no dropout: probabilities P
     P = r["o"]
@@ -225,8 +225,10 @@ def test_dropout_keep_fraction_and_scaling():
     frac = kept.mean()
     # Binomial(n, 1-p): 6 standard deviations.
     assert abs(frac - (1 - p)) < 6 * np.sqrt(p * (1 - p) / n), frac
-    # Kept values are P / (1 - p).
-    np.testing.assert_allclose(out[kept], (P[kept] / (1 - p)), rtol=1e-4, atol=1e-6)
+    # Kept values are P * 65536 / (65536 - t), t = round(p * 65536): at p = 0.99 that is
+    # 65536 / 655 = 100.055, 5.5e-4 above 1 / (1 - p).
+    t = round(p * 65536)
+    np.testing.assert_allclose(out[kept], P[kept] * (65536 / (65536 - t)), rtol=1e-4, atol=1e-6)
 
 
 def test_dropout_mask_is_the_documented_philox_stream():

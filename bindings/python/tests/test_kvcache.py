@@ -140,8 +140,12 @@ def test_split_counts_agree_and_one_split_is_the_dense_forward():
     outs = [_run(c, num_splits=n)[0] for n in (1, 2, 5)]
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-6)
     np.testing.assert_allclose(outs[2], outs[0], atol=1e-6)
-    dense = flashattn.forward(c["q"], c["k_cache"][:, :650], c["v_cache"][:, :650])
-    assert np.array_equal(outs[0], dense)
+    # The dense varlen forward (a dense forward of one query row without varlen splits
+    # 650 keys itself, docs/inference.md).
+    cu_q, cu_k = np.array([0, 1], dtype=np.int32), np.array([0, 650], dtype=np.int32)
+    dense = flashattn.forward(c["q"][0], c["k_cache"][0, :650], c["v_cache"][0, :650], cu_seqlens_q=cu_q,
+                              cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=650)
+    assert np.array_equal(outs[0][0], dense)
 
 
 def test_plan_level_runs_reuse_one_plan_over_steps():

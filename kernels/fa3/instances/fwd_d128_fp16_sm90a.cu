@@ -3,6 +3,6 @@
 
 namespace flashattn {
 namespace fa3 {
-template FwdLaunchResult run_fwd<128, kFp16>(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream);
+template FwdLaunchResult run_fwd<128, 128, kFp16>(const AttnParams& p, const FwdLaunch& launch, cudaStream_t stream);
 }  // namespace fa3
 }  // namespace flashattn

@@ -691,7 +691,9 @@ impl Plan {
         Ok(self)
     }
 
-    /// Dropout probability p in [0, 1) (0 disables) with the Philox seed and offset.
+    /// Dropout probability p in [0, 1) (0 disables) with the Philox seed and offset. An
+    /// element is kept iff its 16-bit Philox value r >= t = min(round(p * 65536), 65535), and
+    /// kept values are scaled by 65536 / (65536 - t) (`flashattn_plan_set_dropout`).
     pub fn set_dropout(&mut self, p: f32, seed: u64, offset: u64) -> Result<&mut Self> {
         // SAFETY: valid plan.
         check(

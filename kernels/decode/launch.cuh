@@ -1,0 +1,64 @@
+// The launch of the decode kernel (decode_kernel.cuh) for one architecture policy, over the
+// dtype, padded head dim and ring depth of a run. src/cuda/decode.cu instantiates it for
+// Sm80 and kernels/decode/instances/decode_sm90a.cu for Sm90a, each unit compiled for its
+// policy's CUDA targets (kernels/instances.json), so sm_90 instructions never reach sm_80
+// code.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "decode/decode_kernel.cuh"
+
+namespace flashattn {
+namespace decode {
+
+// One decode launch: the kernel (padded head dim `dim` of 64, 128 or 256, `stages` of 2 or
+// kStages<Arch, dim>), its grid and dynamic shared memory, and its arguments.
+template <typename Arch>
+struct Launch {
+  int dim, stages;
+  size_t smem;
+  unsigned blocks;
+  Parts parts;
+  int splits, chunks;
+  bool vec;
+  MapsOf<Arch> maps;
+};
+
+template <typename Arch>
+using KernelFn = void (*)(AttnParams, Parts, int, int, bool, MapsOf<Arch>);
+
+template <typename Arch, typename T, int D>
+KernelFn<Arch> kernel_staged(int stages) {
+  return stages == 2 ? decode_kernel<Arch, T, D, 2> : decode_kernel<Arch, T, D, kStages<Arch, D>>;
+}
+
+template <typename Arch, typename T>
+KernelFn<Arch> kernel_typed(int dim, int stages) {
+  switch (dim) {
+    case 64: return kernel_staged<Arch, T, 64>(stages);
+    case 128: return kernel_staged<Arch, T, 128>(stages);
+    default: return kernel_staged<Arch, T, 256>(stages);
+  }
+}
+
+template <typename Arch>
+KernelFn<Arch> kernel_of(const AttnParams& p, const Launch<Arch>& l) {
+  return p.dtype == kBf16 ? kernel_typed<Arch, __nv_bfloat16>(l.dim, l.stages)
+                          : kernel_typed<Arch, __half>(l.dim, l.stages);
+}
+
+// Grants the kernel of l its dynamic shared memory (before anything is enqueued).
+template <typename Arch>
+cudaError_t reserve(const AttnParams& p, const Launch<Arch>& l) {
+  return cudaFuncSetAttribute(kernel_of(p, l), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
+}
+
+// Enqueues the kernel of l on st.
+template <typename Arch>
+cudaError_t enqueue(const AttnParams& p, const Launch<Arch>& l, cudaStream_t st) {
+  kernel_of(p, l)<<<l.blocks, kThreads, l.smem, st>>>(p, l.parts, l.splits, l.chunks, l.vec, l.maps);
+  return cudaGetLastError();
+}
+
+}  // namespace decode
+}  // namespace flashattn
