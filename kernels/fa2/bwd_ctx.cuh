@@ -46,6 +46,13 @@ struct BwdCtx {
   uint64_t cpa_bar[2];
   uint64_t free_bar;
 };
+
+// The main kernel's BwdCtx (a static shared variable, so that the kernel's steps address it
+// as the kernel itself does: by its shared-memory symbol, not through a pointer).
+__device__ __forceinline__ BwdCtx& bwd_ctx() {
+  __shared__ BwdCtx ctx;
+  return ctx;
+}
 __device__ __forceinline__ int bwd_lds(const int& x) {
   int v;
   asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(&x)));

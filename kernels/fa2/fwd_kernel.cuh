@@ -1,4 +1,5 @@
-// Generation-1 FlashAttention forward kernel (FA2 design, sm_80+).
+// Generation-1 FlashAttention forward kernel (FA2 design, sm_80+). Its steps are in the fwd_*.cuh
+// files it includes (loads, set-up, block-sparse scan, score steps, epilogue).
 //
 // One CTA per (q block, query head, sequence). Warps split the q block by rows (kMT m16
 // tiles each), so row max / row sum are quad shuffles. S = Q K^T and O += P V run on
@@ -22,47 +23,21 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "common/mask.h"
 #include "common/params.h"
 #include "fa2/arch.h"
-#include "fa2/dropout.cuh"
+#include "fa2/fwd_epilogue.cuh"
+#include "fa2/fwd_loads.cuh"
+#include "fa2/fwd_scores.cuh"
+#include "fa2/fwd_setup.cuh"
+#include "fa2/fwd_sparse.cuh"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
 
 namespace flashattn {
 namespace fa2 {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// Copies a [kRows x kCols] tile (row stride in elements) into a SwizzledTile<kRows, kCols>
-// with cp.async; rows >= rows_valid and 8-column chunks >= chunks_valid are zero-filled.
-// Thread tid owns chunk (tid % 8) of every 64-column block in rows tid/8 + k*(kThreads/8),
-// so the swizzle and the global address advance by constants.
-template <int kRows, int kCols, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_async(uint32_t s_tile, const T* g, int64_t row_stride, int rows_valid,
-                                                int chunks_valid, const T* safe, int tid) {
-  constexpr int kRowStep = kThreads / 8;
-  static_assert(kRows % kRowStep == 0 && kCols % 64 == 0, "tile loader shape");
-  const int r0 = tid >> 3, c0 = tid & 7;
-  const uint32_t s_lane = s_tile + 2u * static_cast<uint32_t>(r0 * 64 + ((c0 ^ (r0 & 7)) << 3));
-  const T* gp = g + r0 * row_stride + c0 * 8;
-  const int64_t step = kRowStep * row_stride;
-#pragma unroll
-  for (int it = 0; it < kRows / kRowStep; ++it) {
-    const bool row_ok = r0 + it * kRowStep < rows_valid;
-#pragma unroll
-    for (int cb = 0; cb < kCols / 64; ++cb) {
-      const bool pred = row_ok && cb * 8 + c0 < chunks_valid;
-      cp_async_16(s_lane + 2u * static_cast<uint32_t>(cb * kRows * 64 + it * kRowStep * 64), pred ? gp + cb * 64 : safe,
-                  pred);
-    }
-    gp += step;
-  }
-}
 
 // kExtras: compiled with the rarer options (softcap, bias tensor, ALiBi, dropout, block-sparse
 // layouts); without them the kernel needs fewer registers. Both variants branch on the
@@ -107,19 +82,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // ---- this sequence's extent (varlen offsets clamped so bad inputs stay in bounds) ----
   int64_t q_start = 0, k_start = 0;
   int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
-  if (p.varlen) {
-    int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
-    a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
-    e = e < a ? a : (e > p.total_q ? p.total_q : e);
-    q_start = a;
-    len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
-    a = p.cu_seqlens_k[b];
-    e = p.cu_seqlens_k[b + 1];
-    a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
-    e = e < a ? a : (e > p.total_k ? p.total_k : e);
-    k_start = a;
-    len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
-  }
+  if (p.varlen) fwd_varlen_extent(p, b, q_start, k_start, len_q, len_k);
   const int m0 = m_block * kBlockM;
   if (m0 >= len_q) return;
   const int rows_q = min(kBlockM, len_q - m0);
@@ -154,87 +117,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Divisors clamped to 2^30 (j / block stays exact for j < 2^30) so 32-bit math suffices.
   uint32_t lay_bq = 1, lay_bk = 1;
   int rb0 = 0, n_rb = 0, ncb_max = 1, lk_tile = 1, tiles_per_scan = 0;
-  if (layout != nullptr) {
-    lay_bq = static_cast<uint32_t>(min(p.block_q, static_cast<int64_t>(1) << 30));
-    lay_bk = static_cast<uint32_t>(min(p.block_k, static_cast<int64_t>(1) << 30));
-    layout_h = layout + (p.layout_heads == 1 ? 0 : static_cast<int64_t>(h)) * p.n_row_blocks * p.n_col_blocks;
-    rb0 = static_cast<int>(static_cast<uint32_t>(m0) / lay_bq);
-    n_rb = static_cast<int>(static_cast<uint32_t>(m_last) / lay_bq) - rb0 + 1;
-    // Layout blocks one KV tile can touch: n_rb rows x at most ncb_max columns.
-    ncb_max = static_cast<int>(min(p.n_col_blocks, static_cast<int64_t>((kBlockN - 1) / lay_bk + 2)));
-    lk_tile = n_rb * ncb_max;
-    tiles_per_scan = lk_tile <= 32 ? 32 / lk_tile : 0;
-  }
-  constexpr int kScanMore = -0x40000000;  // scan_resolve: no attended tile in this batch
-  // Batched scan (when a tile needs <= 32 lookups): lane handles lookup q of tile n_top - k,
-  // k = lane / lk_tile. Returns bit 0 = block attended, bit 1 = a real lookup.
-  auto scan_issue = [&](int n_top) -> uint32_t {
-    const int k = lane / lk_tile;
-    const int q = lane - k * lk_tile;
-    const int n = n_top - k;
-    if (k >= tiles_per_scan || n < n_block_min) return 0u;
-    const int r = q / ncb_max, c = q - r * ncb_max;
-    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
-    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
-    const uint32_t cb = c_first / lay_bk + c;
-    if (cb > c_last / lay_bk) return 0u;
-    return (layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb] != 0 ? 1u : 0u) | 2u;
-  };
-  // First tile from n_top down with an attended block (its state in *state: 1 partially,
-  // 2 fully covered); a value < n_block_min when the range ends; kScanMore otherwise.
-  auto scan_resolve = [&](int n_top, uint32_t look, int* state) -> int {
-    const uint32_t on = __ballot_sync(0xffffffffu, look & 1u);
-    const uint32_t real = __ballot_sync(0xffffffffu, (look >> 1) & 1u);
-    const uint32_t tile_mask = lk_tile >= 32 ? 0xffffffffu : (1u << lk_tile) - 1u;
-    for (int k = 0; k < tiles_per_scan; ++k) {
-      const int n = n_top - k;
-      if (n < n_block_min) return n;
-      const uint32_t m = tile_mask << (k * lk_tile);
-      if (on & m) {
-        *state = (on & m) == (real & m) ? 2 : 1;
-        return n;
-      }
-    }
-    return kScanMore;
-  };
-  // Tiles needing more than 32 lookups: one tile at a time. 0: nothing attended, 1, 2 as above.
-  auto tile_state = [&](int n) -> int {
-    const uint32_t c_first = static_cast<uint32_t>(n) * kBlockN;
-    const uint32_t c_last = static_cast<uint32_t>(min(n * kBlockN + kBlockN, len_k) - 1);
-    const int cb0 = static_cast<int>(c_first / lay_bk);
-    const int n_cb = static_cast<int>(c_last / lay_bk) - cb0 + 1;
-    const int total = n_rb * n_cb;
-    bool any = false, all = true;
-    for (int idx = lane; idx < total; idx += 32) {
-      const int r = idx / n_cb, c = idx - r * n_cb;
-      const bool on = layout_h[static_cast<int64_t>(rb0 + r) * p.n_col_blocks + cb0 + c] != 0;
-      any |= on;
-      all &= on;
-    }
-    any = __any_sync(0xffffffffu, any);
-    all = __all_sync(0xffffffffu, all);
-    return all ? 2 : (any ? 1 : 0);
-  };
-  // Largest attended tile index <= n (or a value < n_block_min), its state in *state.
-  auto prev_active = [&](int n, int* state) -> int {
-    *state = 2;
-    if (layout == nullptr) return n;
-    if (tiles_per_scan > 0) {
-      for (; n >= n_block_min; n -= tiles_per_scan) {
-        const int r = scan_resolve(n, scan_issue(n), state);
-        if (r != kScanMore) return r;
-      }
-      return n;
-    }
-    for (; n >= n_block_min; --n) {
-      const int st = tile_state(n);
-      if (st != 0) {
-        *state = st;
-        return n;
-      }
-    }
-    return n;
-  };
+  if (layout != nullptr)
+    fwd_layout_setup<kBlockN>(p, layout, h, m0, m_last, lay_bq, lay_bk, layout_h, rb0, n_rb, ncb_max, lk_tile,
+                              tiles_per_scan);
+
+  const FwdScanIssue<kBlockN> scan_issue{lane,  lk_tile, tiles_per_scan, n_block_min, ncb_max,
+                                         len_k, lay_bk,  layout_h,       rb0,         p};
+  const FwdScanResolve scan_resolve{lk_tile, tiles_per_scan, n_block_min};
+  const FwdTileState<kBlockN> tile_state{len_k, lay_bk, n_rb, lane, layout_h, rb0, p};
+  const FwdPrevActive<kBlockN> prev_active{layout, tiles_per_scan, n_block_min, scan_resolve, scan_issue, tile_state};
 
   int cur_state = 2;
   int n_block = n_block_max > n_block_min ? prev_active(n_block_max - 1, &cur_state) : n_block_min - 1;
@@ -258,50 +149,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- prologue: Q tile and the first K tile ----
-  load_tile_async<kBlockM, Cfg::kDS, kThreads>(smem_u32(sQ), gQ, p.q_stride.s, rows_q, dq_chunks, q_base, tid);
-  load_tile_async<kBlockN, Cfg::kDS, kThreads>(smem_u32(sK),
-                                               gK + static_cast<int64_t>(n_block) * kBlockN * p.k_stride.s,
-                                               p.k_stride.s, len_k - n_block * kBlockN, dq_chunks, k_base, tid);
-  cp_async_commit();
+  fwd_load_q_k<Cfg>(p, sQ, sK, gQ, gK, q_base, k_base, n_block, rows_q, len_k, dq_chunks, tid);
 
   // ---- per-thread options ----
-  const bool softcap_on = kExtras && p.softcap > 0.f;
-  const bool bias_on = kExtras && p.bias_kind == kBiasTensor;
-  const bool alibi_on = kExtras && (p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric);
-  const bool elementwise = softcap_on || bias_on || alibi_on;
-  const float sl2 = elementwise ? 1.f : p.scale * kLog2e;  // scores are pre-scaled when elementwise
-  // Elementwise scores are produced directly in the log2 domain:
-  //   no softcap: s = x * scale * log2e;  softcap c: s = (c * log2e) * tanh(x * scale / c)
-  //   then + bias * log2e or + (slope * log2e) * distance.
-  const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
-  const float cap_l2 = p.softcap * kLog2e;
-  const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
-  const bool dropout = kExtras && p.p_drop > 0.f;
-  const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-  const T* bias_base = nullptr;
-  if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];
+  const FwdOptions<T> o = fwd_options<kExtras, T>(p, b, h);
 
   float acc_o[kMT][Cfg::kNV][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nv = 0; nv < Cfg::kNV; ++nv)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][nv][e] = 0.f;
   float row_max[kMT * 2], row_sum[kMT * 2];
-#pragma unroll
-  for (int r = 0; r < kMT * 2; ++r) {
-    row_max[r] = -INFINITY;
-    row_sum[r] = 0.f;
-  }
+  fwd_init_acc<Cfg>(acc_o, row_max, row_sum);
 
   // ldmatrix lane addressing (swizzle precomputed per lane).
-  SwizzledLane<kBlockM> lq;  // Q, A operand: rows (lane & 15), cols (lane >> 4) * 8
-  lq.init(smem_u32(sQ), row_w0 + (lane & 15), (lane >> 4) * 8);
-  SwizzledLane<kBlockN> lk;  // K, B operand from [n][k]: rows (lane & 7) + (lane >> 4) * 8, cols ((lane >> 3) & 1) * 8
-  lk.init(smem_u32(sK), (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
-  SwizzledLane<kBlockN> lv;  // V, B operand from [k][n] (.trans): rows (lane & 15), cols (lane >> 4) * 8
-  lv.init(smem_u32(sV), lane & 15, (lane >> 4) * 8);
+  SwizzledLane<kBlockM> lq;
+  SwizzledLane<kBlockN> lk, lv;
+  fwd_init_lanes<Cfg>(lq, lk, lv, sQ, sK, sV, row_w0, lane);
 
   for (;;) {
     const int n0 = n_block * kBlockN;
@@ -312,17 +172,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncthreads();  // K(n) (and Q) visible; every warp is done with V of the previous tile
     load_tile_async<kBlockN, Cfg::kDVS, kThreads>(smem_u32(sV), gV + static_cast<int64_t>(n0) * p.v_stride.s,
                                                   p.v_stride.s, len_k - n0, dv_chunks, v_base, tid);
-    if (kExtras && bias_on && bias_smem) {
-      constexpr int kChunks = kBlockN / 8;
-      const T* gB = bias_base + static_cast<int64_t>(m0) * p.bias_stride[2] + n0;
-      for (int idx = tid; idx < kBlockM * kChunks; idx += kThreads) {
-        const int row = idx / kChunks, ch = idx - row * kChunks;
-        int valid = row < rows_q ? min(8, len_k - n0 - ch * 8) : 0;
-        valid = valid < 0 ? 0 : valid;
-        const T* src = valid > 0 ? gB + row * p.bias_stride[2] + ch * 8 : bias_base;
-        cp_async_16_bytes(smem_u32(sB + row * Cfg::kBiasStride + ch * 8), src, valid * 2);
-      }
-    }
+    if (kExtras && o.bias_on && bias_smem) fwd_load_bias_tile<Cfg>(p, sB, o.bias_base, m0, n0, rows_q, len_k, tid);
+
     cp_async_commit();
 
     // Block-sparse: look up the next candidate tiles now; the ballot after the GEMM finds
@@ -374,13 +225,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Next active tile (warp-uniform scan of the layout, if any).
     int next_state = 2;
-    int n_next = n_block_min - 1;
-    if (scan_early) {
-      n_next = scan_resolve(n_block - 1, look, &next_state);
-      if (n_next == kScanMore) n_next = prev_active(n_block - 1 - tiles_per_scan, &next_state);
-    } else if (n_block > n_block_min) {
-      n_next = prev_active(n_block - 1, &next_state);
-    }
+    const int n_next = fwd_next_tile<kBlockN>(scan_resolve, prev_active, scan_early, look, n_block, n_block_min,
+                                              tiles_per_scan, &next_state);
 
     cp_async_wait<0>();
     if constexpr (kWgF) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -393,105 +239,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- elementwise score transform: scale, softcap, bias / ALiBi (log2 domain) ----
-    if (elementwise) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float x = s[mt][nt][e] * x_mul;
-            s[mt][nt][e] = softcap_on ? cap_l2 * tanhf(x) : x;
-          }
-      if (bias_on && bias_smem) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const T* brow = sB + (wrow(mt) + g + hh * 8) * Cfg::kBiasStride + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-              const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + nt * 8);
-              T h2[2];
-              memcpy(h2, &u, 4);
-              s[mt][nt][2 * hh] = fmaf(ElemTraits<T>::to_float(h2[0]), kLog2e, s[mt][nt][2 * hh]);
-              s[mt][nt][2 * hh + 1] = fmaf(ElemTraits<T>::to_float(h2[1]), kLog2e, s[mt][nt][2 * hh + 1]);
-            }
-          }
-      } else if (bias_on) {
-        // One row at a time (the empty asm keeps the loads of a row together, bounding
-        // the registers in flight); pairs of columns are one 32-bit load when aligned.
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + wrow(mt) + g + hh * 8;
-            if (i < len_q) {
-              const T* brow = bias_base + static_cast<int64_t>(i) * p.bias_stride[2];
-              const int64_t bsk = p.bias_stride[3];
-              const bool pairs = bsk == 1 && (reinterpret_cast<uintptr_t>(brow) & 3u) == 0;
-#pragma unroll
-              for (int nt = 0; nt < kNT; ++nt) {
-                const int j = n0 + nt * 8 + 2 * t;
-                float b0 = 0.f, b1 = 0.f;
-                if (pairs && j + 1 < len_k) {
-                  const uint32_t u = *reinterpret_cast<const uint32_t*>(brow + j);
-                  T h2[2];
-                  memcpy(h2, &u, 4);
-                  b0 = ElemTraits<T>::to_float(h2[0]);
-                  b1 = ElemTraits<T>::to_float(h2[1]);
-                } else {
-                  if (j < len_k) b0 = ElemTraits<T>::to_float(brow[j * bsk]);
-                  if (j + 1 < len_k) b1 = ElemTraits<T>::to_float(brow[(j + 1) * bsk]);
-                }
-                s[mt][nt][2 * hh] = fmaf(b0, kLog2e, s[mt][nt][2 * hh]);
-                s[mt][nt][2 * hh + 1] = fmaf(b1, kLog2e, s[mt][nt][2 * hh + 1]);
-              }
-            }
-            asm volatile("" ::: "memory");
-          }
-      } else if (alibi_on) {
-        const bool sym = p.bias_kind == kBiasAlibiSymmetric;
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
-            const float dist0 = static_cast<float>(n0 + 2 * t - ip);  // one conversion per row
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float dist = dist0 + static_cast<float>(nt * 8 + e);
-                s[mt][nt][2 * hh + e] = fmaf(alibi_slope_l2, sym ? -fabsf(dist) : dist, s[mt][nt][2 * hh + e]);
-              }
-          }
-      }
-    }
+    if (o.elementwise)
+      fwd_score_transform<Cfg>(s, p, wrow, sB, o.bias_base, o.softcap_on, o.bias_on, o.alibi_on, bias_smem, o.x_mul,
+                               o.cap_l2, o.alibi_slope_l2, m0, n0, len_q, len_k, shift, g, t);
 
     // ---- element mask on boundary tiles ----
     const bool col_edge = n0 + kBlockN > len_k;
     const bool band_edge =
         band && ((wr >= 0 && n0 + kBlockN - 1 > m0 + shift + wr) || (wl >= 0 && n0 < m_last + shift - wl));
-    if (col_edge || band_edge) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int ip = m0 + wrow(mt) + g + hh * 8 + shift;
-          // Columns kept by the band and the sequence end: [lo, hi].
-          int hi = len_k - 1, lo = 0;
-          if (band && wr >= 0) hi = min(hi, ip + wr);
-          if (band && wl >= 0) lo = max(lo, ip - wl);
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = n0 + nt * 8 + 2 * t + e;
-              if (j < lo || j > hi) s[mt][nt][2 * hh + e] = -INFINITY;
-            }
-        }
-    }
+    if (col_edge || band_edge) fwd_band_mask<Cfg>(s, wrow, band, wl, wr, m0, n0, len_k, shift, g, t);
+
     if (cur_state == 1) {
       // Partially covered block-sparse tile: per-element layout lookup. Column blocks are
       // computed once per column (32-bit divisions), row offsets once per row.
@@ -518,54 +275,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ---- online softmax (base 2) ----
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = mt * 2 + hh;
-        float mx = row_max[r];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
-        mx = quad_max(mx);
-        const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
-        const float alpha = fast_exp2(row_max[r] * sl2 - m_scaled);
-        row_max[r] = mx;
-        row_sum[r] *= alpha;
-#pragma unroll
-        for (int nv = 0; nv < Cfg::kNV; ++nv) {
-          acc_o[mt][nv][2 * hh] *= alpha;
-          acc_o[mt][nv][2 * hh + 1] *= alpha;
-        }
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pe = fast_exp2(fmaf(s[mt][nt][2 * hh + e], sl2, -m_scaled));
-            s[mt][nt][2 * hh + e] = pe;
-            sum += pe;
-          }
-        row_sum[r] += sum;
-      }
+    fwd_softmax<Cfg>(s, acc_o, row_max, row_sum, o.sl2);
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
-    // Keep decisions are first gathered into a bit mask by a rolled loop (one Philox
-    // call per thread, pair of n8 tiles and m16 tile), which keeps register pressure low.
-    if (dropout) {
-      // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
-      constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        const DropBits<kNT> drop_bits =
-            dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
-                                                static_cast<uint32_t>(n0), t, p.drop_threshold);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if ((drop_bits >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
-      }
-    }
+    if (o.dropout) fwd_dropout<Cfg>(s, p, wrow, o.drop_head, m0, n0, g, t);
 
     // ---- O += P V (P from registers) ----
     if constexpr (kWgF) {
@@ -626,57 +339,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- epilogue: normalize, LSE, O through shared memory (this warp's rows only) ----
-  const float out_scale = dropout ? p.rp_keep : 1.f;
-  float* lse_out = nullptr;
-  if (p.lse != nullptr)
-    lse_out = p.lse + (p.varlen ? h * p.total_q + q_start : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q);
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = mt * 2 + hh;
-      // sum = 0 exactly iff every probability of the row was 0 (the row maximum alone
-      // contributes ex2(0) = 1): a fully masked row, O = 0 and LSE = -inf. fmaxf skips
-      // NaN, so a NaN score (NaN in Q, or in a kept K row) leaves the max alone but makes
-      // its exp, and from then on the sum (NaN * alpha), NaN: O and LSE become NaN.
-      const float sum = quad_sum(row_sum[r]);
-      const float inv = sum != 0.f ? out_scale / sum : 0.f;
-#pragma unroll
-      for (int nv = 0; nv < Cfg::kNV; ++nv) {
-        acc_o[mt][nv][2 * hh] *= inv;
-        acc_o[mt][nv][2 * hh + 1] *= inv;
-      }
-      const int row = wrow(mt) + g + hh * 8;
-      if (lse_out != nullptr && t == 0 && row < rows_q)
-        lse_out[m0 + row] = sum != 0.f ? (row_max[r] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
-    }
-  // Each warp only ever read its own rows of sQ, so it may overwrite them now (kWgF: the
-  // warpgroup's GEMMs read every row; they are all complete after this barrier).
-  if constexpr (kWgF) __syncthreads();
-  T* sO = sQ;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nv = 0; nv < Cfg::kNV; ++nv)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wrow(mt) + g + hh * 8;
-        const int col = nv * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sO + OTile::offset(row, col)) =
-            pack2<T>(acc_o[mt][nv][2 * hh], acc_o[mt][nv][2 * hh + 1]);
-      }
-  __syncwarp();
-  constexpr int kOChunks = Cfg::kDV / 8;
-#pragma unroll
-  for (int it = 0; it < (Cfg::kRowsPerWarp * kOChunks + 31) / 32; ++it) {
-    const int idx = lane + it * 32;
-    const int r = idx / kOChunks, c = idx - r * kOChunks;
-    const int row = kWgF ? wrow(r >> 4) + (r & 15) : row_w0 + r;
-    if (r < Cfg::kRowsPerWarp && row < rows_q && c < dv_chunks) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sO + OTile::offset(row, c * 8));
-      *reinterpret_cast<uint4*>(gO + row * p.o_stride.s + c * 8) = v;
-    }
-  }
+  fwd_epilogue<Cfg, T, kExtras, kWgF>(p, acc_o, row_max, row_sum, wrow, sQ, gO, o.dropout, o.sl2, b, h, q_start, m0,
+                                      rows_q, dv_chunks, row_w0, lane, g, t);
 }
 
 }  // namespace fa2
