@@ -181,6 +181,27 @@ FA_TARGET FA_ALWAYS_INLINE void fma_acc(vacc& c, const vacc& a, const vacc& b) {
 #endif
 }
 
+// The same for the fp32 dot products (dot_body): the forward reads K in its dtype in place
+// (dot_rows_h) and the backward reads converted rows (dot_rows), two compiled copies of one
+// loop whose contraction would otherwise be each copy's choice. The baseline build has no
+// FMA instruction, so there nothing is fused either way.
+FA_TARGET FA_ALWAYS_INLINE void fma_vf(vf& c, const vf& a, const vf& b) {
+#if defined(FA_ACC_DOUBLE)
+  c += a * b;
+#elif FA_LANES == 16
+  c = (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+  c = (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#endif
+}
+FA_TARGET FA_ALWAYS_INLINE float fma_f32(float c, float a, float b) {
+#if defined(FA_ACC_DOUBLE)
+  return c + a * b;
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
 // B rows ahead of the one being read that the few-row kernels (dot_rows, the GEMM's
 // rows below 4) ask the caches for. Their B rows are keys of one head, a stride apart in
 // the inputs (heads * head_dim elements in BSHD), which the hardware prefetchers do not
@@ -476,12 +497,12 @@ FA_TARGET FA_ALWAYS_INLINE float dot_body(const float* a, const src_t<kSrc>* b, 
       vf av, bv;
       loadv(av, a + j + v * kLanes);
       load_src<kSrc>(bv, b + j + v * kLanes);
-      s[v] += av * bv;
+      fma_vf(s[v], av, bv);
     }
   }
   for (int v = 1; v < kVecs; ++v) s[0] += s[v];
   float total = lane_sum(s[0]);
-  for (; j < n; ++j) total += a[j] * src_scalar<kSrc>(b + j);
+  for (; j < n; ++j) total = fma_f32(total, a[j], src_scalar<kSrc>(b + j));
   return total;
 }
 
