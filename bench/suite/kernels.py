@@ -11,6 +11,7 @@ call. Host gaps between kernels show as the difference between the two.
 (bench/ncu_compare.sh runs Nsight Compute this way).
 """
 from .library import LibCase
+from .sweeps import LIB_IMPLS
 from .timing import flops, hdim_label, sdpa_backend, sdpa_call, short
 
 
@@ -63,8 +64,9 @@ def run_profile(args, fa, torch):
                 print(f"\n== {dtype} d={hdim_label(d, dv)} seqlen={sq} b={b} h={h} causal={int(causal)}")
                 for impl in args.impls:
                     ctx = None
-                    if impl == "lib-flash":
-                        c = LibCase(fa, torch, "flash", q, k, v, do, causal, dtype, args.dir == "bwd")
+                    if impl in LIB_IMPLS:
+                        algo, opts = LIB_IMPLS[impl]
+                        c = LibCase(fa, torch, algo, q, k, v, do, causal, dtype, args.dir == "bwd", opts)
                         c.check_fwd()  # O and LSE for the backward (ncu_compare.sh skips its launch)
                         fn = c.fwd if args.dir == "fwd" else c.bwd
                     else:

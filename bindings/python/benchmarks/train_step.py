@@ -79,8 +79,10 @@ def main(argv=None):
                     help="attention dropout probability (default: the model's, 0.1 for GPT-2, 0 for Llama)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds, at least 1 (default 2)")
     a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1, not %d" % a.rounds)
     dev = torch.device(a.device)
     bf16 = dev.type == "cuda"
     batch = a.batch or (8 if dev.type == "cuda" else 2)
@@ -128,7 +130,7 @@ def main(argv=None):
         med[name] = statistics.median(t)
         print("%-6s %9.2f ms/step %12.0f tokens/s  last loss %.4f" % (name, med[name] * 1e3,
                                                                      batch * seqlen / med[name], losses[name]))
-    print("throughput libfa / sdpa: %.3fx; %d attention forward calls per step (and as many backward)" % (
+    print("throughput libfa / sdpa: %.3fx; %d attention forward calls per step, each with its backward" % (
         med["sdpa"] / med[libfa], per_step))
 
 
