@@ -88,12 +88,9 @@ flashattn_status_t cpu_prepare_plan(int* threads) {
 
 int64_t cpu_kv_splits(const AttnParams& p) {
   if (cpu::decode_schedule(p)) return cpu::decode_splits(p);
-  // Enough (sequence, head, query block, split) tasks to occupy the largest CPU teams
-  // (64), each split at least 256 keys (4 tiles).
-  const int64_t tasks = p.batch * p.heads_q * ((p.seqlen_q + 127) / 128);
-  const int64_t by_tasks = tasks >= 64 ? 1 : (64 + tasks - 1) / tasks;
-  const int64_t by_keys = p.seqlen_k / 256 > 1 ? p.seqlen_k / 256 : 1;
-  return by_tasks < by_keys ? by_tasks : by_keys;
+  // The forward's tasks: (sequence, head, block of kFwdBlockRows query rows).
+  const int64_t blocks = (p.seqlen_q + cpu::kFwdBlockRows - 1) / cpu::kFwdBlockRows;
+  return cpu::key_splits_for(p.batch * p.heads_q * blocks, p.seqlen_k);
 }
 
 CheckedSize cpu_workspace_size(const AttnParams& p, int threads) {

@@ -44,8 +44,12 @@ constexpr int64_t first_dot_row(int64_t len_q) {
 // head (GQA).
 bool decode_schedule(const AttnParams& p);
 
-// Key splits of a decode schedule chosen from the shape alone (batch, heads, seqlen_q,
-// seqlen_k: never the thread count, so results do not depend on it).
+// Key splits for `tasks` (sequence, head, query block) tasks over seqlen_k keys: enough
+// tasks for the largest CPU teams (64), each split at least 256 keys (4 tiles). A function
+// of the shape only, never of the thread count, so results do not depend on it.
+int64_t key_splits_for(int64_t tasks, int64_t seqlen_k);
+
+// Key splits of a decode schedule (its tasks: sequence x range of query heads).
 int64_t decode_splits(const AttnParams& p);
 
 // Key splits of a forward run (1: none): the plan's for a KV-cache run, decode_splits for

@@ -308,14 +308,14 @@ int64_t decode_heads_per_task(const AttnParams& p) {
 
 bool decode_schedule(const AttnParams& p) { return p.direction == kForward && p.seqlen_q <= kDotRows; }
 
-int64_t decode_splits(const AttnParams& p) {
-  // Enough (sequence, head range, split) tasks for the largest CPU teams (64), each split
-  // at least 256 keys (4 tiles); a function of the shape only, so results never depend
-  // on the machine or the thread count.
-  const int64_t tasks = p.batch * ceil_div(p.heads_q, decode_heads_per_task(p));
+int64_t key_splits_for(int64_t tasks, int64_t seqlen_k) {
   const int64_t by_tasks = tasks >= 64 ? 1 : ceil_div(64, tasks);
-  const int64_t by_keys = p.seqlen_k / 256 > 1 ? p.seqlen_k / 256 : 1;
+  const int64_t by_keys = seqlen_k / 256 > 1 ? seqlen_k / 256 : 1;
   return by_tasks < by_keys ? by_tasks : by_keys;
+}
+
+int64_t decode_splits(const AttnParams& p) {
+  return key_splits_for(p.batch * ceil_div(p.heads_q, decode_heads_per_task(p)), p.seqlen_k);
 }
 
 int64_t forward_splits(const AttnParams& p) {
