@@ -82,12 +82,12 @@ CheckedSize split_parts_bytes(const AttnParams& p) {
 }
 
 CheckedSize kv_shared_bytes(const AttnParams& p) {
-  return (p.kv_num_splits > 1 ? split_parts_bytes(p) : CheckedSize(0)) + append_targets_bytes(p);
+  return (forward_splits(p) > 1 ? split_parts_bytes(p) : CheckedSize(0)) + append_targets_bytes(p);
 }
 
 char* append_targets_scratch(const AttnParams& p, char* shared) {
   // A part of the checked size kv_shared_bytes.
-  return shared + (p.kv_num_splits > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0);
+  return shared + (forward_splits(p) > 1 ? static_cast<size_t>(split_parts_bytes(p).value()) : 0);
 }
 
 SplitParts split_parts(const AttnParams& p, char* shared) {
