@@ -36,6 +36,7 @@ struct BwdTraits {
   // once the step's dV GEMM is done, so the next step's dO loads while dK runs.
   static constexpr int kDoStages = D == 256 ? 1 : kStages;
   static constexpr bool kSeparateDo = kDoStages != kStages;
+  static_assert(!kSeparateDo || kSplitD, "a separate dO ring is waited on by the head-dim-split step only");
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
   // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
