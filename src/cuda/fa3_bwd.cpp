@@ -1,7 +1,7 @@
 // Host side of the FA3-design backward (kernels/fa3): which problems it serves, the TMA
-// maps of Q, K, V and dO, and the sequence on the caller's stream: in deterministic mode the
-// zeroing of the dQ turn counters, Delta (which zeroes the fp32 dQ accumulator), the (head
-// dim, dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
+// maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
+// fp32 dQ accumulator and, in deterministic mode, the dQ turn counters), the (head dim,
+// dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
 // (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
 #include <stdint.h>
 
@@ -106,7 +106,6 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (p.batch == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   fa3::BwdScratch scratch{};
   if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
-  if (const flashattn_status_t s = bwd_zero_turns(p, scratch, stream)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
   // The map of the dQ accumulator, which lives in this call's workspace; 4-D in deterministic
