@@ -1,9 +1,10 @@
-// Per-CTA set-up steps of the FA2-design forward kernel (fwd_kernel.cuh): the sequence's
-// extent, the plan's options, the accumulators and the ldmatrix lane addresses.
+// Per-CTA set-up steps of the FA2-design forward kernel (fwd_kernel.cuh): the plan's options,
+// the accumulators and the ldmatrix lane addresses.
 #pragma once
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/mask.h"
 #include "common/params.h"
 #include "fa2/fwd_traits.h"
@@ -11,23 +12,6 @@
 
 namespace flashattn {
 namespace fa2 {
-
-// Varlen: sequence b's first query and key token and its lengths from the offsets (clamped so
-// that bad inputs stay in bounds; lengths at most the plan's maxima).
-__device__ __forceinline__ void fwd_varlen_extent(const AttnParams& p, int b, int64_t& q_start, int64_t& k_start,
-                                                  int& len_q, int& len_k) {
-  int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
-  a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
-  e = e < a ? a : (e > p.total_q ? p.total_q : e);
-  q_start = a;
-  len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
-  a = p.cu_seqlens_k[b];
-  e = p.cu_seqlens_k[b + 1];
-  a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
-  e = e < a ? a : (e > p.total_k ? p.total_k : e);
-  k_start = a;
-  len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
-}
 
 // The options of a plan as the forward kernel applies them (all off without kExtras).
 // Elementwise scores are produced directly in the log2 domain:
