@@ -30,6 +30,7 @@
 
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/philox.h"
 #include "fa2/arch.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_ctx.cuh"
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     using SliceT = std::integral_constant<int, kSL>;
     if (general) {
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{}, std::false_type{});
-    } else if (p.p_drop > 0.f) {  // masked or not: the masked flavor's tests pass every kept element
+    } else if (dropout_active(p.drop_threshold)) {  // masked or not: the masked flavor's tests pass every kept element
       s_phase(std::integral_constant<int, 1>{}, std::false_type{}, std::true_type{}, std::true_type{});
     } else if (!Arch::kSm90 || masked) {
       s_phase(SliceT{}, std::false_type{}, std::true_type{}, std::false_type{});

@@ -307,7 +307,7 @@ struct BwdScores {
       const bool has_softcap = p.softcap > 0.f;
       const bool has_bias = p.bias_kind == kBiasTensor;
       const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
-      const bool has_dropout = p.p_drop > 0.f;
+      const bool has_dropout = dropout_active(p.drop_threshold);
       const BwdStorePds<Tr, T> store_pds{sP, sdS};
       if constexpr (!kGen) {
         // Fast path without the PFIRST order (sm_80, or tile widths it does not take):

@@ -7,6 +7,7 @@
 #include "common/exp2.h"
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/philox.h"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
 
@@ -37,7 +38,7 @@ __device__ __forceinline__ FwdOptions<T> fwd_options(const AttnParams& p, int b,
   const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;
   const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
-  const bool dropout = kExtras && p.p_drop > 0.f;
+  const bool dropout = kExtras && dropout_active(p.drop_threshold);
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;
   if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];

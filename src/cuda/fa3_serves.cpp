@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "common/philox.h"
 #include "cuda/tensor_map.hpp"
 
 namespace flashattn {
@@ -39,7 +40,8 @@ bool fa3_serves_options(const AttnParams& p, char* why, size_t why_size) {
     return fa3_refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
                       static_cast<int>(p.bias_kind));
   if (p.softcap > 0.f) return fa3_refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
-  if (p.p_drop > 0.f) return fa3_refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
+  if (dropout_active(p.drop_threshold))
+    return fa3_refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
   if (p.layout != nullptr) return fa3_refuse(why, why_size, "block-sparse layouts run on fa2");
   if (p.has_band && !(p.window_right == 0 && p.window_left < 0))
     return fa3_refuse(why, why_size,

@@ -367,7 +367,7 @@ __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int
 // The dropout multiplier of element j: rp_keep if kept, else 0 (1 without dropout).
 template <typename T>
 __device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
-  if (p.p_drop <= 0.f) return 1.f;
+  if (!dropout_active(p.drop_threshold)) return 1.f;
   return dropout_keep(p.seed, p.offset, static_cast<uint64_t>(r.b), static_cast<uint64_t>(p.heads_q),
                       static_cast<uint64_t>(r.h), static_cast<uint32_t>(r.i), static_cast<uint32_t>(j),
                       p.drop_threshold)
@@ -512,6 +512,7 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
 
   const bool live = r.valid && lse != -INFINITY;
+  const bool drop = dropout_active(p.drop_threshold);
   const uint64_t head_counter = p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h;
   // Eight columns per thread (two 4-column halves), the columns of one Philox call. The
   // 16-byte reads of xs go by quarter warps: threads 8 floats apart would hit each bank
@@ -520,7 +521,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int first = (threadIdx.x >> 2) & 1;
   for (int64_t j8 = 8 * int64_t(threadIdx.x); j8 < Sk; j8 += 8 * int64_t(blockDim.x)) {
     Philox4 w{};
-    if (live && j8 < r.len_k && p.p_drop > 0.f) {
+    if (live && j8 < r.len_k && drop) {
       w = dropout_words8(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j8 >> 3));
     }
 #pragma unroll
@@ -540,7 +541,7 @@ __global__ void __launch_bounds__(kRowThreads)
             const float x = xv[u];
             if (x != -INFINITY) {
               pv[u] = __expf(x - lse);
-              if (p.p_drop > 0.f) {
+              if (drop) {
                 pv[u] *= dropout_halfword(wh, static_cast<uint32_t>(u)) >= p.drop_threshold ? p.rp_keep : 0.f;
               }
             }
