@@ -42,6 +42,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common/params.h"
 #include "fa2/mma.cuh"
 #include "fa3/fwd.h"
@@ -335,12 +337,88 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto q_done = [&] {
     if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
   };
-  int base = 0;
+  // The tile whose last O += P V is still to be issued ("pending"): with an O buffer of its
+  // own that GEMM goes out with the next tile's first S GEMM, and the softmax of the next
+  // tile's first block runs under it, so a tile boundary costs the tensor cores no more than
+  // a key block does; the pending tile's epilogue follows. Its P is in pa, its O in acc_o.
+  float acc_o[1][kNV][4];
+  float acc_s[1][kNT][4];
+  uint32_t pa[kNT / 2][4];
+  float row_max[2], row_sum[2], alpha[2];
+  Tile prev{};
+  float prev_max[2], prev_sum[2];
+  bool pending = false;
+  int base = 0;  // walk steps (key blocks) of the CTA's earlier tiles
+
+  // S = Q K^T of walk step base + it (K-major operands); issued and committed, not waited for.
+  auto issue_s = [&](int it) {
+    gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
+                                                sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
+  };
+  // O += P V of walk step base + it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
+  // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart). it = -1: the
+  // pending tile's last block.
+  auto issue_pv = [&](int it) {
+    const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
+  };
+
+  // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
+  // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
+  // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
+  // other has passed (128). The turns run on across the tiles a run of merged boundaries
+  // joins; a run ends with a flush (the pending tile's last O += P V alone, in a turn):
+  // warpgroup 0 passes its own first turn of a run and warpgroup 1 skips its pass in the
+  // flush (nobody waits for it), so both barriers end every run balanced. Both warpgroups
+  // walk the same tiles and steps. Warpgroup 0 cannot start the next run's turns before
+  // warpgroup 1 has taken its flush turn: a run starts at a tile whose Q waits for both
+  // warpgroups' Q releases (q_empty) of a later point (the next tile's, or at the end
+  // of each tile through the Q tile, after the O store).
+  bool run_start = true;
+  auto turn_wait = [&] {
+    if (cw == 0 && run_start) hopper::bar_arrive(kBarTurn, 256);
+    run_start = false;
+    hopper::bar_sync(kBarTurn + cw, 256);
+  };
+  auto turn_pass = [&](bool ends_run) {
+    if (cw == 0 || !ends_run) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
+  };
+  // The epilogue of tile `tl` (rows' max and sum mx, sm; O in acc_o); through the Q tile, Q is
+  // free once this warpgroup's O store has read it.
+  auto finish = [&](const Tile& tl, const float (&mx)[2], const float (&sm)[2]) {
+    epilogue<Cfg, T>(p, maps, tl, tl.m0 + cw * 64 + warp * 16 + g, cw, warp, g, t, so_wg, acc_o, mx, sm, sl2);
+    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
+  };
+  // The pending tile's last O += P V alone, in the turn that ends the run; then its epilogue.
+  auto flush = [&] {
+    hopper::mbar_wait(v_full(stage(base - 1)), parity(base - 1));
+    turn_wait();
+    fa2::wg_fence();
+    issue_pv(-1);
+    fa2::wg_commit();
+    turn_pass(true);
+    fa2::wg_wait<0>();
+    fa2::wg_hold(acc_o);
+    hopper::mbar_arrive(v_empty(stage(base - 1)));
+    finish(prev, prev_max, prev_sum);
+    pending = false;
+    run_start = true;
+  };
+  auto zero_o = [&] {
+#pragma unroll
+    for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
+  };
+
   for (int tc = 0;; ++tc) {
     hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
     if (tile >= num_tiles()) {
+      if (pending) flush();
       // The CTA's shared memory outlives its last O store's read of it.
       if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
       return;
@@ -349,70 +427,76 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
-
-    float acc_o[1][kNV][4];
-#pragma unroll
-    for (int nv = 0; nv < kNV; ++nv)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
-    float acc_s[1][kNT][4];
-    uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
-
+    // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
+    auto q_done = [&] {
+      if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
+    };
     // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
     // first row's diagonal; uniform per block.
     auto needs_mask = [&](int n) {
       const int n0 = n * kBlockN;
       return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
     };
-    // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
-    auto issue_s = [&](int it) {
-      gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
-                                                  sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
-    };
-    // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
-    // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
-    auto issue_pv = [&](int it) {
-      const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
-    };
+    if (n_blocks == 0) {  // no key to see: O = 0, LSE = -inf
+      if (pending) flush();
+      q_done();
+      zero_o();
+      row_max[0] = row_max[1] = -INFINITY;
+      row_sum[0] = row_sum[1] = 0.f;
+      finish(tl, row_max, row_sum);
+      continue;
+    }
 
-    // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
-    // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
-    // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
-    // between a GEMM's issue and its wait.
-    //
-    // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
-    // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
-    // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
-    // other has passed (128): warpgroup 0's first turn of a tile is passed by itself, and
-    // warpgroup 1 skips its last pass (nobody waits for it), so both barriers end every tile
-    // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
-    // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
-    // both warpgroups' q_empty arrivals, which follow their last turns.
-    auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
-    auto turn_pass = [&](int it) {
-      if (cw == 0 || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
-    };
-    if (n_blocks == 0) q_done();
-    if (n_blocks > 0) {
-      if (cw == 0) hopper::bar_arrive(kBarTurn, 256);
+    // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1)
+    // (the first step of a tile: the pending tile's last block), so the softmax of block it
+    // runs while the tensor cores do the second GEMM; O is rescaled by block it's alpha (the
+    // first step: the pending tile's epilogue reads O, then O restarts at 0) only once that
+    // GEMM is done. No accumulator or P register is touched between a GEMM's issue and its
+    // wait. The softmax sits in the two arms of the mask branch, the wait after it: within
+    // one basic block ptxas hoists the wait above the softmax (it sees no dependency between
+    // them), and nothing would overlap the second GEMM. The hold keeps the front end from
+    // sinking the softmax below the wait.
+    prev_max[0] = row_max[0], prev_max[1] = row_max[1], prev_sum[0] = row_sum[0], prev_sum[1] = row_sum[1];
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+    // The first step, one copy merged with the pending tile's last block and one not: ptxas
+    // tracks the GEMMs in flight path by path, and one copy with two branches on `pending`
+    // would show it a path where O is written while its GEMM runs (serializing them).
+    auto first_step = [&](auto merge) {
+      constexpr bool kMerge = decltype(merge)::value;
       hopper::mbar_wait(k_full(stage(base)), parity(base));
+      if (kMerge) hopper::mbar_wait(v_full(stage(base - 1)), parity(base - 1));
       turn_wait();
       fa2::wg_fence();
       issue_s(0);
       fa2::wg_commit();
-      turn_pass(0);
-      fa2::wg_wait<0>();
+      if (kMerge) {
+        issue_pv(-1);
+        fa2::wg_commit();
+      }
+      turn_pass(false);
+      fa2::wg_wait<kMerge ? 1 : 0>();  // S(0) done; the pending tile's O += P V may still run
       fa2::wg_hold(acc_s);
       hopper::mbar_arrive(k_empty(stage(base)));
       if (n_blocks == 1) q_done();
-      if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
-      softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
+      if (needs_mask(n_blocks - 1)) {
+        mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
+        softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0
+      } else {
+        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+      }
+      fa2::wg_hold(acc_s);
+      if (kMerge) {
+        fa2::wg_wait<0>();
+        fa2::wg_hold(acc_o);
+        hopper::mbar_arrive(v_empty(stage(base - 1)));
+        finish(prev, prev_max, prev_sum);
+      }
+      zero_o();
       hopper::pack_a<T>(pa, acc_s);
-    }
+    };
+    if (pending) first_step(std::true_type{});
+    else first_step(std::false_type{});
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
       hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
@@ -423,15 +507,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fa2::wg_commit();
       issue_pv(it - 1);
       fa2::wg_commit();
-      turn_pass(it);
+      turn_pass(false);
       fa2::wg_wait<1>();  // S(it) done; O += P V may still run
       fa2::wg_hold(acc_s);
       hopper::mbar_arrive(k_empty(stage(base + it)));
       if (it == n_blocks - 1) q_done();
-      // The softmax sits in the two arms of this branch, the wait after it: within one basic
-      // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
-      // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
-      // softmax below the wait.
       if (needs_mask(n)) {
         mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
         softmax_step(acc_s, row_max, row_sum, alpha, sl2);
@@ -445,19 +525,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       rescale_o(acc_o, alpha);
       hopper::pack_a<T>(pa, acc_s);
     }
-    if (n_blocks > 0) {
-      hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));
-      fa2::wg_fence();
-      issue_pv(n_blocks - 1);
-      fa2::wg_commit();
-      fa2::wg_wait<0>();
-      fa2::wg_hold(acc_o);
-      hopper::mbar_arrive(v_empty(stage(base + n_blocks - 1)));
-    }
     base += n_blocks;
-    epilogue<Cfg, T>(p, maps, tl, row0, cw, warp, g, t, so_wg, acc_o, row_max, row_sum, sl2);
-    // O through the Q tile: Q is free once this warpgroup's O store has read it.
-    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
+    prev = tl;
+    pending = true;
+    // Through the Q tile, the next tile's Q waits for this one's O store: no merging.
+    if (!Cfg::kOwnO) flush();
   }
 }
 
