@@ -42,8 +42,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "common/params.h"
 #include "fa2/mma.cuh"
 #include "fa3/fwd.h"
@@ -211,18 +209,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kNT = kBlockN / 8;  // n8 tiles of S per warpgroup row block
   constexpr int kNV = kDv / 8;      // n8 tiles of O
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  constexpr int kQStages = Cfg::kQStages;
-  const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;  // Q tile of Q stage qs: + qs kQBytes
-  const uint32_t so = Cfg::kOwnO ? sq + kQStages * Cfg::kQBytes : sq;  // the O staging tile
-  const uint32_t sk0 = sq + kQStages * Cfg::kQBytes + Cfg::kOBytes;
+  const uint32_t sq = (fa2::smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t so = Cfg::kOwnO ? sq + Cfg::kQBytes : sq;  // the O staging tile
+  const uint32_t sk0 = sq + Cfg::kQBytes + Cfg::kOBytes;
   const uint32_t sv0 = sk0 + kStages * Cfg::kKBytes;
   const uint32_t bar0 = sv0 + kStages * Cfg::kVBytes;
-  // The CTA's tile tc uses Q stage tc % kQStages, in that stage's use number tc / kQStages.
-  auto q_full = [&](int qs) { return bar0 + 8u * static_cast<uint32_t>(qs); };
-  auto q_empty = [&](int qs) { return bar0 + 8u * static_cast<uint32_t>(2 + qs); };
-  auto q_parity = [](int tc) { return static_cast<uint32_t>(tc / kQStages) & 1u; };
-  auto tile_slot = [&](int qs) { return bar0 + static_cast<uint32_t>(Cfg::kBarBytes + 4 * qs); };
-  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(4 + kind * kStages + s); };
+  const uint32_t q_full = bar0, q_empty = bar0 + 8u;
+  const uint32_t tile_slot = bar0 + static_cast<uint32_t>(Cfg::kBarBytes);
+  auto bar = [&](int kind, int s) { return bar0 + 8u * static_cast<uint32_t>(2 + kind * kStages + s); };
   auto k_full = [&](int s) { return bar(0, s); };
   auto v_full = [&](int s) { return bar(1, s); };
   auto k_empty = [&](int s) { return bar(2, s); };
@@ -240,12 +234,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto num_tiles = [&] { return tiles_m() * static_cast<int>(p.heads_q * p.batch); };
 
   if (threadIdx.x == 0) {
-    // A Q tile is free for a later tile: own O buffer, once every consumer thread's last S
-    // GEMM of it is done; else once each warpgroup's O store has read it.
-    for (int qs = 0; qs < kQStages; ++qs) {
-      hopper::mbar_init(q_full(qs));
-      hopper::mbar_init(q_empty(qs), Cfg::kOwnO ? 2 * 128 : 2);
-    }
+    hopper::mbar_init(q_full);
+    // Q is free for the next tile: own O buffer, once every consumer thread's last S GEMM is
+    // done; else once each warpgroup's O store has read it.
+    hopper::mbar_init(q_empty, Cfg::kOwnO ? 2 * 128 : 2);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(k_full(s));
       hopper::mbar_init(v_full(s));
@@ -258,8 +250,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    // ---- producer: per tile, K of its first block, Q (once the tile kQStages back is done
-    // with its Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
+    // ---- producer: per tile, K of its first block, Q (once the previous tile is done with
+    // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
     // order the consumers use them in. Every tile loads Q, so the Q barriers turn once per
     // tile. ----
     hopper::regs_dec<24>();
@@ -281,14 +273,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int tc = 0;; ++tc) {  // tc: the CTA's tiles so far
       // The consumers read the slot as the Q tile's full barrier completes, and are done with
       // it once they release the Q tile (q_empty).
-      const int qs = tc % kQStages;
       auto name_tile = [&] {
-        hopper::mbar_wait(q_empty(qs), q_parity(tc) ^ 1u);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot(qs)), "r"(tile) : "memory");
+        hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
       };
       if (tile >= num_tiles()) {  // no tile left: the barrier completes with no bytes
         name_tile();
-        hopper::mbar_arrive(q_full(qs));
+        hopper::mbar_arrive(q_full);
         return;
       }
       const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
@@ -314,11 +305,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       };
       if (n_blocks > 0) load(0, 0);
       name_tile();
-      hopper::mbar_expect(q_full(qs), Cfg::kQBytes);
+      hopper::mbar_expect(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kDqk / kCols; ++c)
-        hopper::tma_load(sq + static_cast<uint32_t>(qs * Cfg::kQBytes + c * kBlockM * kSw), &maps.q, c * kCols, tl.m0,
-                         tl.h, tl.b, q_full(qs));
+        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b, q_full);
       // The next tile is claimed here and first used after this tile's loads, so the atomic's
       // round trip runs under them.
       const int next = claim(tile);
@@ -339,89 +329,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const float sl2 = p.scale * static_cast<float>(M_LOG2E);
-  const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's O rows
-  // Tile boundaries merge where the next tile's Q loads into a stage of its own (two Q
-  // stages): the tile whose last O += P V is still to be issued stays "pending", and that
-  // GEMM goes out with the next tile's first S GEMM, the softmax of the next tile's first
-  // block running under it, so a boundary costs the tensor cores no more than a key block;
-  // the pending tile's epilogue follows. Elsewhere each tile ends in a flush (below).
-  constexpr bool kMerge = kQStages == 2;
-  // The pending tile: where it is, its rows' running max and sum; its P is in pa, its O in acc_o.
-  float acc_o[1][kNV][4];
-  float acc_s[1][kNT][4];
-  uint32_t pa[kNT / 2][4];
-  float row_max[2], row_sum[2], alpha[2];
-  Tile prev{};
-  float prev_max[2], prev_sum[2];
-  bool pending = false;
-  int base = 0;  // walk steps (key blocks) of the CTA's earlier tiles
-  uint32_t sq_wg = sq;  // this warpgroup's rows of the current tile's Q stage
-
-  // S = Q K^T of walk step base + it (K-major operands); issued and committed, not waited for.
-  auto issue_s = [&](int it) {
-    gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
-                                                sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
+  const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's Q rows
+  const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // and its O rows
+  // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
+  auto q_done = [&] {
+    if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
   };
-  // O += P V of walk step base + it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
-  // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart). it = -1: the
-  // pending tile's last block.
-  auto issue_pv = [&](int it) {
-    const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
-  };
-
-  // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
-  // warpgroups 0 and 1 alternating over the CTA's whole walk, so one's softmax runs under the
-  // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the other
-  // has passed (128). Warpgroup 0 passes its own first turn, and waits once more after its
-  // last, taking warpgroup 1's last pass, so both barriers end the walk balanced. Both
-  // warpgroups walk the same tiles and take the same turns; strict alternation keeps a
-  // warpgroup from arriving twice on a barrier before the other has waited on it.
-  bool first_turn = true;
-  auto turn_wait = [&] {
-    if (cw == 0 && first_turn) hopper::bar_arrive(kBarTurn, 256);
-    first_turn = false;
-    hopper::bar_sync(kBarTurn + cw, 256);
-  };
-  auto turn_pass = [&] { hopper::bar_arrive(kBarTurn + (1 - cw), 256); };
-  // The epilogue of tile `tl` (rows' max and sum mx, sm; O in acc_o); through the Q tile
-  // (one Q stage), Q is free once this warpgroup's O store has read it.
-  static_assert(Cfg::kOwnO || kQStages == 1, "O through the Q tile: one Q stage");
-  auto finish = [&](const Tile& tl, const float (&mx)[2], const float (&sm)[2]) {
-    epilogue<Cfg, T>(p, maps, tl, tl.m0 + cw * 64 + warp * 16 + g, cw, warp, g, t, so_wg, acc_o, mx, sm, sl2);
-    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty(0));
-  };
-  // The pending tile's last O += P V alone, in a turn; then its epilogue.
-  auto flush = [&] {
-    hopper::mbar_wait(v_full(stage(base - 1)), parity(base - 1));
-    turn_wait();
-    fa2::wg_fence();
-    issue_pv(-1);
-    fa2::wg_commit();
-    turn_pass();
-    fa2::wg_wait<0>();
-    fa2::wg_hold(acc_o);
-    hopper::mbar_arrive(v_empty(stage(base - 1)));
-    finish(prev, prev_max, prev_sum);
-    pending = false;
-  };
-  auto zero_o = [&] {
-#pragma unroll
-    for (int nv = 0; nv < kNV; ++nv)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
-  };
-
+  int base = 0;
   for (int tc = 0;; ++tc) {
-    const int qs = tc % kQStages;
-    hopper::mbar_wait(q_full(qs), q_parity(tc));
+    hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot(qs)) : "memory");
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
     if (tile >= num_tiles()) {
-      if (pending) flush();
-      if (cw == 0 && !first_turn) hopper::bar_sync(kBarTurn, 256);
       // The CTA's shared memory outlives its last O store's read of it.
       if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
       return;
@@ -430,78 +349,69 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
-    sq_wg = sq + static_cast<uint32_t>(qs * Cfg::kQBytes + cw * 64 * kSw);
-    // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
-    auto q_done = [&] {
-      if (Cfg::kOwnO) hopper::mbar_arrive(q_empty(qs));
-    };
+
+    float acc_o[1][kNV][4];
+#pragma unroll
+    for (int nv = 0; nv < kNV; ++nv)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[0][nv][e] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+    float acc_s[1][kNT][4];
+    uint32_t pa[kNT / 2][4];  // P of the previous block, waiting for its O += P V
+
     // Blocks that take the element mask: past len_k, or (causal) reaching above the tile's
     // first row's diagonal; uniform per block.
     auto needs_mask = [&](int n) {
       const int n0 = n * kBlockN;
       return n0 + kBlockN > len_k || (p.has_band && n0 + kBlockN - 1 > m0 + shift);
     };
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
-    if (n_blocks == 0) {  // no key to see: O = 0, LSE = -inf
-      if (pending) flush();
-      q_done();
-      zero_o();
-      finish(tl, row_max, row_sum);
-      continue;
-    }
+    // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
+    auto issue_s = [&](int it) {
+      gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
+                                                  sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
+    };
+    // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
+    // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
+    auto issue_pv = [&](int it) {
+      const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
+    };
 
-    // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1)
-    // (the first step of a tile: the pending tile's last block, if any), so the softmax of
-    // block it runs while the tensor cores do the second GEMM; O is rescaled by block it's
-    // alpha (the first step: the pending tile's epilogue reads O, then O restarts at 0) only
-    // once that GEMM is done. No accumulator or P register is touched between a GEMM's issue
-    // and its wait. The softmax sits in the two arms of the mask branch, the wait after it:
-    // within one basic block ptxas hoists the wait above the softmax (it sees no dependency
-    // between them), and nothing would overlap the second GEMM. The hold keeps the front end
-    // from sinking the softmax below the wait.
+    // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
+    // so the softmax of block it runs while the tensor cores do the second GEMM; O is rescaled
+    // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
+    // between a GEMM's issue and its wait.
     //
-    // The first step has one copy merged with the pending tile's last block and one not: ptxas
-    // tracks the GEMMs in flight path by path, and one copy with two branches on `pending`
-    // would show it a path where O is written while its GEMM runs (serializing them).
-    auto first_step = [&](auto merged) {
-      constexpr bool kWithPv = decltype(merged)::value;
+    // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
+    // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
+    // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
+    // other has passed (128): warpgroup 0's first turn of a tile is passed by itself, and
+    // warpgroup 1 skips its last pass (nobody waits for it), so both barriers end every tile
+    // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
+    // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
+    // both warpgroups' q_empty arrivals, which follow their last turns.
+    auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
+    auto turn_pass = [&](int it) {
+      if (cw == 0 || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
+    };
+    if (n_blocks == 0) q_done();
+    if (n_blocks > 0) {
+      if (cw == 0) hopper::bar_arrive(kBarTurn, 256);
       hopper::mbar_wait(k_full(stage(base)), parity(base));
-      if (kWithPv) hopper::mbar_wait(v_full(stage(base - 1)), parity(base - 1));
       turn_wait();
       fa2::wg_fence();
       issue_s(0);
       fa2::wg_commit();
-      if (kWithPv) {
-        issue_pv(-1);
-        fa2::wg_commit();
-      }
-      turn_pass();
-      fa2::wg_wait<kWithPv ? 1 : 0>();  // S(0) done; the pending tile's O += P V may still run
+      turn_pass(0);
+      fa2::wg_wait<0>();
       fa2::wg_hold(acc_s);
       hopper::mbar_arrive(k_empty(stage(base)));
       if (n_blocks == 1) q_done();
-      if (needs_mask(n_blocks - 1)) {
-        mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
-        softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0
-      } else {
-        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
-      }
-      fa2::wg_hold(acc_s);
-      if (kWithPv) {
-        fa2::wg_wait<0>();
-        fa2::wg_hold(acc_o);
-        hopper::mbar_arrive(v_empty(stage(base - 1)));
-        finish(prev, prev_max, prev_sum);
-      }
-      zero_o();
+      if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
+      softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
       hopper::pack_a<T>(pa, acc_s);
-    };
-    if (kMerge && pending) {
-      first_step(std::true_type{});
-      pending = false;
-    } else {
-      first_step(std::false_type{});
     }
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
@@ -513,11 +423,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fa2::wg_commit();
       issue_pv(it - 1);
       fa2::wg_commit();
-      turn_pass();
+      turn_pass(it);
       fa2::wg_wait<1>();  // S(it) done; O += P V may still run
       fa2::wg_hold(acc_s);
       hopper::mbar_arrive(k_empty(stage(base + it)));
       if (it == n_blocks - 1) q_done();
+      // The softmax sits in the two arms of this branch, the wait after it: within one basic
+      // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
+      // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
+      // softmax below the wait.
       if (needs_mask(n)) {
         mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
         softmax_step(acc_s, row_max, row_sum, alpha, sl2);
@@ -531,11 +445,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       rescale_o(acc_o, alpha);
       hopper::pack_a<T>(pa, acc_s);
     }
+    if (n_blocks > 0) {
+      hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));
+      fa2::wg_fence();
+      issue_pv(n_blocks - 1);
+      fa2::wg_commit();
+      fa2::wg_wait<0>();
+      fa2::wg_hold(acc_o);
+      hopper::mbar_arrive(v_empty(stage(base + n_blocks - 1)));
+    }
     base += n_blocks;
-    prev = tl;
-    prev_max[0] = row_max[0], prev_max[1] = row_max[1], prev_sum[0] = row_sum[0], prev_sum[1] = row_sum[1];
-    pending = true;
-    if (!kMerge) flush();
+    epilogue<Cfg, T>(p, maps, tl, row0, cw, warp, g, t, so_wg, acc_o, row_max, row_sum, sl2);
+    // O through the Q tile: Q is free once this warpgroup's O store has read it.
+    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
   }
 }
 

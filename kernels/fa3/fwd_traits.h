@@ -28,10 +28,9 @@ struct FwdTraits {
   static constexpr int kQBytes = kBlockM * Dqk * 2;
   static constexpr int kKBytes = kBlockN * Dqk * 2;  // one K tile
   static constexpr int kVBytes = kBlockN * Dv * 2;   // one V tile
-  // Barriers: Q full, Q empty x 2 (room for two Q tiles, kQStages), then K full, V full, K
-  // empty, V empty x kStages each (8 bytes each); after them the slots through which the
-  // producer names the consumers' tile of each Q stage.
-  static constexpr int kBarBytes = 8 * (2 * 2 + 4 * kStages);
+  // Barriers: Q full, Q empty, then K full, V full, K empty, V empty x kStages each (8 bytes
+  // each); after them the slot through which the producer names the consumers' next tile.
+  static constexpr int kBarBytes = 8 * (2 + 4 * kStages);
   static constexpr int kSlotBytes = 8;
   // The opt-in dynamic shared memory of a CTA on sm_90 (227 KB).
   static constexpr int kSmemLimit = 232448;
@@ -44,11 +43,7 @@ struct FwdTraits {
   static constexpr int kOBoxRows = 64;
   static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= kSmemLimit;
   static constexpr int kOBytes = kOwnO ? kBlockM * Dv * 2 : 0;
-  // A second Q tile where it fits beside the O buffer (d <= 128): the next tile's Q loads
-  // while this one runs, and the consumers merge tile boundaries (a tile's last O += P V goes
-  // out with the next tile's first S GEMM, which then need not wait for a Q load).
-  static constexpr int kQStages = kOwnO && kSmemNoO + kOBytes + kQBytes <= kSmemLimit ? 2 : 1;
-  static constexpr int kSmemBytes = kSmemNoO + kOBytes + (kQStages - 1) * kQBytes;
+  static constexpr int kSmemBytes = kSmemNoO + kOBytes;
   static_assert(Dqk % kCols == 0 && Dv % kCols == 0 && Dqk <= 256 && Dv <= 256,
                 "head dims: whole column blocks, up to 256");
   static_assert(kBlockN % 16 == 0 && kSmemBytes <= kSmemLimit, "key blocks of whole k16 steps, in shared memory");
