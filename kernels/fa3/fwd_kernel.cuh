@@ -309,16 +309,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < kDqk / kCols; ++c)
         hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b, q_full);
-      // The next tile is claimed here and first used after this tile's loads, so the atomic's
-      // round trip runs under them.
-      const int next = claim(tile);
       for (int it = 1; it < n_blocks; ++it) {
         load(0, it);
         load(1, it - 1);
       }
       if (n_blocks > 0) load(1, n_blocks - 1);
       base += n_blocks;
-      tile = next;
+      tile = claim(tile);
     }
   }
 
