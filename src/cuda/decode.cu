@@ -13,13 +13,6 @@
 #include "error.hpp"
 
 namespace flashattn {
-namespace decode {
-#if FLASHATTN_FA2_SM90A  // kernels/decode/instances/decode_sm90a.cu
-extern template cudaError_t reserve<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l);
-extern template cudaError_t enqueue<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, cudaStream_t st);
-#endif
-}  // namespace decode
-
 namespace {
 
 constexpr int64_t kMaxIndex = 2147483647;  // the grids are 1-D
