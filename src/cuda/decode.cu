@@ -94,13 +94,17 @@ int64_t ctas_per_sm(const DimPlan& dp, const cudaDeviceProp& prop) {
   return fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
 }
 
-// The split count the library chooses for p with the kernel of dp: FlashAttention's
-// heuristic (num_splits_heuristic). With fewer CTAs than 80% of the resident slots
-// (ctas_per_sm on every SM), take the fewest splits whose efficiency (CTAs over whole
-// waves) is within 85% of the best, keeping at least one tile of the capacity per split.
-int64_t heuristic_splits(const AttnParams& p, const DimPlan& dp, const cudaDeviceProp& prop) {
+// Resident decode CTAs of a kernel (dp) on the whole device.
+int64_t slots_of(const DimPlan& dp, const cudaDeviceProp& prop) {
+  return ctas_per_sm(dp, prop) * static_cast<int64_t>(prop.multiProcessorCount);
+}
+
+// The split count the library chooses for p with `slots` resident CTAs: FlashAttention's
+// heuristic (num_splits_heuristic). With fewer CTAs than 80% of the slots, take the fewest
+// splits whose efficiency (CTAs over whole waves) is within 85% of the best, keeping at
+// least one tile of the capacity per split.
+int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
   const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
-  const int64_t slots = ctas_per_sm(dp, prop) * static_cast<int64_t>(prop.multiProcessorCount);
   if (ctas * 10 >= slots * 8) return 1;
   const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
   int64_t max_splits = slots < tiles ? slots : tiles;
@@ -120,14 +124,19 @@ int64_t heuristic_splits(const AttnParams& p, const DimPlan& dp, const cudaDevic
 
 // The split count of a run of p with the kernel of dp: the caller's, or the heuristic's.
 int64_t splits_of(const AttnParams& p, const DimPlan& dp, const cudaDeviceProp& prop) {
-  return p.kv_num_splits > 0 ? p.kv_num_splits : heuristic_splits(p, dp, prop);
+  return p.kv_num_splits > 0 ? p.kv_num_splits : heuristic_splits(p, slots_of(dp, prop));
 }
 
 // The most splits a run of p may take, before its pointers are known (the workspace
 // size): the caller's count, or the larger of the heuristic's for the two kernels, as the
-// kernel is chosen by each run (decode_fwd).
+// kernel is chosen by each run (decode_fwd); one evaluation where their slots agree.
 int64_t splits_bound(const AttnParams& p, const cudaDeviceProp& prop) {
-  const int64_t gather = splits_of(p, plan_for<fa2::Sm80>(p), prop), bulk = splits_of(p, plan_for<fa2::Sm90a>(p), prop);
+  if (p.kv_num_splits > 0) return p.kv_num_splits;
+  const int64_t gather_slots = slots_of(plan_for<fa2::Sm80>(p), prop),
+                bulk_slots = slots_of(plan_for<fa2::Sm90a>(p), prop);
+  const int64_t gather = heuristic_splits(p, gather_slots);
+  if (bulk_slots == gather_slots) return gather;
+  const int64_t bulk = heuristic_splits(p, bulk_slots);
   return bulk > gather ? bulk : gather;
 }
 
