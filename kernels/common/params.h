@@ -93,7 +93,7 @@ struct AttnParams {
   int64_t rotary_dim, rotary_rows;
   const void* rotary_cos;  // [rotary_rows, rotary_dim / 2], plan dtype
   const void* rotary_sin;
-  int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1
+  int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1; CUDA: 0, each run's choice
 
   // ---- added later, kept last: earlier fields keep their offsets in the kernels' parameters ----
   int64_t alibi_batch_stride;  // ALiBi: 0 = one slope per head, shared by every sequence

@@ -109,9 +109,9 @@ flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t wor
 // ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
 flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
 // ---- KV-cache runs (kernels/decode, src/cuda/decode.cu): append, split-KV decode, combine ----
-// Splits the library chooses for p on a device with prop (FlashAttention's heuristic).
-int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop);
-CheckedSize decode_workspace_size(const AttnParams& p);
+// p.kv_num_splits is the caller's count, or 0: each run chooses it for the kernel it takes
+// (after the tensor-map encode), within the bound the workspace size and checks use.
+CheckedSize decode_workspace_size(const AttnParams& p, const cudaDeviceProp& prop);
 flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop);
 flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
