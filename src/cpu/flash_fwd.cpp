@@ -320,7 +320,7 @@ int64_t decode_splits(const AttnParams& p) {
 
 int64_t forward_splits(const AttnParams& p) {
   if (p.kv_enabled) return p.kv_num_splits;
-  return decode_schedule(p) && !p.varlen ? decode_splits(p) : 1;
+  return decode_schedule(p) ? decode_splits(p) : 1;
 }
 
 CheckedSize flash_fwd_shared_bytes(const AttnParams& p) {
