@@ -1,6 +1,7 @@
 // Tile shapes and shared-memory plan of the FA3-design backward kernel (fa3/bwd_kernel.cuh),
 // plain C++ so the host sizes its launch from the same numbers.
 #pragma once
+#include "hopper/limits.h"
 
 namespace flashattn {
 namespace fa3 {
@@ -72,7 +73,7 @@ struct BwdTraits {
   // boundary (1024 bytes of slack).
   static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + (kStages + kDoStages) * kQBytes + 2 * kDsBytes +
                                     2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
+  static_assert(kSmemBytes <= hopper::kSmemLimit, "over the dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
 };
