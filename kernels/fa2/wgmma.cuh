@@ -155,6 +155,7 @@ FA_WG_MMA_N(128, 0, "0, 0")
 FA_WG_MMA_N(112, 0, "0, 0")
 FA_WG_MMA_N(64, 1, "0, 1")
 FA_WG_MMA_N(128, 1, "0, 1")
+FA_WG_MMA_N(32, 3, "1, 1")
 FA_WG_MMA_N(64, 3, "1, 1")
 FA_WG_MMA_N(128, 3, "1, 1")
 #undef FA_WG_MMA_N

@@ -60,7 +60,7 @@ bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_siz
   if (const char* missing = tensor_map_encoder_missing())
     return fa3_refuse(why, why_size, "the driver has no tensor-map encoder: %s", missing);
   for (const auto& t : maps)
-    if (!encode_rows_map_16bit(t.map, t.base, D, t.rows, t.heads, p.batch, t.st, t.box_rows))
+    if (!encode_rows_map_16bit(t.map, t.base, D, t.rows, t.heads, p.batch, t.st, t.box_rows, Cfg::kSwizzle))
       return fa3_refuse(why, why_size,
                         "%s=%p, element strides (batch, seq, head) (%lld, %lld, %lld), %lld x %lld rows x %lld heads "
                         "x %d: the copy engine refuses it (16-byte aligned pointer, byte strides multiples of 16 in "
