@@ -29,6 +29,7 @@ struct BwdTraits {
   static constexpr int kCols = kSwizzle / 2;
   static constexpr int kColBlocks = D / kCols;
   static constexpr bool kSplitD = D > 128;
+  static_assert(!kSplitD || kCols == 64, "the head-dim split shares out 64-column blocks (dK, dV, dQ pieces)");
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
   static constexpr int kBlockM = 64;
