@@ -66,7 +66,7 @@ struct AttnParams {
   const float* alibi_slopes;  // [heads_q], or [batch, heads_q] rows alibi_batch_stride apart (below)
 
   // ---- dropout ----
-  float p_drop;             // 0 = off
+  float p_drop;             // as the plan holds it; dropout is off where dropout_active(drop_threshold) is not
   float rp_keep;            // dropout_keep_scale(drop_threshold)
   uint32_t drop_threshold;  // dropout_threshold(p_drop), < 2^16
   uint64_t seed, offset;

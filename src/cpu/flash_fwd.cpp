@@ -66,7 +66,7 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   s.k = cv.floats(kBc, dqk);
   s.v = cv.floats(kBc, dvp);
   s.s = cv.floats(kBr, kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
+  s.drop = dropout_active(p.drop_threshold) ? cv.floats(kBr, kBc) : nullptr;
   s.alpha = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
   return s;

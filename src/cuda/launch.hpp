@@ -46,10 +46,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
 // WORKSPACE_TOO_SMALL, naming both sizes, when it cannot hold them). p: a problem fa2 runs
 // without staged copies.
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
-// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator (one kernel).
+// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator and of the turn
+// counters (one kernel).
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
-// Enqueues the zeroing of the turn counters (one memset; nothing when scratch has none).
-flashattn_status_t bwd_zero_turns(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 // Enqueues dQ = scale * the accumulator, in p's dtype.
 flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 
