@@ -30,8 +30,9 @@ namespace {
 // The head dims the fa3 backward serves (kernels/instances.json, "hopper" "backward"), in two
 // groups, each case below a test per group (each within the per-test timeout): 64 and 128;
 // 96, 192 and 256. 64, 96 and 128 split a step's 128 keys between the consumer warpgroups
-// (96 on tiles of 128 columns, the last 32 zero); 192 and 256 split the head-dim columns of
-// 64 keys (at 192 unevenly: two column blocks and one).
+// (96 in the 64-byte swizzle, its dQ in a 64- and a 32-column piece that alternate between
+// them by step); 192 and 256 split the head-dim columns of 64 keys (at 192 unevenly: two
+// column blocks and one).
 using Dims = std::vector<int64_t>;
 const Dims kFirstDims = {64, 128};
 const Dims kLaterDims = {96, 192, 256};

@@ -1,12 +1,13 @@
-// Warpgroup MMA (wgmma, sm_90a only) for the generation-1 backward's S = Q K^T and
-// dP = dO V^T GEMMs: both operands straight from the 128-byte-swizzled shared tiles
-// (SwizzledTile, 64-column blocks at 1024-byte boundaries: exactly the hardware's 128B
-// swizzle), fp32 accumulators in registers in the layout of mma.sync's C fragments
+// Warpgroup MMA (wgmma, sm_90a only) of the Hopper kernels: the generation-1 backward's
+// S = Q K^T and dP = dO V^T, the fa2 forward's O += P V and every GEMM of the FA3-design
+// kernels (kernels/fa3). Operands straight from swizzled shared tiles (column blocks at
+// 1024-byte boundaries in the hardware's 128- or 64-byte swizzle, wg_desc) or, for A, from
+// registers; fp32 accumulators in registers in the layout of mma.sync's C fragments
 // (warp w of the warpgroup owns rows 16 (w % 4) .. + 15; per n8 tile j the thread holds
 // {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)} = d[0][j][0..3], g = lane / 4,
 // t = lane % 4), so the elementwise code after the GEMM is the mma.sync code's.
-// Only the Sm90a policy's code calls these (arch.h), and only its instantiations are
-// compiled for sm_90a, the one target that has the instructions.
+// Only sm_90a code calls these (arch.h's Sm90a policy, the fa3 instances), the one target
+// that has the instructions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,20 +16,23 @@
 namespace flashattn {
 namespace fa2 {
 
-// Shared-memory matrix descriptor of an operand in a SwizzledTile (rows of 128 bytes = 64
-// elements per 64-column block, 128-byte swizzle = layout type 1, 8-row groups 1024 bytes
-// apart = the stride byte offset).
+// Shared-memory matrix descriptor of an operand in tiles of kSwizzle-byte rows per column
+// block, the copy engine's swizzle of that width: 128 (64 16-bit columns, layout type 1: the
+// SwizzledTile of the fa2 kernels) or 64 (32 columns, layout type 2: the fa3 kernels at
+// d = 96). 8-row groups are 8 kSwizzle bytes apart (the stride byte offset).
 // K-major (rows = M or N, columns = K): `addr` = the operand's first row at the k16 step's
-//   first column: the row's 1024-byte group base + 128 * (row % 8) + 32 * (k16 step within the
-//   64-column block); `lbo` is unused.
+//   first column: the row's 8-row group base + kSwizzle * (row % 8) + 32 * (k16 step within
+//   the column block); `lbo` is unused.
 // MN-major (rows = K, columns = M or N; the wgmma's transpose flag set): `addr` = the k16
-//   step's first row (a multiple of 8) at the operand's first 64-column block; `lbo` = the
-//   distance of the next 64-column block (the tile's rows x 128 bytes).
+//   step's first row (a multiple of 8) at the operand's first column block; `lbo` = the
+//   distance of the next column block (the tile's rows x kSwizzle bytes).
 // The hardware applies the swizzle to the absolute address bits, so the base of every 8-row
-// group must be 1024-byte aligned (the tiles are).
+// group must be aligned to 8 kSwizzle bytes (the tiles' column blocks are 1024-byte aligned).
+template <int kSwizzle = 128>
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo = 16) {
+  static_assert(kSwizzle == 128 || kSwizzle == 64, "128- or 64-byte swizzle");
   return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+         (static_cast<uint64_t>(8 * kSwizzle >> 4) << 32) | (static_cast<uint64_t>(kSwizzle == 128 ? 1 : 2) << 62);
 }
 // Before the first wgmma of a batch: orders the warpgroup's earlier register and shared
 // accesses before the asynchronous GEMMs.
@@ -151,6 +155,7 @@ FA_WG_MMA_N(128, 0, "0, 0")
 FA_WG_MMA_N(112, 0, "0, 0")
 FA_WG_MMA_N(64, 1, "0, 1")
 FA_WG_MMA_N(128, 1, "0, 1")
+FA_WG_MMA_N(32, 3, "1, 1")
 FA_WG_MMA_N(64, 3, "1, 1")
 FA_WG_MMA_N(128, 3, "1, 1")
 #undef FA_WG_MMA_N
@@ -183,24 +188,30 @@ FA_WG_RS(__nv_bfloat16, "bf16", 256, "%128", "%129", "%130", "%131", "%132")
 FA_WG_RS(__half, "f16", 256, "%128", "%129", "%130", "%131", "%132")
 #undef FA_WG_RS
 
-// One warpgroup GEMM over K (a multiple of 16) on SwizzledTile operands, issued, not waited
-// for (wg_commit / wg_wait by the caller): acc (64 x 8 NT per warpgroup) (+)= A * B.
+// One warpgroup GEMM over K (a multiple of 16) on operands in swizzled tiles (kSwA- and
+// kSwB-byte rows per column block, wg_desc), issued, not waited for (wg_commit / wg_wait by
+// the caller): acc (64 x 8 NT per warpgroup) (+)= A * B.
 //   A: kTr & 2 clear: K-major, a0 = the warpgroup's first row of a kRA-row tile, k across its
-//      64-column blocks; set: MN-major, a0 = the tile's first row at the warpgroup's 64-column
-//      block, k along kRA's rows.
-//   B: kTr & 1 likewise with b0 and kRB (MN-major: n across 64-column blocks kRB * 128 B apart).
+//      column blocks; set: MN-major, a0 = the tile's first row at the warpgroup's first column
+//      block, k along kRA's rows (m across column blocks kRA * kSwA bytes apart).
+//   B: kTr & 1 likewise with b0, kRB and kSwB (MN-major: n across column blocks kRB * kSwB
+//      bytes apart).
 // A K-major operand's k16 steps advance its descriptor's start address by 32 bytes within a
-// 64-column block and by the block's size across blocks; an MN-major operand's by 16 rows
-// (2048 bytes). Descriptor units are 16 bytes; no carry leaves the 14-bit field (shared
+// column block and by the block's size across blocks; an MN-major operand's by 16 rows (16
+// kSw bytes). Descriptor units are 16 bytes; no carry leaves the 14-bit field (shared
 // addresses < 256 KB). kOverwrite: the first k16 step ignores acc's value.
-template <typename T, int NT, int K, int kTr, int kRA, int kRB, bool kOverwrite>
+template <typename T, int NT, int K, int kTr, int kRA, int kRB, bool kOverwrite, int kSwA = 128, int kSwB = kSwA>
 __device__ __forceinline__ void wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uint32_t b0) {
   constexpr bool kAMN = (kTr & 2) != 0, kBMN = (kTr & 1) != 0;
-  const uint64_t da = kAMN ? wg_desc(a0, kRA * 128) : wg_desc(a0), db = kBMN ? wg_desc(b0, kRB * 128) : wg_desc(b0);
+  constexpr int kStepsA = kSwA / 32, kStepsB = kSwB / 32;  // k16 steps per column block (K-major)
+  const uint64_t da = kAMN ? wg_desc<kSwA>(a0, kRA * kSwA) : wg_desc<kSwA>(a0);
+  const uint64_t db = kBMN ? wg_desc<kSwB>(b0, kRB * kSwB) : wg_desc<kSwB>(b0);
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
-    const uint64_t a = da + static_cast<uint64_t>(kAMN ? kk * 128 : (kk >> 2) * (kRA * 128 / 16) + (kk & 3) * 2);
-    const uint64_t b = db + static_cast<uint64_t>(kBMN ? kk * 128 : (kk >> 2) * (kRB * 128 / 16) + (kk & 3) * 2);
+    const uint64_t a =
+        da + static_cast<uint64_t>(kAMN ? kk * kSwA : (kk / kStepsA) * (kRA * kSwA / 16) + (kk % kStepsA) * 2);
+    const uint64_t b =
+        db + static_cast<uint64_t>(kBMN ? kk * kSwB : (kk / kStepsB) * (kRB * kSwB / 16) + (kk % kStepsB) * 2);
     if (kOverwrite && kk == 0) wg_mma_ss<T, NT * 8, false, kTr>(acc, a, b);
     else wg_mma_ss<T, NT * 8, true, kTr>(acc, a, b);
   }

@@ -9,8 +9,9 @@
 namespace flashattn {
 namespace fa3 {
 
-// TMA maps of Q, dO (boxes of 64 columns x BwdTraits<D>::kBlockM rows) and K, V (64 x kBlockN)
-// as 4-D tensors (head dim, seq, head, batch) over the plan's strides, 128-byte swizzle;
+// TMA maps of Q, dO (boxes of BwdTraits<D>::kCols columns x kBlockM rows) and K, V (kCols x
+// kBlockN) as 4-D tensors (head dim, seq, head, batch) over the plan's strides, in the
+// kSwizzle-byte swizzle;
 // loads zero-fill rows past the sequence. dq: the fp32 dQ accumulator of BwdScratch as a
 // 3-D tensor (head dim, head, batch * seqlen_q), boxes of kDqBoxCols x 1 x kBlockM, 128-byte
 // swizzle, for the reduce-adds; in deterministic mode 4-D (head dim, head, seqlen_q, batch),

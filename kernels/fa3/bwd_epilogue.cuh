@@ -31,15 +31,14 @@ __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint3
     }
 }
 
-// acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1)) into the
-// dQ staging buffer sdq in the layout of the dQ map's boxes (bwd_reduce_dq): columns 32 b ..
-// in box b (kDqBoxBytes apart), row r at r 128 bytes, its 16-byte chunk c at c ^ (r % 8)
-// (r % 8 = g): a warp's 8-byte stores hit every bank twice, the minimum. Rows at or past
-// rows_left (queries past len_q) are stored as 0: the reduce-add writes them into the next
-// sequence's accumulator rows, and they hold dS K of zero-filled dO rows, which NaN or Inf
-// values can make NaN.
-template <class Cfg>
-__device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1][8][4], int rows_left, int warp, int g,
+// acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1); NT = 8, or
+// 4 for d = 96's narrow piece) into the dQ staging buffer sdq in the layout of the dQ map's
+// boxes (bwd_reduce_dq): columns 32 b .. in box b (kDqBoxBytes apart), row r at r 128 bytes, its 16-byte chunk c at c ^
+// (r % 8) (r % 8 = g): a warp's 8-byte stores hit every bank twice, the minimum. Rows at or past rows_left (queries
+// past len_q) are stored as 0: the reduce-add writes them into the next sequence's accumulator rows, and they hold dS K
+// of zero-filled dO rows, which NaN or Inf values can make NaN.
+template <class Cfg, int NT>
+__device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1][NT][4], int rows_left, int warp, int g,
                                              int t) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -47,7 +46,7 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
     const bool keep = r < rows_left;
     const uint32_t row = sdq + static_cast<uint32_t>(r * 128 + (t & 1) * 8);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       const uint32_t a =
           row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? acc[0][nt][2 * hh] : 0.f),
@@ -57,11 +56,10 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
   }
 }
 
-// acc * scale (keys key0, key0 + 8 x the first kCols of its columns: the zero columns past
-// the head dim stay behind) into out (dK or dV of the CTA's key head, strides st), or with `add`
-// (flashattn_plan_set_grad_accumulate) its fp32 sum with the value stored there, rounded once; keys past len_k are
-// skipped. The host checks that out and its strides allow 4-byte stores.
-template <typename T, int kCols, int NV>
+// acc * scale (keys key0, key0 + 8 x its 8 NV columns) into out (dK or dV of the CTA's key head, strides st), or with
+// `add` (flashattn_plan_set_grad_accumulate) its fp32 sum with the value stored there, rounded once; keys past len_k
+// are skipped. The host checks that out and its strides allow 4-byte stores.
+template <typename T, int NV>
 __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0,
                                                const float (&acc)[1][NV][4], float scale, bool add, int t) {
 #pragma unroll
@@ -70,7 +68,7 @@ __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, co
     if (j >= w.len_k) continue;
     T* const row = static_cast<T*>(out) + w.b * st.b + static_cast<int64_t>(j) * st.s + w.kvh * st.h;
 #pragma unroll
-    for (int nv = 0; nv < NV && nv * 8 < kCols; ++nv)
+    for (int nv = 0; nv < NV; ++nv)
       fa2::store_grad2<T>(row + nv * 8 + 2 * t, __fmul_rn(acc[0][nv][2 * hh], scale),
                           __fmul_rn(acc[0][nv][2 * hh + 1], scale), add);
   }

@@ -24,17 +24,17 @@ namespace fa3 {
 // stage's full barrier, or with Cfg::kSeparateDo dO on its own ring's).
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSmem<Cfg>& sm, const BwdWork& w) {
-  constexpr int kCols = Cfg::kColBlocks;
+  constexpr int kBlocks = Cfg::kColBlocks, kCols = Cfg::kCols, kSw = Cfg::kSwizzle;
   hopper::tma_prefetch_map(&maps.q);
   hopper::tma_prefetch_map(&maps.k);
   hopper::tma_prefetch_map(&maps.v);
   hopper::tma_prefetch_map(&maps.dout);
   hopper::mbar_expect(sm.kv_full(), 2 * Cfg::kKVBytes);
 #pragma unroll
-  for (int c = 0; c < kCols; ++c) {
-    const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockN * 128);
-    hopper::tma_load(sm.k() + off, &maps.k, c * 64, w.n0, w.kvh, w.b, sm.kv_full());
-    hopper::tma_load(sm.v() + off, &maps.v, c * 64, w.n0, w.kvh, w.b, sm.kv_full());
+  for (int c = 0; c < kBlocks; ++c) {
+    const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockN * kSw);
+    hopper::tma_load(sm.k() + off, &maps.k, c * kCols, w.n0, w.kvh, w.b, sm.kv_full());
+    hopper::tma_load(sm.v() + off, &maps.v, c * kCols, w.n0, w.kvh, w.b, sm.kv_full());
   }
   // A fresh barrier counts as having completed the phase before its first: the first round
   // through the ring does not wait.
@@ -46,22 +46,22 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSme
       const int sd = bwd_stage<Cfg, Cfg::kDoStages>(it);
       hopper::mbar_expect(sm.q_full(s), Cfg::kQBytes);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        hopper::tma_load(sm.q(s) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.q, c * 64, m0, h, w.b,
+      for (int c = 0; c < kBlocks; ++c)
+        hopper::tma_load(sm.q(s) + static_cast<uint32_t>(c * Cfg::kBlockM * kSw), &maps.q, c * kCols, m0, h, w.b,
                          sm.q_full(s));
       hopper::mbar_wait(sm.do_empty(sd), bwd_parity<Cfg, Cfg::kDoStages>(it) ^ 1u);
       hopper::mbar_expect(sm.do_full(sd), Cfg::kQBytes);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        hopper::tma_load(sm.dout(sd) + static_cast<uint32_t>(c * Cfg::kBlockM * 128), &maps.dout, c * 64, m0, h, w.b,
+      for (int c = 0; c < kBlocks; ++c)
+        hopper::tma_load(sm.dout(sd) + static_cast<uint32_t>(c * Cfg::kBlockM * kSw), &maps.dout, c * kCols, m0, h, w.b,
                          sm.do_full(sd));
     } else {
       hopper::mbar_expect(sm.q_full(s), 2 * Cfg::kQBytes);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * 128);
-        hopper::tma_load(sm.q(s) + off, &maps.q, c * 64, m0, h, w.b, sm.q_full(s));
-        hopper::tma_load(sm.dout(s) + off, &maps.dout, c * 64, m0, h, w.b, sm.q_full(s));
+      for (int c = 0; c < kBlocks; ++c) {
+        const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockM * kSw);
+        hopper::tma_load(sm.q(s) + off, &maps.q, c * kCols, m0, h, w.b, sm.q_full(s));
+        hopper::tma_load(sm.dout(s) + off, &maps.dout, c * kCols, m0, h, w.b, sm.q_full(s));
       }
     }
   }
@@ -93,9 +93,10 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 }
 
 // Warp 2: every staged dQ piece, in the consumers' step order, added into the fp32 dQ
-// accumulator by the copy engine: lane 0 issues two tensor reduce-adds a piece (its 32-column
-// boxes, maps.dq: (column, head, batch * seqlen_q + query)). A step's pieces come in slots
-// (kDqSlots, more than one where a warpgroup stages several pieces a step in its buffer).
+// accumulator by the copy engine: lane 0 issues a tensor reduce-add per 32-column box of a
+// piece (two; one for d = 96's narrow piece), maps.dq: (column, head, batch * seqlen_q +
+// query). A step's pieces come in slots (kDqSlots, more than one where a warpgroup stages
+// several pieces a step in its buffer).
 // The handshake with consumer warpgroup cw, per piece (kDqBarThreads = 128 + 32 each):
 //   the warp arrives on kBarDqEmpty + cw once lane 0's reduce-adds of the buffer's previous
 //     pieces have read it (cp.async.bulk.wait_group.read 0, then __syncwarp); the
@@ -138,7 +139,7 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
     __syncwarp();
 #pragma unroll
     for (int cw = 0; cw < 2; ++cw)
-      if (bwd_has_dq_piece<Cfg>(it, cw)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+      if (bwd_dq_cols<Cfg>(it, cw) > 0) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
     const int h = w.head(it), m0 = w.m0<Cfg>(it), row = w.b * static_cast<int>(p.seqlen_q) + m0;
     int32_t* const counter = kDet ? bwd_dq_counter<Cfg>(scratch.dq_turns, p, w, it) : nullptr;
     const int turn = kDet ? bwd_dq_turn<Cfg>(p, w, m0) : 0;
@@ -156,17 +157,19 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
         __syncwarp();
 #pragma unroll
         for (int cw = 0; cw < 2; ++cw)
-          if (bwd_has_dq_piece<Cfg>(it, cw, k)) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
+          if (bwd_dq_cols<Cfg>(it, cw, k) > 0) hopper::bar_arrive(kBarDqEmpty + cw, kDqBarThreads);
       }
 #pragma unroll
       for (int cw = 0; cw < 2; ++cw) {
-        if (!bwd_has_dq_piece<Cfg>(it, cw, k)) continue;
+        const int cols = bwd_dq_cols<Cfg>(it, cw, k);
+        if (cols == 0) continue;
         hopper::bar_sync(kBarDqFull + cw, kDqBarThreads);
         if (lane == 0)
 #pragma unroll
           for (int box = 0; box < 2; ++box) {
+            if (Cfg::kD % 64 != 0 && box * Cfg::kDqBoxCols >= cols) break;  // d = 96's narrow piece: one box
             const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
-            const int col = bwd_dq_col_block<Cfg>(cw, k) * 64 + box * Cfg::kDqBoxCols;
+            const int col = bwd_dq_col<Cfg>(it, cw, k) + box * Cfg::kDqBoxCols;
             if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
             else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
           }

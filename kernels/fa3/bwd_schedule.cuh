@@ -125,24 +125,30 @@ __device__ __forceinline__ int32_t* bwd_dq_counter(int32_t* turns, const AttnPar
 //   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
 //     arrives (its bulk reads of the buffer's previous piece are done), the 128 threads of
 //     warpgroup cw sync.
-// Both dQ barriers complete once per piece of warpgroup cw (bwd_has_dq_piece), in the same
-// step order on both sides.
+// Both dQ barriers complete once per piece of warpgroup cw (bwd_dq_cols), in the same step
+// order on both sides.
 constexpr int kBarDsReady = 1;
 constexpr int kBarDqFull = 2;
 constexpr int kBarDqEmpty = 4;
 constexpr int kDqBarThreads = 128 + 32;
 
-// kSplitD: the column blocks of dK and dV that consumer warpgroup cw owns (bwd_kv_first ..
-// + bwd_kv_blocks - 1), and how many dQ pieces it computes a step (column blocks
-// bwd_dq_first .. + bwd_dq_blocks - 1): the larger half of dK, dV goes with the smaller of dQ.
+// A consumer warpgroup's share of a step. By keys both warpgroups share alike and run the same
+// code with their index cw at run time (the template argument kAnyWg where one is taken);
+// kSplitD their shares differ in size, and each runs code of its own (cw a constant).
+constexpr int kAnyWg = -1;
+
+// The column blocks of dK and dV that warpgroup cw owns, bwd_kv_first .. + bwd_kv_blocks - 1:
+// by keys all of them (of its keys); kSplitD the larger half for warpgroup 0.
 template <class Cfg>
 __host__ __device__ constexpr int bwd_kv_blocks(int cw) {
-  return cw == 0 ? Cfg::kHiBlocks : Cfg::kLoBlocks;
+  return !Cfg::kSplitD ? Cfg::kColBlocks : cw == 0 ? Cfg::kHiBlocks : Cfg::kLoBlocks;
 }
 template <class Cfg>
 __host__ __device__ constexpr int bwd_kv_first(int cw) {
-  return cw == 0 ? 0 : Cfg::kHiBlocks;
+  return Cfg::kSplitD && cw == 1 ? Cfg::kHiBlocks : 0;
 }
+// kSplitD: the dQ pieces warpgroup cw computes a step, column blocks bwd_dq_first ..
+// + bwd_dq_blocks - 1: the larger half of dK, dV goes with the smaller of dQ.
 template <class Cfg>
 __host__ __device__ constexpr int bwd_dq_blocks(int cw) {
   return cw == 0 ? Cfg::kLoBlocks : Cfg::kHiBlocks;
@@ -152,18 +158,37 @@ __host__ __device__ constexpr int bwd_dq_first(int cw) {
   return cw == 0 ? 0 : Cfg::kLoBlocks;
 }
 
-// Whether consumer warpgroup cw computes a dQ piece in slot k (0 .. kDqSlots - 1) of step it:
-// by keys, at d = 128 both (column block cw), at d = 64 the one piece (column block 0) on
-// warpgroup it % 2; kSplitD, its bwd_dq_blocks(cw) pieces from column block bwd_dq_first(cw).
+// The keys (rows of the K and V tiles) and the step's queries (columns of S^T, dP^T; rows of
+// the Q and dO tiles) of warpgroup cw's S^T and dP^T, from: 64 keys each by keys, 32 queries
+// each with kSplitD.
 template <class Cfg>
-__device__ __forceinline__ bool bwd_has_dq_piece(int it, int cw, int k = 0) {
-  if constexpr (Cfg::kSplitD) return k < bwd_dq_blocks<Cfg>(cw);
-  else return Cfg::kDqPieces == 2 || cw == it % 2;
+__device__ __forceinline__ int bwd_wg_key(int cw) {
+  return Cfg::kSplitD ? 0 : cw * 64;
 }
 template <class Cfg>
-__device__ __forceinline__ int bwd_dq_col_block(int cw, int k = 0) {
-  if constexpr (Cfg::kSplitD) return bwd_dq_first<Cfg>(cw) + k;
-  else return Cfg::kDqPieces == 2 ? cw : 0;
+__device__ __forceinline__ int bwd_wg_query(int cw) {
+  return Cfg::kSplitD ? cw * Cfg::kWgQueries : 0;
+}
+
+// The dQ piece of slot k (0 .. kDqSlots - 1) of warpgroup cw at step it: columns bwd_dq_col
+// .. + bwd_dq_cols - 1 of the step's dQ, none where bwd_dq_cols is 0.
+// By keys: at d = 128 columns 64 cw .. + 63; below, warpgroup it % 2 takes columns 0 .. 63
+// and the other the rest (d = 96: 64 .. 95; d = 64: none), so the larger piece alternates
+// (a template argument of the step: no wgmma is in flight across a branch on it, which
+// ptxas would serialize, C7520).
+// kSplitD: bwd_dq_blocks(cw) pieces of 64 columns from column block bwd_dq_first(cw).
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_cols(int it, int cw, int k = 0) {
+  if constexpr (Cfg::kSplitD) return k < bwd_dq_blocks<Cfg>(cw) ? 64 : 0;
+  else if constexpr (Cfg::kD == 128) return 64;
+  else return cw == it % 2 ? 64 : Cfg::kD - 64;
+}
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_col(int it, int cw, int k = 0) {
+  if constexpr (Cfg::kSplitD) return (bwd_dq_first<Cfg>(cw) + k) * 64;
+  else if constexpr (Cfg::kD == 128) return cw * 64;
+  else if constexpr (Cfg::kD == 64) return 0;
+  else return cw == it % 2 ? 0 : 64;
 }
 
 // Whether the step's (query block, key block) pair takes the element mask: queries past

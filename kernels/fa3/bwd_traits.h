@@ -1,35 +1,40 @@
 // Tile shapes and shared-memory plan of the FA3-design backward kernel (fa3/bwd_kernel.cuh),
 // plain C++ so the host sizes its launch from the same numbers.
 #pragma once
+#include "hopper/limits.h"
 
 namespace flashattn {
 namespace fa3 {
 
 // One CTA per (key block of kBlockN rows, key head, sequence): a producer warpgroup and two
 // consumer warpgroups walking query blocks of kBlockM rows whose Q, LSE and Delta arrive in a
-// kStages-deep ring, dO in a kDoStages-deep one (the same ring where they are equal). Head dim D (= head_dim_qk =
-// head_dim_v) in 64-column blocks of the 128-byte swizzle: a tile of R rows is D / 64 column blocks of R x 128 bytes,
-// each 1024-byte aligned. Two ways to split a step between the consumers:
+// kStages-deep ring, dO in a kDoStages-deep one (the same ring where they are equal). Head dim
+// D (= head_dim_qk = head_dim_v) in column blocks of kCols columns, rows of kSwizzle bytes in
+// the copy engine's swizzle of that width: a tile of R rows is D / kCols column blocks of R x
+// kSwizzle bytes, each 1024-byte aligned. Two ways to split a step between the consumers
+// (fa3/bwd_consumer.cuh; bwd_schedule.cuh has each warpgroup's share):
 // - by keys (D <= 128): 128 keys, warpgroup c owns keys 64 c .. + 63 and their dK, dV (fp32,
-//   2 x kTileD / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps P^T
-//   and dS^T in registers as the A operands of dV and dK (fa3/bwd_kernel.cuh);
+//   2 x D / 2 registers a thread), computes S^T and dP^T for them (64 x kBlockM) and keeps
+//   P^T and dS^T in registers as the A operands of dV and dK;
 // - by head-dim columns (kSplitD, D > 128, where 2 x D / 2 registers do not fit beside S^T
 //   and dP^T): 64 keys, warpgroup c owns dK, dV of all of them in its column blocks
-//   (bwd_kv_blocks), computes S^T and dP^T for the 64 keys x its kBlockM / 2 queries, and
-//   both halves of P^T and dS^T go to shared memory for dV and dK (fa3/bwd_split.cuh).
+//   (bwd_kv_blocks), computes S^T and dP^T for the 64 keys x its kWgQueries queries, and
+//   both halves of P^T and dS^T go to shared memory for dV and dK.
 template <int D>
 struct BwdTraits {
   static constexpr int kD = D;
-  // The head dim the tiles hold: D in whole 64-column blocks (d = 96: 128). The columns past
-  // D load as zeros (the TMA maps' extent is D), add nothing to S^T and dP^T, make zero
-  // columns of dK, dV and dQ, and are never stored (the dQ reduce-adds skip them as out of
-  // bounds).
-  static constexpr int kTileD = (D + 63) / 64 * 64;
-  static constexpr int kColBlocks = kTileD / 64;
+  // The 128-byte swizzle (64 columns) where D is a multiple of 64; else (d = 96) the 64-byte
+  // swizzle (32 columns), as the forward's tiles: no padding, no GEMM work on zero columns.
+  static constexpr int kSwizzle = D % 64 == 0 ? 128 : 64;
+  static constexpr int kCols = kSwizzle / 2;
+  static constexpr int kColBlocks = D / kCols;
   static constexpr bool kSplitD = D > 128;
+  static_assert(!kSplitD || kCols == 64, "the head-dim split shares out 64-column blocks (dK, dV, dQ pieces)");
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
   // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
   static constexpr int kBlockM = 64;
+  // The queries of a warpgroup's S^T and dP^T: all by keys, half with kSplitD.
+  static constexpr int kWgQueries = kSplitD ? kBlockM / 2 : kBlockM;
   static constexpr int kStages = 2;
   // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
   // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
@@ -44,17 +49,15 @@ struct BwdTraits {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
-  static constexpr int kQBytes = kBlockM * kTileD * 2;     // one Q or dO tile
-  static constexpr int kKVBytes = kBlockN * kTileD * 2;    // the K or the V tile
+  static constexpr int kQBytes = kBlockM * D * 2;          // one Q or dO tile
+  static constexpr int kKVBytes = kBlockN * D * 2;         // the K or the V tile
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
   static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
   static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
-  // dQ of a step (64 x D) in 64 x 64 pieces (column blocks). By keys: at d = 128 warpgroup c
-  // takes piece c; at d = 64 the one piece goes to warpgroup it % 2 at step it. kSplitD
-  // (bwd_schedule.cuh's bwd_kv_blocks, bwd_dq_blocks): warpgroup 0 owns the first kHiBlocks
-  // column blocks of dK and dV and computes the first kLoBlocks dQ pieces of every step,
-  // warpgroup 1 the rest (at d = 192 two and one of dK, dV's, one and two of dQ's).
-  static constexpr int kDqPieces = kColBlocks;
+  // dQ of a step (64 x D) in pieces of up to 64 columns, each computed by one warpgroup
+  // (bwd_schedule.cuh's bwd_dq_cols). kSplitD: warpgroup 0 owns the first kHiBlocks column
+  // blocks of dK and dV and computes the first kLoBlocks dQ pieces of every step, warpgroup 1
+  // the rest (at d = 192 two and one of dK, dV's, one and two of dQ's).
   static constexpr int kHiBlocks = (kColBlocks + 1) / 2, kLoBlocks = kColBlocks / 2;
   // The most pieces a warpgroup stages in one step (one after the other in its buffer).
   static constexpr int kDqSlots = kSplitD ? kHiBlocks : 1;
@@ -72,7 +75,7 @@ struct BwdTraits {
   // boundary (1024 bytes of slack).
   static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + (kStages + kDoStages) * kQBytes + 2 * kDsBytes +
                                     2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "over the 227 KB of dynamic shared memory a CTA may have on sm_90");
+  static_assert(kSmemBytes <= hopper::kSmemLimit, "over the dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
   static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
 };

@@ -44,9 +44,9 @@
 
 #include "common/params.h"
 #include "fa2/mma.cuh"
+#include "fa2/wgmma.cuh"
 #include "fa3/fwd.h"
 #include "fa3/fwd_traits.h"
-#include "fa3/fwd_wgmma.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
 
@@ -364,13 +364,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
     // S = Q K^T of walk step it (K-major operands); issued and committed, not waited for.
     auto issue_s = [&](int it) {
-      gemm_s<T, kNT, kDqk, kBlockM, kBlockN, kSw>(acc_s, sq_wg,
-                                                  sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
+      fa2::wg_gemm<T, kNT, kDqk, 0, kBlockM, kBlockN, true, kSw>(
+          acc_s, sq_wg, sk0 + static_cast<uint32_t>(stage(base + it) * Cfg::kKBytes));
     };
     // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
     // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
     auto issue_pv = [&](int it) {
-      const uint64_t db = wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
+      const uint64_t db =
+          fa2::wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
         fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));

@@ -1,6 +1,7 @@
 // Tile shapes and shared-memory plan of the FA3-design forward kernel (fa3/fwd_kernel.cuh),
 // plain C++ so the host sizes its launch from the same numbers.
 #pragma once
+#include "hopper/limits.h"
 
 namespace flashattn {
 namespace fa3 {
@@ -32,8 +33,6 @@ struct FwdTraits {
   // each); after them the slot through which the producer names the consumers' next tile.
   static constexpr int kBarBytes = 8 * (2 + 4 * kStages);
   static constexpr int kSlotBytes = 8;
-  // The opt-in dynamic shared memory of a CTA on sm_90 (227 KB).
-  static constexpr int kSmemLimit = 232448;
   // Dynamic shared memory but the O buffer: the tiles start at the first 1024-byte boundary
   // (1024 bytes of slack).
   static constexpr int kSmemNoO = 1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes + kSlotBytes;
@@ -41,12 +40,13 @@ struct FwdTraits {
   // its own wherever one fits (d <= 128, 192/128), so the next tile's Q loads once the last S
   // GEMM has read Q; else (192/192, 256/256) through the Q tile, once the tile is done.
   static constexpr int kOBoxRows = 64;
-  static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= kSmemLimit;
+  static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= hopper::kSmemLimit;
   static constexpr int kOBytes = kOwnO ? kBlockM * Dv * 2 : 0;
   static constexpr int kSmemBytes = kSmemNoO + kOBytes;
   static_assert(Dqk % kCols == 0 && Dv % kCols == 0 && Dqk <= 256 && Dv <= 256,
                 "head dims: whole column blocks, up to 256");
-  static_assert(kBlockN % 16 == 0 && kSmemBytes <= kSmemLimit, "key blocks of whole k16 steps, in shared memory");
+  static_assert(kBlockN % 16 == 0 && kSmemBytes <= hopper::kSmemLimit,
+                "key blocks of whole k16 steps, in shared memory");
   static_assert(kOwnO || Dv <= Dqk, "O through the Q tile: O's columns fit Q's");
 };
 

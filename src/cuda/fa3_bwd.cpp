@@ -48,7 +48,7 @@ bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_siz
                          {"k", &m->k, p.k, p.k_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"v", &m->v, p.v, p.v_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"dout", &m->dout, p.dout, p.do_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
-  return fa3_encode_maps(p, maps, 4, 128, why, why_size);
+  return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 // The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
 struct DimOps {
