@@ -39,7 +39,7 @@ __device__ __forceinline__ void write_dbias(const AttnParams& p, const BwdSmem<D
     if ((st[2] && i0 + r >= p.seqlen_q) || (st[3] && j0 + x >= p.seqlen_k)) continue;
     float sum = 0.f;
     for (int rr = st[2] ? r : 0; rr < (st[2] ? r + 1 : Br); ++rr)
-      for (int xx = st[3] ? x : 0; xx < (st[3] ? x + 1 : Bc); ++xx) sum += s.ds[rr * pitch(Bc) + xx];
+      for (int xx = st[3] ? x : 0; xx < (st[3] ? x + 1 : Bc); ++xx) sum += s.ds[rr * BwdTile<D>::s_pitch + xx];
     out[(i0 + r) * st[2] + (j0 + x) * st[3]] = sum;
   }
 }
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dbias_kernel(const A
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s.ds[(w.m0 + frag_row(e)) * pitch(T::Bc) + w.n0 + frag_col(n, e)] = acc[n][e];
+    for (int e = 0; e < 4; ++e) s.ds[(w.m0 + frag_row(e)) * T::s_pitch + w.n0 + frag_col(n, e)] = acc[n][e];
   __syncthreads();
   write_dbias(p, s, st[0] ? tb : 0, st[1] ? th : 0, rb * T::Br, cb * T::Bc);
 }

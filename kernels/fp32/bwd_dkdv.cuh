@@ -20,7 +20,7 @@ template <int D, int NT>
 __device__ __forceinline__ void pair_dq(float (&acc)[NT][4], const BwdSmem<D>& s) {
   using T = BwdTile<D>;
   const WarpTile<T::Br, D, T::kThreads / 32> w;
-  warp_gemm<false, false>(acc, s.ds, pitch(T::Bc), s.k, pitch(D), w.m0, w.n0, T::Bc);
+  warp_gemm<false, false>(acc, s.ds, T::s_pitch, s.k, T::d_pitch, w.m0, w.n0, T::Bc);
 }
 
 // scale * dS K of the current tile pair into dQ rows [i0, i0 + nq) with atomics.
@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dkdv_kernel(const At
       __syncthreads();  // the previous pair's products are done with the query-side tiles
       load_query_side(p, c, s, delta, i0, nq);
       pair_grads(p, c, s, i0, j0, kind);
-      warp_gemm<true, false>(dv, s.z, pitch(T::Bc), s.dout, pitch(D), w.m0, w.n0, T::Br);
-      warp_gemm<true, false>(dk, s.ds, pitch(T::Bc), s.q, pitch(D), w.m0, w.n0, T::Br);
+      warp_gemm<true, false>(dv, s.z, T::s_pitch, s.dout, T::d_pitch, w.m0, w.n0, T::Br);
+      warp_gemm<true, false>(dk, s.ds, T::s_pitch, s.q, T::d_pitch, w.m0, w.n0, T::Br);
       if (kAtomicDq) add_dq_atomic(p, c, s, i0, nq);
     }
   }

@@ -49,9 +49,9 @@ __device__ __forceinline__ void load_query_side(const AttnParams& p, const SeqCt
                                                 const float* delta, int64_t i0, int nq) {
   constexpr int Br = BwdTile<D>::Br, kThreads = BwdTile<D>::kThreads;
   const float *q = static_cast<const float*>(p.q), *dout = static_cast<const float*>(p.dout);
-  load_tile<Br, D, kThreads>(s.q, q, nq, static_cast<int>(p.head_dim_qk), chunked(q, p.q_stride),
+  load_tile<Br, D, BwdTile<D>::d_pitch, kThreads>(s.q, q, nq, static_cast<int>(p.head_dim_qk), chunked(q, p.q_stride),
                              [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
-  load_tile<Br, D, kThreads>(s.dout, dout, nq, static_cast<int>(p.head_dim_v), chunked(dout, p.do_stride),
+  load_tile<Br, D, BwdTile<D>::d_pitch, kThreads>(s.dout, dout, nq, static_cast<int>(p.head_dim_v), chunked(dout, p.do_stride),
                              [&](int r) { return q_row(p, c, p.do_stride, i0 + r); });
   copy_commit();
   load_vec<Br, kThreads>(s.lse, nq, INFINITY, [&](int r) {
@@ -67,9 +67,9 @@ __device__ __forceinline__ void load_key_side(const AttnParams& p, const SeqCtx&
                                               int nk) {
   constexpr int Bc = BwdTile<D>::Bc, kThreads = BwdTile<D>::kThreads;
   const float *k = static_cast<const float*>(p.k), *v = static_cast<const float*>(p.v);
-  load_tile<Bc, D, kThreads>(s.k, k, nk, static_cast<int>(p.head_dim_qk), chunked(k, p.k_stride),
+  load_tile<Bc, D, BwdTile<D>::d_pitch, kThreads>(s.k, k, nk, static_cast<int>(p.head_dim_qk), chunked(k, p.k_stride),
                              [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
-  load_tile<Bc, D, kThreads>(s.v, v, nk, static_cast<int>(p.head_dim_v), chunked(v, p.v_stride),
+  load_tile<Bc, D, BwdTile<D>::d_pitch, kThreads>(s.v, v, nk, static_cast<int>(p.head_dim_v), chunked(v, p.v_stride),
                              [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
   copy_commit();
 }
@@ -87,13 +87,13 @@ __device__ __forceinline__ void tile_grads(const AttnParams& p, const SeqCtx& c,
   float dm[NT][4];
   if (drop) dropout_multipliers(p, c, dm, i0 + w.m0, j0 + w.n0);
   zero(ds);
-  warp_gemm<false, true>(ds, s.dout, pitch(D), s.v, pitch(D), w.m0, w.n0, kdv);  // dP
+  warp_gemm<false, true>(ds, s.dout, BwdTile<D>::d_pitch, s.v, BwdTile<D>::d_pitch, w.m0, w.n0, kdv);  // dP
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ds[n][e] = (drop ? ds[n][e] * dm[n][e] : ds[n][e]) - s.delta[w.m0 + frag_row(e)];
   zero(z);
-  warp_gemm<false, true>(z, s.q, pitch(D), s.k, pitch(D), w.m0, w.n0, kd);  // S
+  warp_gemm<false, true>(z, s.q, BwdTile<D>::d_pitch, s.k, BwdTile<D>::d_pitch, w.m0, w.n0, kd);  // S
   finish_scores<kCapGrad>(p, c, z, ds, i0 + w.m0, j0 + w.n0, partial);
 #pragma unroll
   for (int n = 0; n < NT; ++n)
@@ -121,7 +121,7 @@ __device__ __forceinline__ void pair_grads(const AttnParams& p, const SeqCtx& c,
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int at = (w.m0 + frag_row(e)) * pitch(T::Bc) + w.n0 + frag_col(n, e);
+      const int at = (w.m0 + frag_row(e)) * T::s_pitch + w.n0 + frag_col(n, e);
       s.z[at] = z[n][e];
       s.ds[at] = ds[n][e];
     }

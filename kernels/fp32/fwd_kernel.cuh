@@ -7,7 +7,8 @@
 // shared memory; K and V tiles of Bc keys stream through one buffer each, the copy of the
 // next K tile overlapping the softmax and P V, the copy of the next V tile overlapping
 // Q K^T; tiles that the band mask or the block-sparse layout remove entirely are skipped.
-// P stays in fp32 registers (split into its tf32 parts only as an operand of P V). Per
+// P stays fp32 (split into its tf32 parts only as an operand of P V), passed from the
+// softmax to P V through the warp's rows of a shared P tile. Per
 // row, the same invariants as the CPU backend (src/cpu/flash_fwd.cpp):
 //   m = max of the kept scores so far (-inf if none),
 //   l = sum exp(s - m) over kept scores (before dropout),
@@ -72,22 +73,15 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&m)[2], f
   }
 }
 
-// acc += P V for the warp's 16 rows: P (the probabilities s, C layout) is the A operand
-// as it lies in registers, its keys 2t and 2t + 1 of each group of 8 taken as the k
-// indices t and t + 4, and V's rows are read in that order.
-template <int NS, int NO>
-__device__ __forceinline__ void add_pv(float (&acc)[NO][4], const float (&s)[NS][4], const float* v, int ldv) {
-  const int g = lane_g(), t = lane_t();
+// Stores the warp's probabilities s (C layout) into its rows [m0, m0 + 16) of the P tile.
+template <int NS>
+__device__ __forceinline__ void store_p(float* sp, int ldp, const float (&s)[NS][4], int m0) {
 #pragma unroll
-  for (int n = 0; n < NS; ++n) {
-    const Split a[4] = {split(s[n][0]), split(s[n][2]), split(s[n][1]), split(s[n][3])};
-    const float* vr = v + (8 * n + 2 * t) * ldv + g;
+  for (int n = 0; n < NS; ++n)
 #pragma unroll
-    for (int o = 0; o < NO; ++o) {
-      const Split b[2] = {split(vr[8 * o]), split(vr[ldv + 8 * o])};
-      mma3(acc[o], a, b);
-    }
-  }
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float2*>(sp + (m0 + frag_row(2 * h)) * ldp + frag_col(n, 0)) =
+          make_float2(s[n][2 * h], s[n][2 * h + 1]);
 }
 
 // Start of the first tile at or after j0 that the band mask and the layout keep some of
@@ -100,13 +94,13 @@ __device__ __forceinline__ int64_t next_tile(const AttnParams& p, const SeqCtx& 
 }
 
 template <int D>
-__global__ void __launch_bounds__(FwdTile<D>::kThreads, D <= 64 ? 4 : D <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks)
     fwd_kernel(const AttnParams p) {
   using T = FwdTile<D>;
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
-  float *const sq = sm + T::q_off, *const sk = sm + T::k_off, *const sv = sm + T::v_off;
+  float *const sq = sm + T::q_off, *const sk = sm + T::k_off, *const sp = sm + T::p_off, *const sv = sm + T::v_off;
 
   const int64_t n_qb = (p.seqlen_q + T::Br - 1) / T::Br;
   const int64_t qb = n_qb - 1 - static_cast<int64_t>(blockIdx.x) % n_qb, bh = static_cast<int64_t>(blockIdx.x) / n_qb;
@@ -120,15 +114,15 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, D <= 64 ? 4 : D <= 128 ?
   const bool qc = chunked(q, p.q_stride), kc = chunked(k, p.k_stride), vc = chunked(v, p.v_stride);
   const auto load_k = [&](int64_t j0) {
     const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, kThreads>(sk, k, nk, dqk, kc, [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
+    load_tile<T::Bc, D, T::qk_pitch, kThreads>(sk, k, nk, dqk, kc, [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
   };
   const auto load_v = [&](int64_t j0) {
     const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, kThreads>(sv, v, nk, dv, vc, [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
+    load_tile<T::Bc, D, T::v_pitch, kThreads>(sv, v, nk, dv, vc, [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
   };
 
   // Copy groups in flight: (Q, K_j), V_j; then K_next after Q K_j^T, V_next after P V_j.
-  load_tile<T::Br, D, kThreads>(sq, q, nq, dqk, qc, [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+  load_tile<T::Br, D, T::qk_pitch, kThreads>(sq, q, nq, dqk, qc, [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
   int64_t j0 = next_tile<T::Bc>(p, c, i0, nq, 0);
   if (j0 < c.len_k) load_k(j0);
   copy_commit();
@@ -145,7 +139,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, D <= 64 ? 4 : D <= 128 ?
     __syncthreads();  // Q and K_j are in
     float s[NS][4];
     zero(s);
-    warp_gemm<false, true>(s, sq, pitch(D), sk, pitch(D), m0, 0, kd);
+    warp_gemm<false, true>(s, sq, T::qk_pitch, sk, T::qk_pitch, m0, 0, kd);
     __syncthreads();  // every warp is done with K_j
     const int64_t jn = next_tile<T::Bc>(p, c, i0, nq, j0 + T::Bc);
     if (jn < c.len_k) load_k(jn);
@@ -160,9 +154,10 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, D <= 64 ? 4 : D <= 128 ?
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] *= dm[n][e];
     }
+    store_p(sp, T::p_pitch, s, m0);
     copy_wait<1>();
-    __syncthreads();  // V_j is in
-    add_pv(acc, s, sv, pitch(D));
+    __syncthreads();  // V_j and the warp's P are in
+    warp_gemm<false, false>(acc, sp, T::p_pitch, sv, T::v_pitch, m0, 0, T::Bc);
     __syncthreads();  // every warp is done with V_j
     if (jn < c.len_k) load_v(jn);
     copy_commit();

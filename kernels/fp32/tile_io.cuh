@@ -40,10 +40,10 @@ __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Starts filling the shared tile dst [ROWS x W] (pitch(W)) with rows [0, n) of src,
+// Starts filling the shared tile dst [ROWS x W] (row pitch PITCH) with rows [0, n) of src,
 // element (r, d) at src[row_off(r) + d] for d < dim, zero elsewhere; in 16-byte chunks
 // when `chunks` (chunked()). The caller commits and waits.
-template <int ROWS, int W, int kThreads, class RowOff>
+template <int ROWS, int W, int PITCH, int kThreads, class RowOff>
 __device__ __forceinline__ void load_tile(float* dst, const float* src, int n, int dim, bool chunks, RowOff row_off) {
   if (chunks) {
 #pragma unroll 4
@@ -51,14 +51,14 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, int n, i
       const int r = e / (W / 4), d = 4 * (e % (W / 4));
       const int left = r < n ? 4 * (dim - d) : 0;
       const int bytes = left < 0 ? 0 : left > 16 ? 16 : left;
-      copy16(dst + r * pitch(W) + d, bytes > 0 ? src + row_off(r) + d : src, bytes);
+      copy16(dst + r * PITCH + d, bytes > 0 ? src + row_off(r) + d : src, bytes);
     }
   } else {
 #pragma unroll 4
     for (int e = threadIdx.x; e < ROWS * W; e += kThreads) {
       const int r = e / W, d = e % W;
       const bool valid = r < n && d < dim;
-      copy4(dst + r * pitch(W) + d, valid ? src + row_off(r) + d : src, valid);
+      copy4(dst + r * PITCH + d, valid ? src + row_off(r) + d : src, valid);
     }
   }
 }
