@@ -167,7 +167,7 @@ typedef enum flashattn_backend_t {
 typedef enum flashattn_dtype_t {
   FLASHATTN_DTYPE_FP16 = 0, /**< IEEE binary16. */
   FLASHATTN_DTYPE_BF16 = 1, /**< bfloat16. */
-  FLASHATTN_DTYPE_FP32 = 2, /**< IEEE binary32. CUDA FLASH: exact fp32 FMA arithmetic (no tensor cores, no TF32). */
+  FLASHATTN_DTYPE_FP32 = 2, /**< IEEE binary32. CUDA FLASH: 3xTF32 tensor-core products (each operand split into two TF32 terms), fp32 softmax. */
   FLASHATTN_DTYPE_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_dtype_t;
 

@@ -36,13 +36,17 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
-// x = big + small (+ a residue below 2^-22 |x|).
+// x = big + small (+ a residue below 2^-22 |x|). A non-finite x (x - big is then NaN) goes
+// whole into the small term with a zero big one: of the three products only
+// small_x * big_y sees it, which gives what the exact product gives (+-inf times a
+// nonzero y, NaN times anything), where inf * small_y = inf * 0 would make a NaN.
 struct Split {
   uint32_t big, small;
 };
 __device__ __forceinline__ Split split(float x) {
   const uint32_t big = to_tf32(x);
-  return {big, to_tf32(x - __uint_as_float(big))};
+  const float rest = x - __uint_as_float(big);
+  return rest == rest ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
