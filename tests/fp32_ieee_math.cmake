@@ -1,5 +1,5 @@
-# The fp32 fp32 kernels are compiled without --use_fast_math (docs/internals/kernels-fp32.md,
-# "Accurate arithmetic"): the SASS of every fp32 object must hold kernels and no MUFU.TANH,
+# The fp32 kernels are compiled without --use_fast_math (docs/internals/kernels-fp32.md,
+# "Accuracy", point 3): the SASS of every fp32 object must hold kernels and no MUFU.TANH,
 # the tanh.approx instruction that fast math makes of tanhf (CTest kernels.fp32_ieee_math).
 # Usage: cmake -DCUOBJDUMP=<cuobjdump> -DOBJS=<object|object|...> -P fp32_ieee_math.cmake
 string(REPLACE "|" ";" objs "${OBJS}")

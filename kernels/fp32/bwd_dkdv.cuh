@@ -85,10 +85,12 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dkdv_kernel(const At
   }
   copy_wait<0>();  // a block that no query reaches still has its key-side copies in flight
   const float scale[2] = {p.scale, p.scale}, one[2] = {1.f, 1.f};
-  store_frag(static_cast<float*>(p.dk), nk, p.head_dim_qk, dk, scale, w.m0, w.n0,
-             [&](int r) { return k_row(p, ck, p.dk_stride, j0 + r); }, p.grad_accumulate != 0);
-  store_frag(static_cast<float*>(p.dv), nk, p.head_dim_v, dv, one, w.m0, w.n0,
-             [&](int r) { return k_row(p, ck, p.dv_stride, j0 + r); }, p.grad_accumulate != 0);
+  store_frag(
+      static_cast<float*>(p.dk), nk, p.head_dim_qk, dk, scale, w.m0, w.n0,
+      [&](int r) { return k_row(p, ck, p.dk_stride, j0 + r); }, p.grad_accumulate != 0);
+  store_frag(
+      static_cast<float*>(p.dv), nk, p.head_dim_v, dv, one, w.m0, w.n0,
+      [&](int r) { return k_row(p, ck, p.dv_stride, j0 + r); }, p.grad_accumulate != 0);
 }
 
 }  // namespace fp32

@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dq_kernel(const Attn
   }
   copy_wait<0>();  // a block that no key reaches still has its query-side copies in flight
   const float scale[2] = {p.scale, p.scale};
-  store_frag(static_cast<float*>(p.dq), nq, p.head_dim_qk, acc, scale, w.m0, w.n0,
-             [&](int r) { return q_row(p, c, p.dq_stride, i0 + r); }, p.grad_accumulate != 0);
+  store_frag(
+      static_cast<float*>(p.dq), nq, p.head_dim_qk, acc, scale, w.m0, w.n0,
+      [&](int r) { return q_row(p, c, p.dq_stride, i0 + r); }, p.grad_accumulate != 0);
 }
 
 }  // namespace fp32

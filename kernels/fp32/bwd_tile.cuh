@@ -50,9 +50,10 @@ __device__ __forceinline__ void load_query_side(const AttnParams& p, const SeqCt
   constexpr int Br = BwdTile<D>::Br, kThreads = BwdTile<D>::kThreads;
   const float *q = static_cast<const float*>(p.q), *dout = static_cast<const float*>(p.dout);
   load_tile<Br, D, BwdTile<D>::d_pitch, kThreads>(s.q, q, nq, static_cast<int>(p.head_dim_qk), chunked(q, p.q_stride),
-                             [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
-  load_tile<Br, D, BwdTile<D>::d_pitch, kThreads>(s.dout, dout, nq, static_cast<int>(p.head_dim_v), chunked(dout, p.do_stride),
-                             [&](int r) { return q_row(p, c, p.do_stride, i0 + r); });
+                                                  [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+  load_tile<Br, D, BwdTile<D>::d_pitch, kThreads>(s.dout, dout, nq, static_cast<int>(p.head_dim_v),
+                                                  chunked(dout, p.do_stride),
+                                                  [&](int r) { return q_row(p, c, p.do_stride, i0 + r); });
   copy_commit();
   load_vec<Br, kThreads>(s.lse, nq, INFINITY, [&](int r) {
     const float l = p.lse_in[lse_at(p, c, i0 + r)];
@@ -68,9 +69,9 @@ __device__ __forceinline__ void load_key_side(const AttnParams& p, const SeqCtx&
   constexpr int Bc = BwdTile<D>::Bc, kThreads = BwdTile<D>::kThreads;
   const float *k = static_cast<const float*>(p.k), *v = static_cast<const float*>(p.v);
   load_tile<Bc, D, BwdTile<D>::d_pitch, kThreads>(s.k, k, nk, static_cast<int>(p.head_dim_qk), chunked(k, p.k_stride),
-                             [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
+                                                  [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
   load_tile<Bc, D, BwdTile<D>::d_pitch, kThreads>(s.v, v, nk, static_cast<int>(p.head_dim_v), chunked(v, p.v_stride),
-                             [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
+                                                  [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
   copy_commit();
 }
 

@@ -94,8 +94,7 @@ __device__ __forceinline__ int64_t next_tile(const AttnParams& p, const SeqCtx& 
 }
 
 template <int D>
-__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks)
-    fwd_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) fwd_kernel(const AttnParams p) {
   using T = FwdTile<D>;
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
@@ -114,15 +113,18 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks)
   const bool qc = chunked(q, p.q_stride), kc = chunked(k, p.k_stride), vc = chunked(v, p.v_stride);
   const auto load_k = [&](int64_t j0) {
     const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, T::qk_pitch, kThreads>(sk, k, nk, dqk, kc, [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
+    load_tile<T::Bc, D, T::qk_pitch, kThreads>(sk, k, nk, dqk, kc,
+                                               [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
   };
   const auto load_v = [&](int64_t j0) {
     const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, T::v_pitch, kThreads>(sv, v, nk, dv, vc, [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
+    load_tile<T::Bc, D, T::v_pitch, kThreads>(sv, v, nk, dv, vc,
+                                              [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
   };
 
   // Copy groups in flight: (Q, K_j), V_j; then K_next after Q K_j^T, V_next after P V_j.
-  load_tile<T::Br, D, T::qk_pitch, kThreads>(sq, q, nq, dqk, qc, [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+  load_tile<T::Br, D, T::qk_pitch, kThreads>(sq, q, nq, dqk, qc,
+                                             [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
   int64_t j0 = next_tile<T::Bc>(p, c, i0, nq, 0);
   if (j0 < c.len_k) load_k(j0);
   copy_commit();
@@ -175,7 +177,8 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks)
 #pragma unroll
       for (int x = 0; x < 2; ++x) acc[o][2 * h + x] = empty ? 0.f : acc[o][2 * h + x] / l[h];
     const int r = m0 + frag_row(2 * h);
-    if (p.lse != nullptr && lane_t() == 0 && r < nq) p.lse[lse_at(p, c, i0 + r)] = empty ? -INFINITY : m[h] + logf(l[h]);
+    if (p.lse != nullptr && lane_t() == 0 && r < nq)
+      p.lse[lse_at(p, c, i0 + r)] = empty ? -INFINITY : m[h] + logf(l[h]);
   }
   store_frag(static_cast<float*>(p.o), nq, dv, acc, one, m0, 0, [&](int r) { return q_row(p, c, p.o_stride, i0 + r); });
 }

@@ -101,8 +101,8 @@ __device__ __forceinline__ void load_b(Split (&f)[2], const float* b, int ldb, i
 // operands in shared memory (load_a, load_b for their layouts); kdim a multiple of 8.
 // Leading dimensions are even (8-byte aligned pairs).
 template <bool kATrans, bool kBKMajor, int NT>
-__device__ __forceinline__ void warp_gemm(float (&c)[NT][4], const float* a, int lda, const float* b, int ldb,
-                                          int m0, int n0, int kdim) {
+__device__ __forceinline__ void warp_gemm(float (&c)[NT][4], const float* a, int lda, const float* b, int ldb, int m0,
+                                          int n0, int kdim) {
 #pragma unroll 1
   for (int k0 = 0; k0 < kdim; k0 += 8) {
     Split af[4];

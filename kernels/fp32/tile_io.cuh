@@ -9,7 +9,6 @@
 
 #include "common/params.h"
 #include "fp32/mma.cuh"
-#include "fp32/traits.h"
 
 namespace flashattn {
 namespace fp32 {

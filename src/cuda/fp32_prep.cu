@@ -12,7 +12,7 @@ cudaError_t launch_bwd_prep(const AttnParams& p, float* delta, cudaStream_t stre
   const int64_t ctas = (rows + 7) / 8 < 65536 ? (rows + 7) / 8 : 65536;  // a warp per row, grid-stride
   // The atomics add into dQ itself: zeroed first, unless the run accumulates into it.
   bwd_prep_kernel<<<static_cast<unsigned>(ctas), kPrepThreads, 0, stream>>>(p, delta,
-                                                                        !p.deterministic && !p.grad_accumulate);
+                                                                            !p.deterministic && !p.grad_accumulate);
   return cudaGetLastError();
 }
 

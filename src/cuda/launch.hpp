@@ -102,7 +102,7 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 
-// ---- fp32 flash attention (kernels/fp32, sm_80+): FA2 in fp32 registers, exact fp32 FMA ----
+// ---- fp32 flash attention (kernels/fp32, sm_80+): FA2 with 3xTF32 tensor-core products ----
 // Whether the fp32 family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
 inline bool fp32_serves(const AttnParams& p) { return p.dtype == kFp32; }
 // The index in fp32::kBuckets of the head-dim bucket both of p's head dims run padded to
