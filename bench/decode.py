@@ -31,6 +31,8 @@ COLUMNS = ["b", "heads_q", "heads_kv", "d", "keys", "page_size", "ours_us", "sdp
 GRIDS = {
     # scripts/gpu_decode_check.sh: b 1/8/64, heads 32/8 and 32/32, d 128, 4k/32k keys, contiguous and pages of 16.
     "small": dict(b=[1, 8, 64], heads=[(32, 8), (32, 32)], d=[128], keys=[4096, 32768], page=[0, 16]),
+    # Page sizes at batch 1 and 8 (d 128, GQA 32/8): the copy engine's boxes of 16, 32 and 64 keys.
+    "pages": dict(b=[1, 8], heads=[(32, 8)], d=[128], keys=[4096, 32768], page=[0, 16, 32, 64, 256]),
     # Every padded head dim and a larger page, at one mid-size shape.
     "dims": dict(b=[8], heads=[(32, 8)], d=[64, 128, 256], keys=[32768], page=[0, 64]),
     # The targets of issue 19.

@@ -150,11 +150,12 @@ void fp64_group(const RefSpec& s, const RefInputs& in, bool backward, int64_t b,
 }  // namespace
 
 bool ref_dropout_keep(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (s.p_drop == 0.f) return true;
+  const uint32_t threshold = flashattn::dropout_threshold(s.p_drop);
+  if (!flashattn::dropout_active(threshold)) return true;
   // keep iff r >= t, r and t from the documented Philox keying.
   return flashattn::dropout_keep(s.seed, s.offset, static_cast<uint64_t>(b), static_cast<uint64_t>(s.heads_q),
                                  static_cast<uint64_t>(h), static_cast<uint32_t>(i), static_cast<uint32_t>(j),
-                                 flashattn::dropout_threshold(s.p_drop));
+                                 threshold);
 }
 
 bool ref_allowed(const RefSpec& s, int64_t b, int64_t h, int64_t i, int64_t j) {

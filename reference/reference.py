@@ -48,6 +48,12 @@ def dropout_scale(p):
     return 65536.0 / (65536.0 - dropout_threshold(p))
 
 
+def dropout_active(p):
+    """Whether drop probability p drops anything: its threshold is above 0 (p >= 2^-17); below,
+    every element is kept and scaled by 1, and the result is the p = 0 result."""
+    return dropout_threshold(p) != 0
+
+
 def dropout_keep(p, seed, offset, b, heads_q, h, sq, sk):
     """Boolean keep mask [sq, sk] of sequence b, query head h, per the header's contract."""
     thr = np.uint64(dropout_threshold(p))
@@ -168,7 +174,7 @@ def attention(q, k, v, do=None, *, causal=False, window=None, align="top_left", 
             if sq == 0:
                 continue
             keep_mask, ip = _masks(sq, sk, causal, window, align, layout, h)
-            drop = dropout_keep(dropout_p, seed, offset, b, hq, h, sq, sk) if dropout_p else None
+            drop = dropout_keep(dropout_p, seed, offset, b, hq, h, sq, sk) if dropout_active(dropout_p) else None
             res = _one_head(qs, ks, vs, dos, scale=scale, softcap=softcap,
                             bias=bias[b, h, :sq, :sk] if bias is not None else None,
                             slope=None if slopes is None else float(slopes[h] if slopes.ndim == 1 else slopes[b, h]),

@@ -53,9 +53,6 @@ void cuda_free(int device, void* device_ptr);
 // Scratch bytes for a pass (any workspace alignment: the layout starts at the first
 // 256-byte boundary inside it). Not ok() when the size overflows.
 CheckedSize cuda_workspace_size(const AttnParams& p, int device);
-// KV-cache splits the library chooses for p (p.kv_num_splits unset) from the shape and
-// the device's SM count; 1 when the device cannot be queried.
-int64_t cuda_kv_splits(const AttnParams& p, int device);
 // Support checks (head dims, dtypes, pointer memory spaces, alignment) before any launch.
 flashattn_status_t cuda_check(const AttnParams& p, int device);
 // Enqueues the pass on stream; no allocation, no host synchronization.

@@ -16,7 +16,6 @@ flashattn_status_t cuda_check_device(int) { return unavailable(); }
 flashattn_status_t cuda_upload(int, const void*, size_t, void**) { return unavailable(); }
 void cuda_free(int, void*) {}
 CheckedSize cuda_workspace_size(const AttnParams&, int) { return 0; }
-int64_t cuda_kv_splits(const AttnParams&, int) { return 1; }
 flashattn_status_t cuda_check(const AttnParams&, int) { return unavailable(); }
 flashattn_status_t cuda_run(const AttnParams&, int, void*, size_t, struct CUstream_st*) { return unavailable(); }
 flashattn_status_t cuda_combine(const CombineParams&, int, struct CUstream_st*) { return unavailable(); }

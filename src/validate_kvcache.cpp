@@ -78,8 +78,9 @@ AttnParams kvcache_params(const flashattn_plan_s& plan, const KvGeometry& kv) {
   p.rotary = kv.rotary;
   p.rotary_dim = kv.rotary_dim;
   p.rotary_rows = kv.rotary_rows;
+  // 0 on CUDA: each run chooses for the kernel it takes (src/cuda/decode.cu).
   if (kv.num_splits > 0) p.kv_num_splits = kv.num_splits;
-  else p.kv_num_splits = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_kv_splits(p) : cuda_kv_splits(p, plan.device);
+  else p.kv_num_splits = plan.backend == FLASHATTN_BACKEND_CPU ? cpu_kv_splits(p) : 0;
   return p;
 }
 
@@ -89,7 +90,7 @@ flashattn_status_t kvcache_workspace(const flashattn_plan_s& plan, const AttnPar
   if (!n.ok())
     return fail(FLASHATTN_STATUS_INVALID_SHAPE,
                 "the KV-cache forward workspace exceeds 2^63-1 bytes for batch=%lld seqlen_q=%lld heads_q=%lld "
-                "head_dim_v=%lld and %lld KV splits",
+                "head_dim_v=%lld and %lld KV splits (0: chosen by each run)",
                 static_cast<long long>(plan.batch), static_cast<long long>(plan.seqlen_q),
                 static_cast<long long>(plan.heads_q), static_cast<long long>(plan.head_dim_v),
                 static_cast<long long>(p.kv_num_splits));

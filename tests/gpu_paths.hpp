@@ -36,9 +36,10 @@ inline bool fa3_device() {
   } while (0)
 
 // With `var`=fa3 forcing the pass (the forward, or with backward the backward after a
-// forward on any family): the run of c fails with NOT_SUPPORTED naming the variable, and
-// writes nothing.
-inline void check_fa3_refuses(const Config& c, const char* var, bool backward) {
+// forward on any family): the run of c fails with NOT_SUPPORTED naming the variable (and
+// each of `mentions`), and writes nothing.
+inline void check_fa3_refuses(const Config& c, const char* var, bool backward,
+                              const std::vector<std::string>& mentions = {}) {
   const Problem p = make_problem(c);
   DeviceMem dev;
   const LibResult g = run_library(p, dev, 0);
@@ -48,7 +49,23 @@ inline void check_fa3_refuses(const Config& c, const char* var, bool backward) {
   if (backward) CHECK(g.fwd == FLASHATTN_STATUS_SUCCESS);
   CHECK(st == FLASHATTN_STATUS_NOT_SUPPORTED);
   CHECK(g.error.find(std::string(var) + "=fa3") != std::string::npos);
+  for (const std::string& m : mentions) CHECK(g.error.find(m) != std::string::npos);
   CHECK(g.outputs_untouched);
+}
+
+// Q, K, V (and dO) shared by the 2 sequences of the batch (batch stride 0), which no TMA map
+// addresses (its strides are positive): with `var`=fa2 it runs (the forward, or with backward
+// both passes) and matches the reference; with `var`=fa3 the pass is refused naming q (the
+// first of fa3's maps) and its strides.
+inline void check_fa3_unmappable(const char* var, bool backward, uint64_t seed) {
+  Config c = gbase("paths inputs shared across the batch", 150, 170, 128, FLASHATTN_DTYPE_BF16, seed);
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  c.layout = Layout::BcastBatch;
+  c.backward = backward;
+  if (forced_value(var) != "fa3") gpu_check(c);
+  else check_fa3_refuses(c, var, backward, {"q=", "element strides (batch, seq, head) (0, 512, 128)"});
 }
 
 // One case per option that neither fa3 pass implements (a window, softcap, ALiBi, dropout,

@@ -795,6 +795,19 @@ void require_same_bits(const LibResult& a, const LibResult& b) {
   CHECK(a.raw_dbias == b.raw_dbias);
 }
 
+void check_dropout_below_threshold_is_off(const Config& c, MemOps& mem) {
+  Config off = c;
+  off.p_drop = 0.f;
+  const LibResult base = run_library(make_problem(off), mem);
+  for (float p : kDropBelowThreshold) {
+    Config on = c;
+    on.p_drop = p;
+    on.seed = 0x5eed;
+    INFO(describe(on) << ": " << base.error);
+    require_same_bits(base, run_library(make_problem(on), mem));
+  }
+}
+
 Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
   Config c;
   c.name = name;

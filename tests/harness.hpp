@@ -188,6 +188,13 @@ LibResult run_cpu(const Problem& p);
 // Both runs succeeded and wrote bitwise the same outputs and gradients (Catch2 checks).
 void require_same_bits(const LibResult& a, const LibResult& b);
 
+// Drop probabilities in (0, 2^-17), whose threshold is 0 (test_dropout.cpp checks it): the
+// smallest positive float and the largest below 2^-17. Nothing is dropped or rescaled at
+// them (common/philox.h, dropout_active).
+inline const float kDropBelowThreshold[2] = {0x1p-149f, 0x1.fffffep-18f};
+// Runs c on mem's backend with each of kDropBelowThreshold as its p_drop: bitwise as at p = 0.
+void check_dropout_below_threshold_is_off(const Config& c, MemOps& mem);
+
 // Dropout masks as the library applies them, recovered from its outputs: with V = identity
 // (seqlen_k <= head_dim_v) row i of O is row i of the dropped, rescaled P, so O != 0 marks the
 // kept elements; with dO = identity (seqlen_q <= head_dim_v, heads_q == heads_kv) column i of

@@ -83,6 +83,36 @@ TEST_CASE("decode schedule: GQA groups split across tasks, key splits, masks", "
       }
 }
 
+// A varlen decode splits its keys as the dense one does (the split count from the shape,
+// each sequence's keys split by its own length), and the merge places each sequence's rows
+// at its tokens: sequences with no query row, with no key, and shorter than one split.
+TEST_CASE("varlen decode: key splits, empty sequences, the dense decode's bits", "[fwd][bwd]") {
+  uint64_t seed = 960;
+  for (flashattn_dtype_t t : kDtypes) {
+    Config c = base_config("varlen decode", 1, 1, 32, t, ++seed);
+    c.hq = 8;
+    c.hkv = 2;
+    c.seqlens_q = {1, 0, 1, 1, 1};
+    c.seqlens_k = {1500, 700, 0, 333, 40};
+    run_and_check_cpu(c);
+
+    Config dense = base_config("dense decode", 1, 1500, 40, t, ++seed);
+    dense.batch = 2;
+    dense.hq = 8;
+    dense.hkv = 2;
+    Config packed = dense;
+    packed.batch = 1;
+    packed.sk = 1;
+    packed.seqlens_q = {1, 1};
+    packed.seqlens_k = {1500, 1500};
+    const LibResult a = run_cpu(make_problem(dense)), b = run_cpu(make_problem(packed));
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(a.o == b.o);
+    CHECK(a.lse == b.lse);
+  }
+}
+
 TEST_CASE("causal mask with seqlen_q != seqlen_k in both alignments", "[fwd][bwd]") {
   const int64_t shapes[][2] = {{17, 65}, {65, 17}, {1, 63}, {63, 1}, {64, 64}, {129, 127}};
   uint64_t seed = 400;

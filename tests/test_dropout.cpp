@@ -352,3 +352,26 @@ TEST_CASE("the dropout mask does not depend on dtype or algorithm", "[dropout][f
   CHECK(m.fwd == ref.fwd);
   CHECK(m.bwd == ref.bwd);
 }
+
+TEST_CASE("a drop probability below 2^-17 (threshold 0) gives bitwise the p = 0 results", "[dropout][fwd][bwd]") {
+  for (float p : kDropBelowThreshold) {
+    INFO("p = " << p);
+    CHECK(p > 0.f);
+    CHECK(flashattn::dropout_threshold(p) == 0u);
+    CHECK(!flashattn::dropout_active(flashattn::dropout_threshold(p)));
+  }
+  CHECK(kDropBelowThreshold[1] == nextafterf(0x1p-17f, 0.f));
+  CHECK(flashattn::dropout_active(flashattn::dropout_threshold(0x1p-17f)));  // the first p that drops
+  HostMem mem;
+  Config c = base_config("dropout below threshold", 70, 90, 40, FLASHATTN_DTYPE_FP32, 4101);
+  check_dropout_below_threshold_is_off(c, mem);
+  c = base_config("dropout below threshold, causal GQA", 130, 100, 64, FLASHATTN_DTYPE_BF16, 4102);
+  c.hq = 4;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  check_dropout_below_threshold_is_off(c, mem);
+  c = base_config("dropout below threshold, standard", 50, 77, 24, FLASHATTN_DTYPE_FP16, 4103);
+  c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+  check_dropout_below_threshold_is_off(c, mem);
+}

@@ -482,6 +482,25 @@ TEST_CASE("gpu: dropout matches the reference and the CPU backend's masks exactl
   gpu_check(c);
 }
 
+TEST_CASE("gpu: a drop probability below 2^-17 (threshold 0) gives bitwise the p = 0 results",
+          "[gpu][dropout][fwd][bwd]") {
+  REQUIRE_GPU();
+  DeviceMem dev;
+  // fa2's dropout-free kernels, and at head dim 128 on compute capability 9.0 fa3's, which
+  // serves dropout-free runs only; the standard algorithm's softmax kernels.
+  Config c = gbase("gpu dropout below threshold", 200, 300, 64, FLASHATTN_DTYPE_FP16, 3880);
+  check_dropout_below_threshold_is_off(c, dev);
+  c = gbase("gpu dropout below threshold, causal GQA", 300, 200, 128, FLASHATTN_DTYPE_BF16, 3881);
+  c.hq = 4;
+  c.hkv = 2;
+  c.band = true;
+  c.wr = 0;
+  check_dropout_below_threshold_is_off(c, dev);
+  c = gbase("gpu dropout below threshold, standard", 100, 130, 64, FLASHATTN_DTYPE_BF16, 3882);
+  c.algorithm = FLASHATTN_ALGORITHM_STANDARD;
+  check_dropout_below_threshold_is_off(c, dev);
+}
+
 TEST_CASE("gpu: dropout alone over whole and partial tiles at every kernel head dim", "[gpu][dropout][fwd][bwd]") {
   REQUIRE_GPU();
   // Dropout without any other option takes the backward's fast path (its own flavor, with

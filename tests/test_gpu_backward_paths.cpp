@@ -341,3 +341,9 @@ TEST_CASE("backward paths: any other value of the variable is refused", "[gpu][b
   CHECK(g.error.find("FLASHATTN_CUDA_BACKWARD=fa4") != std::string::npos);
   CHECK(g.outputs_untouched);
 }
+
+TEST_CASE("backward paths: inputs shared across the batch run on fa2; a forced fa3 names the tensor it cannot map",
+          "[gpu][bwd][errors]") {
+  REQUIRE_PATH();
+  check_fa3_unmappable("FLASHATTN_CUDA_BACKWARD", true, 9830);
+}

@@ -184,3 +184,9 @@ TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on o
   for (void* b : buf) cudaFree(b);
   flashattn_plan_destroy(plan);
 }
+
+TEST_CASE("forward paths: inputs shared across the batch run on fa2; a forced fa3 names the tensor it cannot map",
+          "[gpu][fwd][errors]") {
+  REQUIRE_PATH();
+  check_fa3_unmappable("FLASHATTN_CUDA_FORWARD", false, 9420);
+}

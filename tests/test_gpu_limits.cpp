@@ -504,11 +504,12 @@ TEST_CASE("gpu limits: seqlen_q = seqlen_k = 131072, sampled rows of O, LSE and 
     REQUIRE(flashattn_plan_set_dtype(plan.p, t) == FLASHATTN_STATUS_SUCCESS);
     if (causal)
       REQUIRE(flashattn_plan_set_band_mask(plan.p, FLASHATTN_ALIGN_TOP_LEFT, -1, 0) == FLASHATTN_STATUS_SUCCESS);
-    size_t wb = 0;
+    size_t wf = 0, wb = 0;
+    REQUIRE(flashattn_plan_get_workspace_size(plan.p, FLASHATTN_PASS_FORWARD, &wf) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(flashattn_plan_get_workspace_size(plan.p, FLASHATTN_PASS_BACKWARD, &wb) == FLASHATTN_STATUS_SUCCESS);
-    DevBuf ws(wb);
+    DevBuf wsf(wf), ws(wb);
     const flashattn_fwd_args_t fa = fwd_args(q_.p, k_.p, v_.p, o_.p, lse_.p);
-    REQUIRE(flashattn_fwd(plan.p, &fa, nullptr, 0, nullptr) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_fwd(plan.p, &fa, wsf.p, wf, nullptr) == FLASHATTN_STATUS_SUCCESS);
     const flashattn_bwd_args_t ba = bwd_args(q_.p, k_.p, v_.p, o_.p, lse_.p, do_.p, dq_.p, dk_.p, dv_.p);
     REQUIRE(flashattn_bwd(plan.p, &ba, ws.p, wb, nullptr) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

@@ -148,3 +148,29 @@ TEST_CASE("CPU decode forward is bitwise independent of the thread count", "[thr
     CHECK(outs[r] == outs[0]);
   }
 }
+
+// bf16 forward and backward (16-bit tiles converted as they load) do not depend on the
+// thread count either: 2 sequences x 2 kv heads, so 1-4 threads take the backward's one
+// pass and 5 the two passes.
+TEST_CASE("CPU bf16 forward and backward are bitwise independent of the thread count", "[threads][fwd][bwd]") {
+  fat::Config c = fat::base_config("bf16 threads", 300, 333, 72, FLASHATTN_DTYPE_BF16, 61);
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  c.band = true;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  c.wl = 200;
+  c.wr = 0;
+  c.softcap = 5.f;
+  c.p_drop = 0.2f;
+  c.seed = 11;
+  const fat::Problem pr = fat::make_problem(c);
+  std::vector<fat::LibResult> runs;
+  for (const char* threads : {"1", "2", "3", "5"}) {
+    INFO("threads " << threads);
+    REQUIRE(setenv("FLASHATTN_CPU_THREADS", threads, 1) == 0);
+    runs.push_back(fat::run_cpu(pr));
+    fat::require_same_bits(runs.front(), runs.back());
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+}

@@ -66,7 +66,7 @@ struct AttnParams {
   const float* alibi_slopes;  // [heads_q], or [batch, heads_q] rows alibi_batch_stride apart (below)
 
   // ---- dropout ----
-  float p_drop;             // 0 = off
+  float p_drop;             // as the plan holds it; dropout is off where dropout_active(drop_threshold) is not
   float rp_keep;            // dropout_keep_scale(drop_threshold)
   uint32_t drop_threshold;  // dropout_threshold(p_drop), < 2^16
   uint64_t seed, offset;
@@ -93,7 +93,7 @@ struct AttnParams {
   int64_t rotary_dim, rotary_rows;
   const void* rotary_cos;  // [rotary_rows, rotary_dim / 2], plan dtype
   const void* rotary_sin;
-  int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1
+  int64_t kv_num_splits;  // key splits per (sequence, query head, query block), >= 1; CUDA: 0, each run's choice
 
   // ---- added later, kept last: earlier fields keep their offsets in the kernels' parameters ----
   int64_t alibi_batch_stride;  // ALiBi: 0 = one slope per head, shared by every sequence

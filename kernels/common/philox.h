@@ -62,6 +62,11 @@ FA_HD uint32_t dropout_threshold(float p) {
   return t >= 65535.0 ? 65535u : static_cast<uint32_t>(t);
 }
 
+// Whether dropout at this threshold drops anything: not at 0 (p < 2^-17, p = 0 included),
+// where every element is kept and scaled by 1. Every backend and the references gate their
+// dropout work on this, so such a p gives the p = 0 result bit for bit.
+FA_HD bool dropout_active(uint32_t threshold) { return threshold != 0; }
+
 // The multiplier of kept values: 65536 / (65536 - threshold), the reciprocal of the exact
 // keep probability, so that dropout leaves every expectation unchanged (1 for p = 0).
 FA_HD double dropout_keep_scale(uint32_t threshold) { return 65536.0 / (65536.0 - static_cast<double>(threshold)); }

@@ -240,6 +240,22 @@ __device__ __forceinline__ void zero_v_tail(Smem<Arch, T, D, Stages>& sm, int st
   __syncwarp();
 }
 
+// Zeros in the dims of every row of every stage of one ring (K or V) that no tile copy
+// writes for head dim `dim`: past the last 8-dim chunk of the gather (Sm80), past the last
+// 64-dim column block of the boxes (Sm90a: the engine zero-fills a block partly past dim).
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void zero_uncopied_cols(T (&ring)[Stages][kTileK * Smem<Arch, T, D, Stages>::kStride],
+                                                   int64_t dim) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  const int first = static_cast<int>(Arch::kSm90 ? (dim + 63) / 64 * 8 : (dim + 7) / 8);
+  const int n = kChunks - first;
+  for (int e = threadIdx.x; e < Stages * kTileK * n; e += kThreads) {
+    const int st = e / (kTileK * n), r = e / n % kTileK, c = first + e % n;
+    unsigned char* stage = reinterpret_cast<unsigned char*>(ring[st]);
+    *reinterpret_cast<uint4*>(stage + kv_offset<Arch, D>(r, c * 8)) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Keys [k0, k1) of one split: the rows' band within [0, n) (query rows i_first..i_last,
 // aligned by shift), cut into `splits` ranges of whole tiles.
 struct KeyRange {
@@ -517,11 +533,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
 
   if (threadIdx.x == 0) sm.bad = s.ok ? 0 : 1;
   if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
-    uint4* ring = reinterpret_cast<uint4*>(&sm.u.ring);
-    for (int e = threadIdx.x; e < static_cast<int>(sizeof(sm.u.ring) / 16); e += kThreads)
-      ring[e] = make_uint4(0, 0, 0, 0);
-    // Sm90a: the copy engine's writes (the zero fill of a block partly past the head dim
-    // included) come after these, once load_query's barrier has passed.
+    zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.k, p.head_dim_qk);
+    zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.v, p.head_dim_v);
+    // Sm90a: the copy engine's writes come after these, once load_query's barrier has passed.
     if constexpr (kBulk) hopper::fence_proxy_async_smem();
   }
   if constexpr (kBulk) {

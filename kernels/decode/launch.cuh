@@ -1,8 +1,8 @@
 // The launch of the decode kernel (decode_kernel.cuh) for one architecture policy, over the
 // dtype, padded head dim and ring depth of a run. src/cuda/decode.cu instantiates it for
-// Sm80 and kernels/decode/instances/decode_sm90a.cu for Sm90a, each unit compiled for its
-// policy's CUDA targets (kernels/instances.json), so sm_90 instructions never reach sm_80
-// code.
+// Sm80 and kernels/decode/instances/decode_sm90a.cu for Sm90a (declared extern below), each
+// unit compiled for its policy's CUDA targets (kernels/instances.json), so sm_90
+// instructions never reach sm_80 code.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -59,6 +59,11 @@ cudaError_t enqueue(const AttnParams& p, const Launch<Arch>& l, cudaStream_t st)
   kernel_of(p, l)<<<l.blocks, kThreads, l.smem, st>>>(p, l.parts, l.splits, l.chunks, l.vec, l.maps);
   return cudaGetLastError();
 }
+
+// The Sm90a instances live in kernels/decode/instances/decode_sm90a.cu (compiled for the
+// Sm90a targets only); every other unit that includes this header links to them.
+extern template cudaError_t reserve<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l);
+extern template cudaError_t enqueue<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, cudaStream_t st);
 
 }  // namespace decode
 }  // namespace flashattn

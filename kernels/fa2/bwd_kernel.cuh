@@ -30,6 +30,7 @@
 
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/philox.h"
 #include "fa2/arch.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_ctx.cuh"
@@ -42,6 +43,7 @@
 #include "fa2/bwd_state.cuh"
 #include "fa2/bwd_traits.h"
 #include "fa2/mma.cuh"
+#include "fa2/varlen.cuh"
 #include "fa2/wgmma.cuh"
 
 namespace flashattn {
@@ -66,20 +68,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int b = static_cast<int>(rest / p.heads_kv);
     int64_t q_tok0 = 0, k_tok0 = 0;
     int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
-    if (p.varlen) {
-      // Defensive clamps: offsets outside [0, total], decreasing offsets and lengths
-      // above the plan maxima cannot make the kernel leave its tensors.
-      int64_t qs = p.cu_seqlens_q[b], qe = p.cu_seqlens_q[b + 1];
-      int64_t ks = p.cu_seqlens_k[b], ke = p.cu_seqlens_k[b + 1];
-      qs = qs < 0 ? 0 : (qs > p.total_q ? p.total_q : qs);
-      qe = qe < qs ? qs : (qe > p.total_q ? p.total_q : qe);
-      ks = ks < 0 ? 0 : (ks > p.total_k ? p.total_k : ks);
-      ke = ke < ks ? ks : (ke > p.total_k ? p.total_k : ke);
-      len_q = static_cast<int>(qe - qs < p.seqlen_q ? qe - qs : p.seqlen_q);
-      len_k = static_cast<int>(ke - ks < p.seqlen_k ? ke - ks : p.seqlen_k);
-      q_tok0 = qs;
-      k_tok0 = ks;
-    }
+    if (p.varlen) varlen_extent(p, b, q_tok0, k_tok0, len_q, len_k);
     const int n0 = n_blk * Bc;
     const int n_valid = len_k - n0 < Bc ? len_k - n0 : Bc;
     const int64_t shift = p.align == 1 ? static_cast<int64_t>(len_k) - len_q : 0;
@@ -256,7 +245,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     using SliceT = std::integral_constant<int, kSL>;
     if (general) {
       s_phase(std::integral_constant<int, 1>{}, std::true_type{}, std::true_type{}, std::false_type{});
-    } else if (p.p_drop > 0.f) {  // masked or not: the masked flavor's tests pass every kept element
+    } else if (dropout_active(p.drop_threshold)) {  // masked or not: the masked flavor's tests pass every kept element
       s_phase(std::integral_constant<int, 1>{}, std::false_type{}, std::true_type{}, std::true_type{});
     } else if (!Arch::kSm90 || masked) {
       s_phase(SliceT{}, std::false_type{}, std::true_type{}, std::false_type{});

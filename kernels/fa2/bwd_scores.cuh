@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/mask.h"
 #include "common/params.h"
 #include "common/philox.h"
@@ -134,7 +135,7 @@ struct BwdRowVals {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const float l = k.lse_s(st)[rr + 8 * hr];
-      lse2[hr] = l == -INFINITY ? INFINITY : l * BwdGrid<Arch, Tr>::kLog2e;
+      lse2[hr] = l == -INFINITY ? INFINITY : l * kLog2e;
       dlt[hr] = k.delta_s(st)[rr + 8 * hr];
     }
   }
@@ -197,7 +198,6 @@ struct BwdScores {
     using Elem = ElemTraits<T>;
     using G = BwdGrid<Arch, Tr>;
     constexpr int Br = Tr::Br, Bc = Tr::Bc, D = Tr::D, DV = Tr::DV;
-    constexpr float kLog2e = 1.4426950408889634f;
     constexpr bool kWg = G::kWg, kSkew1 = G::kSkew1;
     constexpr int kWS_M = G::kWS_M, kSM = G::kSM, kSN = G::kSN, kMTs = G::kMTs, kNTs = G::kNTs;
     BwdCtx& ctx = bwd_ctx();
@@ -307,7 +307,7 @@ struct BwdScores {
       const bool has_softcap = p.softcap > 0.f;
       const bool has_bias = p.bias_kind == kBiasTensor;
       const bool has_alibi = p.bias_kind == kBiasAlibi || p.bias_kind == kBiasAlibiSymmetric;
-      const bool has_dropout = p.p_drop > 0.f;
+      const bool has_dropout = dropout_active(p.drop_threshold);
       const BwdStorePds<Tr, T> store_pds{sP, sdS};
       if constexpr (!kGen) {
         // Fast path without the PFIRST order (sm_80, or tile widths it does not take):
@@ -363,6 +363,7 @@ struct BwdScores {
           const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
           float lse2[2], dlt[2];
           row_vals(rr, lse2, dlt);
+          uint32_t dropped_pair = 0u;  // bits 4 (nt & 1) + e: element e of n8 tiles nt & ~1, nt | 1
 #pragma unroll 1
           for (int nt = 0; nt < kNTs; ++nt) {
             float sv[4], dv[4];
@@ -385,13 +386,14 @@ struct BwdScores {
               }
             }
             const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
-            // Dropout: bit e set iff element e of this n8 tile is dropped (fa2/dropout.cuh).
-            uint32_t dropped = 0u;
-            if (has_dropout) {
+            // Dropout: bit e set iff element e of this n8 tile is dropped, from one Philox
+            // call per pair of n8 tiles (fa2/dropout.cuh), made at the pair's first tile.
+            if (has_dropout && (nt & 1) == 0) {
               const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-              dropped = dropout_drop_bits<1, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + rr),
-                                                static_cast<uint32_t>(n0 + ws_n0 + nt * 8), t, p.drop_threshold);
+              dropped_pair = dropout_drop_bits<2, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + rr),
+                                                     static_cast<uint32_t>(n0 + ws_n0 + nt * 8), t, p.drop_threshold);
             }
+            const uint32_t dropped = dropped_pair >> (4 * (nt & 1));
             float pdv[4], dsv[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {

@@ -14,7 +14,6 @@ namespace fa2 {
 template <class Arch, class Tr>
 struct BwdGrid {
   static constexpr int Br = Tr::Br, Bc = Tr::Bc, D = Tr::D, DV = Tr::DV;
-  static constexpr float kLog2e = 1.4426950408889634f;
   static constexpr bool kTma = Arch::kSm90 && Tr::kTmaQdo;
   static constexpr int kOffQ = Arch::kSm90 ? Tr::kOffQ90 : Tr::kOffQ80;
   static constexpr int kStage = Arch::kSm90 ? Tr::kStage90 : Tr::kStage80;

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/params.h"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"

@@ -34,6 +34,7 @@
 #include "fa2/fwd_sparse.cuh"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
+#include "fa2/varlen.cuh"
 #include "fa2/wgmma.cuh"
 
 namespace flashattn {
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // ---- this sequence's extent (varlen offsets clamped so bad inputs stay in bounds) ----
   int64_t q_start = 0, k_start = 0;
   int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
-  if (p.varlen) fwd_varlen_extent(p, b, q_start, k_start, len_q, len_k);
+  if (p.varlen) varlen_extent(p, b, q_start, k_start, len_q, len_k);
   const int m0 = m_block * kBlockM;
   if (m0 >= len_q) return;
   const int rows_q = min(kBlockM, len_q - m0);

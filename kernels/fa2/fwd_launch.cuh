@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/philox.h"
 #include "fa2/fwd.h"
 #include "fa2/fwd_kernel.cuh"
 
@@ -81,7 +82,8 @@ FwdLaunchResult run_fwd(const AttnParams& p, cudaStream_t stream) {
   using T = typename DtypeToElem<kDtype>::type;
   static_assert(Cfg::kSmemBytes == fwd_tile(D, DV).smem_bytes() && CfgX::kSmemBytes <= Cfg::kSmemBytes,
                 "FwdTile::smem_bytes (tile_size.h) disagrees with FwdTraits (fwd_kernel.cuh)");
-  const bool extras = p.softcap > 0.f || p.bias_kind != kBiasNone || p.p_drop > 0.f || p.layout != nullptr;
+  const bool extras =
+      p.softcap > 0.f || p.bias_kind != kBiasNone || dropout_active(p.drop_threshold) || p.layout != nullptr;
   return extras ? launch_fwd<Arch, CfgX, T, true>(p, stream) : launch_fwd<Arch, Cfg, T, false>(p, stream);
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/exp2.h"
 #include "common/mask.h"
 #include "common/params.h"
 #include "fa2/dropout.cuh"

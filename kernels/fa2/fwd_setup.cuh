@@ -1,33 +1,18 @@
-// Per-CTA set-up steps of the FA2-design forward kernel (fwd_kernel.cuh): the sequence's
-// extent, the plan's options, the accumulators and the ldmatrix lane addresses.
+// Per-CTA set-up steps of the FA2-design forward kernel (fwd_kernel.cuh): the plan's options,
+// the accumulators and the ldmatrix lane addresses.
 #pragma once
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/philox.h"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
 
 namespace flashattn {
 namespace fa2 {
-
-// Varlen: sequence b's first query and key token and its lengths from the offsets (clamped so
-// that bad inputs stay in bounds; lengths at most the plan's maxima).
-__device__ __forceinline__ void fwd_varlen_extent(const AttnParams& p, int b, int64_t& q_start, int64_t& k_start,
-                                                  int& len_q, int& len_k) {
-  int64_t a = p.cu_seqlens_q[b], e = p.cu_seqlens_q[b + 1];
-  a = a < 0 ? 0 : (a > p.total_q ? p.total_q : a);
-  e = e < a ? a : (e > p.total_q ? p.total_q : e);
-  q_start = a;
-  len_q = static_cast<int>(e - a < p.seqlen_q ? e - a : p.seqlen_q);
-  a = p.cu_seqlens_k[b];
-  e = p.cu_seqlens_k[b + 1];
-  a = a < 0 ? 0 : (a > p.total_k ? p.total_k : a);
-  e = e < a ? a : (e > p.total_k ? p.total_k : e);
-  k_start = a;
-  len_k = static_cast<int>(e - a < p.seqlen_k ? e - a : p.seqlen_k);
-}
 
 // The options of a plan as the forward kernel applies them (all off without kExtras).
 // Elementwise scores are produced directly in the log2 domain:
@@ -53,7 +38,7 @@ __device__ __forceinline__ FwdOptions<T> fwd_options(const AttnParams& p, int b,
   const float x_mul = softcap_on ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_l2 = p.softcap * kLog2e;
   const float alibi_slope_l2 = alibi_on ? alibi_slope(p, b, h) * kLog2e : 0.f;
-  const bool dropout = kExtras && p.p_drop > 0.f;
+  const bool dropout = kExtras && dropout_active(p.drop_threshold);
   const uint64_t drop_head = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
   const T* bias_base = nullptr;
   if (bias_on) bias_base = static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1];

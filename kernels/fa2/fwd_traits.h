@@ -7,10 +7,6 @@
 namespace flashattn {
 namespace fa2 {
 
-// log2(e) and ln(2): the forward kernel computes the softmax in base 2.
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 template <int kD_, int kDV_, int kBlockM_, int kBlockN_, int kNWarps_>
 struct FwdTraits {
   static constexpr int kD = kD_;    // head_dim_qk served (multiple of 16)

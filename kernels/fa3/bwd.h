@@ -19,16 +19,17 @@ struct BwdMaps {
   TensorMap128 q, k, v, dout, dq;
 };
 
-// The workspace the kernel reads and adds to (laid out by the fa2 backward, which fills
-// Delta and zeroes the accumulator first): Delta = rowsum(dO * O) like the LSE
+// The workspace the kernel reads and adds to (laid out by the fa2 backward, whose Delta
+// kernel fills Delta and zeroes the accumulator and the turn counters first): Delta = rowsum(dO * O) like the LSE
 // ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
 // which the kernel adds to through BwdMaps::dq; in deterministic mode the turn counters of
-// the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (zeroed by the host;
-// bwd_schedule.cuh), else null.
+// the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (bwd_schedule.cuh),
+// else null, and how many there are (0 without them).
 struct BwdScratch {
   float* delta;
   float* dq_accum;
   int32_t* dq_turns;
+  int64_t n_turns;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

@@ -149,7 +149,9 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^ x with
 // x = (r kSwizzle / 128) % (kSwizzle / 16): r % 8 = g in the 128-byte swizzle, (r / 2) % 4 =
 // g / 2 in the 64-byte one. Either way the 4-byte stores of a warp hit 32 distinct banks.
-// The storing thread returns once the store has read shared memory.
+// The store's read of shared memory is waited for where the memory is next needed: with an
+// O buffer of its own, by the storing thread at the warpgroup's next epilogue (or as the CTA
+// ends), so the store runs under the next tile's first blocks; through the Q tile, at once.
 template <class Cfg, typename T, int kNV>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int row0, int cw,
                                          int warp, int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
@@ -158,9 +160,12 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   constexpr int kChunks = kSw / 16;  // 16-byte chunks of a row of a column block
   const int len_q = static_cast<int>(p.seqlen_q);
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
-  // Own O buffer: the warpgroup's previous O store has read it (its storing thread waited
-  // for that before reaching this barrier).
-  if (Cfg::kOwnO) hopper::bar_sync(kBarEpilogue + cw, 128);
+  // Own O buffer: the warpgroup's previous O store has read it (its storing thread waits for
+  // that here, a tile after issuing it, so the store ran under this tile's GEMMs).
+  if (Cfg::kOwnO) {
+    if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
+    hopper::bar_sync(kBarEpilogue + cw, 128);
+  }
   float inv[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -190,7 +195,9 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
 #pragma unroll
     for (int cb = 0; cb < kDv / Cfg::kCols; ++cb)
       hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h, tl.b);
-    hopper::tma_store_commit_and_wait_read();
+    hopper::bulk_commit();
+    // Through the Q tile, Q's next load waits for the store to have read it (q_empty).
+    if (!Cfg::kOwnO) hopper::bulk_wait_read_all();
   }
 }
 
@@ -330,7 +337,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
-    if (tile >= num_tiles()) return;
+    if (tile >= num_tiles()) {
+      // The CTA's shared memory outlives its last O store's read of it.
+      if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
+      return;
+    }
     const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
     const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);

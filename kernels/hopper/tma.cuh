@@ -76,13 +76,6 @@ __device__ __forceinline__ void bulk_wait_read_all() {
 // Waits until every bulk group of this thread has completed (its global writes done).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-// Closes this thread's bulk group of stores, then waits until its stores have read their
-// shared-memory source (the memory may then be reused or the CTA exit).
-__device__ __forceinline__ void tma_store_commit_and_wait_read() {
-  bulk_commit();
-  bulk_wait_read_all();
-}
-
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (a TMA
 // store or a wgmma that reads them after a barrier).
 __device__ __forceinline__ void fence_proxy_async_smem() {

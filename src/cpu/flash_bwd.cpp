@@ -94,7 +94,7 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.dout = cv.floats(kBr, dvp);
   s.s = cv.floats(kBr, kBc);
   s.dp = cv.floats(kBr, kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
+  s.drop = dropout_active(p.drop_threshold) ? cv.floats(kBr, kBc) : nullptr;
   s.capg = p.softcap > 0.f ? cv.floats(kBr, kBc) : nullptr;
   s.lse = cv.floats(kBr);
   s.delta = cv.floats(kBr);

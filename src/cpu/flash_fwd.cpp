@@ -66,7 +66,7 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   s.k = cv.floats(kBc, dqk);
   s.v = cv.floats(kBc, dvp);
   s.s = cv.floats(kBr, kBc);
-  s.drop = p.p_drop > 0.f ? cv.floats(kBr, kBc) : nullptr;
+  s.drop = dropout_active(p.drop_threshold) ? cv.floats(kBr, kBc) : nullptr;
   s.alpha = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
   return s;
@@ -320,7 +320,7 @@ int64_t decode_splits(const AttnParams& p) {
 
 int64_t forward_splits(const AttnParams& p) {
   if (p.kv_enabled) return p.kv_num_splits;
-  return decode_schedule(p) && !p.varlen ? decode_splits(p) : 1;
+  return decode_schedule(p) ? decode_splits(p) : 1;
 }
 
 CheckedSize flash_fwd_shared_bytes(const AttnParams& p) {

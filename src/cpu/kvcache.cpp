@@ -104,10 +104,12 @@ void combine_split_parts(const AttnParams& p, const SplitParts& parts, int threa
     float out[FLASHATTN_MAX_HEAD_DIM];
     for (int64_t t = tasks.next(); t >= 0; t = tasks.next()) {
       const int64_t i = t % p.seqlen_q, h = (t / p.seqlen_q) % p.heads_q, b = t / (p.seqlen_q * p.heads_q);
+      const HeadCtx c = make_head_ctx(p, b, h);
+      if (i >= c.len_q) continue;  // varlen: past this sequence's rows (no part was written)
       const int64_t row = split_row(p, 0, b, h, i);
       const float lse = combine_row(n_splits, parts.o + row * dv, lse_step * dv, parts.lse + row, lse_step, dv, out);
-      row_from_float(out, p.dtype, elem_ptr(p.o, p.dtype, row_offset(p, p.o_stride, b, i, h)), dv);
-      if (p.lse) p.lse[(b * p.heads_q + h) * p.seqlen_q + i] = lse;
+      row_from_float(out, p.dtype, elem_ptr(p.o, p.dtype, row_offset(p, p.o_stride, b, c.q0 + i, h)), dv);
+      if (p.lse) p.lse[lse_index(p, c, i)] = lse;
     }
   });
 }

@@ -36,7 +36,8 @@ void append_new_rows(const AttnParams& p, int threads);
 
 // Split partials at the start of the shared workspace region of a forward with
 // forward_splits(p) > 1 (cpu_impl.hpp): O parts fp32 [splits, batch, heads_q, seqlen_q,
-// head_dim_v] and LSE parts fp32 [splits, batch, heads_q, seqlen_q].
+// head_dim_v] and LSE parts fp32 [splits, batch, heads_q, seqlen_q]; with varlen, row i of
+// sequence b is its query row i (seqlen_q: the longest sequence's rows).
 struct SplitParts {
   float* o;
   float* lse;

@@ -109,7 +109,7 @@ StdSlot carve_slot(const AttnParams& p, Carver& cv) {
   StdSlot s{};
   s.q = cv.floats(kRows, d.dqkp);
   s.o = cv.floats(kRows, d.dvp);
-  s.drop = p.p_drop > 0.f ? cv.floats(kRows, d.lds) : nullptr;
+  s.drop = dropout_active(p.drop_threshold) ? cv.floats(kRows, d.lds) : nullptr;
   if (p.direction == kBackward) {
     s.dsr = cv.floats(kRows, d.lds);
     s.colt = cv.floats(kCols, d.ldq);

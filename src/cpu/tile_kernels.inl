@@ -533,42 +533,28 @@ FA_TARGET void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64
   }
 }
 
-FA_TARGET void half_row_to_float(const uint16_t* src, float* dst, int64_t n) {
+// n (any) 16-bit elements to fp32 through load_src, the tail through a zero-padded vector.
+template <int kSrc>
+FA_TARGET FA_ALWAYS_INLINE void src_row_to_float(const uint16_t* src, float* dst, int64_t n) {
   int64_t j = 0;
-#if defined(FA_ISA_F16C)
-  // F16C converts 8 halves per instruction, exactly (subnormals, inf, NaN included).
-  for (; j + 8 <= n; j += 8) {
-    _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
-  }
-#else
   for (; j + kLanes <= n; j += kLanes) {
     vf v;
-    halfv_to_float(src + j, v);
+    load_src<kSrc>(v, src + j);
     storev(dst + j, v);
   }
-#endif
   if (j < n) {
     uint16_t tail[kLanes] = {};
     for (int64_t l = j; l < n; ++l) tail[l - j] = src[l];
     vf v;
-    halfv_to_float(tail, v);
+    load_src<kSrc>(v, tail);
     for (int64_t l = j; l < n; ++l) dst[l] = v[l - j];
   }
 }
 
+FA_TARGET void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { src_row_to_float<kSrcF16>(src, dst, n); }
+
 FA_TARGET void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) {
-  typedef uint16_t vh __attribute__((vector_size(FA_LANES * 2)));
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {  // zero-extend and shift: bf16 is the top half of fp32
-    vh h;
-    memcpy(&h, src + j, sizeof h);
-    const vu u = __builtin_convertvector(h, vu) << 16;
-    memcpy(dst + j, &u, sizeof u);
-  }
-  for (; j < n; ++j) {
-    const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
-    memcpy(dst + j, &u, sizeof u);
-  }
+  src_row_to_float<kSrcBf16>(src, dst, n);
 }
 
 FA_TARGET void ds_rows(float* p, float* dp, const float* drop, const float* delta, int64_t delta_step, int64_t n) {

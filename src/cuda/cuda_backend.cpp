@@ -203,17 +203,16 @@ void cuda_free(int device, void* device_ptr) {
   if (cudaFree(device_ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
-CheckedSize cuda_workspace_size(const AttnParams& p, int /*device*/) {
-  if (p.kv_enabled) return decode_workspace_size(p);
+CheckedSize cuda_workspace_size(const AttnParams& p, int device) {
+  if (p.kv_enabled) {
+    // A device that cannot be queried fails the run's checks before the workspace is read.
+    const cudaDeviceProp* prop = nullptr;
+    if (cuda_check_device(device) != FLASHATTN_STATUS_SUCCESS || device_prop(device, &prop) != FLASHATTN_STATUS_SUCCESS)
+      return 0;
+    return decode_workspace_size(p, *prop);
+  }
   if (p.algorithm == FLASHATTN_ALGORITHM_STANDARD) return standard_workspace_size(p);
   return p.direction == kBackward ? cuda_flash_bwd_workspace_size(p) : cuda_flash_fwd_workspace_size(p);
-}
-
-int64_t cuda_kv_splits(const AttnParams& p, int device) {
-  const cudaDeviceProp* prop = nullptr;
-  if (cuda_check_device(device) != FLASHATTN_STATUS_SUCCESS || device_prop(device, &prop) != FLASHATTN_STATUS_SUCCESS)
-    return 1;
-  return decode_splits(p, *prop);
 }
 
 flashattn_status_t cuda_check(const AttnParams& p, int device) {

@@ -1,8 +1,8 @@
-// Host side of KV-cache runs on CUDA (flashattn_fwd_kvcache): the split count, the
-// workspace (split parts), the support checks, the decode kernel's architecture policy,
-// and the launches on the caller's stream: append (kernels/decode/append_kernel.cuh),
-// decode (decode_kernel.cuh), then, with more than one split, combine (kernels/combine).
-// No allocation, no synchronization.
+// Host side of KV-cache runs on CUDA (flashattn_fwd_kvcache): the support checks, the
+// workspace (split parts), and per run the decode kernel's architecture policy (after the
+// tensor-map encode), its split count, and the launches on the caller's stream: append
+// (kernels/decode/append_kernel.cuh), decode (decode_kernel.cuh), then, with more than one
+// split, combine (kernels/combine). No allocation, no synchronization.
 #include <stdint.h>
 
 #include "cuda/fa2_arch.hpp"
@@ -13,13 +13,6 @@
 #include "error.hpp"
 
 namespace flashattn {
-namespace decode {
-#if FLASHATTN_FA2_SM90A  // kernels/decode/instances/decode_sm90a.cu
-extern template cudaError_t reserve<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l);
-extern template cudaError_t enqueue<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, cudaStream_t st);
-#endif
-}  // namespace decode
-
 namespace {
 
 constexpr int64_t kMaxIndex = 2147483647;  // the grids are 1-D
@@ -34,14 +27,18 @@ int64_t row_chunks(const AttnParams& p) {
   return (p.heads_q / p.heads_kv * p.seqlen_q + decode::kRows - 1) / decode::kRows;
 }
 
-// fp32 parts of split-KV: O [splits, batch, heads_q, seqlen_q, head_dim_v], then LSE
-// [splits, batch, heads_q, seqlen_q].
-CheckedSize parts_o_floats(const AttnParams& p) {
-  return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q) *
-         CheckedSize(p.head_dim_v);
+// fp32 parts of `splits` split-KV runs: O [splits, batch, heads_q, seqlen_q, head_dim_v],
+// then LSE [splits, batch, heads_q, seqlen_q].
+CheckedSize parts_lse_floats(const AttnParams& p, int64_t splits) {
+  return CheckedSize(splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
 }
-CheckedSize parts_lse_floats(const AttnParams& p) {
-  return CheckedSize(p.kv_num_splits) * CheckedSize(p.batch) * CheckedSize(p.heads_q) * CheckedSize(p.seqlen_q);
+CheckedSize parts_o_floats(const AttnParams& p, int64_t splits) {
+  return parts_lse_floats(p, splits) * CheckedSize(p.head_dim_v);
+}
+CheckedSize parts_bytes(const AttnParams& p, int64_t splits) {
+  if (splits <= 1) return 0;
+  return (parts_o_floats(p, splits) + parts_lse_floats(p, splits)) * CheckedSize(sizeof(float)) +
+         CheckedSize(kPartsAlign);
 }
 
 // The per-policy, per-head-dim constants the host sizes a decode launch by: the kernel's
@@ -72,16 +69,12 @@ int box_rows(const AttnParams& p) {
   return p.kv_page_size == 16 || p.kv_page_size == 32 ? static_cast<int>(p.kv_page_size) : 0;
 }
 
-// Whether the plan of p runs the Sm90a kernel where its pointers allow (bulk_maps): a
+// Whether the shape of p takes the Sm90a kernel where its pointers allow (bulk_maps): a
 // compute capability 9.0 device with the policy built, a page size box_rows takes, and
 // tiles at multiples of the box (no left window, which starts the key range anywhere).
-bool bulk_plan(const AttnParams& p, const cudaDeviceProp& prop) {
+bool bulk_shape(const AttnParams& p, const cudaDeviceProp& prop) {
   return fa2_arch_for(prop.major, prop.minor) == fa2::kArchSm90a && box_rows(p) > 0 &&
          !(p.has_band && p.window_left >= 0);
-}
-
-const DimPlan& plan_of(const AttnParams& p, const cudaDeviceProp& prop) {
-  return bulk_plan(p, prop) ? plan_for<fa2::Sm90a>(p) : plan_for<fa2::Sm80>(p);
 }
 
 // The head dim's kStages where the device's opt-in shared memory (capped by
@@ -93,13 +86,58 @@ int ring_stages(const DimPlan& dp, const cudaDeviceProp& prop) {
 }
 size_t smem_bytes(const DimPlan& dp, int stages) { return stages == 2 ? dp.smem_two : dp.smem_full; }
 
-// Decode CTAs resident on one SM: as many as its shared memory holds, at most the
-// kMinBlocks the kernel's registers are budgeted for.
-int64_t ctas_per_sm(const AttnParams& p, const cudaDeviceProp& prop) {
-  const DimPlan& dp = plan_of(p, prop);
+// Decode CTAs of a kernel (dp) resident on one SM: as many as its shared memory holds, at
+// most the kMinBlocks the kernel's registers are budgeted for.
+int64_t ctas_per_sm(const DimPlan& dp, const cudaDeviceProp& prop) {
   const size_t per_cta = smem_bytes(dp, ring_stages(dp, prop)) + prop.reservedSharedMemPerBlock;
   const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / per_cta);
   return fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
+}
+
+// Resident decode CTAs of a kernel (dp) on the whole device.
+int64_t slots_of(const DimPlan& dp, const cudaDeviceProp& prop) {
+  return ctas_per_sm(dp, prop) * static_cast<int64_t>(prop.multiProcessorCount);
+}
+
+// The split count the library chooses for p with `slots` resident CTAs: FlashAttention's
+// heuristic (num_splits_heuristic). With fewer CTAs than 80% of the slots, take the fewest
+// splits whose efficiency (CTAs over whole waves) is within 85% of the best, keeping at
+// least one tile of the capacity per split.
+int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
+  const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
+  if (ctas * 10 >= slots * 8) return 1;
+  const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
+  int64_t max_splits = slots < tiles ? slots : tiles;
+  if (max_splits > 128) max_splits = 128;
+  if (max_splits < 1) return 1;
+  double best = 0;
+  double eff[129];
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
+    eff[s] = waves / static_cast<double>(static_cast<int64_t>(waves + 0.999999));
+    if (eff[s] > best) best = eff[s];
+  }
+  for (int64_t s = 1; s <= max_splits; ++s)
+    if (eff[s] >= 0.85 * best) return s;
+  return 1;
+}
+
+// The split count of a run of p with the kernel of dp: the caller's, or the heuristic's.
+int64_t splits_of(const AttnParams& p, const DimPlan& dp, const cudaDeviceProp& prop) {
+  return p.kv_num_splits > 0 ? p.kv_num_splits : heuristic_splits(p, slots_of(dp, prop));
+}
+
+// The most splits a run of p may take, before its pointers are known (the workspace
+// size): the caller's count, or the larger of the heuristic's for the two kernels, as the
+// kernel is chosen by each run (decode_fwd); one evaluation where their slots agree.
+int64_t splits_bound(const AttnParams& p, const cudaDeviceProp& prop) {
+  if (p.kv_num_splits > 0) return p.kv_num_splits;
+  const int64_t gather_slots = slots_of(plan_for<fa2::Sm80>(p), prop),
+                bulk_slots = slots_of(plan_for<fa2::Sm90a>(p), prop);
+  const int64_t gather = heuristic_splits(p, gather_slots);
+  if (bulk_slots == gather_slots) return gather;
+  const int64_t bulk = heuristic_splits(p, bulk_slots);
+  return bulk > gather ? bulk : gather;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -115,9 +153,10 @@ bool vector_loads(const AttnParams& p) {
   return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
 }
 
-// The decode launch of p with policy Arch (its maps left to the caller).
+// The decode launch of p (its split count set) with policy Arch and its maps.
 template <typename Arch>
-decode::Launch<Arch> launch_of(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts) {
+decode::Launch<Arch> launch_of(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts,
+                               const decode::MapsOf<Arch>& maps) {
   const DimPlan& dp = plan_for<Arch>(p);
   decode::Launch<Arch> l{};
   l.dim = padded_dim(p);
@@ -128,6 +167,7 @@ decode::Launch<Arch> launch_of(const AttnParams& p, const cudaDeviceProp& prop, 
   l.blocks = static_cast<unsigned>(p.kv_num_splits * l.chunks * p.heads_kv * p.batch);
   l.parts = parts;
   l.vec = vector_loads(p);
+  l.maps = maps;
   return l;
 }
 
@@ -170,48 +210,54 @@ bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
 }
 #endif
 
-// The decode kernel of p on this device: Sm90a where bulk_plan and its maps allow, else Sm80.
-flashattn_status_t run(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts, cudaStream_t st) {
-#if FLASHATTN_FA2_SM90A
-  decode::BulkMaps maps;
-  if (bulk_plan(p, prop) && bulk_maps(p, &maps)) {
-    decode::Launch<fa2::Sm90a> l = launch_of<fa2::Sm90a>(p, prop, parts);
-    l.maps = maps;
-    return launch(p, l, st);
+// The combine of the split parts into O and LSE.
+flashattn_status_t combine_parts(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
+  CombineParams c;
+  const int64_t sq = p.seqlen_q, dv = p.head_dim_v, rows = p.batch * p.heads_q * sq;
+  c.num_splits = p.kv_num_splits;
+  c.batch = p.batch;
+  c.seqlen_q = sq;
+  c.heads = p.heads_q;
+  c.head_dim = dv;
+  c.o_partial = parts.o;
+  const int64_t o_st[5] = {rows * dv, p.heads_q * sq * dv, dv, sq * dv, 1};
+  const int64_t l_st[4] = {rows, p.heads_q * sq, sq, 1};
+  for (int i = 0; i < 5; ++i) c.o_partial_stride[i] = o_st[i];
+  c.lse_partial = parts.lse;
+  for (int i = 0; i < 4; ++i) c.lse_partial_stride[i] = l_st[i];
+  c.dtype = p.dtype;
+  c.o = p.o;
+  c.o_stride = p.o_stride;
+  c.lse = p.lse;
+  return combine_launch(c, st);
+}
+
+// A run of p with policy Arch and its maps: the split count for this kernel, the parts in
+// the workspace (sized by splits_bound, which bounds it), the launches.
+template <typename Arch>
+flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, const decode::MapsOf<Arch>& maps,
+                       void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  AttnParams p = plan_p;
+  p.kv_num_splits = splits_of(p, plan_for<Arch>(p), prop);
+  decode::Parts parts{nullptr, nullptr};
+  if (p.kv_num_splits > 1) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t start = (base + kPartsAlign - 1) / kPartsAlign * kPartsAlign;
+    if (workspace == nullptr || workspace_bytes < static_cast<size_t>(parts_bytes(p, p.kv_num_splits).value()))
+      return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "decode: workspace of %zu bytes is smaller than its query",
+                  workspace_bytes);
+    parts.o = reinterpret_cast<float*>(start);
+    parts.lse = parts.o + parts_o_floats(p, p.kv_num_splits).value();
   }
-#endif
-  return launch(p, launch_of<fa2::Sm80>(p, prop, parts), st);
+  const flashattn_status_t s = launch(p, launch_of<Arch>(p, prop, parts, maps), st);
+  if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
+  return combine_parts(p, parts, st);
 }
 
 }  // namespace
 
-int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop) {
-  // FlashAttention's heuristic (num_splits_heuristic): with fewer CTAs than 80% of the
-  // resident slots (ctas_per_sm on every SM), take the fewest splits whose efficiency (CTAs
-  // over whole waves) is within 85% of the best, keeping at least one tile of the capacity
-  // per split.
-  const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
-  const int64_t slots = ctas_per_sm(p, prop) * static_cast<int64_t>(prop.multiProcessorCount);
-  if (ctas * 10 >= slots * 8) return 1;
-  const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
-  int64_t max_splits = slots < tiles ? slots : tiles;
-  if (max_splits > 128) max_splits = 128;
-  if (max_splits < 1) return 1;
-  double best = 0;
-  double eff[129];
-  for (int64_t s = 1; s <= max_splits; ++s) {
-    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
-    eff[s] = waves / static_cast<double>(static_cast<int64_t>(waves + 0.999999));
-    if (eff[s] > best) best = eff[s];
-  }
-  for (int64_t s = 1; s <= max_splits; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
-
-CheckedSize decode_workspace_size(const AttnParams& p) {
-  if (p.kv_num_splits <= 1) return 0;
-  return (parts_o_floats(p) + parts_lse_floats(p)) * CheckedSize(sizeof(float)) + CheckedSize(kPartsAlign);
+CheckedSize decode_workspace_size(const AttnParams& p, const cudaDeviceProp& prop) {
+  return parts_bytes(p, splits_bound(p, prop));
 }
 
 flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop) {
@@ -234,12 +280,15 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
                 static_cast<long long>(p.seqlen_k));
-  const int64_t blocks = p.kv_num_splits * row_chunks(p) * p.heads_kv * p.batch;
+  // The heuristic takes one split from 80% of the resident CTA slots up, and at most 128
+  // below: only the caller's count or the CTAs of one split can exceed the limit.
+  const int64_t splits = p.kv_num_splits > 0 ? p.kv_num_splits : 1;
+  const int64_t blocks = splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "num_splits=%lld x query-row chunks=%lld x heads_kv=%lld x batch=%lld CTAs exceed the CUDA grid "
                 "limit 2^31-1",
-                static_cast<long long>(p.kv_num_splits), static_cast<long long>(row_chunks(p)),
+                static_cast<long long>(splits), static_cast<long long>(row_chunks(p)),
                 static_cast<long long>(p.heads_kv), static_cast<long long>(p.batch));
   if (p.batch * p.kv_seqlen_new * p.heads_kv > kMaxIndex)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
@@ -250,38 +299,15 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
   return FLASHATTN_STATUS_SUCCESS;
 }
 
+// The kernel is chosen once per run, after the encode: Sm90a where the shape allows it and
+// the copy engine takes the pointers, else Sm80; then the split count for that kernel.
 flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
                               cudaStream_t st) {
-  decode::Parts parts{nullptr, nullptr};
-  if (p.kv_num_splits > 1) {
-    const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
-    const uintptr_t start = (base + kPartsAlign - 1) / kPartsAlign * kPartsAlign;
-    if (workspace == nullptr || workspace_bytes < static_cast<size_t>(decode_workspace_size(p).value()))
-      return fail(FLASHATTN_STATUS_INTERNAL_ERROR, "decode: workspace of %zu bytes is smaller than its query",
-                  workspace_bytes);
-    parts.o = reinterpret_cast<float*>(start);
-    parts.lse = parts.o + parts_o_floats(p).value();
-  }
-  flashattn_status_t s = run(p, prop, parts, st);
-  if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
-  CombineParams c;
-  const int64_t sq = p.seqlen_q, dv = p.head_dim_v, rows = p.batch * p.heads_q * sq;
-  c.num_splits = p.kv_num_splits;
-  c.batch = p.batch;
-  c.seqlen_q = sq;
-  c.heads = p.heads_q;
-  c.head_dim = dv;
-  c.o_partial = parts.o;
-  const int64_t o_st[5] = {rows * dv, p.heads_q * sq * dv, dv, sq * dv, 1};
-  const int64_t l_st[4] = {rows, p.heads_q * sq, sq, 1};
-  for (int i = 0; i < 5; ++i) c.o_partial_stride[i] = o_st[i];
-  c.lse_partial = parts.lse;
-  for (int i = 0; i < 4; ++i) c.lse_partial_stride[i] = l_st[i];
-  c.dtype = p.dtype;
-  c.o = p.o;
-  c.o_stride = p.o_stride;
-  c.lse = p.lse;
-  return combine_launch(c, st);
+#if FLASHATTN_FA2_SM90A
+  decode::BulkMaps maps;
+  if (bulk_shape(p, prop) && bulk_maps(p, &maps)) return run<fa2::Sm90a>(p, prop, maps, workspace, workspace_bytes, st);
+#endif
+  return run<fa2::Sm80>(p, prop, decode::NoMaps{}, workspace, workspace_bytes, st);
 }
 
 }  // namespace flashattn

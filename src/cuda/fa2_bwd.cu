@@ -141,6 +141,7 @@ int64_t slab_heads(const AttnParams& p) { return (p.bias_stride[1] == 0 && p.hea
 // when total.ok() (the API layer refuses the run or query otherwise).
 struct WsLayout {
   size_t delta = 0, dq = 0, sema = 0, dbias = 0;
+  int64_t turns = 0;  // turn counters at sema (deterministic mode; the Delta kernel zeroes them)
   CheckedSize total;
 };
 
@@ -157,7 +158,11 @@ WsLayout ws_layout(const AttnParams& p, int cfg) {
   w.dq = static_cast<size_t>(off.value());
   off = (off + rows * checked_product(p.heads_q, p.head_dim_qk, sizeof(float))).round_up(256);
   w.sema = static_cast<size_t>(off.value());
-  if (p.deterministic) off = (off + checked_product(p.batch, p.heads_q, n_qblocks, sizeof(int32_t))).round_up(256);
+  if (p.deterministic) {
+    const CheckedSize turns = checked_product(p.batch, p.heads_q, n_qblocks);
+    off = (off + turns * CheckedSize(sizeof(int32_t))).round_up(256);
+    w.turns = turns.value();
+  }
   w.dbias = static_cast<size_t>(off.value());
   const DbiasLayout db = dbias_layout(p);
   // dbias is not known at workspace-query time: reserve the accumulator whenever the
@@ -184,11 +189,16 @@ __device__ __forceinline__ void bwd_unpack8(const uint4& u, float (&f)[8]) {
 
 // Delta[row, h] = sum_c dO * O over head_dim_v. `lanes` threads (a power of two <= 32)
 // share one (token, head) row; the loop runs per warp so shuffles stay converged. The same
-// threads zero the row's head_dim_qk fp32 dQ accumulators (row-major like the rows here):
-// one pass over the rows instead of a separate memset of the accumulator.
+// threads zero the row's head_dim_qk fp32 dQ accumulators (row-major like the rows here)
+// and, one per thread, the n_turns turn counters: one pass instead of memsets of either
+// (the main kernel, which reads both, follows on the same stream).
 template <typename T>
 __global__ void __launch_bounds__(256)
-    bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, float* __restrict__ dq_accum, int lanes) {
+    bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, float* __restrict__ dq_accum,
+                     int32_t* __restrict__ turns, int64_t n_turns, int lanes) {
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n_turns;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    turns[x] = 0;
   const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
   const int rows_per_warp = 32 / lanes;
   const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
@@ -363,15 +373,17 @@ flashattn_status_t launch_error(const char* what) {
               cudaGetErrorString(err));
 }
 
-// Delta = rowsum(dO * O), the fp32 dQ accumulator zeroed in the same pass.
+// Delta = rowsum(dO * O), the fp32 dQ accumulator and the n_turns turn counters zeroed in
+// the same pass (varlen: the counters may outnumber the rows).
 template <typename T>
-flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, cudaStream_t stream) {
+flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, int32_t* turns, int64_t n_turns,
+                                cudaStream_t stream) {
   const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
-  if (rows * p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   int lanes = 1;
   while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
-  const int64_t threads = (rows * p.heads_q) * lanes;
-  bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, lanes);
+  const int64_t threads = std::max((rows * p.heads_q) * lanes, n_turns);
+  if (threads == 0) return FLASHATTN_STATUS_SUCCESS;
+  bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, turns, n_turns, lanes);
   return launch_error("the Delta preprocess kernel");
 }
 
@@ -389,9 +401,9 @@ flashattn_status_t launch_dq_convert(const AttnParams& p, const float* dq_accum,
 template <typename T>
 flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLayout& db, const BwdChoice& kc,
                            cudaStream_t stream, char* ws, const WsLayout& wl) {
-  // 1. zero the other accumulators (turn counters, broadcast dBias): one contiguous range
-  // (the Delta kernel zeroes the dQ accumulator, +0..1% over a memset of it on an H100).
-  const size_t z0 = wl.sema;
+  // 1. zero the broadcast dBias accumulator (the Delta kernel zeroes the dQ accumulator,
+  // +0..1% over a memset of it on an H100, and the turn counters).
+  const size_t z0 = wl.dbias;
   const size_t total = static_cast<size_t>(wl.total.value());
   if (total > z0) {
     const cudaError_t err = cudaMemsetAsync(ws + z0, 0, total - z0, stream);
@@ -409,8 +421,8 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
       if (const flashattn_status_t s = launch_error("the dBias zero-fill kernel")) return s;
     }
   }
-  // 3. Delta, and the dQ accumulator zeroed.
-  if (const flashattn_status_t s = launch_delta<T>(p, a.delta, a.dq_accum, stream)) return s;
+  // 3. Delta, and the dQ accumulator and turn counters zeroed.
+  if (const flashattn_status_t s = launch_delta<T>(p, a.delta, a.dq_accum, a.dq_sema, wl.turns, stream)) return s;
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
@@ -598,23 +610,13 @@ flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t 
   out->delta = reinterpret_cast<float*>(ws + wl.delta);
   out->dq_accum = reinterpret_cast<float*>(ws + wl.dq);
   out->dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
+  out->n_turns = wl.turns;
   return FLASHATTN_STATUS_SUCCESS;
 }
 
-flashattn_status_t bwd_zero_turns(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {
-  if (scratch.dq_turns == nullptr) return FLASHATTN_STATUS_SUCCESS;
-  const fa2::WsLayout wl = fa2::ws_layout(p, fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v));
-  const size_t bytes = wl.dbias - wl.sema;
-  const cudaError_t err = cudaMemsetAsync(scratch.dq_turns, 0, bytes, stream);
-  if (err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
-  (void)cudaGetLastError();
-  return fail(FLASHATTN_STATUS_CUDA_ERROR, "backward: cudaMemsetAsync of %zu bytes of turn counters failed: %s (%s)",
-              bytes, cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {
-  return p.dtype == kBf16 ? fa2::launch_delta<__nv_bfloat16>(p, scratch.delta, scratch.dq_accum, stream)
-                          : fa2::launch_delta<__half>(p, scratch.delta, scratch.dq_accum, stream);
+flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& s, cudaStream_t stream) {
+  return p.dtype == kBf16 ? fa2::launch_delta<__nv_bfloat16>(p, s.delta, s.dq_accum, s.dq_turns, s.n_turns, stream)
+                          : fa2::launch_delta<__half>(p, s.delta, s.dq_accum, s.dq_turns, s.n_turns, stream);
 }
 
 flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {

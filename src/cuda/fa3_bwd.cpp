@@ -1,12 +1,10 @@
 // Host side of the FA3-design backward (kernels/fa3): which problems it serves, the TMA
-// maps of Q, K, V and dO, and the sequence on the caller's stream: in deterministic mode the
-// zeroing of the dQ turn counters, Delta (which zeroes the fp32 dQ accumulator), the (head
-// dim, dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
+// maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
+// fp32 dQ accumulator and, in deterministic mode, the dQ turn counters), the (head dim,
+// dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
 // (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
 #include <stdint.h>
-#include <stdio.h>
 
-#include <array>
 #include <utility>
 
 #include "cuda/fa3_serves.hpp"
@@ -46,49 +44,22 @@ int64_t key_blocks(const AttnParams& p) {
 template <int D>
 bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::BwdTraits<D>;
-  const struct {
-    const char* name;
-    TensorMap128* map;
-    const void* base;
-    const Strides4& st;
-    int64_t rows, heads;
-    int box_rows;
-  } maps[] = {{"q", &m->q, p.q, p.q_stride, p.seqlen_q, p.heads_q, Cfg::kBlockM},
-              {"k", &m->k, p.k, p.k_stride, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-              {"v", &m->v, p.v, p.v_stride, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-              {"dout", &m->dout, p.dout, p.do_stride, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
-  if (const char* missing = tensor_map_encoder_missing())
-    return fa3_refuse(why, why_size, "the driver has no tensor-map encoder: %s", missing);
-  for (const auto& t : maps)
-    if (!encode_rows_map_16bit(t.map, t.base, D, t.rows, t.heads, p.batch, t.st, t.box_rows))
-      return fa3_refuse(why, why_size,
-                        "%s=%p, element strides (batch, seq, head) (%lld, %lld, %lld), %lld x %lld rows x %lld heads "
-                        "x %d: the copy engine refuses it (16-byte aligned pointer, byte strides multiples of 16 in "
-                        "(0, 2^40)) or the driver refused the map",
-                        t.name, t.base, static_cast<long long>(t.st.b), static_cast<long long>(t.st.s),
-                        static_cast<long long>(t.st.h), static_cast<long long>(p.batch), static_cast<long long>(t.rows),
-                        static_cast<long long>(t.heads), D);
-  return true;
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"dout", &m->dout, p.dout, p.do_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
+  return fa3_encode_maps(p, maps, 4, 128, why, why_size);
 }
 // The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
 struct DimOps {
   int64_t (*blocks)(const AttnParams&);
   bool (*maps)(const AttnParams&, fa3::BwdMaps*, char*, size_t);
 };
-template <int... I>
-constexpr std::array<DimOps, sizeof...(I)> dim_ops(std::integer_sequence<int, I...>) {
-  return {{{key_blocks<fa3::kBwdDims[I]>, encode_maps<fa3::kBwdDims[I]>}...}};
-}
-constexpr auto kDimOps = dim_ops(std::make_integer_sequence<int, fa3::kNumBwd>{});
-
-// The served head dims as text ("64, 96, 128, 192 and 256"), for refusals.
-void served_dims(char* text, size_t size) {
-  size_t n = 0;
-  for (int i = 0; i < fa3::kNumBwd && n < size; ++i) {
-    const char* sep = i == 0 ? "" : i + 1 == fa3::kNumBwd ? " and " : ", ";
-    n += static_cast<size_t>(snprintf(text + n, size - n, "%s%d", sep, fa3::kBwdDims[i]));
-  }
-}
+template <size_t I>
+struct DimOpsOf {
+  static constexpr DimOps value{&key_blocks<fa3::kBwdDims[I]>, &encode_maps<fa3::kBwdDims[I]>};
+};
+constexpr auto kDimOps = fa3_table<DimOpsOf>(std::make_index_sequence<fa3::kNumBwd>{});
 
 // dK and dV leave the registers in 4-byte pairs of elements: pointers and the batch,
 // sequence and head strides must keep every pair 4-byte aligned.
@@ -104,9 +75,12 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   if (!fa3_serves_options(p, why, why_size)) return false;
   const int cfg = bwd_config(p);
   if (cfg < 0) {
-    char dims[64];
-    served_dims(dims, sizeof dims);
-    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves equal head dims %s",
+    char dims[96];
+    fa3_dims_text(dims, sizeof dims, fa3::kNumBwd, [](int i) {
+      return fa3::FwdDims{fa3::kBwdDims[i], fa3::kBwdDims[i]};
+    });
+    return fa3_refuse(why, why_size,
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves the head dims (qk/v) %s",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
   const int64_t blocks = kDimOps[cfg].blocks(p);
@@ -132,7 +106,6 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (p.batch == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   fa3::BwdScratch scratch{};
   if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
-  if (const flashattn_status_t s = bwd_zero_turns(p, scratch, stream)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
   // The map of the dQ accumulator, which lives in this call's workspace; 4-D in deterministic

@@ -3,13 +3,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <array>
-#include <string>
 #include <utility>
 
 #include "cuda/fa3_serves.hpp"
 #include "cuda/launch.hpp"
-#include "cuda/tensor_map.hpp"
 #include "error.hpp"
 #include "fa3/fwd_traits.h"
 #include "fa3/launchers.h"
@@ -27,41 +24,33 @@ constexpr bool no_staged_dims() {
 static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
 
 template <int Dqk, int Dv>
-bool encode_maps(const AttnParams& p, fa3::FwdMaps* m) {
+bool encode_maps(const AttnParams& p, fa3::FwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::FwdTraits<Dqk, Dv>;
-  constexpr int sw = Cfg::kSwizzle;
-  return encode_rows_map_16bit(&m->q, p.q, Dqk, p.seqlen_q, p.heads_q, p.batch, p.q_stride, Cfg::kBlockM, sw) &&
-         encode_rows_map_16bit(&m->k, p.k, Dqk, p.seqlen_k, p.heads_kv, p.batch, p.k_stride, Cfg::kBlockN, sw) &&
-         encode_rows_map_16bit(&m->v, p.v, Dv, p.seqlen_k, p.heads_kv, p.batch, p.v_stride, Cfg::kBlockN, sw) &&
-         encode_rows_map_16bit(&m->o, p.o, Dv, p.seqlen_q, p.heads_q, p.batch, p.o_stride, Cfg::kOBoxRows, sw);
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, Dqk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, Dqk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, Dv, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"o", &m->o, p.o, p.o_stride, Dv, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
+  return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 
 // What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, and
 // whether O leaves through a buffer of its own (fa3/fwd_traits.h).
 struct Config {
-  bool (*encode)(const AttnParams&, fa3::FwdMaps*);
+  bool (*encode)(const AttnParams&, fa3::FwdMaps*, char*, size_t);
   bool own_o;
 };
-template <size_t... I>
-constexpr std::array<Config, sizeof...(I)> make_configs(std::index_sequence<I...>) {
-  return {{{&encode_maps<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>,
-            fa3::FwdTraits<fa3::kFwdDims[I].qk, fa3::kFwdDims[I].v>::kOwnO}...}};
-}
-constexpr std::array<Config, fa3::kNumFwd> kConfigs = make_configs(std::make_index_sequence<fa3::kNumFwd>{});
+template <size_t I>
+struct ConfigOf {
+  static constexpr fa3::FwdDims kDims = fa3::kFwdDims[I];
+  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, fa3::FwdTraits<kDims.qk, kDims.v>::kOwnO};
+};
+constexpr auto kConfigs = fa3_table<ConfigOf>(std::make_index_sequence<fa3::kNumFwd>{});
 
 // Index of p's head dims in fa3::kFwdDims, or -1.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
     if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
   return -1;
-}
-
-// The served head dims as the refusal names them: "64/64, 128/128, ..." (qk/v).
-std::string served_dims() {
-  std::string s;
-  for (int i = 0; i < fa3::kNumFwd; ++i)
-    s += (i > 0 ? ", " : "") + std::to_string(fa3::kFwdDims[i].qk) + "/" + std::to_string(fa3::kFwdDims[i].v);
-  return s;
 }
 
 }  // namespace
@@ -77,9 +66,14 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
     (void)cudaGetLastError();
     return fa3_refuse(why, why_size, "querying the device's SM count failed: %s", cudaGetErrorString(err));
   }
-  if (fa3_config(p) < 0)
-    return fa3_refuse(why, why_size, "head_dim_qk=%lld, head_dim_v=%lld: fa3 serves the head dims (qk/v) %s",
-                      ll(p.head_dim_qk), ll(p.head_dim_v), served_dims().c_str());
+  const int cfg = fa3_config(p);
+  if (cfg < 0) {
+    char dims[96];
+    fa3_dims_text(dims, sizeof dims, fa3::kNumFwd, [](int i) { return fa3::kFwdDims[i]; });
+    return fa3_refuse(why, why_size,
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves the head dims (qk/v) %s",
+                      ll(p.head_dim_qk), ll(p.head_dim_v), dims);
+  }
   constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;  // the same at every head dim
   const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
@@ -89,12 +83,7 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
                       ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
   if (p.seqlen_k == 0) return fa3_refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
-  if (!kConfigs[fa3_config(p)].encode(p, &run->maps))
-    return fa3_refuse(
-        why, why_size,
-        "the copy engine cannot address q, k, v or o (strides, alignment or extents), or the driver has no "
-        "tensor-map encoder");
-  return true;
+  return kConfigs[cfg].encode(p, &run->maps, why, why_size);
 }
 
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,

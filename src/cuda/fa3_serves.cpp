@@ -5,7 +5,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "fa3/launchers.h"
+#include "common/philox.h"
+#include "cuda/tensor_map.hpp"
 
 namespace flashattn {
 
@@ -39,12 +40,39 @@ bool fa3_serves_options(const AttnParams& p, char* why, size_t why_size) {
     return fa3_refuse(why, why_size, "bias_kind=%d: bias tensors and ALiBi (any batch stride) run on fa2",
                       static_cast<int>(p.bias_kind));
   if (p.softcap > 0.f) return fa3_refuse(why, why_size, "softcap=%g runs on fa2", static_cast<double>(p.softcap));
-  if (p.p_drop > 0.f) return fa3_refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
+  if (dropout_active(p.drop_threshold))
+    return fa3_refuse(why, why_size, "dropout p=%g runs on fa2", static_cast<double>(p.p_drop));
   if (p.layout != nullptr) return fa3_refuse(why, why_size, "block-sparse layouts run on fa2");
   if (p.has_band && !(p.window_right == 0 && p.window_left < 0))
     return fa3_refuse(why, why_size,
                       "window_left=%lld, window_right=%lld: fa3 serves the causal mask only (right 0, left unbounded)",
                       ll(p.window_left), ll(p.window_right));
+  return true;
+}
+
+void fa3_dims_text(char* text, size_t size, int n, fa3::FwdDims (*dims)(int)) {
+  size_t used = 0;
+  for (int i = 0; i < n && used < size; ++i) {
+    const char* sep = i == 0 ? "" : i + 1 == n ? " and " : ", ";
+    const fa3::FwdDims d = dims(i);
+    used += static_cast<size_t>(snprintf(text + used, size - used, "%s%d/%d", sep, d.qk, d.v));
+  }
+}
+
+bool fa3_encode_maps(const AttnParams& p, const Fa3Map* maps, int n, int swizzle_bytes, char* why, size_t why_size) {
+  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  if (const char* missing = tensor_map_encoder_missing())
+    return fa3_refuse(why, why_size, "the driver has no tensor-map encoder: %s", missing);
+  for (int i = 0; i < n; ++i) {
+    const Fa3Map& t = maps[i];
+    if (!encode_rows_map_16bit(t.map, t.base, t.cols, t.rows, t.heads, p.batch, t.strides, t.box_rows, swizzle_bytes))
+      return fa3_refuse(why, why_size,
+                        "%s=%p, element strides (batch, seq, head) (%lld, %lld, %lld), %lld x %lld rows x %lld heads "
+                        "x %lld: the copy engine refuses it (16-byte aligned pointer, byte strides multiples of 16 in "
+                        "(0, 2^40)) or the driver refused the map",
+                        t.name, t.base, ll(t.strides.b), ll(t.strides.s), ll(t.strides.h), ll(p.batch), ll(t.rows),
+                        ll(t.heads), ll(t.cols));
+  }
   return true;
 }
 

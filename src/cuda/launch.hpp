@@ -47,10 +47,9 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
 // WORKSPACE_TOO_SMALL, naming both sizes, when it cannot hold them). p: a problem fa2 runs
 // without staged copies.
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
-// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator (one kernel).
+// Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator and of the turn
+// counters (one kernel).
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
-// Enqueues the zeroing of the turn counters (one memset; nothing when scratch has none).
-flashattn_status_t bwd_zero_turns(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 // Enqueues dQ = scale * the accumulator, in p's dtype.
 flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
 
@@ -128,9 +127,9 @@ flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t wor
 // ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
 flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
 // ---- KV-cache runs (kernels/decode, src/cuda/decode.cu): append, split-KV decode, combine ----
-// Splits the library chooses for p on a device with prop (FlashAttention's heuristic).
-int64_t decode_splits(const AttnParams& p, const cudaDeviceProp& prop);
-CheckedSize decode_workspace_size(const AttnParams& p);
+// p.kv_num_splits is the caller's count, or 0: each run chooses it for the kernel it takes
+// (after the tensor-map encode), within the bound the workspace size and checks use.
+CheckedSize decode_workspace_size(const AttnParams& p, const cudaDeviceProp& prop);
 flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop);
 flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);

@@ -364,14 +364,15 @@ __device__ __forceinline__ float score(const AttnParams& p, const Row<T>& r, int
   return s;
 }
 
-// The dropout multiplier of element j: rp_keep if kept, else 0 (1 without dropout). The
-// keep decision is common/philox.h's dropout_keep.
+// The dropout multiplier of element j: rp_keep if kept, else 0 (1 without dropout).
 template <typename T>
 __device__ __forceinline__ float dropout_scale(const AttnParams& p, const Row<T>& r, int64_t j) {
-  if (p.p_drop <= 0.f) return 1.f;
-  const Philox4 w = dropout_words8(p.seed, p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h,
-                                   static_cast<uint32_t>(r.i), static_cast<uint32_t>(j) >> 3);
-  return dropout_halfword(w, static_cast<uint32_t>(j) & 7u) >= p.drop_threshold ? p.rp_keep : 0.f;
+  if (!dropout_active(p.drop_threshold)) return 1.f;
+  return dropout_keep(p.seed, p.offset, static_cast<uint64_t>(r.b), static_cast<uint64_t>(p.heads_q),
+                      static_cast<uint64_t>(r.h), static_cast<uint32_t>(r.i), static_cast<uint32_t>(j),
+                      p.drop_threshold)
+             ? p.rp_keep
+             : 0.f;
 }
 
 __device__ __forceinline__ int64_t lse_index(const AttnParams& p, int64_t b, int64_t h, int64_t i, int64_t q_start) {
@@ -511,17 +512,25 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x == 0 && r.valid && p.lse != nullptr) p.lse[lse_index(p, r.b, r.h, r.i, r.q_start)] = lse;
 
   const bool live = r.valid && lse != -INFINITY;
+  const bool drop = dropout_active(p.drop_threshold);
   const uint64_t head_counter = p.offset + static_cast<uint64_t>(r.b) * p.heads_q + r.h;
-  // Eight columns per thread (two 4-column halves), the columns of one Philox call.
+  // Eight columns per thread (two 4-column halves), the columns of one Philox call. The
+  // 16-byte reads of xs go by quarter warps: threads 8 floats apart would hit each bank
+  // twice, so threads 4..7 of each quarter read their second half first (banks 4k + 4..7
+  // beside the others' 4k .. 4k + 3: conflict-free).
+  const int first = (threadIdx.x >> 2) & 1;
   for (int64_t j8 = 8 * int64_t(threadIdx.x); j8 < Sk; j8 += 8 * int64_t(blockDim.x)) {
-    Philox4 w;
-    if (live && j8 < r.len_k && p.p_drop > 0.f) {
+    Philox4 w{};
+    if (live && j8 < r.len_k && drop) {
       w = dropout_words8(p.seed, head_counter, static_cast<uint32_t>(r.i), static_cast<uint32_t>(j8 >> 3));
     }
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int step = 0; step < 2; ++step) {
+      const int half = step ^ first;
       const int64_t j0 = j8 + 4 * half;
-      if (j0 >= Sk) break;
+      if (j0 >= Sk) continue;
+      // The half's two words, so that the halfword picks below are compile-time.
+      const Philox4 wh = {{half ? w.x[2] : w.x[0], half ? w.x[3] : w.x[1], 0u, 0u}};
       float pv[4] = {0.f, 0.f, 0.f, 0.f};
       if (live && j0 < r.len_k) {
         const float4 x4 = *reinterpret_cast<const float4*>(xs + j0);  // pass 1's, before block_reduce_ml
@@ -532,8 +541,8 @@ __global__ void __launch_bounds__(kRowThreads)
             const float x = xv[u];
             if (x != -INFINITY) {
               pv[u] = __expf(x - lse);
-              if (p.p_drop > 0.f) {
-                pv[u] *= dropout_halfword(w, static_cast<uint32_t>(4 * half + u)) >= p.drop_threshold ? p.rp_keep : 0.f;
+              if (drop) {
+                pv[u] *= dropout_halfword(wh, static_cast<uint32_t>(u)) >= p.drop_threshold ? p.rp_keep : 0.f;
               }
             }
           }

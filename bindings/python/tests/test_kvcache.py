@@ -135,13 +135,14 @@ def test_heads_outer_paged_layout_through_strides():
     check_against_reference(c, out, lse, views["k_cache"], views["v_cache"], TOL[np.float32])
 
 
-def test_split_counts_agree_and_one_split_is_the_dense_forward():
+def test_split_counts_agree_and_the_default_split_is_the_dense_forward():
     c = case(b=1, hq=2, hkv=1, capacity=700, lens=[650], sq=1)
-    outs = [_run(c, num_splits=n)[0] for n in (1, 2, 5)]
-    np.testing.assert_allclose(outs[1], outs[0], atol=1e-6)
-    np.testing.assert_allclose(outs[2], outs[0], atol=1e-6)
-    # The dense varlen forward (a dense forward of one query row without varlen splits
-    # 650 keys itself, docs/inference.md).
+    outs = [_run(c, num_splits=n)[0] for n in (0, 1, 2, 5)]
+    for out in outs[1:]:
+        np.testing.assert_allclose(out, outs[0], atol=1e-6)
+    # The dense varlen forward of one query row splits its 650 keys by the rule of
+    # num_splits = 0 (docs/inference.md): 2 splits from max_seqlen_k 650 as from the
+    # capacity 700.
     cu_q, cu_k = np.array([0, 1], dtype=np.int32), np.array([0, 650], dtype=np.int32)
     dense = flashattn.forward(c["q"][0], c["k_cache"][0, :650], c["v_cache"][0, :650], cu_seqlens_q=cu_q,
                               cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=650)
