@@ -84,7 +84,7 @@ __device__ __forceinline__ void tile_grads(const AttnParams& p, const SeqCtx& c,
                                            int64_t j0, bool partial, float (&z)[NT][4], float (&ds)[NT][4]) {
   const WarpTile<BwdTile<D>::Br, BwdTile<D>::Bc, BwdTile<D>::kThreads / 32> w;
   const int kd = static_cast<int>((p.head_dim_qk + 7) / 8 * 8), kdv = static_cast<int>((p.head_dim_v + 7) / 8 * 8);
-  const bool drop = p.p_drop > 0.f;
+  const bool drop = dropout_active(p.drop_threshold);
   float dm[NT][4];
   if (drop) dropout_multipliers(p, c, dm, i0 + w.m0, j0 + w.n0);
   zero(ds);

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
     copy_commit();
     finish_scores<false>(p, c, s, s, i0 + m0, j0, partial);
     softmax_step(s, m, l, acc);
-    if (p.p_drop > 0.f) {
+    if (dropout_active(p.drop_threshold)) {
       float dm[NS][4];
       dropout_multipliers(p, c, dm, i0 + m0, j0);
 #pragma unroll
