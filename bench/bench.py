@@ -5,8 +5,10 @@ benchmark entry point.
 Runs the library (FLASH and STANDARD algorithms, through the flashattn Python package of
 bindings/python) and PyTorch SDPA's flash / cudnn / efficient / math backends on
 identical tensors:
-  * throughput sweep: bf16/fp16, head dims 64/128/256, causal or not, seqlen 512..16k at
-    16k tokens per batch (b = 16384/sq, h = 2048/d), forward and backward; TFLOP/s with
+  * throughput sweep: bf16/fp16 (or fp32 with --dtypes: SDPA's flash and cudnn backends
+    refuse fp32, its efficient backend takes it), head dims 64/128/256, causal or not,
+    seqlen 512..16k at 16k tokens per batch (b = 16384/sq, h = 2048/d), forward and
+    backward; TFLOP/s with
     the peers' convention (fwd 4*b*h*sq*sk*d, halved for causal; bwd 2.5x the forward),
     CUDA events around each call, warm-up, median of many runs;
   * peak memory of flash vs standard attention (and PyTorch) at a long sequence length;
@@ -41,7 +43,7 @@ def parse_args(argv=None):
                     help="CSV the sweep rows are appended to (default bench/results/sweep.csv; '' for none)")
     ap.add_argument("--quick", action="store_true",
                     help="defaults become bf16, d=64/128, seqlen 1k/4k/16k (explicit flags still win)")
-    ap.add_argument("--dtypes", help="comma list (default bf16,fp16; --profile: bf16)")
+    ap.add_argument("--dtypes", help="comma list of bf16, fp16, fp32 (default bf16,fp16; --profile: bf16)")
     ap.add_argument("--hdims", help="comma list of head dims, d or d_qk/d_v such as 192/128 (default 64,128,256; "
                     "--profile: 128)")
     ap.add_argument("--seqlens", help="comma list (default 512,1024,2048,4096,8192,16384; --profile: 1024,16384)")

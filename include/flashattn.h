@@ -94,7 +94,7 @@ typedef enum flashattn_status_t {
   FLASHATTN_STATUS_PLAN_INCOMPLETE = 110,      /**< The plan has no shape yet. */
   FLASHATTN_STATUS_INCOMPATIBLE_OPTIONS = 111, /**< Options that cannot be combined (e.g. bias tensor and ALiBi). */
   FLASHATTN_STATUS_INVALID_SEQLENS = 112,      /**< cu_seqlens are not monotonic, exceed totals or max lengths. */
-  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (CUDA FLASH: 16 bytes, see ::flashattn_plan_set_strides), or a CPU workspace to 16 bytes. */
+  FLASHATTN_STATUS_MISALIGNED_POINTER = 113,   /**< A tensor pointer is not aligned to its element size (CUDA FLASH fp16/bf16: 16 bytes, see ::flashattn_plan_set_strides), or a CPU workspace to 16 bytes. */
   FLASHATTN_STATUS_NOT_SUPPORTED = 200,        /**< The configuration is valid but not supported by this backend. */
   FLASHATTN_STATUS_BACKEND_UNAVAILABLE = 201,  /**< The backend was not built in or has no device. */
   FLASHATTN_STATUS_HEAD_DIM_NOT_SUPPORTED = 202, /**< A head dimension has no kernel on this backend. */
@@ -167,7 +167,7 @@ typedef enum flashattn_backend_t {
 typedef enum flashattn_dtype_t {
   FLASHATTN_DTYPE_FP16 = 0, /**< IEEE binary16. */
   FLASHATTN_DTYPE_BF16 = 1, /**< bfloat16. */
-  FLASHATTN_DTYPE_FP32 = 2, /**< IEEE binary32. */
+  FLASHATTN_DTYPE_FP32 = 2, /**< IEEE binary32. CUDA FLASH: 3xTF32 tensor-core products (each operand split into two TF32 terms), fp32 softmax. */
   FLASHATTN_DTYPE_MAX_ENUM = 0x7FFFFFFF /**< Not a value: keeps the enum 32-bit with every int value valid. */
 } flashattn_dtype_t;
 
@@ -253,6 +253,10 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_shape(flashattn_plan_t plan,
 
 /**
  * @brief Set the element type of all tensors (default FP16).
+ *
+ * Every backend and algorithm serves all three (the CUDA FLASH algorithm runs fp16/bf16 on
+ * tensor cores, fp32 on its fp32 kernels with O(N) memory; KV-cache runs on CUDA take
+ * fp16/bf16 only).
  * @param plan The plan.
  * @param dtype FP16, BF16 or FP32.
  * @return SUCCESS; NULL_POINTER; INVALID_ENUM.
@@ -268,9 +272,10 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_dtype(flashattn_plan_t plan,
  * seq stride steps through packed tokens. Checked against the shape at each run, in
  * bytes of the plan's dtype: the tensor's extent must not exceed 2^63-1 bytes.
  *
- * CUDA, FLASH algorithm: a tensor whose head dim is a multiple of 8 is read and written by
- * 16-byte vector accesses, so its pointer must be 16-byte aligned and its batch, seq and
- * head strides multiples of 8 elements (else the run returns MISALIGNED_POINTER). A tensor
+ * CUDA, FLASH algorithm, fp16/bf16 (fp32 needs only element alignment): a tensor whose
+ * head dim is a multiple of 8 is read and written by 16-byte vector accesses, so its
+ * pointer must be 16-byte aligned and its batch, seq and head strides multiples of 8
+ * elements (else the run returns MISALIGNED_POINTER). A tensor
  * whose head dim is not a multiple of 8 is copied through the workspace (zero-padded to
  * the next multiple of 8; the workspace size includes the copies) and needs only element
  * alignment.
@@ -338,7 +343,9 @@ FLASHATTN_API flashattn_status_t flashattn_plan_set_deterministic(flashattn_plan
  * (for dQ and dK already multiplied by the softmax scale), the sum is one fp32 addition,
  * and round() converts it to the plan's dtype once, to nearest even (for fp32 it is the
  * identity; the CUDA STANDARD algorithm leaves the order of scaling and addition to
- * cuBLAS, alpha * g' + dX in fp32). Each accumulating run thus rounds the sum once to the
+ * cuBLAS, alpha * g' + dX in fp32; the CUDA FLASH algorithm's non-deterministic fp32 dQ
+ * sums its partial products into dQ itself with atomics, so there dX joins that unordered
+ * sum). Each accumulating run thus rounds the sum once to the
  * dtype, as a run without accumulation rounds its gradient once; a sum of several runs
  * into fp16/bf16 tensors carries one such rounding per run. Every element is read and
  * written, also where the run adds nothing (masked rows and keys, empty sequences);

@@ -10,7 +10,9 @@
 
 namespace fat {
 
-inline constexpr flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
+// Every dtype of the CUDA flash path: fp16 and bf16 (fa2/fa3 kernels), fp32 (fp32 kernels).
+// Cases that pick one by index take fp16/bf16 from the first two.
+inline constexpr flashattn_dtype_t kGpuDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 
 // base_config with paddings that keep the CUDA kernels' 16-byte alignment.
 inline Config gbase(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {

@@ -138,22 +138,25 @@ void check_bound(const char* name, flashattn_dtype_t t, const std::vector<double
   CHECK(e.mean_abs <= kGpuTolerance.factor_lowp * l.mean_abs + floor);
 }
 
-std::vector<uint16_t> to_dtype(flashattn_dtype_t t, const double* x, size_t n) {
-  std::vector<uint16_t> h(n);
-  for (size_t i = 0; i < n; ++i) store_elem(t, &h[i], x[i]);
+// n elements in dtype t, as the bytes of a device tensor (2 or 4 bytes each).
+std::vector<unsigned char> to_dtype(flashattn_dtype_t t, const double* x, size_t n) {
+  const size_t es = dtype_size(t);
+  std::vector<unsigned char> h(n * es);
+  for (size_t i = 0; i < n; ++i) store_elem(t, &h[i * es], x[i]);
   return h;
 }
 
-void upload(void* dst, const std::vector<uint16_t>& h) {
-  REQUIRE(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+void upload(void* dst, const std::vector<unsigned char>& h) {
+  REQUIRE(cudaMemcpy(dst, h.data(), h.size(), cudaMemcpyHostToDevice) == cudaSuccess);
 }
 
-// n 16-bit elements from device memory as doubles.
+// n elements of dtype t from device memory as doubles.
 std::vector<double> download(flashattn_dtype_t t, const void* src, size_t n) {
-  std::vector<uint16_t> h(n);
-  REQUIRE(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+  const size_t es = dtype_size(t);
+  std::vector<unsigned char> h(n * es);
+  REQUIRE(cudaMemcpy(h.data(), src, n * es, cudaMemcpyDeviceToHost) == cudaSuccess);
   std::vector<double> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = load_elem(t, &h[i]);
+  for (size_t i = 0; i < n; ++i) x[i] = load_elem(t, &h[i * es]);
   return x;
 }
 
@@ -948,49 +951,50 @@ TEST_CASE("gpu limits: host memory in any argument is refused by name", "[gpu][l
 // the queried size at any address (1, 4 or 16 bytes past a 256-byte boundary): correct.
 TEST_CASE("gpu limits: short, NULL and oddly aligned workspaces", "[gpu][limits][faults]") {
   REQUIRE_GPU();
-  for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
-    Config c = gcfg("workspace", 100, 130, 64, FLASHATTN_DTYPE_FP16, 6600 + static_cast<uint64_t>(alg));
-    c.hq = 4;
-    c.hkv = 2;
-    c.pad16 = false;
-    c.algorithm = alg;
-    c.deterministic = alg == FLASHATTN_ALGORITHM_FLASH;  // turn counters in the workspace too
-    INFO(describe(c));
-    Setup su(c, 256);
-    REQUIRE(su.wb > 0);
-    const flashattn_fwd_args_t fa = su.bufs->fwd();
-    const flashattn_bwd_args_t ba = su.bufs->bwd();
-    if (su.wf > 0) {
-      for (int variant = 0; variant < 2; ++variant) {
-        const flashattn_status_t st =
-            flashattn_fwd(su.plan.p, &fa, variant ? nullptr : su.ws->p, variant ? su.wf : su.wf - 1, nullptr);
-        INFO("forward, workspace " << (variant ? "NULL" : "1 byte short") << ": " << flashattn_last_error());
-        CHECK(st == FLASHATTN_STATUS_WORKSPACE_TOO_SMALL);
-        CHECK(su.bufs->fwd_untouched());
+  for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_FP32})
+    for (flashattn_algorithm_t alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
+      Config c = gcfg("workspace", 100, 130, 64, t, 6600 + static_cast<uint64_t>(alg));
+      c.hq = 4;
+      c.hkv = 2;
+      c.pad16 = false;
+      c.algorithm = alg;
+      c.deterministic = alg == FLASHATTN_ALGORITHM_FLASH;  // turn counters in the workspace too
+      INFO(describe(c));
+      Setup su(c, 256);
+      REQUIRE(su.wb > 0);
+      const flashattn_fwd_args_t fa = su.bufs->fwd();
+      const flashattn_bwd_args_t ba = su.bufs->bwd();
+      if (su.wf > 0) {
+        for (int variant = 0; variant < 2; ++variant) {
+          const flashattn_status_t st =
+              flashattn_fwd(su.plan.p, &fa, variant ? nullptr : su.ws->p, variant ? su.wf : su.wf - 1, nullptr);
+          INFO("forward, workspace " << (variant ? "NULL" : "1 byte short") << ": " << flashattn_last_error());
+          CHECK(st == FLASHATTN_STATUS_WORKSPACE_TOO_SMALL);
+          CHECK(su.bufs->fwd_untouched());
+        }
+      }
+      for (size_t off : {size_t(1), size_t(4), size_t(16)}) {
+        INFO("workspace " << off << " bytes past a 256-byte boundary");
+        su.bufs->poison();
+        void* wsf = su.wf ? su.ws->c() + off : nullptr;
+        REQUIRE(flashattn_fwd(su.plan.p, &fa, wsf, su.wf, nullptr) == FLASHATTN_STATUS_SUCCESS);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        for (int variant = 0; variant < 2; ++variant) {
+          const flashattn_status_t st =
+              flashattn_bwd(su.plan.p, &ba, variant ? nullptr : su.ws->c() + off, variant ? su.wb : su.wb - 1, nullptr);
+          INFO("backward, workspace " << (variant ? "NULL" : "1 byte short") << ": " << flashattn_last_error());
+          CHECK(st == FLASHATTN_STATUS_WORKSPACE_TOO_SMALL);
+          CHECK(su.bufs->bwd_untouched());
+        }
+        const flashattn_status_t st = flashattn_bwd(su.plan.p, &ba, su.ws->c() + off, su.wb, nullptr);
+        INFO("backward: " << flashattn_status_string(st) << " " << (st ? flashattn_last_error() : ""));
+        REQUIRE(st == FLASHATTN_STATUS_SUCCESS);
+        const cudaError_t sync = cudaDeviceSynchronize();
+        INFO("cudaDeviceSynchronize: " << cudaGetErrorString(sync));
+        REQUIRE(sync == cudaSuccess);
+        check_against_reference(su.p, su.bufs->result(), kGpuTolerance);
       }
     }
-    for (size_t off : {size_t(1), size_t(4), size_t(16)}) {
-      INFO("workspace " << off << " bytes past a 256-byte boundary");
-      su.bufs->poison();
-      void* wsf = su.wf ? su.ws->c() + off : nullptr;
-      REQUIRE(flashattn_fwd(su.plan.p, &fa, wsf, su.wf, nullptr) == FLASHATTN_STATUS_SUCCESS);
-      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-      for (int variant = 0; variant < 2; ++variant) {
-        const flashattn_status_t st =
-            flashattn_bwd(su.plan.p, &ba, variant ? nullptr : su.ws->c() + off, variant ? su.wb : su.wb - 1, nullptr);
-        INFO("backward, workspace " << (variant ? "NULL" : "1 byte short") << ": " << flashattn_last_error());
-        CHECK(st == FLASHATTN_STATUS_WORKSPACE_TOO_SMALL);
-        CHECK(su.bufs->bwd_untouched());
-      }
-      const flashattn_status_t st = flashattn_bwd(su.plan.p, &ba, su.ws->c() + off, su.wb, nullptr);
-      INFO("backward: " << flashattn_status_string(st) << " " << (st ? flashattn_last_error() : ""));
-      REQUIRE(st == FLASHATTN_STATUS_SUCCESS);
-      const cudaError_t sync = cudaDeviceSynchronize();
-      INFO("cudaDeviceSynchronize: " << cudaGetErrorString(sync));
-      REQUIRE(sync == cudaSuccess);
-      check_against_reference(su.p, su.bufs->result(), kGpuTolerance);
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------

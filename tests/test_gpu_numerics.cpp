@@ -1,6 +1,7 @@
 // The numerics statements of docs/numerics.md on the CUDA backend: the scenarios of
-// numerics_checks.hpp (the ones test_numerics.cpp runs on the CPU backend) on the fa2 flash
-// kernels and on the STANDARD path, in fp16 and bf16, forward and backward: scores of
+// numerics_checks.hpp (the ones test_numerics.cpp runs on the CPU backend) on the flash
+// kernels (fa2 for fp16/bf16, fp32 for fp32) and on the STANDARD path, in fp16, bf16 and
+// fp32, forward and backward: scores of
 // magnitude 1e4, softcap over scores of 1e6, NaN and Inf in Q, K and V (documented effects,
 // every other sequence and head bitwise unaffected), problems in which every row is masked,
 // dropout at p = 0 and close to 1. Tagged [gpu][numerics], labelled `gpu` in ctest; every
@@ -16,7 +17,7 @@ using namespace fat;
 
 namespace {
 
-const flashattn_dtype_t kGpuDtypes[2] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16};
+const flashattn_dtype_t kGpuDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 const flashattn_algorithm_t kAlgorithms[2] = {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD};
 
 // What the CUDA backend needs of every scenario's problem: 16-byte aligned paddings, and
@@ -53,12 +54,12 @@ Tolerance tol_for(const Config& c) {
   return c.algorithm == FLASHATTN_ALGORITHM_STANDARD ? kGpuLooseTolerance : kGpuTolerance;
 }
 
-// Runs f(proto, n) for the fa2 kernels and the STANDARD path, fp16 and bf16 (n = 1, 2 per
-// algorithm: an offset for data seeds).
+// Runs f(proto, n) for the flash kernels and the STANDARD path, fp16, bf16 and fp32 (n = 1,
+// 2, 3 per algorithm: an offset for data seeds).
 template <class F>
 void each_variant(F f) {
   for (flashattn_algorithm_t alg : kAlgorithms)
-    for (int n = 0; n < 2; ++n) f(proto(kGpuDtypes[n], alg), static_cast<uint64_t>(n + 1));
+    for (int n = 0; n < 3; ++n) f(proto(kGpuDtypes[n], alg), static_cast<uint64_t>(n + 1));
 }
 
 }  // namespace

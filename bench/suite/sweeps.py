@@ -16,7 +16,7 @@ def run_sweep(args, fa, torch, on_row):
     each row as soon as it is measured."""
     dev = torch.device("cuda")
     directions = ["fwd"] if args.no_bwd else ["fwd", "bwd"]
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     for dtype in args.dtypes:
         for d, dv in args.hdims:
             for causal in (False, True):

@@ -13,6 +13,7 @@ flashattn_status_t cuda_flash_bwd(const AttnParams& p, void* workspace, size_t w
     return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                 "FLASHATTN_CUDA_BACKWARD=%s: expected fa2 or fa3 (or unset: the library picks the backward kernels)",
                 forced_path_value(PathVar::kBackward));
+  if (fp32_serves(p)) return fp32_bwd(p, workspace, workspace_bytes, stream);
   // Unset, fa3 wherever it serves the run: on an H100 it measured 1.02-1.17x fa2's speed on
   // every configuration of bf16, d 64/128, causal or not, 1k-16k
   // (docs/internals/kernels-fa3-backward.md).
@@ -27,6 +28,8 @@ flashattn_status_t cuda_flash_bwd(const AttnParams& p, void* workspace, size_t w
   return fa2_bwd(p, workspace, workspace_bytes, stream);
 }
 
-CheckedSize cuda_flash_bwd_workspace_size(const AttnParams& p) { return fa2_bwd_workspace_size(p); }
+CheckedSize cuda_flash_bwd_workspace_size(const AttnParams& p) {
+  return fp32_serves(p) ? fp32_bwd_workspace_size(p) : fa2_bwd_workspace_size(p);
+}
 
 }  // namespace flashattn

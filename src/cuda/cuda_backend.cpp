@@ -227,7 +227,8 @@ flashattn_status_t cuda_check(const AttnParams& p, int device) {
   }
   const cudaDeviceProp* prop = nullptr;
   if (const flashattn_status_t s = device_prop(device, &prop)) return s;
-  return p.kv_enabled ? decode_check(p, *prop) : fa2_check(p, *prop);
+  if (p.kv_enabled) return decode_check(p, *prop);
+  return fp32_serves(p) ? fp32_check(p, *prop) : fa2_check(p, *prop);
 }
 
 namespace {

@@ -53,8 +53,7 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                 prop.name, prop.major, prop.minor);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%s: the fa2 CUDA kernels take fp16/bf16 tensors; use the CPU backend for fp32, or convert "
-                "the tensors to fp16/bf16",
+                "dtype=%s: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the fp32 kernels)",
                 p.dtype == kFp32 ? "FP32" : "unknown");
   // Head dims 1..256 (the plan's limit); one that is not a multiple of 8 runs the kernels of
   // the next multiple on zero-padded workspace copies (fa2_staging.cu).

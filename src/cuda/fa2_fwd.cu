@@ -46,7 +46,7 @@ flashattn_status_t fa2_fwd(const AttnParams& user, void* workspace, size_t works
   AttnParams p = fa2_kernel_shape(user);
   if (p.dtype != kFp16 && p.dtype != kBf16)
     return fail(FLASHATTN_STATUS_DTYPE_NOT_SUPPORTED,
-                "dtype=%d: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the CPU backend; or convert)",
+                "dtype=%d: the fa2 CUDA kernels take fp16/bf16 tensors (fp32 runs on the fp32 kernels)",
                 static_cast<int>(p.dtype));
   const int cfg = fa2::select_fwd_config(p.head_dim_qk, p.head_dim_v);
   if (cfg < 0)

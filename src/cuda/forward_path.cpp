@@ -20,6 +20,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
     return fail(FLASHATTN_STATUS_INVALID_ARGUMENT,
                 "FLASHATTN_CUDA_FORWARD=%s: expected fa2 or fa3 (or unset: the library picks the forward kernels)",
                 forced_path_value(PathVar::kForward));
+  if (fp32_serves(p)) return fp32_fwd(p, stream);
   if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
     Fa3Fwd fa3;
     char why[256];
@@ -31,9 +32,10 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
   return fa2_fwd(p, workspace, workspace_bytes, stream);
 }
 
-// Either family may run (the choice is made at run time, on the run's device): the larger of
-// their workspaces.
+// fp32: the fp32 family's, none. Otherwise either family may run (the choice is made at run time, on
+// the run's device): the larger of their workspaces.
 CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) {
+  if (fp32_serves(p)) return CheckedSize(0);
   const CheckedSize fa2 = fa2_fwd_workspace_size(p);
   const int64_t fa3 = p.has_band ? static_cast<int64_t>(kFa3FwdWorkspaceBytes) : 0;
   return fa2.ok() && fa2.value() < fa3 ? CheckedSize(fa3) : fa2;

@@ -1,6 +1,7 @@
-// Which kernel family runs a CUDA forward: fa3 (kernels/fa3, sm_90a) for the problems it
-// serves on a compute capability 9.0 device, fa2 for everything else, unless the
-// environment variable FLASHATTN_CUDA_FORWARD forces one (tests and benchmarks).
+// Which kernel family runs a CUDA forward: fp32 (kernels/fp32) for fp32; for fp16/bf16, fa3
+// (kernels/fa3, sm_90a) for the problems it serves on a compute capability 9.0 device, fa2
+// for everything else, unless the environment variable FLASHATTN_CUDA_FORWARD forces one
+// (tests and benchmarks; it does not apply to fp32, which only the fp32 family serves).
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>

@@ -13,6 +13,7 @@
 #include "backends.hpp"
 #include "fa3/bwd.h"
 #include "fa3/fwd.h"
+#include "fp32/launchers.h"
 
 namespace flashattn {
 
@@ -99,6 +100,23 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
 // conversion, in fa2's workspace layout (fa2_bwd_scratch).
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+
+// ---- fp32 flash attention (kernels/fp32, sm_80+): FA2 with 3xTF32 tensor-core products ----
+// Whether the fp32 family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
+inline bool fp32_serves(const AttnParams& p) { return p.dtype == kFp32; }
+// The index in fp32::kBuckets of the head-dim bucket both of p's head dims run padded to
+// (-1 for head dims beyond the last).
+inline int fp32_bucket(const AttnParams& p) {
+  const int64_t d = p.head_dim_qk > p.head_dim_v ? p.head_dim_qk : p.head_dim_v;
+  for (int i = 0; i < fp32::kNumBuckets; ++i)
+    if (d <= fp32::kBuckets[i].d) return i;
+  return -1;
+}
+// Whether the fp32 kernels can run p on a device with prop (sizes, alignment, shared memory); nothing launched.
+flashattn_status_t fp32_check(const AttnParams& p, const cudaDeviceProp& prop);
+CheckedSize fp32_bwd_workspace_size(const AttnParams& p);  // the forward takes none
+flashattn_status_t fp32_fwd(const AttnParams& p, cudaStream_t stream);
+flashattn_status_t fp32_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- standard attention on cuBLAS (src/cuda/standard*.cu): materialized S and P ----
 flashattn_status_t standard_check(const AttnParams& p);  // LIBRARY_UNAVAILABLE when cuBLAS cannot be loaded

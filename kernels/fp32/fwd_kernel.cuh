@@ -1,0 +1,187 @@
+// Forward kernel of the fp32 family: FlashAttention-2 with 3xTF32 tensor-core products
+// (mma.cuh) and fp32 softmax.
+//
+// One CTA of 4 warps per (query block of Br rows, query head, sequence), last query block
+// first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16) of
+// the block whole, so the softmax reductions stay within a quad of lanes. Q stays in
+// shared memory; K and V tiles of Bc keys stream through one buffer each, the copy of the
+// next K tile overlapping the softmax and P V, the copy of the next V tile overlapping
+// Q K^T; tiles that the band mask or the block-sparse layout remove entirely are skipped.
+// P stays fp32 (split into its tf32 parts only as an operand of P V), passed from the
+// softmax to P V through the warp's rows of a shared P tile. Per
+// row, the same invariants as the CPU backend (src/cpu/flash_fwd.cpp):
+//   m = max of the kept scores so far (-inf if none),
+//   l = sum exp(s - m) over kept scores (before dropout),
+//   acc = sum dropout(exp(s - m)) * v.
+// A row with l = 0 at the end is fully masked (O = 0, LSE = -inf); a NaN score makes l,
+// O and LSE NaN. Memory: O(Br * D) shared per CTA, nothing per key.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/params.h"
+#include "fp32/ctx.cuh"
+#include "fp32/mma.cuh"
+#include "fp32/scores.cuh"
+#include "fp32/tile_io.cuh"
+#include "fp32/traits.h"
+
+namespace flashattn {
+namespace fp32 {
+
+// Reductions over the quad of lanes that holds a row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One tile of the online softmax on final scores s (the thread's rows h = 0, 1: g and
+// g + 8): updates m, l and rescales acc, turns s into the (pre-dropout) probabilities. A
+// row that has kept nothing yet (m' = -inf) takes its probabilities against 0: masked
+// scores give exact zeros and a NaN stays NaN.
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&acc)[NO][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mt = s[0][2 * h];
+#pragma unroll
+    for (int n = 0; n < NS; ++n) mt = fmaxf(mt, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    const float m_new = fmaxf(m[h], quad_max(mt));
+    const bool none = m_new == -INFINITY;
+    const float ref = none ? 0.f : m_new;
+    const float alpha = none ? 1.f : expf(m[h] - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        s[n][2 * h + x] = expf(s[n][2 * h + x] - ref);
+        sum += s[n][2 * h + x];
+      }
+    l[h] = l[h] * alpha + quad_sum(sum);
+    m[h] = none ? m[h] : m_new;
+    if (alpha != 1.f)
+#pragma unroll
+      for (int o = 0; o < NO; ++o) {
+        acc[o][2 * h] *= alpha;
+        acc[o][2 * h + 1] *= alpha;
+      }
+  }
+}
+
+// Stores the warp's probabilities s (C layout) into its rows [m0, m0 + 16) of the P tile.
+template <int NS>
+__device__ __forceinline__ void store_p(float* sp, int ldp, const float (&s)[NS][4], int m0) {
+#pragma unroll
+  for (int n = 0; n < NS; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float2*>(sp + (m0 + frag_row(2 * h)) * ldp + frag_col(n, 0)) =
+          make_float2(s[n][2 * h], s[n][2 * h + 1]);
+}
+
+// Start of the first tile at or after j0 that the band mask and the layout keep some of
+// (len_k when none).
+template <int Bc>
+__device__ __forceinline__ int64_t next_tile(const AttnParams& p, const SeqCtx& c, int64_t i0, int nq, int64_t j0) {
+  while (j0 < c.len_k && classify_tile(p, c.h, c.shift, i0, nq, j0, c.len_k - j0 < Bc ? c.len_k - j0 : Bc) == kTileSkip)
+    j0 += Bc;
+  return j0 < c.len_k ? j0 : c.len_k;
+}
+
+template <int D>
+__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) fwd_kernel(const AttnParams p) {
+  using T = FwdTile<D>;
+  constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
+  extern __shared__ float4 smem4[];
+  float* const sm = reinterpret_cast<float*>(smem4);
+  float *const sq = sm + T::q_off, *const sk = sm + T::k_off, *const sp = sm + T::p_off, *const sv = sm + T::v_off;
+
+  const int64_t n_qb = (p.seqlen_q + T::Br - 1) / T::Br;
+  const int64_t qb = n_qb - 1 - static_cast<int64_t>(blockIdx.x) % n_qb, bh = static_cast<int64_t>(blockIdx.x) / n_qb;
+  const SeqCtx c = make_ctx(p, bh / p.heads_q, bh % p.heads_q);
+  const int64_t i0 = qb * T::Br;
+  if (i0 >= c.len_q) return;  // varlen: past this sequence's end
+  const int nq = static_cast<int>(c.len_q - i0 < T::Br ? c.len_q - i0 : T::Br);
+  const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v), kd = (dqk + 7) / 8 * 8;
+  const float *q = static_cast<const float*>(p.q), *k = static_cast<const float*>(p.k),
+              *v = static_cast<const float*>(p.v);
+  const bool qc = chunked(q, p.q_stride), kc = chunked(k, p.k_stride), vc = chunked(v, p.v_stride);
+  const auto load_k = [&](int64_t j0) {
+    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
+    load_tile<T::Bc, D, T::qk_pitch, kThreads>(sk, k, nk, dqk, kc,
+                                               [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
+  };
+  const auto load_v = [&](int64_t j0) {
+    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
+    load_tile<T::Bc, D, T::v_pitch, kThreads>(sv, v, nk, dv, vc,
+                                              [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
+  };
+
+  // Copy groups in flight: (Q, K_j), V_j; then K_next after Q K_j^T, V_next after P V_j.
+  load_tile<T::Br, D, T::qk_pitch, kThreads>(sq, q, nq, dqk, qc,
+                                             [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+  int64_t j0 = next_tile<T::Bc>(p, c, i0, nq, 0);
+  if (j0 < c.len_k) load_k(j0);
+  copy_commit();
+  if (j0 < c.len_k) load_v(j0);
+  copy_commit();
+
+  const int m0 = 16 * warp_id();
+  float acc[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  zero(acc);
+  while (j0 < c.len_k) {
+    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
+    const bool partial = classify_tile(p, c.h, c.shift, i0, nq, j0, nk) == kTilePartial;
+    copy_wait<1>();
+    __syncthreads();  // Q and K_j are in
+    float s[NS][4];
+    zero(s);
+    warp_gemm<false, true>(s, sq, T::qk_pitch, sk, T::qk_pitch, m0, 0, kd);
+    __syncthreads();  // every warp is done with K_j
+    const int64_t jn = next_tile<T::Bc>(p, c, i0, nq, j0 + T::Bc);
+    if (jn < c.len_k) load_k(jn);
+    copy_commit();
+    finish_scores<false>(p, c, s, s, i0 + m0, j0, partial);
+    softmax_step(s, m, l, acc);
+    if (dropout_active(p.drop_threshold)) {
+      float dm[NS][4];
+      dropout_multipliers(p, c, dm, i0 + m0, j0);
+#pragma unroll
+      for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= dm[n][e];
+    }
+    store_p(sp, T::p_pitch, s, m0);
+    copy_wait<1>();
+    __syncthreads();  // V_j and the warp's P are in
+    warp_gemm<false, false>(acc, sp, T::p_pitch, sv, T::v_pitch, m0, 0, T::Bc);
+    __syncthreads();  // every warp is done with V_j
+    if (jn < c.len_k) load_v(jn);
+    copy_commit();
+    j0 = jn;
+  }
+  copy_wait<0>();
+
+  // O = acc / l (0 for a fully masked row), LSE = m + log(l) (-inf).
+  float one[2] = {1.f, 1.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool empty = l[h] == 0.f;
+#pragma unroll
+    for (int o = 0; o < NO; ++o)
+#pragma unroll
+      for (int x = 0; x < 2; ++x) acc[o][2 * h + x] = empty ? 0.f : acc[o][2 * h + x] / l[h];
+    const int r = m0 + frag_row(2 * h);
+    if (p.lse != nullptr && lane_t() == 0 && r < nq)
+      p.lse[lse_at(p, c, i0 + r)] = empty ? -INFINITY : m[h] + logf(l[h]);
+  }
+  store_frag(static_cast<float*>(p.o), nq, dv, acc, one, m0, 0, [&](int r) { return q_row(p, c, p.o_stride, i0 + r); });
+}
+
+}  // namespace fp32
+}  // namespace flashattn

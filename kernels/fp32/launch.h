@@ -1,0 +1,36 @@
+// The launchers of the fp32 family as the host calls them (their per-bucket
+// instantiations and tables: fp32/launchers.h, generated).
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "common/params.h"
+
+namespace flashattn {
+namespace fp32 {
+
+// A launcher's outcome: the first failed CUDA call's error (cudaSuccess if none) and the
+// step it belongs to ("forward", "Delta", "dK/dV", "dQ", "dBias").
+struct LaunchResult {
+  cudaError_t err;
+  const char* step;
+};
+
+// Rows of the backward's Delta vector, the LSE layout of the run: batch x heads_q x
+// seqlen_q, or heads_q x total_q with varlen.
+inline int64_t delta_rows(const AttnParams& p) {
+  return p.varlen ? p.heads_q * p.total_q : p.batch * p.heads_q * p.seqlen_q;
+}
+
+// Enqueue the pass of head-dim bucket D on stream (fwd_launch.cuh, bwd_launch.cuh); the
+// backward's Delta vector takes delta_rows(p) floats.
+template <int D>
+LaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream);
+template <int D>
+LaunchResult launch_bwd(const AttnParams& p, float* delta, cudaStream_t stream);
+// The backward's first step for every bucket: Delta, and in the non-deterministic mode dQ
+// zeroed (bwd_prep.cuh; defined in src/cuda/fp32_prep.cu).
+cudaError_t launch_bwd_prep(const AttnParams& p, float* delta, cudaStream_t stream);
+
+}  // namespace fp32
+}  // namespace flashattn

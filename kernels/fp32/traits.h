@@ -1,0 +1,75 @@
+// Tile shapes of the fp32 kernels (kernels/fp32), per head-dim bucket D (the list:
+// kernels/instances.json, its "fp32" entry): the query and value head dims both run padded
+// to D, a multiple of 64, with zeros past the real dims in shared memory. Plain C++, so
+// the host code sizes shared memory from the same numbers the kernels use.
+//
+// Products run on warps of the 3xTF32 mma (mma.cuh). A CTA product of M rows (M / 16
+// warps along the rows, one 16-row fragment each) spreads its warps as WarpGrid says.
+// Shared tiles are row-major, rows 16-byte aligned for the asynchronous copies, with the
+// pitch that keeps their fragment loads (mma.cuh) free of bank conflicts: kpitch for a
+// tile whose rows are read as k pairs (8 rows x 4 pairs of 8 bytes: rows 8 banks apart),
+// npitch for one read down its columns (pairs of rows 2t, 2t + 1 x 8 columns: rows 4
+// banks apart). The backward reads its tiles both ways and takes kpitch for the
+// head-dim-wide ones.
+#pragma once
+#include "common/hostdevice.h"
+
+namespace flashattn {
+namespace fp32 {
+
+FA_HD constexpr int kpitch(int width) { return width + 8; }
+FA_HD constexpr int npitch(int width) { return width + 4; }
+
+// Warps of a CTA of `warps` on an M x N product: M / 16 along the rows, the rest along the
+// columns, each warp a 16 x (N / cols) tile of NT fragments of 8 columns.
+template <int M, int N, int kWarps>
+struct WarpGrid {
+  static constexpr int rows = M / 16, cols = kWarps / rows, width = N / cols, NT = width / 8;
+  static_assert(rows * cols == kWarps && width * cols == N && NT * 8 == width, "warp grid must tile the product");
+};
+
+// Forward: one CTA of 4 warps per (query block of Br = 64 rows, query head, sequence),
+// warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys; each warp passes its P
+// to its P V product through its rows of the P tile.
+template <int D>
+struct FwdTile {
+  static constexpr int kThreads = 128;
+  static constexpr int Br = 64;
+  static constexpr int Bc = D <= 64 ? 64 : 32;
+  // Q [Br x D], K [Bc x D], P [Br x Bc] (read as k pairs), V [Bc x D] (read down its columns)
+  static constexpr int qk_pitch = kpitch(D), p_pitch = kpitch(Bc), v_pitch = npitch(D);
+  static constexpr int q_off = 0;
+  static constexpr int k_off = q_off + Br * qk_pitch;
+  static constexpr int p_off = k_off + Bc * qk_pitch;
+  static constexpr int v_off = p_off + Br * p_pitch;
+  static constexpr int floats = v_off + Bc * v_pitch;
+  static constexpr int smem_bytes = floats * 4;
+  // CTAs per SM the kernel is compiled for (__launch_bounds__): two leave 255 registers
+  // per thread, which the products need without spilling.
+  static constexpr int min_blocks = D <= 128 ? 2 : 1;
+};
+
+// Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,
+// per (query block, query head, sequence) for a deterministic dQ, per dBias tile for
+// dBias; query blocks of Br rows.
+template <int D>
+struct BwdTile {
+  static constexpr int kThreads = 256;
+  static constexpr int Br = D <= 64 ? 64 : 32;
+  static constexpr int Bc = D <= 128 ? 64 : 32;
+  // K, V [Bc x D]; Q, dO [Br x D]; Z (dropped P), dS [Br x Bc]; LSE, Delta [Br]
+  static constexpr int d_pitch = kpitch(D), s_pitch = npitch(Bc);
+  static constexpr int k_off = 0;
+  static constexpr int v_off = k_off + Bc * d_pitch;
+  static constexpr int q_off = v_off + Bc * d_pitch;
+  static constexpr int do_off = q_off + Br * d_pitch;
+  static constexpr int z_off = do_off + Br * d_pitch;
+  static constexpr int ds_off = z_off + Br * s_pitch;
+  static constexpr int lse_off = ds_off + Br * s_pitch;
+  static constexpr int delta_off = lse_off + Br;
+  static constexpr int floats = delta_off + Br;
+  static constexpr int smem_bytes = floats * 4;
+};
+
+}  // namespace fp32
+}  // namespace flashattn
