@@ -8,6 +8,7 @@
 
 #include "api_guard.hpp"
 #include "backends.hpp"
+#include "common/philox.h"
 #include "error.hpp"
 #include "plan.hpp"
 #include "regions.hpp"
@@ -102,7 +103,7 @@ flashattn_status_t kvcache_workspace(const flashattn_plan_s& plan, const AttnPar
 flashattn_status_t check_options(const flashattn_plan_s& plan) {
   const char* bad = nullptr;
   if (plan.varlen) bad = "varlen mode (flashattn_plan_set_varlen; per-sequence lengths are args.cache_seqlens)";
-  else if (plan.dropout_p > 0.f) bad = "dropout";
+  else if (dropout_active(dropout_threshold(plan.dropout_p))) bad = "dropout";
   else if (plan.bias_kind == FLASHATTN_BIAS_TENSOR) bad = "bias tensor";
   else if (!plan.layout.empty()) bad = "block-sparse layout";
   else if (plan.algorithm == FLASHATTN_ALGORITHM_STANDARD) bad = "algorithm STANDARD";

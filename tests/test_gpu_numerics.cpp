@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "catch_compat.hpp"
+#include "gpu_check.hpp"
 #include "gpu_mem.hpp"
 #include "harness.hpp"
 #include "numerics_checks.hpp"
@@ -17,7 +18,6 @@ using namespace fat;
 
 namespace {
 
-const flashattn_dtype_t kGpuDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 const flashattn_algorithm_t kAlgorithms[2] = {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD};
 
 // What the CUDA backend needs of every scenario's problem: 16-byte aligned paddings, and

@@ -220,6 +220,25 @@ TEST_CASE("fwd_kvcache rejects outputs overlapping inputs, streams, and small wo
   flashattn_plan_destroy(plan);
 }
 
+// A dropout probability below 2^-17 has the 16-bit threshold 0 (docs/dropout.md): nothing
+// is dropped, so a KV-cache run takes it as p = 0, with p = 0's bits.
+TEST_CASE("fwd_kvcache runs a dropout probability that drops nothing as p = 0") {
+  const KvRun r = make_kv_run(contiguous_fixture());
+  flashattn_plan_t plan = make_kv_plan(r);
+  const KvResult base = run_kv(r, plan);
+  REQUIRE(base.status == FLASHATTN_STATUS_SUCCESS);
+  for (float p : {1e-45f, 7.62e-6f}) {
+    INFO("p = " << p);
+    REQUIRE(flashattn_plan_set_dropout(plan, p, 1, 0) == FLASHATTN_STATUS_SUCCESS);
+    const KvResult k = run_kv(r, plan);
+    INFO(k.error);
+    REQUIRE(k.status == FLASHATTN_STATUS_SUCCESS);
+    CHECK(same_bytes(k.o, base.o));
+    CHECK(k.lse == base.lse);
+  }
+  flashattn_plan_destroy(plan);
+}
+
 TEST_CASE("fwd_kvcache refuses options a KV cache does not take, and fwd/bwd refuse KV-cache plans") {
   const KvRun r = make_kv_run(contiguous_fixture());
   struct Opt {

@@ -53,8 +53,9 @@ int64_t key_splits_for(int64_t tasks, int64_t seqlen_k);
 int64_t decode_splits(const AttnParams& p);
 
 // Key splits of a forward run (1: none): the plan's for a KV-cache run, decode_splits for
-// a decode schedule (varlen too: each sequence's keys split by its own length, so a varlen
-// decode gives the dense decode's bits for the same sequences), else 1.
+// a decode schedule (varlen too: from the batch's task count and maximum key length, each
+// sequence's own keys cut into that many ranges, so a varlen decode whose sequences all
+// have the maximum key length gives the dense decode's bits), else 1.
 int64_t forward_splits(const AttnParams& p);
 
 // Alignment of every buffer carved from the workspace (cache line).

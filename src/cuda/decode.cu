@@ -128,15 +128,14 @@ int64_t splits_of(const AttnParams& p, const DimPlan& dp, const cudaDeviceProp& 
 }
 
 // The most splits a run of p may take, before its pointers are known (the workspace
-// size): the caller's count, or the larger of the heuristic's for the two kernels, as the
-// kernel is chosen by each run (decode_fwd); one evaluation where their slots agree.
+// size): the caller's count, or the heuristic's for the gather kernel, and the larger of
+// the two kernels' where the shape lets a run take the copy-engine kernel (each run
+// chooses once the encode has taken or refused its pointers: decode_fwd).
 int64_t splits_bound(const AttnParams& p, const cudaDeviceProp& prop) {
   if (p.kv_num_splits > 0) return p.kv_num_splits;
-  const int64_t gather_slots = slots_of(plan_for<fa2::Sm80>(p), prop),
-                bulk_slots = slots_of(plan_for<fa2::Sm90a>(p), prop);
-  const int64_t gather = heuristic_splits(p, gather_slots);
-  if (bulk_slots == gather_slots) return gather;
-  const int64_t bulk = heuristic_splits(p, bulk_slots);
+  const int64_t gather = heuristic_splits(p, slots_of(plan_for<fa2::Sm80>(p), prop));
+  if (!bulk_shape(p, prop)) return gather;
+  const int64_t bulk = heuristic_splits(p, slots_of(plan_for<fa2::Sm90a>(p), prop));
   return bulk > gather ? bulk : gather;
 }
 
