@@ -22,9 +22,9 @@
 // reads this step's: one named barrier per step. Epilogue: dK * scale and dV from registers
 // to the outputs (added to the values there when accumulating).
 #pragma once
-#include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/params.h"
 #include "fa2/wgmma.cuh"
 #include "fa3/bwd_epilogue.cuh"
@@ -89,7 +89,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   fa2::wg_commit();
   fa2::wg_wait<1>();  // S^T done; dP^T may still run
   fa2::wg_hold(acc_s);
-  const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+  const float sl2 = p.scale * kLog2e;
   bwd_probs<kMask>(acc_s, sm.lse(s) + 4u * q0, sl2, p, w, key0, m0 + q0);
   fa2::wg_hold(acc_s);
   fa2::wg_wait<0>();
