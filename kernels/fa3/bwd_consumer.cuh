@@ -49,17 +49,16 @@ struct BwdAcc {
 // acc (+)= A B for dV (A = P^T, B = dO) or dK (A = dS^T, B = Q) of the warpgroup's share, the
 // step's queries as k: B (tile b, from the warpgroup's first column) MN-major (k16 step kk =
 // query rows 16 kk.., 16 kSw bytes further; N across column blocks kBlockM kSw bytes apart);
-// A from registers (a) by keys, from its shared tile (sa, K-major) with kSplitD.
+// A from registers (a) by keys, from its shared tile (sa, K-major, the 128-byte swizzle of
+// bwd_store_ds whatever the head dim) with kSplitD.
 template <class Cfg, typename T, int NV, int KK>
 __device__ __forceinline__ void bwd_gemm_kv(float (&acc)[1][NV][4], const uint32_t (&a)[KK][4], uint32_t sa,
                                             uint32_t b) {
   constexpr int kBlockM = Cfg::kBlockM, kSw = Cfg::kSwizzle;
   if constexpr (Cfg::kSplitD) {
-    fa2::wg_gemm<T, NV, kBlockM, 1, Cfg::kBlockN, kBlockM, false, kSw>(acc, sa, b);
+    fa2::wg_gemm<T, NV, kBlockM, 1, Cfg::kBlockN, kBlockM, false, 128, kSw>(acc, sa, b);
   } else {
-    const uint64_t db = fa2::wg_desc<kSw>(b, kBlockM * kSw);
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) fa2::wg_mma_rs<T, NV * 8>(acc, a[kk], db + static_cast<uint64_t>(kk * kSw));
+    fa2::wg_gemm_rs<T, NV, KK, kBlockM, kSw>(acc, a, b);
   }
 }
 

@@ -371,11 +371,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
     // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
     auto issue_pv = [&](int it) {
-      const uint64_t db =
-          fa2::wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
+      fa2::wg_gemm_rs<T, kNV, kNT / 2, kBlockN, kSw>(acc_o, pa,
+                                                     sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes));
     };
 
     // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
