@@ -145,10 +145,11 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   hopper::mbar_arrive(sm.q_empty(s));
 }
 
-// Consumer warpgroup cw's whole walk (kCw: cw with kSplitD, else kAnyWg), then dK * scale and
-// dV of its share to the outputs.
+// Consumer warpgroup cw's whole walk (kCw: cw with kSplitD, where cw is kCw itself, else
+// kAnyWg), then dK * scale and dV of its share to the outputs.
 template <class Cfg, typename T, int kCw>
-__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int cw) {
+__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w,
+                                             int cw = kCw) {
   using Acc = BwdAcc<Cfg, kCw>;
   Acc acc;
 #pragma unroll
