@@ -217,5 +217,16 @@ __device__ __forceinline__ void wg_gemm(float (&acc)[1][NT][4], uint32_t a0, uin
   }
 }
 
+// One warpgroup GEMM over K = 16 KK with A from registers (a[kk]: k16 step kk's fragment, as
+// for wg_mma_rs) and B MN-major in its swizzled tile (b0 = the tile's first row at the first
+// column block; k16 step kk = rows 16 kk.., 16 kSw bytes further; N across column blocks kRB
+// kSw bytes apart), issued, not waited for: acc (64 x 8 NT per warpgroup) += A * B.
+template <typename T, int NT, int KK, int kRB, int kSw = 128>
+__device__ __forceinline__ void wg_gemm_rs(float (&acc)[1][NT][4], const uint32_t (&a)[KK][4], uint32_t b0) {
+  const uint64_t db = wg_desc<kSw>(b0, kRB * kSw);
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) wg_mma_rs<T, NT * 8>(acc, a[kk], db + static_cast<uint64_t>(kk * kSw));
+}
+
 }  // namespace fa2
 }  // namespace flashattn

@@ -22,9 +22,9 @@
 // reads this step's: one named barrier per step. Epilogue: dK * scale and dV from registers
 // to the outputs (added to the values there when accumulating).
 #pragma once
-#include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/params.h"
 #include "fa2/wgmma.cuh"
 #include "fa3/bwd_epilogue.cuh"
@@ -49,17 +49,16 @@ struct BwdAcc {
 // acc (+)= A B for dV (A = P^T, B = dO) or dK (A = dS^T, B = Q) of the warpgroup's share, the
 // step's queries as k: B (tile b, from the warpgroup's first column) MN-major (k16 step kk =
 // query rows 16 kk.., 16 kSw bytes further; N across column blocks kBlockM kSw bytes apart);
-// A from registers (a) by keys, from its shared tile (sa, K-major) with kSplitD.
+// A from registers (a) by keys, from its shared tile (sa, K-major, the 128-byte swizzle of
+// bwd_store_ds whatever the head dim) with kSplitD.
 template <class Cfg, typename T, int NV, int KK>
 __device__ __forceinline__ void bwd_gemm_kv(float (&acc)[1][NV][4], const uint32_t (&a)[KK][4], uint32_t sa,
                                             uint32_t b) {
   constexpr int kBlockM = Cfg::kBlockM, kSw = Cfg::kSwizzle;
   if constexpr (Cfg::kSplitD) {
-    fa2::wg_gemm<T, NV, kBlockM, 1, Cfg::kBlockN, kBlockM, false, kSw>(acc, sa, b);
+    fa2::wg_gemm<T, NV, kBlockM, 1, Cfg::kBlockN, kBlockM, false, 128, kSw>(acc, sa, b);
   } else {
-    const uint64_t db = fa2::wg_desc<kSw>(b, kBlockM * kSw);
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) fa2::wg_mma_rs<T, NV * 8>(acc, a[kk], db + static_cast<uint64_t>(kk * kSw));
+    fa2::wg_gemm_rs<T, NV, KK, kBlockM, kSw>(acc, a, b);
   }
 }
 
@@ -89,7 +88,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   fa2::wg_commit();
   fa2::wg_wait<1>();  // S^T done; dP^T may still run
   fa2::wg_hold(acc_s);
-  const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+  const float sl2 = p.scale * kLog2e;
   bwd_probs<kMask>(acc_s, sm.lse(s) + 4u * q0, sl2, p, w, key0, m0 + q0);
   fa2::wg_hold(acc_s);
   fa2::wg_wait<0>();
@@ -146,10 +145,11 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   hopper::mbar_arrive(sm.q_empty(s));
 }
 
-// Consumer warpgroup cw's whole walk (kCw: cw with kSplitD, else kAnyWg), then dK * scale and
-// dV of its share to the outputs.
+// Consumer warpgroup cw's whole walk (kCw: cw with kSplitD, where cw is kCw itself, else
+// kAnyWg), then dK * scale and dV of its share to the outputs.
 template <class Cfg, typename T, int kCw>
-__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int cw) {
+__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w,
+                                             int cw = kCw) {
   using Acc = BwdAcc<Cfg, kCw>;
   Acc acc;
 #pragma unroll

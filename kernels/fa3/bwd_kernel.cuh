@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   hopper::regs_inc<Cfg::kConsumerRegs>();
   if constexpr (Cfg::kSplitD) {
-    if (wg == 1) bwd_consumer<Cfg, T, 0>(p, sm, w, 0);
-    else bwd_consumer<Cfg, T, 1>(p, sm, w, 1);
+    if (wg == 1) bwd_consumer<Cfg, T, 0>(p, sm, w);
+    else bwd_consumer<Cfg, T, 1>(p, sm, w);
   } else {
     bwd_consumer<Cfg, T, kAnyWg>(p, sm, w, wg - 1);
   }

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/params.h"
 #include "common/turns.cuh"
 #include "fa3/bwd.h"
@@ -83,7 +84,7 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
     hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
     for (int r = lane; r < Cfg::kBlockM; r += 32) {
       const float l = r < valid ? lse_in[r] : 0.f;
-      const float lse = l == -INFINITY ? INFINITY : l * static_cast<float>(M_LOG2E);
+      const float lse = l == -INFINITY ? INFINITY : l * kLog2e;
       const float delta = r < valid ? delta_in[r] : 0.f;
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse(s) + 4u * r), "f"(lse) : "memory");
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta(s) + 4u * r), "f"(delta) : "memory");

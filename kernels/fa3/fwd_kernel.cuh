@@ -42,6 +42,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/exp2.h"
 #include "common/params.h"
 #include "fa2/mma.cuh"
 #include "fa2/wgmma.cuh"
@@ -162,7 +163,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waits for
   // that here, a tile after issuing it, so the store ran under this tile's GEMMs).
-  if (Cfg::kOwnO) {
+  if constexpr (Cfg::kOwnO) {
     if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
     hopper::bar_sync(kBarEpilogue + cw, 128);
   }
@@ -173,7 +174,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
     const int i = row0 + hh * 8;
     if (lse != nullptr && t == 0 && i < len_q)
-      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * static_cast<float>(M_LN2) : -INFINITY;
+      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
   }
 #pragma unroll
   for (int nv = 0; nv < kNV; ++nv)
@@ -197,7 +198,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
       hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h, tl.b);
     hopper::bulk_commit();
     // Through the Q tile, Q's next load waits for the store to have read it (q_empty).
-    if (!Cfg::kOwnO) hopper::bulk_wait_read_all();
+    if constexpr (!Cfg::kOwnO) hopper::bulk_wait_read_all();
   }
 }
 
@@ -325,12 +326,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const float sl2 = p.scale * static_cast<float>(M_LOG2E);
+  const float sl2 = p.scale * kLog2e;
   const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's Q rows
   const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // and its O rows
   // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
   auto q_done = [&] {
-    if (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
+    if constexpr (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
   };
   int base = 0;
   for (int tc = 0;; ++tc) {
@@ -370,11 +371,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // O += P V of walk step it: P from pa, V MN-major (k16 step kk = rows 16 kk.., 16 kSw
     // bytes further; N = kDv across its column blocks, kBlockN kSw bytes apart).
     auto issue_pv = [&](int it) {
-      const uint64_t db =
-          fa2::wg_desc<kSw>(sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes), kBlockN * kSw);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        fa2::wg_mma_rs<T, kDv>(acc_o, pa[kk], db + static_cast<uint64_t>(kk * kSw));
+      fa2::wg_gemm_rs<T, kNV, kNT / 2, kBlockN, kSw>(acc_o, pa,
+                                                     sv0 + static_cast<uint32_t>(stage(base + it) * Cfg::kVBytes));
     };
 
     // Intra-warpgroup overlap: step it issues S(it) = Q K(it)^T and then O += P(it-1) V(it-1),
