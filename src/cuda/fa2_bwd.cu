@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(256)
   for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n_turns;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dq_turns[x] = 0;
-  const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
+  const int64_t rows = lse_row_count(p);
   const int rows_per_warp = 32 / lanes;
   const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
   const int lane = threadIdx.x & 31;
@@ -378,10 +378,9 @@ flashattn_status_t launch_error(const char* what) {
 template <typename T>
 flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, int32_t* dq_turns, int64_t n_turns,
                                 cudaStream_t stream) {
-  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
   int lanes = 1;
   while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
-  const int64_t threads = std::max((rows * p.heads_q) * lanes, n_turns);
+  const int64_t threads = std::max(lse_row_count(p) * lanes, n_turns);
   if (threads == 0) return FLASHATTN_STATUS_SUCCESS;
   bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, dq_turns, n_turns, lanes);
   return launch_error("the Delta preprocess kernel");
@@ -534,17 +533,12 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
                 static_cast<long long>(ctas));
   }
   const WsLayout wl = ws_layout(p, cfg);
-  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
   // ok(): checked by the API layer
   const size_t total = static_cast<size_t>((wl.total + fa2_staging_bytes(user)).value());
-  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA fa2 backward needs %zu bytes from the first "
-                "256-byte boundary (%zu bytes in)",
-                workspace, workspace_bytes, total, pad);
-  }
-
-  char* ws = static_cast<char*>(workspace) + pad;
+  char* ws = nullptr;
+  if (const flashattn_status_t s =
+          workspace_at_boundary(workspace, workspace_bytes, total, "the CUDA fa2 backward needs", &ws))
+    return s;
   if (const flashattn_status_t s = fa2_stage_in(user, ws + wl.total.value(), &p, stream)) return s;
   BwdArgs a{};
   a.p = p;
@@ -605,15 +599,11 @@ fa2::WsLayout shared_ws_layout(const AttnParams& p) {
 
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out) {
   const fa2::WsLayout wl = shared_ws_layout(p);
-  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;
   const size_t need = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
-  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < need) {
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA backward needs %zu bytes from the first 256-byte "
-                "boundary (%zu bytes in)",
-                workspace, workspace_bytes, need, pad);
-  }
-  char* const ws = static_cast<char*>(workspace) + pad;
+  char* ws = nullptr;
+  if (const flashattn_status_t s =
+          workspace_at_boundary(workspace, workspace_bytes, need, "the CUDA backward needs", &ws))
+    return s;
   out->delta = reinterpret_cast<float*>(ws + wl.delta);
   out->dq_accum = reinterpret_cast<float*>(ws + wl.dq);
   out->dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.dq_turns) : nullptr;
