@@ -2,6 +2,7 @@
 // uses to fail with a status and a message naming the argument and its value.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #include "flashattn.h"
 
@@ -14,6 +15,9 @@ flashattn_status_t fail(flashattn_status_t status, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+// v as the long long that fail()'s %lld takes.
+inline long long ll(int64_t v) { return static_cast<long long>(v); }
 
 // Returns from the calling function with the status of expr unless it succeeded.
 #define FA_TRY(expr)                                               \

@@ -6,6 +6,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/hostdevice.h"
+
 namespace flashattn {
 
 enum DtypeId : int32_t { kFp16 = 0, kBf16 = 1, kFp32 = 2 };
@@ -99,6 +101,12 @@ struct AttnParams {
   int64_t alibi_batch_stride;  // ALiBi: 0 = one slope per head, shared by every sequence
   int32_t grad_accumulate;     // backward: dX = round(float(dX) + gradient) for dQ, dK, dV
 };
+
+// Rows of the LSE layout (and of the backward's Delta vector): batch x heads_q x seqlen_q,
+// or heads_q x total_q with varlen.
+FA_HD int64_t lse_row_count(const AttnParams& p) {
+  return p.varlen ? p.heads_q * p.total_q : p.batch * p.heads_q * p.seqlen_q;
+}
 
 }  // namespace flashattn
 

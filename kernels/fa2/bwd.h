@@ -40,7 +40,7 @@ struct BwdArgs {
   AttnParams p;
   float* delta;        // rowsum(dO * O), same layout as the LSE
   float* dq_accum;     // fp32 [rows, heads_q, head_dim_qk], rows = batch*seqlen_q or total_q
-  int32_t* dq_sema;    // deterministic mode: [batch, heads_q, n_qblocks_max] k-block turn counters
+  int32_t* dq_turns;   // deterministic mode: [batch, heads_q, n_qblocks_max] k-block turn counters
   float* dbias_accum;  // kDbiasAccum: compact fp32 [B', H', SQ', SK'] (1 along broadcast dims); kDbiasSlab: the slab
   int64_t dbias_accum_stride[4];  // strides of dbias_accum in (b, h, i, j); 0 along broadcast dims (accum mode)
   int32_t dbias_slab_kvhead;      // kDbiasSlab: the slab's head index is the kv head

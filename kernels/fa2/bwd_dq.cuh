@@ -198,7 +198,7 @@ __device__ __forceinline__ void bwd_dq_phase(const BwdKernel<Arch, Tr, T>& k, in
   const int g = lane >> 2, t = lane & 3;
   const int wq_m0 = (kWgQ ? warp % kWQ_M : warp / Tr::WQ_N) * kQM;
   const int b = bwd_lds(ctx.b);
-  int32_t* sem = det ? args.dq_sema + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
+  int32_t* sem = det ? args.dq_turns + (static_cast<int64_t>(b) * p.heads_q + h) * args.n_qblocks + m : nullptr;
 #pragma unroll 1
   for (int qp = 0; qp < kQPx; ++qp) {
     const int wq_p0 = (kWgQ ? warp / kWQ_M : warp % Tr::WQ_N) * kQN + qp * (kQN / kQPx);

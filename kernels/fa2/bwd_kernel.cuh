@@ -31,6 +31,7 @@
 #include "common/mask.h"
 #include "common/params.h"
 #include "common/philox.h"
+#include "common/varlen.h"
 #include "fa2/arch.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_ctx.cuh"
@@ -43,7 +44,6 @@
 #include "fa2/bwd_state.cuh"
 #include "fa2/bwd_traits.h"
 #include "fa2/mma.cuh"
-#include "fa2/varlen.cuh"
 #include "fa2/wgmma.cuh"
 
 namespace flashattn {

@@ -4,8 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <atomic>
-
+#include "common/device_once.h"
 #include "fa2/bwd.h"
 #include "fa2/bwd_kernel.cuh"
 
@@ -23,21 +22,16 @@ cudaError_t launch_bwd_main(const BwdArgs& args, int smem_bytes, cudaStream_t st
   // smem_bytes itself can vary between calls when FLASHATTN_CUDA_SMEM_LIMIT changes.
   // The value depends only on the device, so concurrent first calls need no lock.
   static std::atomic<uint64_t> attr_done{0};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = dev < 64 ? (uint64_t{1} << dev) : 0;
-  if (bit == 0 || (attr_done.load(std::memory_order_acquire) & bit) == 0) {
+  const cudaError_t err = once_per_device(attr_done, [&](int dev) {
     int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) return err;
+    const cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return e;
     const int two = Tr::smem_bytes(2, Arch::kSm90), one = Tr::smem_bytes(1, Arch::kSm90);
     int attr = two + kBwdStaticSmemSlack <= optin ? two : one;
     if (attr < smem_bytes) attr = smem_bytes;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, attr);
-    if (err != cudaSuccess) return err;
-    if (bit != 0) attr_done.fetch_or(bit, std::memory_order_acq_rel);
-  }
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, attr);
+  });
+  if (err != cudaSuccess) return err;
   const int64_t ctas = static_cast<int64_t>(args.n_kblocks) * args.p.heads_kv * args.p.batch;
   DqMapParam<Tr> map{};
   if constexpr (Tr::kDqBulk) {

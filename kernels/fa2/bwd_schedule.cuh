@@ -182,7 +182,7 @@ __device__ __forceinline__ bool bwd_find_tile(const BwdKernel<Arch, Tr, T>& k, i
         return true;
       }
       if (det && bwd_tid() == 0) {
-        int32_t* sem = args.dq_sema + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
+        int32_t* sem = args.dq_turns + (static_cast<int64_t>(bwd_lds(ctx.b)) * p.heads_q + h) * args.n_qblocks + m;
         const int n_blk = bwd_lds(ctx.n_blk);
         turn_wait(sem, n_blk);
         turn_pass(sem, n_blk + 1);

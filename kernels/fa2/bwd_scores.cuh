@@ -91,8 +91,8 @@ struct BwdPdsOff {
   }
 };
 
-// Dropout alone (kDrop): the dropped elements of m16 tile ml of the slice as bits, one
-// Philox call per two n8 tiles (fa2/dropout.cuh).
+// The dropped elements of m16 tile ml of the slice as bits, one Philox call per two n8
+// tiles (fa2/dropout.cuh): for the fast path with dropout alone (kDrop) and the general path.
 template <int kNTs>
 struct BwdDropBitsOf {
   const AttnParams& p;
@@ -236,8 +236,8 @@ struct BwdScores {
       } else {
         bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, k.sQ(st), ws_m0, sK, ws_n0);
       }
-      // Dropout alone (kDrop): the dropped elements of m16 tile ml, one Philox call per two
-      // n8 tiles (fa2/dropout.cuh); P_dropped = P rp_keep where kept, else 0, and dS = P
+      // Dropout: the dropped elements of m16 tile ml, one Philox call per two n8 tiles
+      // (fa2/dropout.cuh); P_dropped = P rp_keep where kept, else 0, and dS = P
       // (dP_dropped - Delta) with dP_dropped alike, as the general path computes them.
       [[maybe_unused]] DropBits<kNTs> drop[SL];
       const BwdDropBitsOf<kNTs> drop_bits_of{p, ctx, h, r0, ws_m0, g, ws_n0, t};
@@ -363,7 +363,8 @@ struct BwdScores {
           const int rr = ws_m0 + ml * 16 + g;  // tile row of e = 0, 1 (e = 2, 3: rr + 8)
           float lse2[2], dlt[2];
           row_vals(rr, lse2, dlt);
-          uint32_t dropped_pair = 0u;  // bits 4 (nt & 1) + e: element e of n8 tiles nt & ~1, nt | 1
+          // Dropout: bit 4 nt + e set iff element e of n8 tile nt is dropped (fa2/dropout.cuh).
+          const DropBits<kNTs> dropped_bits = has_dropout ? drop_bits_of(ml) : DropBits<kNTs>(0);
 #pragma unroll 1
           for (int nt = 0; nt < kNTs; ++nt) {
             float sv[4], dv[4];
@@ -386,14 +387,7 @@ struct BwdScores {
               }
             }
             const int cc = ws_n0 + nt * 8 + 2 * t;  // tile col of e = 0, 2 (e = 1, 3: cc + 1)
-            // Dropout: bit e set iff element e of this n8 tile is dropped, from one Philox
-            // call per pair of n8 tiles (fa2/dropout.cuh), made at the pair's first tile.
-            if (has_dropout && (nt & 1) == 0) {
-              const uint64_t head_ctr = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + h;
-              dropped_pair = dropout_drop_bits<2, 1>(p.seed, head_ctr, static_cast<uint32_t>(r0 + rr),
-                                                     static_cast<uint32_t>(n0 + ws_n0 + nt * 8), t, p.drop_threshold);
-            }
-            const uint32_t dropped = dropped_pair >> (4 * (nt & 1));
+            const uint32_t dropped = static_cast<uint32_t>(dropped_bits >> (4 * nt));
             float pdv[4], dsv[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {

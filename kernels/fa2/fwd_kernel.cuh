@@ -26,6 +26,7 @@
 
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/varlen.h"
 #include "fa2/arch.h"
 #include "fa2/fwd_epilogue.cuh"
 #include "fa2/fwd_loads.cuh"
@@ -34,7 +35,6 @@
 #include "fa2/fwd_sparse.cuh"
 #include "fa2/fwd_traits.h"
 #include "fa2/mma.cuh"
-#include "fa2/varlen.cuh"
 #include "fa2/wgmma.cuh"
 
 namespace flashattn {

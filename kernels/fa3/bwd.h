@@ -25,12 +25,11 @@ struct BwdMaps {
 // ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
 // which the kernel adds to through BwdMaps::dq; in deterministic mode the turn counters of
 // the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (bwd_schedule.cuh),
-// else null, and how many there are (0 without them).
+// else null (their count stays with the host's workspace layout).
 struct BwdScratch {
   float* delta;
   float* dq_accum;
   int32_t* dq_turns;
-  int64_t n_turns;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

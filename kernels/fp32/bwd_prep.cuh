@@ -15,7 +15,7 @@ __global__ void __launch_bounds__(kPrepThreads) bwd_prep_kernel(const AttnParams
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kPrepThreads / 32);
   // Rows in LSE order: (b, h, i) without varlen, (h, token) with.
-  const int64_t rows = p.varlen ? p.heads_q * p.total_q : p.batch * p.heads_q * p.seqlen_q;
+  const int64_t rows = lse_row_count(p);
   const float *o = static_cast<const float*>(p.o_in), *dout = static_cast<const float*>(p.dout);
   float* dq = static_cast<float*>(p.dq);
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * (kPrepThreads / 32) + threadIdx.x / 32; n < rows; n += warps) {

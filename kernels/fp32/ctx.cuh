@@ -7,6 +7,7 @@
 
 #include "common/mask.h"
 #include "common/params.h"
+#include "common/varlen.h"
 
 namespace flashattn {
 namespace fp32 {
@@ -27,10 +28,13 @@ __device__ __forceinline__ SeqCtx make_ctx(const AttnParams& p, int64_t b, int64
   c.b = static_cast<int32_t>(b);
   c.h = static_cast<int32_t>(h);
   c.hk = static_cast<int32_t>(h / (p.heads_q / p.heads_kv));
-  c.q0 = p.varlen ? p.cu_seqlens_q[b] : 0;
-  c.k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
-  c.len_q = p.varlen ? p.cu_seqlens_q[b + 1] - c.q0 : static_cast<int32_t>(p.seqlen_q);
-  c.len_k = p.varlen ? p.cu_seqlens_k[b + 1] - c.k0 : static_cast<int32_t>(p.seqlen_k);
+  int64_t q0 = 0, k0 = 0;
+  int len_q = static_cast<int>(p.seqlen_q), len_k = static_cast<int>(p.seqlen_k);
+  if (p.varlen) varlen_extent(p, b, q0, k0, len_q, len_k);
+  c.q0 = static_cast<int32_t>(q0);
+  c.k0 = static_cast<int32_t>(k0);
+  c.len_q = len_q;
+  c.len_k = len_k;
   c.shift = static_cast<int32_t>(align_shift(p, c.len_q, c.len_k));
   c.slope = alibi_slope(p, b, h);
   c.head_counter = p.offset + static_cast<uint64_t>(b) * static_cast<uint64_t>(p.heads_q) + static_cast<uint64_t>(h);

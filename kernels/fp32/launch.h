@@ -16,14 +16,8 @@ struct LaunchResult {
   const char* step;
 };
 
-// Rows of the backward's Delta vector, the LSE layout of the run: batch x heads_q x
-// seqlen_q, or heads_q x total_q with varlen.
-inline int64_t delta_rows(const AttnParams& p) {
-  return p.varlen ? p.heads_q * p.total_q : p.batch * p.heads_q * p.seqlen_q;
-}
-
 // Enqueue the pass of head-dim bucket D on stream (fwd_launch.cuh, bwd_launch.cuh); the
-// backward's Delta vector takes delta_rows(p) floats.
+// backward's Delta vector takes lse_row_count(p) floats (the LSE layout).
 template <int D>
 LaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream);
 template <int D>

@@ -140,8 +140,8 @@ int64_t slab_heads(const AttnParams& p) { return (p.bias_stride[1] == 0 && p.hea
 // caller input, so they are computed in checked arithmetic: the offsets are meaningful only
 // when total.ok() (the API layer refuses the run or query otherwise).
 struct WsLayout {
-  size_t delta = 0, dq = 0, sema = 0, dbias = 0;
-  int64_t turns = 0;  // turn counters at sema (deterministic mode; the Delta kernel zeroes them)
+  size_t delta = 0, dq = 0, dq_turns = 0, dbias = 0;
+  int64_t n_turns = 0;  // turn counters at dq_turns (deterministic mode; the Delta kernel zeroes them)
   CheckedSize total;
 };
 
@@ -157,11 +157,11 @@ WsLayout ws_layout(const AttnParams& p, int cfg) {
   off = (off + rows * checked_product(p.heads_q, sizeof(float))).round_up(256);
   w.dq = static_cast<size_t>(off.value());
   off = (off + rows * checked_product(p.heads_q, p.head_dim_qk, sizeof(float))).round_up(256);
-  w.sema = static_cast<size_t>(off.value());
+  w.dq_turns = static_cast<size_t>(off.value());
   if (p.deterministic) {
     const CheckedSize turns = checked_product(p.batch, p.heads_q, n_qblocks);
     off = (off + turns * CheckedSize(sizeof(int32_t))).round_up(256);
-    w.turns = turns.value();
+    w.n_turns = turns.value();
   }
   w.dbias = static_cast<size_t>(off.value());
   const DbiasLayout db = dbias_layout(p);
@@ -195,11 +195,11 @@ __device__ __forceinline__ void bwd_unpack8(const uint4& u, float (&f)[8]) {
 template <typename T>
 __global__ void __launch_bounds__(256)
     bwd_delta_kernel(const AttnParams p, float* __restrict__ delta, float* __restrict__ dq_accum,
-                     int32_t* __restrict__ turns, int64_t n_turns, int lanes) {
+                     int32_t* __restrict__ dq_turns, int64_t n_turns, int lanes) {
   for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n_turns;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    turns[x] = 0;
-  const int64_t rows = (p.varlen ? p.total_q : p.batch * p.seqlen_q) * p.heads_q;
+    dq_turns[x] = 0;
+  const int64_t rows = lse_row_count(p);
   const int rows_per_warp = 32 / lanes;
   const int64_t n_warps = (rows + rows_per_warp - 1) / rows_per_warp;
   const int lane = threadIdx.x & 31;
@@ -376,14 +376,13 @@ flashattn_status_t launch_error(const char* what) {
 // Delta = rowsum(dO * O), the fp32 dQ accumulator and the n_turns turn counters zeroed in
 // the same pass (varlen: the counters may outnumber the rows).
 template <typename T>
-flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, int32_t* turns, int64_t n_turns,
+flashattn_status_t launch_delta(const AttnParams& p, float* delta, float* dq_accum, int32_t* dq_turns, int64_t n_turns,
                                 cudaStream_t stream) {
-  const int64_t rows = p.varlen ? p.total_q : p.batch * p.seqlen_q;
   int lanes = 1;
   while (lanes < 32 && lanes * 8 < p.head_dim_v) lanes *= 2;
-  const int64_t threads = std::max((rows * p.heads_q) * lanes, n_turns);
+  const int64_t threads = std::max(lse_row_count(p) * lanes, n_turns);
   if (threads == 0) return FLASHATTN_STATUS_SUCCESS;
-  bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, turns, n_turns, lanes);
+  bwd_delta_kernel<T><<<grid_for(threads, 256), 256, 0, stream>>>(p, delta, dq_accum, dq_turns, n_turns, lanes);
   return launch_error("the Delta preprocess kernel");
 }
 
@@ -422,7 +421,7 @@ flashattn_status_t run_aux(const AttnParams& p, const BwdArgs& a, const DbiasLay
     }
   }
   // 3. Delta, and the dQ accumulator and turn counters zeroed.
-  if (const flashattn_status_t s = launch_delta<T>(p, a.delta, a.dq_accum, a.dq_sema, wl.turns, stream)) return s;
+  if (const flashattn_status_t s = launch_delta<T>(p, a.delta, a.dq_accum, a.dq_turns, wl.n_turns, stream)) return s;
   // 4. main kernel.
   const int64_t ctas = static_cast<int64_t>(a.n_kblocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
@@ -534,23 +533,18 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
                 static_cast<long long>(ctas));
   }
   const WsLayout wl = ws_layout(p, cfg);
-  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;  // to a 256-byte boundary
   // ok(): checked by the API layer
   const size_t total = static_cast<size_t>((wl.total + fa2_staging_bytes(user)).value());
-  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < total) {
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA fa2 backward needs %zu bytes from the first "
-                "256-byte boundary (%zu bytes in)",
-                workspace, workspace_bytes, total, pad);
-  }
-
-  char* ws = static_cast<char*>(workspace) + pad;
+  char* ws = nullptr;
+  if (const flashattn_status_t s =
+          workspace_at_boundary(workspace, workspace_bytes, total, "the CUDA fa2 backward needs", &ws))
+    return s;
   if (const flashattn_status_t s = fa2_stage_in(user, ws + wl.total.value(), &p, stream)) return s;
   BwdArgs a{};
   a.p = p;
   a.delta = reinterpret_cast<float*>(ws + wl.delta);
   a.dq_accum = reinterpret_cast<float*>(ws + wl.dq);
-  a.dq_sema = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
+  a.dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.dq_turns) : nullptr;
   a.dbias_accum =
       (dbias_mode == kDbiasAccum || dbias_mode == kDbiasSlab) ? reinterpret_cast<float*>(ws + wl.dbias) : nullptr;
   if (dbias_mode == kDbiasSlab) {
@@ -596,27 +590,30 @@ flashattn_status_t fa2_bwd(const AttnParams& user, void* workspace, size_t works
 
 // ---- the parts the fa3 backward shares (launch.hpp) ----
 
+namespace {
+// fa2's workspace layout, which the fa3 backward shares.
+fa2::WsLayout shared_ws_layout(const AttnParams& p) {
+  return fa2::ws_layout(p, fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v));
+}
+}  // namespace
+
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out) {
-  const fa2::WsLayout wl = fa2::ws_layout(p, fa2::select_bwd_config(p.head_dim_qk, p.head_dim_v));
-  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;
+  const fa2::WsLayout wl = shared_ws_layout(p);
   const size_t need = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer
-  if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < need) {
-    return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                "workspace=%p with workspace_bytes=%zu: the CUDA backward needs %zu bytes from the first 256-byte "
-                "boundary (%zu bytes in)",
-                workspace, workspace_bytes, need, pad);
-  }
-  char* const ws = static_cast<char*>(workspace) + pad;
+  char* ws = nullptr;
+  if (const flashattn_status_t s =
+          workspace_at_boundary(workspace, workspace_bytes, need, "the CUDA backward needs", &ws))
+    return s;
   out->delta = reinterpret_cast<float*>(ws + wl.delta);
   out->dq_accum = reinterpret_cast<float*>(ws + wl.dq);
-  out->dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.sema) : nullptr;
-  out->n_turns = wl.turns;
+  out->dq_turns = p.deterministic ? reinterpret_cast<int32_t*>(ws + wl.dq_turns) : nullptr;
   return FLASHATTN_STATUS_SUCCESS;
 }
 
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& s, cudaStream_t stream) {
-  return p.dtype == kBf16 ? fa2::launch_delta<__nv_bfloat16>(p, s.delta, s.dq_accum, s.dq_turns, s.n_turns, stream)
-                          : fa2::launch_delta<__half>(p, s.delta, s.dq_accum, s.dq_turns, s.n_turns, stream);
+  const int64_t n_turns = shared_ws_layout(p).n_turns;
+  return p.dtype == kBf16 ? fa2::launch_delta<__nv_bfloat16>(p, s.delta, s.dq_accum, s.dq_turns, n_turns, stream)
+                          : fa2::launch_delta<__half>(p, s.delta, s.dq_accum, s.dq_turns, n_turns, stream);
 }
 
 flashattn_status_t bwd_dq_convert(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream) {

@@ -2,6 +2,7 @@
 // configuration and dtype and calls its launcher (kernels/fa2/launchers.h); head dims that
 // are not a multiple of 8 run on zero-padded workspace copies (fa2_staging.cu).
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
@@ -68,15 +69,13 @@ flashattn_status_t fa2_fwd(const AttnParams& user, void* workspace, size_t works
                 "(FLASHATTN_CUDA_ARCHITECTURES)",
                 device);
   const size_t staging = static_cast<size_t>(fa2_staging_bytes(user).value());  // ok(): the API layer checked it
-  const size_t pad = (256 - reinterpret_cast<uintptr_t>(workspace) % 256) % 256;
   if (staging > 0) {
-    if (workspace == nullptr || workspace_bytes < pad || workspace_bytes - pad < staging)
-      return fail(FLASHATTN_STATUS_WORKSPACE_TOO_SMALL,
-                  "workspace=%p with workspace_bytes=%zu: the fa2 forward's zero-padded copies (head dims %lld, %lld) "
-                  "need %zu bytes from the first 256-byte boundary (%zu bytes in)",
-                  workspace, workspace_bytes, static_cast<long long>(user.head_dim_qk),
-                  static_cast<long long>(user.head_dim_v), staging, pad);
-    if (const flashattn_status_t s = fa2_stage_in(user, static_cast<char*>(workspace) + pad, &p, stream)) return s;
+    char who[96];
+    snprintf(who, sizeof who, "the fa2 forward's zero-padded copies (head dims %lld, %lld) need", ll(user.head_dim_qk),
+             ll(user.head_dim_v));
+    char* ws = nullptr;
+    if (const flashattn_status_t s = workspace_at_boundary(workspace, workspace_bytes, staging, who, &ws)) return s;
+    if (const flashattn_status_t s = fa2_stage_in(user, ws, &p, stream)) return s;
   }
   const fa2::FwdLaunchResult r = fa2::kFwdRun[arch][cfg][p.dtype](p, stream);
   if (r.err != cudaSuccess) return report(r, fa2::kFwdInstances[cfg].d, fa2::kFwdInstances[cfg].dv, stream);

@@ -71,13 +71,12 @@ bool pairs_aligned(const void* base, const Strides4& s) {
 
 bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
-  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
   const int cfg = bwd_config(p);
   if (cfg < 0) {
     char dims[96];
     fa3_dims_text(dims, sizeof dims, fa3::kNumBwd, [](int i) {
-      return fa3::FwdDims{fa3::kBwdDims[i], fa3::kBwdDims[i]};
+      return Fa3HeadDims{fa3::kBwdDims[i], fa3::kBwdDims[i]};
     });
     return fa3_refuse(why, why_size,
                       "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves the head dims (qk/v) %s",

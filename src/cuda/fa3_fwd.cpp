@@ -57,7 +57,6 @@ int fa3_config(const AttnParams& p) {
 
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
-  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3_serves_options(p, why, why_size)) return false;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -69,7 +68,9 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
   const int cfg = fa3_config(p);
   if (cfg < 0) {
     char dims[96];
-    fa3_dims_text(dims, sizeof dims, fa3::kNumFwd, [](int i) { return fa3::kFwdDims[i]; });
+    fa3_dims_text(dims, sizeof dims, fa3::kNumFwd, [](int i) {
+      return Fa3HeadDims{fa3::kFwdDims[i].qk, fa3::kFwdDims[i].v};
+    });
     return fa3_refuse(why, why_size,
                       "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves the head dims (qk/v) %s",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);

@@ -7,6 +7,7 @@
 
 #include "common/philox.h"
 #include "cuda/tensor_map.hpp"
+#include "error.hpp"
 
 namespace flashattn {
 
@@ -19,7 +20,6 @@ bool fa3_refuse(char* why, size_t why_size, const char* fmt, ...) {
 }
 
 bool fa3_serves_options(const AttnParams& p, char* why, size_t why_size) {
-  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (!fa3::kBuilt) return fa3_refuse(why, why_size, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHITECTURES)");
   int device = 0, major = 0, minor = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -50,17 +50,16 @@ bool fa3_serves_options(const AttnParams& p, char* why, size_t why_size) {
   return true;
 }
 
-void fa3_dims_text(char* text, size_t size, int n, fa3::FwdDims (*dims)(int)) {
+void fa3_dims_text(char* text, size_t size, int n, Fa3HeadDims (*dims)(int)) {
   size_t used = 0;
   for (int i = 0; i < n && used < size; ++i) {
     const char* sep = i == 0 ? "" : i + 1 == n ? " and " : ", ";
-    const fa3::FwdDims d = dims(i);
+    const Fa3HeadDims d = dims(i);
     used += static_cast<size_t>(snprintf(text + used, size - used, "%s%d/%d", sep, d.qk, d.v));
   }
 }
 
 bool fa3_encode_maps(const AttnParams& p, const Fa3Map* maps, int n, int swizzle_bytes, char* why, size_t why_size) {
-  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
   if (const char* missing = tensor_map_encoder_missing())
     return fa3_refuse(why, why_size, "the driver has no tensor-map encoder: %s", missing);
   for (int i = 0; i < n; ++i) {

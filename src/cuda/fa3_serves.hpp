@@ -31,9 +31,14 @@ constexpr auto fa3_table(std::index_sequence<I...>) {
   return std::array{Entry<I>::value...};
 }
 
+// The head dims of a query/key and of a value row.
+struct Fa3HeadDims {
+  int qk, v;
+};
+
 // The head dims (qk/v) of the n instances of an fa3 kernel list as a refusal names them,
 // "64/64, 96/96 and 192/128", into text (size bytes); dims(i) gives instance i's.
-void fa3_dims_text(char* text, size_t size, int n, fa3::FwdDims (*dims)(int));
+void fa3_dims_text(char* text, size_t size, int n, Fa3HeadDims (*dims)(int));
 
 // One 16-bit tensor of a run as an fa3 kernel moves it through a TMA map
 // (encode_rows_map_16bit over p.batch sequences).

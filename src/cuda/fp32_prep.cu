@@ -7,7 +7,7 @@ namespace flashattn {
 namespace fp32 {
 
 cudaError_t launch_bwd_prep(const AttnParams& p, float* delta, cudaStream_t stream) {
-  const int64_t rows = delta_rows(p);
+  const int64_t rows = lse_row_count(p);
   if (rows == 0) return cudaSuccess;
   const int64_t ctas = (rows + 7) / 8 < 65536 ? (rows + 7) / 8 : 65536;  // a warp per row, grid-stride
   // The atomics add into dQ itself: zeroed first, unless the run accumulates into it.

@@ -33,6 +33,13 @@ inline int smem_limit(int optin) {
   return static_cast<int>(v);
 }
 
+// ---- the workspace of every CUDA path (src/cuda/workspace.cpp) ----
+// *at = the workspace's first 256-byte boundary, where need bytes of buffers begin (null
+// for a null workspace when need is 0); WORKSPACE_TOO_SMALL naming the workspace, its
+// size, "<who> <need> bytes" and the padding when they do not fit, nothing written.
+flashattn_status_t workspace_at_boundary(void* workspace, size_t workspace_bytes, size_t need, const char* who,
+                                         char** at);
+
 // ---- generation 1 (kernels/fa2, sm_80+): the FA2-design kernels ----
 // Whether fa2 can run p (head dims, dtype, option combination); nothing launched.
 flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop);

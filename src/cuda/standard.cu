@@ -60,6 +60,7 @@
 #include "common/mask.h"
 #include "common/params.h"
 #include "common/philox.h"
+#include "common/varlen.h"
 #include "cuda/cublas_loader.hpp"
 #include "cuda/launch.hpp"
 #include "error.hpp"
@@ -197,21 +198,10 @@ Geometry geometry(const AttnParams& p) {
 }
 
 // ---------------------------------------------------------------- copy kernels
-// Sequence b's [start, len) for varlen (lengths clamped to the padded extent and the
-// packed total, so bad offsets can never read or write out of bounds), else [0, S).
-struct Seq {
-  int64_t start, len;
-};
-__device__ __forceinline__ Seq seq_of(const int32_t* cu, int64_t b, int64_t S, int64_t total) {
-  if (cu == nullptr) return {0, S};
-  int64_t start = cu[b];
-  int64_t end = cu[b + 1];
-  if (start < 0) start = 0;
-  if (end > total) end = total;
-  int64_t len = end - start;
-  if (len < 0) len = 0;
-  if (len > S) len = S;
-  return {start, len};
+// Sequence b's [start, len) for varlen (common/varlen.h: clamped to the padded extent and
+// the packed total, so bad offsets can never read or write out of bounds), else [0, S).
+__device__ __forceinline__ SeqExtent seq_of(const int32_t* cu, int64_t b, int64_t S, int64_t total) {
+  return cu == nullptr ? SeqExtent{0, S} : clamp_seq(cu, b, total, S);
 }
 
 // Strided (or packed varlen) [B, S, H, D] -> padded [B, H, S, D], zeros past each length.
@@ -226,7 +216,7 @@ __global__ void gather_kernel(T* __restrict__ dst, const T* __restrict__ src, St
     t /= S;
     const int64_t h = t % H;
     const int64_t b = t / H;
-    const Seq q = seq_of(cu, b, S, total_tokens);
+    const SeqExtent q = seq_of(cu, b, S, total_tokens);
     T v = from_f<T>(0.f);
     if (s < q.len) {
       const int64_t off = cu != nullptr ? (q.start + s) * st.s + h * st.h + d : b * st.b + s * st.s + h * st.h + d;
@@ -249,7 +239,7 @@ __global__ void scatter_kernel(Tout* __restrict__ dst, const Tin* __restrict__ s
     t /= S;
     const int64_t h = t % H;
     const int64_t b = t / H;
-    const Seq q = seq_of(cu, b, S, total_tokens);
+    const SeqExtent q = seq_of(cu, b, S, total_tokens);
     if (s >= q.len) continue;
     const int64_t off = cu != nullptr ? (q.start + s) * st.s + h * st.h + d : b * st.b + s * st.s + h * st.h + d;
     const float v = to_f<Tin>(src[idx]);
@@ -324,8 +314,8 @@ __device__ __forceinline__ Row<T> make_row(const AttnParams& p, int64_t row, int
   r.h = hh % p.heads_q;
   r.b = hh / p.heads_q;
   if (p.varlen) {
-    const Seq sq = seq_of(p.cu_seqlens_q, r.b, Sq, p.total_q);
-    const Seq sk = seq_of(p.cu_seqlens_k, r.b, Sk, p.total_k);
+    const SeqExtent sq = seq_of(p.cu_seqlens_q, r.b, Sq, p.total_q);
+    const SeqExtent sk = seq_of(p.cu_seqlens_k, r.b, Sk, p.total_k);
     r.len_q = sq.len;
     r.len_k = sk.len;
     r.q_start = sq.start;
