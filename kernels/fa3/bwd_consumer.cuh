@@ -69,7 +69,7 @@ template <class Cfg, typename T, int kCw, bool kMask, int kPieces, int kPieceCol
 __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int it, int cw,
                                          BwdAcc<Cfg, kCw>& acc) {
   constexpr int kNT = Cfg::kWgQueries / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
-  constexpr int kSw = Cfg::kSwizzle, kNV = BwdAcc<Cfg, kCw>::kNV;
+  constexpr int kSw = Cfg::kSwizzle;
   static_assert(kPieces > 0 || !Cfg::kSeparateDo, "the separate dO ring is released with the pieces' GEMMs");
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
