@@ -95,22 +95,17 @@ KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   const bool in_place = dots && p.kv_block_table == nullptr;
   KeyTile t{w.k, nullptr, dqk, w.v, nullptr, dvp};
-  if (in_place) {
-    const char* k = elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0));
-    t.k = p.dtype == kFp32 ? reinterpret_cast<const float*>(k) : nullptr;
-    t.kh = p.dtype == kFp32 ? nullptr : reinterpret_cast<const uint16_t*>(k);
-    t.ldk = p.k_stride.s;
-  } else {
-    load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
-  }
-  if (in_place && dv == dvp) {
-    const char* v = elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0));
-    t.v = p.dtype == kFp32 ? reinterpret_cast<const float*>(v) : nullptr;
-    t.vh = p.dtype == kFp32 ? nullptr : reinterpret_cast<const uint16_t*>(v);
-    t.ldv = p.v_stride.s;
-  } else {
-    load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
-  }
+  // Points f (fp32) or h (16-bit) at the tile's rows of src where they are.
+  const auto point_at = [&](const void* src, const Strides4& st, const float*& f, const uint16_t*& h, int64_t& ld) {
+    const char* rows = elem_ptr(src, p.dtype, key_row_offset(p, st, c, j0));
+    f = p.dtype == kFp32 ? reinterpret_cast<const float*>(rows) : nullptr;
+    h = p.dtype == kFp32 ? nullptr : reinterpret_cast<const uint16_t*>(rows);
+    ld = st.s;
+  };
+  if (in_place) point_at(p.k, p.k_stride, t.k, t.kh, t.ldk);
+  else load_key_rows(p, p.k, p.k_stride, c, j0, nj, dqk, w.k, dqk, false);
+  if (in_place && dv == dvp) point_at(p.v, p.v_stride, t.v, t.vh, t.ldv);
+  else load_key_rows(p, p.v, p.v_stride, c, j0, nj, dv, w.v, dvp, false);
   return t;
 }
 
