@@ -9,8 +9,9 @@ temporary), from torch.profiler's allocation records of a second, warm run.
 Needs torch with gloo and FLASHATTN_LIBRARY (or an installed libflashattn). Prints per
 mask the peak of one process and of each ring rank in MiB and in units of one shard of Q
 (tokens / world x heads x head_dim elements), next to the count of docs/distributed.md
-(without the CUDA backward's fp32 dQ workspace, which the CPU backend does not have: its
-scratch is a few tiles per thread).
+(without the library's workspace: on CUDA the backward's fp32 dQ sums; on the CPU a few
+tiles per thread, reported in a column of its own, since at small shards those tiles are
+a sizeable fraction of a shard).
 """
 from __future__ import annotations
 
@@ -42,8 +43,11 @@ def _held_workspace():
 
 
 def peak_bytes(run, inputs):
-    """Peak bytes of tensors alive during the second call of run(): the inputs and the
-    held workspace, plus the highest running sum of the call's allocations and frees."""
+    """Peak bytes of tensors alive during the second call of run() (the inputs and the
+    held workspace, plus the highest running sum of the call's allocations and frees) and
+    the workspace's bytes. The thread's workspace is dropped first, so that it holds what
+    this run needs, not what an earlier, larger measurement left."""
+    _torch_plans._host.workspace = None
     run()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         results = run()
@@ -53,7 +57,7 @@ def peak_bytes(run, inputs):
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
-    return sum(t.numel() * t.element_size() for t in inputs) + _held_workspace() + peak
+    return sum(t.numel() * t.element_size() for t in inputs) + _held_workspace() + peak, _held_workspace()
 
 
 def _full(args, seed):
@@ -106,12 +110,14 @@ def worker(rank, args, init, result):
         groups = len(_head_groups(args.heads, args.heads))
         rows = []
         for causal in (False, True):
-            one = one_process(args, causal) if rank == 0 else None
+            one = one_process(args, causal)[0] if rank == 0 else None
             dist.barrier()
             peaks = [None] * args.world
             dist.all_gather_object(peaks, ring(args, causal))
+            peak, workspace = max(peaks)
             rows.append({"causal": causal, "shard_bytes": shard, "groups": groups, "one_units": (one or 0) / shard,
-                         "ring_units": max(peaks) / shard, "documented_units": documented_units(args.world, groups)})
+                         "ring_units": peak / shard, "ring_workspace_units": workspace / shard,
+                         "documented_units": documented_units(args.world, groups)})
         if rank == 0:
             with open(result, "w") as f:
                 json.dump(rows, f)
@@ -142,13 +148,14 @@ def main():
     unit = rows[0]["shard_bytes"] / 2 ** 20
     print("ring attention memory on the CPU (gloo): %s, %d tokens, %d heads, head_dim %d, %d ranks, %d head groups; "
           "unit = one shard of Q = %.2f MiB" % (a.dtype, a.tokens, a.heads, a.head_dim, a.world, rows[0]["groups"], unit))
-    print("| mask | one process MiB (units) | ring per rank MiB (units), max over ranks | ring / one process | "
-          "documented ring count (units) |")
-    print("|---|---|---|---|---|")
+    print("| mask | one process MiB (units) | ring per rank MiB (units), max over ranks | of which CPU workspace "
+          "(units) | ring / one process | documented ring count (units) |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %.1f (%.2f) | %.1f (%.2f) | %.3f | %.2f |"
+        print("| %s | %.1f (%.2f) | %.1f (%.2f) | %.2f | %.3f | %.2f |"
               % ("causal" if r["causal"] else "none", r["one_units"] * unit, r["one_units"], r["ring_units"] * unit,
-                 r["ring_units"], r["ring_units"] / r["one_units"], r["documented_units"]))
+                 r["ring_units"], r["ring_workspace_units"], r["ring_units"] / r["one_units"],
+                 r["documented_units"]))
 
 
 if __name__ == "__main__":

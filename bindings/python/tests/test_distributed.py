@@ -129,11 +129,12 @@ def test_many_head_groups_over_two_and_three_ranks(tmp_path):
 
 
 def test_ring_memory_per_rank_is_the_documented_count(tmp_path):
-    """benchmarks/ring_memory.py on 2 ranks: the peak of torch tensors per rank is within
-    half a shard of docs/distributed.md's count (less the CUDA workspace), well below one
-    process's 16 shards (before the accumulating backward: 15)."""
+    """benchmarks/ring_memory.py on 2 ranks: the peak of torch tensors per rank, less the
+    library's workspace, is within half a shard of docs/distributed.md's count (which leaves
+    the workspace out), and the whole peak well below one process's 16 shards (before the
+    accumulating backward: 15)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import ring_memory
     for row in ring_memory.measure(world=2, tokens=1024, heads=16, head_dim=64, dtype="bf16"):
-        assert row["ring_units"] <= row["documented_units"] + 0.5, row
+        assert row["ring_units"] - row["ring_workspace_units"] <= row["documented_units"] + 0.5, row
         assert row["ring_units"] < 0.7 * row["one_units"], row
