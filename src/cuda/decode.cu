@@ -84,7 +84,7 @@ size_t smem_cap(const cudaDeviceProp& prop) {
 }
 size_t smem_bytes(const DimPlan& dp, int stages) { return stages == 2 ? dp.smem_two : dp.smem_full; }
 
-// The split count the library chooses for p with `slots` resident CTAs: FlashAttention's
+// The gather kernel's split count for p with `slots` resident CTAs: FlashAttention's
 // heuristic (num_splits_heuristic). With fewer CTAs than 80% of the slots, take the fewest
 // splits whose efficiency (CTAs over whole waves) is within 85% of the best, keeping at
 // least one tile of the capacity per split.
@@ -107,11 +107,31 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
   return 1;
 }
 
+// The copy-engine kernel's split count for p with `per_sm` resident CTAs per SM and a ring
+// of `stages` tiles: the fewest splits that keep enough tile bytes in flight on every SM,
+// as the sweep in docs/internals/kernels-decode.md measured: 64 KiB from a contiguous
+// cache, 128 KiB from a paged one (a tile's boxes wait on its block-table reads). A CTA
+// holds stages - 1 tiles in flight, so w CTAs per SM carry those bytes (rounded up, at most
+// per_sm), and splits = w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to
+// a split per kMinSplitTiles tiles. Each further CTA only adds its start, its merge and a
+// part to combine, which short caches (4k keys) feel below four tiles per split.
+constexpr int64_t kMinSplitTiles = 4;
+int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, const cudaDeviceProp& prop) {
+  const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
+  const int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
+  const int64_t in_flight = int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * 2;  // K and V, 16-bit
+  const int64_t want = (p.kv_page_size > 0 ? 128 : 64) << 10;
+  int64_t w = (want + in_flight - 1) / in_flight;
+  if (w > per_sm) w = per_sm;
+  const int64_t splits = w * prop.multiProcessorCount / ctas;
+  return splits > most ? (most > 1 ? most : 1) : splits < 1 ? 1 : splits;
+}
+
 // One kernel's launch on this device for p, fixed once per call: its ring depth (kStages
 // where the capped opt-in shared memory holds it, else two: decode_check has refused what
-// two do not fit), dynamic shared memory, and split count (the caller's, or the
-// heuristic's for the kernel's resident CTAs: as many per SM as shared memory holds, at
-// most the kMinBlocks its registers are budgeted for).
+// two do not fit), dynamic shared memory, and split count (the caller's, or the kernel's
+// rule for its resident CTAs: as many per SM as shared memory holds, at most the
+// kMinBlocks its registers are budgeted for).
 struct KernelFit {
   int stages;
   size_t smem;
@@ -129,7 +149,8 @@ KernelFit fit_of(const AttnParams& p, const cudaDeviceProp& prop, size_t cap) {
   }
   const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / (f.smem + prop.reservedSharedMemPerBlock));
   const int64_t per_sm = fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
-  f.splits = heuristic_splits(p, per_sm * static_cast<int64_t>(prop.multiProcessorCount));
+  f.splits = Arch::kSm90 ? bulk_splits(p, f.stages, per_sm, prop)
+                         : heuristic_splits(p, per_sm * static_cast<int64_t>(prop.multiProcessorCount));
   return f;
 }
 
@@ -281,8 +302,9 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
                 static_cast<long long>(p.seqlen_k));
-  // The heuristic takes one split from 80% of the resident CTA slots up, and at most 128
-  // below: only the caller's count or the CTAs of one split can exceed the limit.
+  // The library's counts are bounded (the gather kernel's heuristic: one split from 80% of
+  // the resident CTA slots up, at most 128 below; the copy-engine rule: at most its resident
+  // CTAs in all): only the caller's count or the CTAs of one split can exceed the limit.
   const int64_t splits = p.kv_num_splits > 0 ? p.kv_num_splits : 1;
   const int64_t blocks = splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex)
