@@ -84,6 +84,10 @@ size_t smem_cap(const cudaDeviceProp& prop) {
 }
 size_t smem_bytes(const DimPlan& dp, int stages) { return stages == 2 ? dp.smem_two : dp.smem_full; }
 
+// The most splits the library chooses (as FlashAttention's heuristic): each is a part of
+// every output row that the combine reads in turn.
+constexpr int64_t kMaxChosenSplits = 128;
+
 // The gather kernel's split count for p with `slots` resident CTAs: FlashAttention's
 // heuristic (num_splits_heuristic). With fewer CTAs than 80% of the slots, take the fewest
 // splits whose efficiency (CTAs over whole waves) is within 85% of the best, keeping at
@@ -93,10 +97,10 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
   if (ctas * 10 >= slots * 8) return 1;
   const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
   int64_t max_splits = slots < tiles ? slots : tiles;
-  if (max_splits > 128) max_splits = 128;
+  if (max_splits > kMaxChosenSplits) max_splits = kMaxChosenSplits;
   if (max_splits < 1) return 1;
   double best = 0;
-  double eff[129];
+  double eff[kMaxChosenSplits + 1];
   for (int64_t s = 1; s <= max_splits; ++s) {
     const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
     eff[s] = waves / static_cast<double>(static_cast<int64_t>(waves + 0.999999));
@@ -112,13 +116,15 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
 // as the sweep in docs/internals/kernels-decode.md measured: 64 KiB from a contiguous
 // cache, 128 KiB from a paged one (a tile's boxes wait on its block-table reads). A CTA
 // holds stages - 1 tiles in flight, so w CTAs per SM carry those bytes (rounded up, at most
-// per_sm), and splits = w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to
-// a split per kMinSplitTiles tiles. Each further CTA only adds its start, its merge and a
-// part to combine, which short caches (4k keys) feel below four tiles per split.
+// per_sm), and splits = w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to a
+// split per kMinSplitTiles tiles and at most kMaxChosenSplits. Each further CTA only adds
+// its start, its merge and a part to combine, which short caches (4k keys) feel below four
+// tiles per split.
 constexpr int64_t kMinSplitTiles = 4;
 int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, const cudaDeviceProp& prop) {
   const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
-  const int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
+  int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
+  if (most > kMaxChosenSplits) most = kMaxChosenSplits;
   const int64_t in_flight = int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * 2;  // K and V, 16-bit
   const int64_t want = (p.kv_page_size > 0 ? 128 : 64) << 10;
   int64_t w = (want + in_flight - 1) / in_flight;
@@ -302,9 +308,9 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
                 static_cast<long long>(p.seqlen_k));
-  // The library's counts are bounded (the gather kernel's heuristic: one split from 80% of
-  // the resident CTA slots up, at most 128 below; the copy-engine rule: at most its resident
-  // CTAs in all): only the caller's count or the CTAs of one split can exceed the limit.
+  // The library's counts are bounded (at most kMaxChosenSplits; the gather kernel's heuristic
+  // takes one split from 80% of the resident CTA slots up, the copy-engine rule at most its
+  // resident CTAs in all): only the caller's count or the CTAs of one split can exceed it.
   const int64_t splits = p.kv_num_splits > 0 ? p.kv_num_splits : 1;
   const int64_t blocks = splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex)
