@@ -8,7 +8,7 @@ over the device copy rate measured here (bytes read + written per second by a la
 device-to-device copy). SDPA runs on the contiguous equivalent ([b, h, keys, d] views,
 GQA through enable_gqa). Inputs rotate over enough copies to exceed the L2 cache.
 
-    python bench/decode.py [--grid small|issue] [--out bench/results/h100-decode.csv]
+    python bench/decode.py [--grid small|pages|dims|batch|issue] [--out bench/results/h100-decode.csv]
 
 Appends b,heads_q,heads_kv,d,keys,page_size,ours_us,sdpa_best_us,bound_us,commit,date,device rows
 to --out and prints them with the ratios. The library is found as bench/bench.py finds it
@@ -35,6 +35,9 @@ GRIDS = {
     "pages": dict(b=[1, 8], heads=[(32, 8)], d=[128], keys=[4096, 32768], page=[0, 16, 32, 64, 256]),
     # Every padded head dim and a larger page, at one mid-size shape.
     "dims": dict(b=[8], heads=[(32, 8)], d=[64, 128, 256], keys=[32768], page=[0, 64]),
+    # Batch 1 and 8 over the issue's heads, dims, cache lengths and page sizes: the split rule's sweep.
+    "batch": dict(b=[1, 8], heads=[(32, 8), (64, 8), (32, 32)], d=[64, 128, 256], keys=[4096, 32768, 131072],
+                  page=[0, 16, 64, 256]),
     # The targets of issue 19.
     "issue": dict(b=[1, 8, 64], heads=[(32, 8), (64, 8), (32, 32)], d=[64, 128, 256],
                   keys=[4096, 16384, 32768, 131072], page=[0, 16, 64, 256]),

@@ -77,29 +77,18 @@ bool bulk_shape(const AttnParams& p, const cudaDeviceProp& prop) {
          !(p.has_band && p.window_left >= 0);
 }
 
-// The head dim's kStages where the device's opt-in shared memory (capped by
-// FLASHATTN_CUDA_SMEM_LIMIT) allows, else two (decode_check has refused what two do not
-// fit).
-int ring_stages(const DimPlan& dp, const cudaDeviceProp& prop) {
-  const size_t limit = static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
-  return dp.smem_full <= limit ? dp.full_stages : 2;
+// The opt-in shared memory per block the decode ring is sized for (capped by
+// FLASHATTN_CUDA_SMEM_LIMIT): read once per call (decode_workspace_size, decode_fwd).
+size_t smem_cap(const cudaDeviceProp& prop) {
+  return static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
 }
 size_t smem_bytes(const DimPlan& dp, int stages) { return stages == 2 ? dp.smem_two : dp.smem_full; }
 
-// Decode CTAs of a kernel (dp) resident on one SM: as many as its shared memory holds, at
-// most the kMinBlocks the kernel's registers are budgeted for.
-int64_t ctas_per_sm(const DimPlan& dp, const cudaDeviceProp& prop) {
-  const size_t per_cta = smem_bytes(dp, ring_stages(dp, prop)) + prop.reservedSharedMemPerBlock;
-  const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / per_cta);
-  return fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
-}
+// The most splits the library chooses (as FlashAttention's heuristic): each is a part of
+// every output row that the combine reads in turn.
+constexpr int64_t kMaxChosenSplits = 128;
 
-// Resident decode CTAs of a kernel (dp) on the whole device.
-int64_t slots_of(const DimPlan& dp, const cudaDeviceProp& prop) {
-  return ctas_per_sm(dp, prop) * static_cast<int64_t>(prop.multiProcessorCount);
-}
-
-// The split count the library chooses for p with `slots` resident CTAs: FlashAttention's
+// The gather kernel's split count for p with `slots` resident CTAs: FlashAttention's
 // heuristic (num_splits_heuristic). With fewer CTAs than 80% of the slots, take the fewest
 // splits whose efficiency (CTAs over whole waves) is within 85% of the best, keeping at
 // least one tile of the capacity per split.
@@ -108,10 +97,10 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
   if (ctas * 10 >= slots * 8) return 1;
   const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
   int64_t max_splits = slots < tiles ? slots : tiles;
-  if (max_splits > 128) max_splits = 128;
+  if (max_splits > kMaxChosenSplits) max_splits = kMaxChosenSplits;
   if (max_splits < 1) return 1;
   double best = 0;
-  double eff[129];
+  double eff[kMaxChosenSplits + 1];
   for (int64_t s = 1; s <= max_splits; ++s) {
     const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
     eff[s] = waves / static_cast<double>(static_cast<int64_t>(waves + 0.999999));
@@ -122,21 +111,53 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
   return 1;
 }
 
-// The split count of a run of p with the kernel of dp: the caller's, or the heuristic's.
-int64_t splits_of(const AttnParams& p, const DimPlan& dp, const cudaDeviceProp& prop) {
-  return p.kv_num_splits > 0 ? p.kv_num_splits : heuristic_splits(p, slots_of(dp, prop));
+// The copy-engine kernel's split count for p with `per_sm` resident CTAs per SM and a ring
+// of `stages` tiles: the fewest splits that keep enough tile bytes in flight on every SM,
+// as the sweep in docs/internals/kernels-decode.md measured: 64 KiB from a contiguous
+// cache, 128 KiB from a paged one (a tile's boxes wait on its block-table reads). A CTA
+// holds stages - 1 tiles in flight, so w CTAs per SM carry those bytes (rounded up, at most
+// per_sm), and splits = w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to a
+// split per kMinSplitTiles tiles and at most kMaxChosenSplits. Each further CTA only adds
+// its start, its merge and a part to combine, which short caches (4k keys) feel below four
+// tiles per split.
+constexpr int64_t kMinSplitTiles = 4;
+int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, const cudaDeviceProp& prop) {
+  const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
+  int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
+  if (most > kMaxChosenSplits) most = kMaxChosenSplits;
+  const int64_t in_flight = int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * 2;  // K and V, 16-bit
+  const int64_t want = (p.kv_page_size > 0 ? 128 : 64) << 10;
+  int64_t w = (want + in_flight - 1) / in_flight;
+  if (w > per_sm) w = per_sm;
+  const int64_t splits = w * prop.multiProcessorCount / ctas;
+  return splits > most ? (most > 1 ? most : 1) : splits < 1 ? 1 : splits;
 }
 
-// The most splits a run of p may take, before its pointers are known (the workspace
-// size): the caller's count, or the heuristic's for the gather kernel, and the larger of
-// the two kernels' where the shape lets a run take the copy-engine kernel (each run
-// chooses once the encode has taken or refused its pointers: decode_fwd).
-int64_t splits_bound(const AttnParams& p, const cudaDeviceProp& prop) {
-  if (p.kv_num_splits > 0) return p.kv_num_splits;
-  const int64_t gather = heuristic_splits(p, slots_of(plan_for<fa2::Sm80>(p), prop));
-  if (!bulk_shape(p, prop)) return gather;
-  const int64_t bulk = heuristic_splits(p, slots_of(plan_for<fa2::Sm90a>(p), prop));
-  return bulk > gather ? bulk : gather;
+// One kernel's launch on this device for p, fixed once per call: its ring depth (kStages
+// where the capped opt-in shared memory holds it, else two: decode_check has refused what
+// two do not fit), dynamic shared memory, and split count (the caller's, or the kernel's
+// rule for its resident CTAs: as many per SM as shared memory holds, at most the
+// kMinBlocks its registers are budgeted for).
+struct KernelFit {
+  int stages;
+  size_t smem;
+  int64_t splits;
+};
+template <typename Arch>
+KernelFit fit_of(const AttnParams& p, const cudaDeviceProp& prop, size_t cap) {
+  const DimPlan& dp = plan_for<Arch>(p);
+  KernelFit f;
+  f.stages = dp.smem_full <= cap ? dp.full_stages : 2;
+  f.smem = smem_bytes(dp, f.stages);
+  if (p.kv_num_splits > 0) {
+    f.splits = p.kv_num_splits;
+    return f;
+  }
+  const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / (f.smem + prop.reservedSharedMemPerBlock));
+  const int64_t per_sm = fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
+  f.splits = Arch::kSm90 ? bulk_splits(p, f.stages, per_sm, prop)
+                         : heuristic_splits(p, per_sm * static_cast<int64_t>(prop.multiProcessorCount));
+  return f;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -152,15 +173,14 @@ bool vector_loads(const AttnParams& p) {
   return p.head_dim_qk % 8 == 0 && p.head_dim_v % 8 == 0 && aligned16(p.k) && aligned16(p.v);
 }
 
-// The decode launch of p (its split count set) with policy Arch and its maps.
+// The decode launch of p (its split count set) with policy Arch, its fit and its maps.
 template <typename Arch>
-decode::Launch<Arch> launch_of(const AttnParams& p, const cudaDeviceProp& prop, const decode::Parts& parts,
+decode::Launch<Arch> launch_of(const AttnParams& p, const KernelFit& fit, const decode::Parts& parts,
                                const decode::MapsOf<Arch>& maps) {
-  const DimPlan& dp = plan_for<Arch>(p);
   decode::Launch<Arch> l{};
   l.dim = padded_dim(p);
-  l.stages = ring_stages(dp, prop);
-  l.smem = smem_bytes(dp, l.stages);
+  l.stages = fit.stages;
+  l.smem = fit.smem;
   l.chunks = static_cast<int>(row_chunks(p));
   l.splits = static_cast<int>(p.kv_num_splits);
   l.blocks = static_cast<unsigned>(p.kv_num_splits * l.chunks * p.heads_kv * p.batch);
@@ -231,13 +251,14 @@ flashattn_status_t combine_parts(const AttnParams& p, const decode::Parts& parts
   return combine_launch(c, st);
 }
 
-// A run of p with policy Arch and its maps: the split count for this kernel, the parts in
-// the workspace (sized by splits_bound, which bounds it), the launches.
+// A run of p with policy Arch and its maps: the kernel's fit (its split count), the parts
+// in the workspace (sized by decode_workspace_size, which bounds them), the launches.
 template <typename Arch>
-flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, const decode::MapsOf<Arch>& maps,
-                       void* workspace, size_t workspace_bytes, cudaStream_t st) {
+flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, size_t cap,
+                       const decode::MapsOf<Arch>& maps, void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  const KernelFit fit = fit_of<Arch>(plan_p, prop, cap);
   AttnParams p = plan_p;
-  p.kv_num_splits = splits_of(p, plan_for<Arch>(p), prop);
+  p.kv_num_splits = fit.splits;
   decode::Parts parts{nullptr, nullptr};
   if (p.kv_num_splits > 1) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
@@ -248,15 +269,23 @@ flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, con
     parts.o = reinterpret_cast<float*>(start);
     parts.lse = parts.o + parts_o_floats(p, p.kv_num_splits).value();
   }
-  const flashattn_status_t s = launch(p, launch_of<Arch>(p, prop, parts, maps), st);
+  const flashattn_status_t s = launch(p, launch_of<Arch>(p, fit, parts, maps), st);
   if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
   return combine_parts(p, parts, st);
 }
 
 }  // namespace
 
+// The parts of the most splits a run of p may take, before its pointers are known: the
+// caller's count, or the gather kernel's, and the larger of the two kernels' where the
+// shape lets a run take the copy-engine kernel (each run chooses once the encode has taken
+// or refused its pointers: decode_fwd).
 CheckedSize decode_workspace_size(const AttnParams& p, const cudaDeviceProp& prop) {
-  return parts_bytes(p, splits_bound(p, prop));
+  if (p.kv_num_splits > 0) return parts_bytes(p, p.kv_num_splits);
+  const size_t cap = smem_cap(prop);
+  const int64_t gather = fit_of<fa2::Sm80>(p, prop, cap).splits;
+  const int64_t bulk = bulk_shape(p, prop) ? fit_of<fa2::Sm90a>(p, prop, cap).splits : 0;
+  return parts_bytes(p, bulk > gather ? bulk : gather);
 }
 
 flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop) {
@@ -279,8 +308,9 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "seqlen_k=%lld: the CUDA KV-cache kernels hold key positions in 32 bits (at most 2^31-1 keys)",
                 static_cast<long long>(p.seqlen_k));
-  // The heuristic takes one split from 80% of the resident CTA slots up, and at most 128
-  // below: only the caller's count or the CTAs of one split can exceed the limit.
+  // The library's counts are bounded (at most kMaxChosenSplits; the gather kernel's heuristic
+  // takes one split from 80% of the resident CTA slots up, the copy-engine rule at most its
+  // resident CTAs in all): only the caller's count or the CTAs of one split can exceed it.
   const int64_t splits = p.kv_num_splits > 0 ? p.kv_num_splits : 1;
   const int64_t blocks = splits * row_chunks(p) * p.heads_kv * p.batch;
   if (blocks > kMaxIndex)
@@ -299,14 +329,16 @@ flashattn_status_t decode_check(const AttnParams& p, const cudaDeviceProp& prop)
 }
 
 // The kernel is chosen once per run, after the encode: Sm90a where the shape allows it and
-// the copy engine takes the pointers, else Sm80; then the split count for that kernel.
+// the copy engine takes the pointers, else Sm80; then its fit (split count) once.
 flashattn_status_t decode_fwd(const AttnParams& p, const cudaDeviceProp& prop, void* workspace, size_t workspace_bytes,
                               cudaStream_t st) {
+  const size_t cap = smem_cap(prop);
 #if FLASHATTN_FA2_SM90A
   decode::BulkMaps maps;
-  if (bulk_shape(p, prop) && bulk_maps(p, &maps)) return run<fa2::Sm90a>(p, prop, maps, workspace, workspace_bytes, st);
+  if (bulk_shape(p, prop) && bulk_maps(p, &maps))
+    return run<fa2::Sm90a>(p, prop, cap, maps, workspace, workspace_bytes, st);
 #endif
-  return run<fa2::Sm80>(p, prop, decode::NoMaps{}, workspace, workspace_bytes, st);
+  return run<fa2::Sm80>(p, prop, cap, decode::NoMaps{}, workspace, workspace_bytes, st);
 }
 
 }  // namespace flashattn
