@@ -128,16 +128,27 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
     for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
 }
 
-// The query tile `tile` of the persistent walk: tiles are numbered query block fastest,
-// from the last one down (under a causal mask the last query blocks see the most key
-// blocks, so the longest tiles of a head go first), then by head and sequence. The CTAs
-// running at once then work on few heads, whose K and V stay in L2.
+// The query tile `tile` of the persistent walk. Tiles are numbered in sections of heads
+// ((head, sequence) pairs, head fastest) whose K and V fit a 32 MB share of L2 together; within a
+// section query block by query block from the last one down, the section's heads fastest, so
+// under a causal mask (the last query blocks see the most key blocks) the longest tiles go
+// first over the whole section and the section ends in its shortest ones: the CTAs that take
+// the last tiles take short ones, and the walk (or, one CTA per tile, the hardware's dispatch)
+// ends balanced. Without a mask every tile is as long, and a section is one head (its query
+// blocks in turn, as the CTAs running at once then read the K and V of one or two heads).
 struct Tile {
   int m0, h, b;
 };
 template <class Cfg>
 __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles_m) {
-  const int m = tiles_m - 1 - tile % tiles_m, hb = tile / tiles_m;
+  constexpr unsigned kL2Share = 32u << 20, kKeyBytes = (Cfg::kDqk + Cfg::kDv) * 2;
+  const int heads = static_cast<int>(p.heads_q * p.batch);
+  const unsigned len_k = static_cast<unsigned>(p.seqlen_k);  // >= 1 (the host refuses 0 keys)
+  const int section = p.has_band ? max(1, min(heads, static_cast<int>(kL2Share / kKeyBytes / len_k))) : 1;
+  const int first = tile / (section * tiles_m) * section;  // the section's first head
+  const int in_section = min(section, heads - first);      // its heads (fewer in the last)
+  const int r = tile - first * tiles_m;                    // the tile within the section
+  const int m = tiles_m - 1 - r / in_section, hb = first + r % in_section;
   return {m * Cfg::kBlockM, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
 }
 
