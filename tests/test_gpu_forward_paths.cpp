@@ -56,10 +56,13 @@ TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
 
 TEST_CASE("forward paths: awkward lengths at every served head dim, causal in both alignments", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // Lengths off every tile, and whole tiles (128 x 128; 128 x 112 at head_dim_qk 192, 128 x
-  // 64 at d = 256): no key block then takes the element mask unless causal.
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129},  {129, 17},  {129, 129}, {1000, 129},
-                              {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}, {128, 224}, {300, 336}};
+  // Lengths off every tile, and whole tiles (192 x 128 at d = 64; 128 x 128; 128 x 112 at
+  // head_dim_qk 192, 128 x 64 at d = 256): no key block then takes the element mask unless
+  // causal. Query tiles whose last consumer warpgroups hold few rows or none (17, 129, 300,
+  // 1000 rows in 192-row tiles).
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},     {17, 129},  {129, 17},  {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128},
+                              {128, 224},  {300, 336},  {192, 320}};
   uint64_t seed = 9000;
   for (const HeadDims& d : kServedDims)
     for (const auto& pr : pairs)
@@ -170,7 +173,7 @@ TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the la
 
 TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // 5 sequences x 8 heads x 7 query tiles of 128 rows: more tiles than a GPU has SMs, so
+  // 5 sequences x 8 heads x 5 query tiles of 192 rows: more tiles than a GPU has SMs, so
   // fa3's persistent CTAs claim tiles from the counter in the workspace.
   const Config c = causal_case("paths causal, tiles > SMs", 777, 1100, {64, 64}, FLASHATTN_DTYPE_BF16, 9501, 5, 8, 2);
   gpu_check(c);
