@@ -33,6 +33,19 @@ Config fcase(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dty
   return c;
 }
 
+// A causal case (bottom-right) of `batch` sequences and hq query heads over hkv key heads.
+Config causal_case(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dtype_t t, uint64_t seed,
+                   int64_t batch, int64_t hq, int64_t hkv) {
+  Config c = fcase(name, sq, sk, d, t, seed);
+  c.batch = batch;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.band = true;
+  c.wr = 0;
+  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
@@ -43,10 +56,13 @@ TEST_CASE("forward paths: the process runs with a forced path", "[gpu][fwd]") {
 
 TEST_CASE("forward paths: awkward lengths at every served head dim, causal in both alignments", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // Lengths off every tile, and whole tiles (128 x 128; 128 x 112 at head_dim_qk 192, 128 x
-  // 64 at d = 256): no key block then takes the element mask unless causal.
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129},  {129, 17},  {129, 129}, {1000, 129},
-                              {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128}, {128, 224}, {300, 336}};
+  // Lengths off every tile, and whole tiles (192 x 128 at d = 64; 128 x 128; 128 x 112 at
+  // head_dim_qk 192, 128 x 64 at d = 256): no key block then takes the element mask unless
+  // causal. Query tiles whose last consumer warpgroups hold few rows or none (17, 129, 300,
+  // 1000 rows in 192-row tiles).
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},     {17, 129},  {129, 17},  {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128},
+                              {128, 224},  {300, 336},  {192, 320}};
   uint64_t seed = 9000;
   for (const HeadDims& d : kServedDims)
     for (const auto& pr : pairs)
@@ -143,17 +159,23 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
   }
 }
 
+TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the last one smaller", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // fa3 numbers causal tiles in sections of the heads whose K and V fit 32 MB: at 6000 keys
+  // 10 heads at d = 128 and 5 at d = 256, so 3 sequences x 4 heads make sections of 10 + 2 and
+  // 5 + 5 + 2; every tile must be computed once.
+  uint64_t seed = 9550;
+  for (const HeadDims d : {HeadDims{128, 128}, HeadDims{256, 256}}) {
+    ++seed;
+    gpu_check(causal_case("paths causal sections", 130, 6000, d, kGpuDtypes[seed % 2], seed, 3, 4, 2));
+  }
+}
+
 TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // 5 sequences x 8 heads x 7 query tiles of 128 rows: more tiles than a GPU has SMs, so
+  // 5 sequences x 8 heads x 5 query tiles of 192 rows: more tiles than a GPU has SMs, so
   // fa3's persistent CTAs claim tiles from the counter in the workspace.
-  Config c = fcase("paths causal, tiles > SMs", 777, 1100, {64, 64}, FLASHATTN_DTYPE_BF16, 9501);
-  c.batch = 5;
-  c.hq = 8;
-  c.hkv = 2;
-  c.band = true;
-  c.wr = 0;
-  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  const Config c = causal_case("paths causal, tiles > SMs", 777, 1100, {64, 64}, FLASHATTN_DTYPE_BF16, 9501, 5, 8, 2);
   gpu_check(c);
   // Twice on one workspace, O poisoned in between: a counter the second run did not reset
   // would leave tiles unwritten. Equal K, V rows make every output row V's row.

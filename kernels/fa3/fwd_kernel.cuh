@@ -1,32 +1,34 @@
 // The FA3-design forward kernel (sm_90a only): warp specialization over a TMA / mbarrier
 // pipeline and wgmma GEMMs.
 //
-// Persistent: one CTA per SM walks query tiles (128 rows of one (query head, sequence)) in
-// tile_at's order: CTA c starts with tile c. Without a mask every tile is as long, and CTA c
-// goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal mask tiles differ
-// in length, and each CTA claims its next one from a counter in global memory (an atomic
-// add), so CTAs whose tiles were short take more of them and all finish together (where
-// O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per causal tile
-// instead: the next tile's loads cannot overlap, and a walk gains nothing). The producer
-// claims the next tile once it has issued the loads of the current one (it runs
+// Persistent: one CTA per SM walks query tiles (Cfg::kBlockM rows of one (query head,
+// sequence)) in tile_at's order: CTA c starts with tile c. Without a mask every tile is as
+// long, and CTA c goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal
+// mask tiles differ in length, and each CTA claims its next one from a counter in global
+// memory (an atomic add), so CTAs whose tiles were short take more of them and all finish
+// together (where O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per
+// causal tile instead: the next tile's loads cannot overlap, and a walk gains nothing). The
+// producer claims the next tile once it has issued the loads of the current one (it runs
 // ahead of the consumers by the rings' depth) and names it to the consumers through a
-// shared-memory slot that the Q tile's full barrier publishes. 384 threads:
+// shared-memory slot that the Q tile's full barrier publishes. 128 (1 + Cfg::kConsumers)
+// threads (fa3/fwd_traits.h: three consumer warpgroups at d = 64, two elsewhere):
 //   warpgroup 0, the producer: drops to 24 registers (setmaxnreg); one elected thread loads
 //     each tile's Q tile and its K and V blocks into 2-stage rings with TMA (128-byte
 //     swizzle; 64-byte at d = 96), K one block ahead of V. The rings run on across tiles,
 //     so the next tile's first blocks load while the consumers finish the last one. Every
 //     stage of each ring has a full barrier (transaction bytes) and an empty barrier that
-//     all 256 consumer threads arrive on once their GEMM of the stage is done (K after S, V
+//     all consumer threads arrive on once their GEMM of the stage is done (K after S, V
 //     after O += P V); the Q tile has a full barrier and an empty one (its last S GEMM is
-//     done, or where O leaves through it, both O stores have read it).
-//   warpgroups 1 and 2, the consumers: raised to 240 registers; warpgroup c owns query rows
-//     64 c .. 64 c + 63 of the tile. Per K/V block: S = Q K^T (wgmma, both operands shared-
-//     memory descriptors), mask (diagonal and last blocks only), online softmax in base 2 in
-//     registers, O += P V (wgmma with P from registers, V an MN-major descriptor). Within a
-//     warpgroup the GEMMs of neighbouring blocks overlap: S of block j + 1 and O += P V of
-//     block j are issued together, and the softmax of block j + 1 runs under the second.
-//     Between the warpgroups, named barriers make them take turns issuing (ping-pong), so
-//     one's softmax runs under the other's GEMMs.
+//     done, or where O leaves through it, every consumer's O store has read it).
+//   warpgroups 1 .. kConsumers, the consumers: raised to 240 registers (160 with three);
+//     consumer warpgroup c owns query rows 64 c .. 64 c + 63 of the tile. Per K/V block:
+//     S = Q K^T (wgmma, both operands shared-memory descriptors), mask (diagonal and last
+//     blocks only), online softmax in base 2 in registers, O += P V (wgmma with P from
+//     registers, V an MN-major descriptor). Within a warpgroup the GEMMs of neighbouring
+//     blocks overlap: S of block j + 1 and O += P V of block j are issued together, and the
+//     softmax of block j + 1 runs under the second. Between the warpgroups, named barriers
+//     make them take turns issuing (ping-pong, round robin over three), so one's softmax
+//     runs under the others' GEMMs.
 // Blocks run from the last key block down, so the masked ones come first; key blocks a
 // causal tile cannot see are never loaded. Epilogue: each consumer warpgroup writes its O
 // rows (16-bit) into the O buffer in shared memory (without a buffer of its own: over its Q
@@ -57,8 +59,9 @@ namespace fa3 {
 // Named barriers (hopper::bar_sync / bar_arrive; id 0 is
 // __syncthreads): the consumer warpgroups' turns at the tensor cores (ping-pong), and each
 // one's O tile complete in shared memory before its TMA store.
-constexpr int kBarTurn = 1;      // + consumer index c: warpgroup c may issue its GEMMs
-constexpr int kBarEpilogue = 3;  // + c: warpgroup c's O tile is in shared memory
+constexpr int kBarTurn = 1;  // + consumer index c: warpgroup c may issue its GEMMs
+template <class Cfg>         // + c: warpgroup c's O tile is in shared memory
+constexpr int kBarEpilogue = kBarTurn + Cfg::kConsumers;
 
 // Key blocks this query tile attends to: [0, return value). Producer and consumers call it
 // with the same arguments, so both walk the same blocks.
@@ -128,16 +131,27 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
     for (int e = 0; e < 4; ++e) acc_o[0][nv][e] *= alpha[e >> 1];
 }
 
-// The query tile `tile` of the persistent walk: tiles are numbered query block fastest,
-// from the last one down (under a causal mask the last query blocks see the most key
-// blocks, so the longest tiles of a head go first), then by head and sequence. The CTAs
-// running at once then work on few heads, whose K and V stay in L2.
+// The query tile `tile` of the persistent walk. Tiles are numbered in sections of heads
+// ((head, sequence) pairs, head fastest) whose K and V fit a 32 MB share of L2 together; within a
+// section query block by query block from the last one down, the section's heads fastest, so
+// under a causal mask (the last query blocks see the most key blocks) the longest tiles go
+// first over the whole section and the section ends in its shortest ones: the CTAs that take
+// the last tiles take short ones, and the walk (or, one CTA per tile, the hardware's dispatch)
+// ends balanced. Without a mask every tile is as long, and a section is one head (its query
+// blocks in turn, as the CTAs running at once then read the K and V of one or two heads).
 struct Tile {
   int m0, h, b;
 };
 template <class Cfg>
 __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles_m) {
-  const int m = tiles_m - 1 - tile % tiles_m, hb = tile / tiles_m;
+  constexpr unsigned kL2Share = 32u << 20, kKeyBytes = (Cfg::kDqk + Cfg::kDv) * 2;
+  const int heads = static_cast<int>(p.heads_q * p.batch);
+  const unsigned len_k = static_cast<unsigned>(p.seqlen_k);  // >= 1 (the host refuses 0 keys)
+  const int section = p.has_band ? max(1, min(heads, static_cast<int>(kL2Share / kKeyBytes / len_k))) : 1;
+  const int first = tile / (section * tiles_m) * section;  // the section's first head
+  const int in_section = min(section, heads - first);      // its heads (fewer in the last)
+  const int r = tile - first * tiles_m;                    // the tile within the section
+  const int m = tiles_m - 1 - r / in_section, hb = first + r % in_section;
   return {m * Cfg::kBlockM, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
 }
 
@@ -165,7 +179,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   // that here, a tile after issuing it, so the store ran under this tile's GEMMs).
   if constexpr (Cfg::kOwnO) {
     if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
-    hopper::bar_sync(kBarEpilogue + cw, 128);
+    hopper::bar_sync(kBarEpilogue<Cfg> + cw, 128);
   }
   float inv[2];
 #pragma unroll
@@ -176,6 +190,10 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     if (lse != nullptr && t == 0 && i < len_q)
       lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
   }
+  // With three consumer warpgroups (160 registers), the base is made opaque here: ptxas would
+  // otherwise compute the kNV x 2 addresses below once, before the walk, and spill them.
+  uint32_t so_rows = so_wg;
+  if constexpr (Cfg::kConsumers == 3) asm volatile("" : "+r"(so_rows));
 #pragma unroll
   for (int nv = 0; nv < kNV; ++nv)
 #pragma unroll
@@ -183,12 +201,12 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
       const int r = warp * 16 + g + hh * 8;
       const int x = (r * kSw / 128) % kChunks;
       const uint32_t a =
-          so_wg + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw + (((nv % kChunks) ^ x) << 4) + t * 4);
+          so_rows + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw + (((nv % kChunks) ^ x) << 4) + t * 4);
       const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }
   hopper::fence_proxy_async_smem();
-  hopper::bar_sync(kBarEpilogue + cw, 128);
+  hopper::bar_sync(kBarEpilogue<Cfg> + cw, 128);
   // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
   static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
   const int r0 = tl.m0 + cw * 64;
@@ -238,12 +256,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::mbar_init(q_full);
     // Q is free for the next tile: own O buffer, once every consumer thread's last S GEMM is
     // done; else once each warpgroup's O store has read it.
-    hopper::mbar_init(q_empty, Cfg::kOwnO ? 2 * 128 : 2);
+    hopper::mbar_init(q_empty, Cfg::kOwnO ? Cfg::kConsumers * 128 : Cfg::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(k_full(s));
       hopper::mbar_init(v_full(s));
-      hopper::mbar_init(k_empty(s), 2 * 128);
-      hopper::mbar_init(v_empty(s), 2 * 128);
+      hopper::mbar_init(k_empty(s), Cfg::kConsumers * 128);
+      hopper::mbar_init(v_empty(s), Cfg::kConsumers * 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -255,7 +273,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
     // order the consumers use them in. Every tile loads Q, so the Q barriers turn once per
     // tile. ----
-    hopper::regs_dec<24>();
+    hopper::regs_dec<Cfg::kProducerRegs>();
     if (threadIdx.x != 0) return;
     hopper::tma_prefetch_map(&maps.q);
     hopper::tma_prefetch_map(&maps.k);
@@ -321,7 +339,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- consumers ----
-  hopper::regs_inc<240>();
+  hopper::regs_inc<Cfg::kConsumerRegs>();
   const int cw = wg - 1;                                      // rows 64 cw .. 64 cw + 63 of the tile
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;  // rows 16 warp .. + 15 of those
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -380,17 +398,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
     // between a GEMM's issue and its wait.
     //
-    // Ping-pong between the two consumer warpgroups: each step's GEMMs are issued in turn,
-    // warpgroup 0 first (turn_wait .. turn_pass), so one warpgroup's softmax runs under the
-    // other's GEMMs. Turn barrier c completes when warpgroup c waits (128 threads) and the
-    // other has passed (128): warpgroup 0's first turn of a tile is passed by itself, and
-    // warpgroup 1 skips its last pass (nobody waits for it), so both barriers end every tile
-    // balanced. Both warpgroups walk the same n_blocks steps. Warpgroup 0 cannot start the
-    // next tile's turns before warpgroup 1 has taken its last one: the next Q tile waits for
-    // both warpgroups' q_empty arrivals, which follow their last turns.
+    // Ping-pong between the consumer warpgroups: each step's GEMMs are issued in turn,
+    // warpgroup 0 first, then 1 (then 2), round robin (turn_wait .. turn_pass), so one
+    // warpgroup's softmax runs under the others' GEMMs. Turn barrier c completes when
+    // warpgroup c waits (128 threads) and the one before it has passed (128): warpgroup 0's
+    // first turn of a tile is passed by itself, and the last warpgroup skips its last pass
+    // (nobody waits for it), so every barrier ends every tile balanced. All warpgroups walk
+    // the same n_blocks steps. Warpgroup 0 cannot start the next tile's turns before the
+    // others have taken their last ones: the next Q tile waits for every warpgroup's q_empty
+    // arrivals, which follow their last turns.
     auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
-      if (cw == 0 || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (1 - cw), 256);
+      const bool last = cw + 1 == Cfg::kConsumers;
+      // The next warpgroup; of two, 1 - cw (the same one, in fewer instructions).
+      const int next = Cfg::kConsumers == 2 ? 1 - cw : last ? 0 : cw + 1;
+      if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + next, 256);
     };
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {

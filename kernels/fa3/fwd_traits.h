@@ -6,8 +6,9 @@
 namespace flashattn {
 namespace fa3 {
 
-// One CTA per SM, persistent over 128-row query tiles: a producer warpgroup and two
-// consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep ring. Head
+// One CTA per SM, persistent over query tiles of kBlockM rows: a producer warpgroup and
+// kConsumers consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep
+// ring. Head
 // dims Dqk (Q, K) and Dv (V, O) in column blocks of kCols columns, rows of kSwizzle bytes in
 // the copy engine's swizzle of that width: a tile of R rows and D columns is D / kCols column
 // blocks of R x kSwizzle bytes, each 1024-byte aligned. The 128-byte swizzle (64 columns)
@@ -18,14 +19,23 @@ struct FwdTraits {
   static constexpr int kDqk = Dqk, kDv = Dv;
   static constexpr int kSwizzle = Dqk % 64 == 0 && Dv % 64 == 0 ? 128 : 64;
   static constexpr int kCols = kSwizzle / 2;
-  static constexpr int kBlockM = 128;
+  // Consumer warpgroups: three at d = 64 (192-row tiles, as FA3), where a 128 x 128 block's
+  // exponentials take about as long as its two GEMMs and two warpgroups cannot hide one's
+  // softmax under the other's GEMMs; two elsewhere, where the O accumulator needs the
+  // registers (three warpgroups leave a consumer 160, two 240).
+  static constexpr int kConsumers = Dqk <= 64 && Dv <= 64 ? 3 : 2;
+  static constexpr int kBlockM = 64 * kConsumers;
   // Key block rows, a multiple of 16 (the k16 steps of O += P V): 128 up to d = 128; 112 at
   // head_dim_qk 192 (the largest that fits shared memory at 192/192, as FA3's 128 x 112; the
   // O accumulator takes 96 registers, S 56, P 28; at 192/128 it leaves room for an O buffer);
   // 64 at d = 256 (the O accumulator takes 128 registers).
   static constexpr int kBlockN = Dv > 192 ? 64 : Dqk > 128 ? 112 : 128;
   static constexpr int kStages = 2;
-  static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 loads, the others compute
+  // setmaxnreg: the producer drops to kProducerRegs, the consumers rise to kConsumerRegs, within
+  // the register file of the one CTA per SM (64K registers).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static constexpr int kQBytes = kBlockM * Dqk * 2;
   static constexpr int kKBytes = kBlockN * Dqk * 2;  // one K tile
   static constexpr int kVBytes = kBlockN * Dv * 2;   // one V tile
@@ -48,6 +58,8 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kSmemBytes <= hopper::kSmemLimit,
                 "key blocks of whole k16 steps, in shared memory");
   static_assert(kOwnO || Dv <= Dqk, "O through the Q tile: O's columns fit Q's");
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 64 * 1024 && kConsumerRegs % 8 == 0,
+                "setmaxnreg within the register file, in steps of 8");
 };
 
 }  // namespace fa3

@@ -33,16 +33,18 @@ bool encode_maps(const AttnParams& p, fa3::FwdMaps* m, char* why, size_t why_siz
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 
-// What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, and
-// whether O leaves through a buffer of its own (fa3/fwd_traits.h).
+// What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, its
+// query tile rows, and whether O leaves through a buffer of its own (fa3/fwd_traits.h).
 struct Config {
   bool (*encode)(const AttnParams&, fa3::FwdMaps*, char*, size_t);
+  int block_m;
   bool own_o;
 };
 template <size_t I>
 struct ConfigOf {
   static constexpr fa3::FwdDims kDims = fa3::kFwdDims[I];
-  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, fa3::FwdTraits<kDims.qk, kDims.v>::kOwnO};
+  using Cfg = fa3::FwdTraits<kDims.qk, kDims.v>;
+  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, Cfg::kBlockM, Cfg::kOwnO};
 };
 constexpr auto kConfigs = fa3_table<ConfigOf>(std::make_index_sequence<fa3::kNumFwd>{});
 
@@ -51,6 +53,12 @@ int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
     if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
   return -1;
+}
+
+// The query tiles of p under configuration cfg: blocks of its rows, per head and sequence.
+int64_t query_tiles(const AttnParams& p, int cfg) {
+  const int64_t block_m = kConfigs[cfg].block_m;
+  return (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
 }
 
 }  // namespace
@@ -75,8 +83,7 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
                       "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves the head dims (qk/v) %s",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
-  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;  // the same at every head dim
-  const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;
+  const int64_t tiles = query_tiles(p, cfg);
   if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || tiles > kMaxIndex)
     return fa3_refuse(why, why_size,
                       "seqlen_q=%lld, seqlen_k=%lld, %lld query tiles (heads_q=%lld, batch=%lld): fa3 counts positions "
@@ -91,8 +98,7 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
                            cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
-  constexpr int64_t kBlockM = fa3::FwdTraits<64, 64>::kBlockM;
-  const int64_t tiles = (p.seqlen_q + kBlockM - 1) / kBlockM * p.heads_q * p.batch;  // < 2^31 (prepare)
+  const int64_t tiles = query_tiles(p, cfg);  // < 2^31 (prepare)
   // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
   // differ in length: where O leaves through a buffer of its own and the next tile's loads
   // overlap the last one's work, the CTAs claim tiles past the first grid from a zeroed
