@@ -48,6 +48,13 @@ __device__ __forceinline__ Split split(float x) {
   const float rest = x - __uint_as_float(big);
   return rest == rest ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
 }
+// The split of a probability (in [0, 1], or NaN): no guard. A NaN may come out as any
+// value; the forward's NaN rows are NaN through their softmax sum l instead.
+__device__ __forceinline__ Split split_probability(float x) {
+  const uint32_t big = to_tf32(x);
+  return Split{big, to_tf32(x - __uint_as_float(big))};
+}
+
 __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
