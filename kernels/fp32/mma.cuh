@@ -48,8 +48,9 @@ __device__ __forceinline__ Split split(float x) {
   const float rest = x - __uint_as_float(big);
   return rest == rest ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
 }
-// The split of a probability (in [0, 1], or NaN): no guard. A NaN may come out as any
-// value; the forward's NaN rows are NaN through their softmax sum l instead.
+// The split of a probability (in [0, 1], times dropout's keep factor, or NaN): no guard.
+// A NaN may come out as any value; the forward's NaN rows are NaN through their softmax
+// sum l instead.
 __device__ __forceinline__ Split split_probability(float x) {
   const uint32_t big = to_tf32(x);
   return Split{big, to_tf32(x - __uint_as_float(big))};
