@@ -82,7 +82,8 @@ template <int NS, int NO>
 __device__ __forceinline__ void pv_product(float (&acc)[NO][4], const float (&s)[NS][4], const uint32_t* v, int ldv) {
 #pragma unroll
   for (int n = 0; n < NS; ++n) {
-    const Split a[4] = {split_probability(s[n][0]), split_probability(s[n][2]), split_probability(s[n][1]), split_probability(s[n][3])};
+    const Split a[4] = {split_probability(s[n][0]), split_probability(s[n][2]), split_probability(s[n][1]),
+                        split_probability(s[n][3])};
 #pragma unroll
     for (int o = 0; o < NO; ++o) {
       Split b[2];
@@ -107,8 +108,9 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
-  uint32_t *const sq = reinterpret_cast<uint32_t*>(sm + T::q_off), *const sk = reinterpret_cast<uint32_t*>(sm + T::k_off),
-                 *const sv = reinterpret_cast<uint32_t*>(sm + T::v_off);
+  uint32_t *const sq = reinterpret_cast<uint32_t*>(sm + T::q_off),
+                  *const sk = reinterpret_cast<uint32_t*>(sm + T::k_off),
+                  *const sv = reinterpret_cast<uint32_t*>(sm + T::v_off);
   float* const stage = sm + T::stage_off;
 
   const int64_t n_qb = (p.seqlen_q + T::Br - 1) / T::Br;
