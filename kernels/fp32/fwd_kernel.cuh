@@ -1,15 +1,16 @@
 // Forward kernel of the fp32 family: FlashAttention-2 with 3xTF32 tensor-core products
 // (mma.cuh) and fp32 softmax.
 //
-// One CTA of 4 warps per (query block of Br rows, query head, sequence), last query block
-// first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16) of
-// the block whole, so the softmax reductions stay within a quad of lanes. Q stays in
-// shared memory; K and V tiles of Bc keys stream through one buffer each, the copy of the
-// next K tile overlapping the softmax and P V, the copy of the next V tile overlapping
-// Q K^T; tiles that the band mask or the block-sparse layout remove entirely are skipped.
-// P stays fp32 (split into its tf32 parts only as an operand of P V), passed from the
-// softmax to P V through the warp's rows of a shared P tile. Per
-// row, the same invariants as the CPU backend (src/cpu/flash_fwd.cpp):
+// One CTA of Br / 16 warps per (query block of Br rows, query head, sequence), last query
+// block first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16)
+// of the block whole, so the softmax reductions stay within a quad of lanes. Operands are
+// split once per CTA (split_tile.cuh): Q into a split tile at the start, each K and V tile
+// of Bc keys when its copy into the staging tile has landed; the copy of V_j overlaps
+// Q K_j^T and the softmax, that of K_j+1 the product P V_j. Tiles that the band mask or
+// the block-sparse layout remove entirely are skipped. P stays fp32 in the registers that
+// the softmax leaves it in, which under mma.cuh's relabelling of k are its A fragments of
+// P V, and is split there (it is never infinite: no guard). Per row, the same invariants as
+// the CPU backend (src/cpu/flash_fwd.cpp):
 //   m = max of the kept scores so far (-inf if none),
 //   l = sum exp(s - m) over kept scores (before dropout),
 //   acc = sum dropout(exp(s - m)) * v.
@@ -23,6 +24,7 @@
 #include "fp32/ctx.cuh"
 #include "fp32/mma.cuh"
 #include "fp32/scores.cuh"
+#include "fp32/split_tile.cuh"
 #include "fp32/tile_io.cuh"
 #include "fp32/traits.h"
 
@@ -73,15 +75,22 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&m)[2], f
   }
 }
 
-// Stores the warp's probabilities s (C layout) into its rows [m0, m0 + 16) of the P tile.
-template <int NS>
-__device__ __forceinline__ void store_p(float* sp, int ldp, const float (&s)[NS][4], int m0) {
+// acc += P V for the warp's 16 rows: P in the C layout of the scores (s[n] holds keys
+// [8n, 8n + 8)), which is the A fragment of k-step n with a1, a2 exchanged; V a split tile
+// with k = key down its columns.
+template <int NS, int NO>
+__device__ __forceinline__ void pv_product(float (&acc)[NO][4], const float (&s)[NS][4], const uint32_t* v, int ldv) {
 #pragma unroll
-  for (int n = 0; n < NS; ++n)
+  for (int n = 0; n < NS; ++n) {
+    const Split a[4] = {split_probability(s[n][0]), split_probability(s[n][2]), split_probability(s[n][1]),
+                        split_probability(s[n][3])};
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<float2*>(sp + (m0 + frag_row(2 * h)) * ldp + frag_col(n, 0)) =
-          make_float2(s[n][2 * h], s[n][2 * h + 1]);
+    for (int o = 0; o < NO; ++o) {
+      Split b[2];
+      load_b_split<false>(b, v, ldv, 8 * n, 8 * o);
+      mma3(acc[o], a, b);
+    }
+  }
 }
 
 // Start of the first tile at or after j0 that the band mask and the layout keep some of
@@ -99,7 +108,10 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
-  float *const sq = sm + T::q_off, *const sk = sm + T::k_off, *const sp = sm + T::p_off, *const sv = sm + T::v_off;
+  uint32_t *const sq = reinterpret_cast<uint32_t*>(sm + T::q_off),
+                  *const sk = reinterpret_cast<uint32_t*>(sm + T::k_off),
+                  *const sv = reinterpret_cast<uint32_t*>(sm + T::v_off);
+  float* const stage = sm + T::stage_off;
 
   const int64_t n_qb = (p.seqlen_q + T::Br - 1) / T::Br;
   const int64_t qb = n_qb - 1 - static_cast<int64_t>(blockIdx.x) % n_qb, bh = static_cast<int64_t>(blockIdx.x) / n_qb;
@@ -111,41 +123,46 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
   const float *q = static_cast<const float*>(p.q), *k = static_cast<const float*>(p.k),
               *v = static_cast<const float*>(p.v);
   const bool qc = chunked(q, p.q_stride), kc = chunked(k, p.k_stride), vc = chunked(v, p.v_stride);
-  const auto load_k = [&](int64_t j0) {
-    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, T::qk_pitch, kThreads>(sk, k, nk, dqk, kc,
-                                               [&](int r) { return k_row(p, c, p.k_stride, j0 + r); });
+  // Starts the copy of Bc rows of a tensor (row(st, r): the element offset of row r) into
+  // the staging tile, zeros past n rows and dim columns, and commits it.
+  const auto stage_rows = [&](const float* src, const Strides4& st, bool ch, int n, int dim, auto row) {
+    load_tile<T::Bc, D, T::stage_pitch, kThreads>(stage, src, n, dim, ch, [&](int r) { return row(st, r); });
+    copy_commit();
   };
-  const auto load_v = [&](int64_t j0) {
-    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
-    load_tile<T::Bc, D, T::v_pitch, kThreads>(sv, v, nk, dv, vc,
-                                              [&](int r) { return k_row(p, c, p.v_stride, j0 + r); });
+  const auto key_rows = [&](int64_t j0) {
+    return [&p, &c, j0](const Strides4& st, int r) { return k_row(p, c, st, j0 + r); };
   };
+  const auto keys_in = [&](int64_t j0) { return static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc); };
 
-  // Copy groups in flight: (Q, K_j), V_j; then K_next after Q K_j^T, V_next after P V_j.
-  load_tile<T::Br, D, T::qk_pitch, kThreads>(sq, q, nq, dqk, qc,
-                                             [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+  // Q, in pieces of Bc rows through the staging tile.
+  for (int r0 = 0; r0 < T::Br; r0 += T::Bc) {
+    stage_rows(q, p.q_stride, qc, nq - r0, dqk,
+               [&](const Strides4& st, int r) { return q_row(p, c, st, i0 + r0 + r); });
+    copy_wait<0>();
+    __syncthreads();  // the piece is in; the previous piece's split is done with the staging tile
+    split_a_rows<T::Bc, D, T::stage_pitch, T::q_pitch, kThreads>(sq + r0 / 2 * T::q_pitch, stage);
+    __syncthreads();
+  }
+  // The first K tile split, the copy of its V tile in flight.
   int64_t j0 = next_tile<T::Bc>(p, c, i0, nq, 0);
-  if (j0 < c.len_k) load_k(j0);
-  copy_commit();
-  if (j0 < c.len_k) load_v(j0);
-  copy_commit();
+  if (j0 < c.len_k) {
+    stage_rows(k, p.k_stride, kc, keys_in(j0), dqk, key_rows(j0));
+    copy_wait<0>();
+    __syncthreads();
+    split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
+    __syncthreads();
+    stage_rows(v, p.v_stride, vc, keys_in(j0), dv, key_rows(j0));
+  }
 
   const int m0 = 16 * warp_id();
   float acc[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   zero(acc);
   while (j0 < c.len_k) {
-    const int nk = static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc);
+    const int nk = keys_in(j0);
     const bool partial = classify_tile(p, c.h, c.shift, i0, nq, j0, nk) == kTilePartial;
-    copy_wait<1>();
-    __syncthreads();  // Q and K_j are in
     float s[NS][4];
     zero(s);
-    warp_gemm<false, true>(s, sq, T::qk_pitch, sk, T::qk_pitch, m0, 0, kd);
-    __syncthreads();  // every warp is done with K_j
-    const int64_t jn = next_tile<T::Bc>(p, c, i0, nq, j0 + T::Bc);
-    if (jn < c.len_k) load_k(jn);
-    copy_commit();
+    warp_gemm_split<true>(s, sq, T::q_pitch, sk, T::k_pitch, m0, 0, kd);
     finish_scores<false>(p, c, s, s, i0 + m0, j0, partial);
     softmax_step(s, m, l, acc);
     if (dropout_active(p.drop_threshold)) {
@@ -156,16 +173,22 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] *= dm[n][e];
     }
-    store_p(sp, T::p_pitch, s, m0);
-    copy_wait<1>();
-    __syncthreads();  // V_j and the warp's P are in
-    warp_gemm<false, false>(acc, sp, T::p_pitch, sv, T::v_pitch, m0, 0, T::Bc);
-    __syncthreads();  // every warp is done with V_j
-    if (jn < c.len_k) load_v(jn);
-    copy_commit();
+    copy_wait<0>();
+    __syncthreads();  // V_j is in; every warp is done with K_j and with V_j-1
+    split_columns<T::Bc, D, T::stage_pitch, T::v_pitch, kThreads>(sv, stage);
+    __syncthreads();  // V_j is split; the staging tile is free
+    const int64_t jn = next_tile<T::Bc>(p, c, i0, nq, j0 + T::Bc);
+    if (jn < c.len_k) stage_rows(k, p.k_stride, kc, keys_in(jn), dqk, key_rows(jn));
+    pv_product(acc, s, sv, T::v_pitch);
+    if (jn < c.len_k) {
+      copy_wait<0>();
+      __syncthreads();  // K_j+1 is in
+      split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
+      __syncthreads();  // K_j+1 is split; the staging tile is free
+      stage_rows(v, p.v_stride, vc, keys_in(jn), dv, key_rows(jn));
+    }
     j0 = jn;
   }
-  copy_wait<0>();
 
   // O = acc / l (0 for a fully masked row), LSE = m + log(l) (-inf).
   float one[2] = {1.f, 1.f};

@@ -30,11 +30,11 @@ __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
 __device__ __forceinline__ int frag_row(int e) { return lane_g() + 8 * (e >> 1); }
 __device__ __forceinline__ int frag_col(int n, int e) { return 8 * n + 2 * lane_t() + (e & 1); }
 
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+// x rounded to the nearest TF32 value, ties away from zero, for a finite x: half a TF32
+// unit (bit 12) added to the bits, the 13 bits below TF32's mantissa cleared. This is
+// cvt.rna.tf32.f32 for every finite x without the checks for non-finite ones that the
+// compiler wraps around that instruction.
+__device__ __forceinline__ uint32_t to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
 // x = big + small (+ a residue below 2^-22 |x|). A non-finite x (x - big is then NaN) goes
 // whole into the small term with a zero big one: of the three products only
@@ -47,6 +47,13 @@ __device__ __forceinline__ Split split(float x) {
   const uint32_t big = to_tf32(x);
   const float rest = x - __uint_as_float(big);
   return rest == rest ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
+}
+// The split of a probability (in [0, 1], times dropout's keep factor, or NaN): no guard.
+// A NaN may come out as any value; the forward's NaN rows are NaN through their softmax
+// sum l instead.
+__device__ __forceinline__ Split split_probability(float x) {
+  const uint32_t big = to_tf32(x);
+  return Split{big, to_tf32(x - __uint_as_float(big))};
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,

@@ -5,12 +5,15 @@
 //
 // Products run on warps of the 3xTF32 mma (mma.cuh). A CTA product of M rows (M / 16
 // warps along the rows, one 16-row fragment each) spreads its warps as WarpGrid says.
-// Shared tiles are row-major, rows 16-byte aligned for the asynchronous copies, with the
-// pitch that keeps their fragment loads (mma.cuh) free of bank conflicts: kpitch for a
+// Shared fp32 tiles are row-major, rows 16-byte aligned for the asynchronous copies, with
+// the pitch that keeps their fragment loads (mma.cuh) free of bank conflicts: kpitch for a
 // tile whose rows are read as k pairs (8 rows x 4 pairs of 8 bytes: rows 8 banks apart),
 // npitch for one read down its columns (pairs of rows 2t, 2t + 1 x 8 columns: rows 4
 // banks apart). The backward reads its tiles both ways and takes kpitch for the
-// head-dim-wide ones.
+// head-dim-wide ones. Split tiles (split_tile.cuh, read 8 lanes x 16 bytes a phase; pitches
+// in 4-byte words) take pair_pitch as B with k along their rows (rows 16 banks apart),
+// pair_row_pitch as B with k down their columns (rows 8 banks apart) and a_pitch as A
+// (rows 4 banks apart, each lane's 16 bytes 8 words after its neighbour's).
 #pragma once
 #include "common/hostdevice.h"
 
@@ -19,6 +22,9 @@ namespace fp32 {
 
 FA_HD constexpr int kpitch(int width) { return width + 8; }
 FA_HD constexpr int npitch(int width) { return width + 4; }
+FA_HD constexpr int pair_pitch(int width) { return 2 * width + 16; }
+FA_HD constexpr int pair_row_pitch(int width) { return 4 * width + 8; }
+FA_HD constexpr int a_pitch(int width) { return 4 * width + 4; }
 
 // Warps of a CTA of `warps` on an M x N product: M / 16 along the rows, the rest along the
 // columns, each warp a 16 x (N / cols) tile of NT fragments of 8 columns.
@@ -28,25 +34,29 @@ struct WarpGrid {
   static_assert(rows * cols == kWarps && width * cols == N && NT * 8 == width, "warp grid must tile the product");
 };
 
-// Forward: one CTA of 4 warps per (query block of Br = 64 rows, query head, sequence),
-// warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys; each warp passes its P
-// to its P V product through its rows of the P tile.
+// Forward: one CTA of Br / 16 warps per (query block of Br rows, query head, sequence),
+// warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys. Q, K and V are held as
+// split tiles (Q, K with k along their rows, V with k = key down its columns), split once
+// per CTA from a staging tile that the asynchronous copies fill (Q in pieces of Bc rows);
+// P stays in registers. Sizes: the CTAs per SM of min_blocks fit an H100's 228 KB and
+// every bucket an A100's 163 KB per block.
 template <int D>
 struct FwdTile {
-  static constexpr int kThreads = 128;
-  static constexpr int Br = 64;
-  static constexpr int Bc = D <= 64 ? 64 : 32;
-  // Q [Br x D], K [Bc x D], P [Br x Bc] (read as k pairs), V [Bc x D] (read down its columns)
-  static constexpr int qk_pitch = kpitch(D), p_pitch = kpitch(Bc), v_pitch = npitch(D);
+  static constexpr int Br = D <= 128 ? 64 : 32;
+  static constexpr int kThreads = Br / 16 * 32;
+  static constexpr int Bc = D <= 64 ? 32 : 16;
+  static constexpr int q_pitch = a_pitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
+                       stage_pitch = npitch(D);
   static constexpr int q_off = 0;
-  static constexpr int k_off = q_off + Br * qk_pitch;
-  static constexpr int p_off = k_off + Bc * qk_pitch;
-  static constexpr int v_off = p_off + Br * p_pitch;
-  static constexpr int floats = v_off + Bc * v_pitch;
+  static constexpr int k_off = q_off + Br / 2 * q_pitch;
+  static constexpr int v_off = k_off + Bc * k_pitch;
+  static constexpr int stage_off = v_off + Bc / 2 * v_pitch;
+  static constexpr int floats = stage_off + Bc * stage_pitch;
   static constexpr int smem_bytes = floats * 4;
   // CTAs per SM the kernel is compiled for (__launch_bounds__): two leave 255 registers
-  // per thread, which the products need without spilling.
+  // per thread.
   static constexpr int min_blocks = D <= 128 ? 2 : 1;
+  static_assert(Br % Bc == 0 && Bc % 16 == 0, "Q is staged in pieces of Bc rows, whole A fragments");
 };
 
 // Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,
