@@ -17,8 +17,7 @@
 //   descriptor; bwd_dq_cols), dK += dS^T Q, in that order (FA3's): dK runs on the tensor
 //   cores while the warpgroup stages the pieces in shared memory for warp 2, which adds them
 //   into the fp32 dQ accumulator (named barriers, bwd_schedule.cuh). The dQ GEMM reads both
-//   warpgroups' dS^T: a named barrier once both are stored. By keys dV is issued as soon as
-//   P^T is packed, before the wait for dP^T, so the exponentials run beside dP^T.
+//   warpgroups' dS^T: a named barrier once both are stored.
 // dS^T and P^T have two buffers, so a warpgroup writes the next step's while the other still
 // reads this step's: one named barrier per step. Epilogue: dK * scale and dV from registers
 // to the outputs (added to the values there when accumulating).
@@ -87,49 +86,35 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   fa2::wg_commit();
   fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true, kSw>(acc_dp, sm.v() + krows, sm.dout(sd) + qrows);
   fa2::wg_commit();
-  // LSE_2 read while S^T runs: read after the wait, the loads held up the exponentials (the
-  // consumers' largest stall in ncu's samples on an H100, d = 128).
-  float2 lse[kNT];
-  bwd_lse_pairs(lse, sm.lse(s) + 4u * q0);
   fa2::wg_wait<1>();  // S^T done; dP^T may still run
   fa2::wg_hold(acc_s);
   const float sl2 = p.scale * kLog2e;
-  bwd_probs<kMask>(acc_s, lse, sl2, p, w, key0, m0 + q0);
+  bwd_probs<kMask>(acc_s, sm.lse(s) + 4u * q0, sl2, p, w, key0, m0 + q0);
   fa2::wg_hold(acc_s);
-  uint32_t pa[kNT / 2][4], dsa[kNT / 2][4];
-  hopper::pack_a<T>(pa, acc_s);
-  // dV, the dQ pieces, dK (bwd_gemm_kv from the warpgroup's first column block,
-  // bwd_kv_first). dQ piece = dS K: A = dS^T, MN-major (k = keys along its rows); B = K's
-  // columns of the piece, MN-major.
-  constexpr uint32_t kColOff = static_cast<uint32_t>(bwd_kv_first<Cfg>(kCw) * kBlockM * kSw);
-  if constexpr (!Cfg::kSplitD) {
-    // By keys dV = P^T dO needs only this warpgroup's P^T: issued before the wait for dP^T,
-    // which therefore stays behind the exponentials (ptxas moves a wait that nothing pins
-    // above them, and they then ran after dP^T instead of beside it).
-    fa2::wg_fence();
-    bwd_gemm_kv<Cfg, T>(acc.dv, pa, 0u, sm.dout(sd) + kColOff);
-    fa2::wg_commit();
-    fa2::wg_wait<1>();  // dP^T done; dV may still run
-  } else {
-    fa2::wg_wait<0>();
-  }
+  fa2::wg_wait<0>();
   fa2::wg_hold(acc_dp);
   bwd_dscores(acc_dp, acc_s, sm.delta(s) + 4u * q0);
+  uint32_t pa[kNT / 2][4], dsa[kNT / 2][4];
+  hopper::pack_a<T>(pa, acc_s);
   hopper::pack_a<T>(dsa, acc_dp);
   if constexpr (Cfg::kSplitD) bwd_store_ds<Cfg>(sm.pt(buf), 0, pa, warp, g, t, q0 / 8);
   bwd_store_ds<Cfg>(sm.ds(buf), bwd_wg_key<Cfg>(cw), dsa, warp, g, t, q0 / 8);
   hopper::fence_proxy_async_smem();
-  // dQ reads the other warpgroup's half of dS^T (kSplitD: dV first reads its half of P^T).
-  hopper::bar_sync(kBarDsReady, 256);
-  if constexpr (Cfg::kSplitD) {
-    fa2::wg_fence();
-    bwd_gemm_kv<Cfg, T>(acc.dv, pa, sm.pt(buf), sm.dout(sd) + kColOff);
-    fa2::wg_commit();
-  }
+  // kSplitD: dV reads the other warpgroup's half of P^T.
+  if constexpr (Cfg::kSplitD) hopper::bar_sync(kBarDsReady, 256);
+
+  // dV, the dQ pieces, dK (bwd_gemm_kv from the warpgroup's first column block,
+  // bwd_kv_first). dQ piece = dS K: A = dS^T, MN-major (k = keys along its rows); B = K's
+  // columns of the piece, MN-major.
+  constexpr uint32_t kColOff = static_cast<uint32_t>(bwd_kv_first<Cfg>(kCw) * kBlockM * kSw);
+  fa2::wg_fence();
+  bwd_gemm_kv<Cfg, T>(acc.dv, pa, sm.pt(buf), sm.dout(sd) + kColOff);
+  fa2::wg_commit();
+  // By keys: dQ reads the other warpgroup's half of dS^T; its GEMMs are a new batch.
+  if constexpr (!Cfg::kSplitD) hopper::bar_sync(kBarDsReady, 256);
   float acc_dq[kPieces > 0 ? kPieces : 1][1][kPieceCols / 8][4];
-  // By keys the pieces and dK are a new batch (dK's A, dS^T, was written after dV's fence).
-  if constexpr (!Cfg::kSplitD) fa2::wg_fence();
   if constexpr (kPieces > 0) {
+    if constexpr (!Cfg::kSplitD) fa2::wg_fence();
 #pragma unroll
     for (int k = 0; k < kPieces; ++k)
       fa2::wg_gemm<T, kPieceCols / 8, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(

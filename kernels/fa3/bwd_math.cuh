@@ -24,25 +24,16 @@ __device__ __forceinline__ float2 bwd_row_pair(uint32_t rows, int nt, int t) {
   return v;
 }
 
-// This thread's LSE_2 pairs of the step (bwd_row_pair of every n8 tile).
-template <int NT>
-__device__ __forceinline__ void bwd_lse_pairs(float2 (&lse)[NT], uint32_t lse_rows) {
-  const int t = static_cast<int>(threadIdx.x) % 4;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) lse[nt] = bwd_row_pair(lse_rows, nt, t);
-}
-
-// S^T -> P^T in place, with the thread's LSE_2 pairs (bwd_lse_pairs). kMask: zero the
-// probabilities of queries past len_q, keys past len_k and (causal) keys j > i + shift. A
-// query that sees no key has LSE_2 = +inf (bwd_load_rows): its probabilities are 0 in every
-// block.
+// S^T -> P^T in place. kMask: zero the probabilities of queries past len_q, keys past len_k
+// and (causal) keys j > i + shift. A query that sees no key has LSE_2 = +inf (bwd_load_rows):
+// its probabilities are 0 in every block.
 template <bool kMask, int NT>
-__device__ __forceinline__ void bwd_probs(float (&acc)[1][NT][4], const float2 (&lse)[NT], float sl2,
-                                          const AttnParams& p, const BwdWork& w, int key0, int m0) {
+__device__ __forceinline__ void bwd_probs(float (&acc)[1][NT][4], uint32_t lse_rows, float sl2, const AttnParams& p,
+                                          const BwdWork& w, int key0, int m0) {
   const int t = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const float2 l = lse[nt];
+    const float2 l = bwd_row_pair(lse_rows, nt, t);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float pe = fa2::fast_exp2(fmaf(acc[0][nt][e], sl2, -((e & 1) ? l.y : l.x)));
