@@ -36,8 +36,8 @@ __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint3
 // boxes (bwd_reduce_dq): columns 32 b .. in box b (kDqBoxBytes apart), row r at r 128 bytes,
 // its 16-byte chunk c at c ^ (r % 8) (r % 8 = g). A warp's 8-byte stores go out by half-warp
 // (lanes g < 4, g >= 4), each best as 16 different 8-byte slots of one 128-byte row span: in
-// one store the lanes with t >= 2 take tile nt ^ 2 of the same box (chunk 2 (nt ^ 2) % 8 + 1
-// against the others' 2 nt % 8: the other half of the swizzle's chunks for g < 4 or g >= 4),
+// one store the lanes with t >= 2 take tile nt ^ 2 of the same box (chunk 2 ((nt ^ 2) % 4) + 1
+// against the others' 2 (nt % 4), both then XOR g: the other four chunks of the row span),
 // so every bank is hit once per half-warp. With every lane on tile nt the two groups of t
 // shared four chunks: a 2-way conflict, twice the wavefronts (ncu, H100). Rows at or past
 // rows_left (queries past len_q) are stored as 0: the reduce-add writes them into the next
