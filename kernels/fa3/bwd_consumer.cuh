@@ -70,7 +70,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
                                          BwdAcc<Cfg, kCw>& acc) {
   constexpr int kNT = Cfg::kWgQueries / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr int kSw = Cfg::kSwizzle;
-  static_assert(kPieces > 0 || !Cfg::kSeparateDo, "the separate dO ring is released with the pieces' GEMMs");
+  static_assert(kPieces > 0 || !Cfg::kSeparateDo, "dO's release waits for dV two batches back");
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), sd = bwd_stage<Cfg, Cfg::kDoStages>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
@@ -124,12 +124,16 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   }
   bwd_gemm_kv<Cfg, T>(acc.dk, dsa, sm.ds(buf), sm.q(s) + kColOff);
   fa2::wg_commit();
+  if constexpr (Cfg::kSeparateDo) {
+    // dV done (wgmma groups complete in order): the one dO stage is free for the next step's
+    // load while the pieces and dK still run.
+    fa2::wg_wait<2>();
+    hopper::mbar_arrive(sm.do_empty(sd));
+  }
   if constexpr (kPieces > 0) {
-    // dV and the pieces done (wgmma groups complete in order); dK may still run. The staging
-    // buffer is free once the writer warp arrived on its empty barrier (the protocol at
-    // bwd_reduce_dq).
+    // dV and the pieces done; dK may still run. The staging buffer is free once the writer
+    // warp arrived on its empty barrier (the protocol at bwd_reduce_dq).
     fa2::wg_wait<1>();
-    if constexpr (Cfg::kSeparateDo) hopper::mbar_arrive(sm.do_empty(sd));
 #pragma unroll
     for (int k = 0; k < kPieces; ++k) {
       fa2::wg_hold(acc_dq[k]);

@@ -33,13 +33,21 @@ __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint3
 
 // acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1); NT = 8, or
 // 4 for d = 96's narrow piece) into the dQ staging buffer sdq in the layout of the dQ map's
-// boxes (bwd_reduce_dq): columns 32 b .. in box b (kDqBoxBytes apart), row r at r 128 bytes, its 16-byte chunk c at c ^
-// (r % 8) (r % 8 = g): a warp's 8-byte stores hit every bank twice, the minimum. Rows at or past rows_left (queries
-// past len_q) are stored as 0: the reduce-add writes them into the next sequence's accumulator rows, and they hold dS K
-// of zero-filled dO rows, which NaN or Inf values can make NaN.
+// boxes (bwd_reduce_dq): columns 32 b .. in box b (kDqBoxBytes apart), row r at r 128 bytes,
+// its 16-byte chunk c at c ^ (r % 8) (r % 8 = g). A warp's 8-byte stores go out by half-warp
+// (lanes g < 4, g >= 4), each best as 16 different 8-byte slots of one 128-byte row span: in
+// one store the lanes with t >= 2 take tile nt ^ 2 of the same box (chunk 2 ((nt ^ 2) % 4) + 1
+// against the others' 2 (nt % 4), both then XOR g: the other four chunks of the row span),
+// so every bank is hit once per half-warp. With every lane on tile nt the two groups of t
+// shared four chunks: a 2-way conflict, twice the wavefronts (ncu, H100). Rows at or past
+// rows_left (queries past len_q) are stored as 0: the reduce-add writes them into the next
+// sequence's accumulator rows, and they hold dS K of zero-filled dO rows, which NaN or Inf
+// values can make NaN.
 template <class Cfg, int NT>
 __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1][NT][4], int rows_left, int warp, int g,
                                              int t) {
+  static_assert(NT % 4 == 0, "whole 32-column boxes");
+  const bool hi = t >= 2;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = warp * 16 + g + hh * 8;
@@ -47,11 +55,12 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
     const uint32_t row = sdq + static_cast<uint32_t>(r * 128 + (t & 1) * 8);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      const int ntl = hi ? nt ^ 2 : nt;  // the tile this lane stores
       const uint32_t a =
-          row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (nt % 4) + (t >> 1)) ^ g) << 4));
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? acc[0][nt][2 * hh] : 0.f),
-                   "f"(keep ? acc[0][nt][2 * hh + 1] : 0.f)
-                   : "memory");
+          row + static_cast<uint32_t>((nt / 4) * Cfg::kDqBoxBytes + (((2 * (ntl % 4) + (t >> 1)) ^ g) << 4));
+      const float x = hi ? acc[0][nt ^ 2][2 * hh] : acc[0][nt][2 * hh];
+      const float y = hi ? acc[0][nt ^ 2][2 * hh + 1] : acc[0][nt][2 * hh + 1];
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? x : 0.f), "f"(keep ? y : 0.f) : "memory");
     }
   }
 }

@@ -38,7 +38,7 @@ struct BwdTraits {
   static constexpr int kStages = 2;
   // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
   // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
-  // once the step's dV GEMM is done, so the next step's dO loads while dK runs.
+  // once the step's dV GEMM is done, so the next step's dO loads while dQ and dK run.
   static constexpr int kDoStages = D == 256 ? 1 : kStages;
   static constexpr bool kSeparateDo = kDoStages != kStages;
   static_assert(!kSeparateDo || kSplitD, "a separate dO ring is waited on by the head-dim-split step only");
