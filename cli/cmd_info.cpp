@@ -97,23 +97,27 @@ void print_support(flashattn_backend_t backend, int device) {
 
 // The CPU kernels' instruction sets (FLASHATTN_CPU_ISA in flashattn.h): each name that a
 // CPU plan creation accepts is usable here; the library uses the forced one, else the
-// best usable (the last in this list). A first plan under the caller's environment fixes
-// the process's set as the library would; the variable is restored afterwards.
+// best usable (the last in this list). The others are listed with the library's reason
+// (for amx: a missing CPU feature, or Linux refusing the tile data permission). A first
+// plan under the caller's environment fixes the process's set as the library would; the
+// variable is restored afterwards.
 void print_cpu_isa() {
-  const char* const names[] = {"baseline", "avx2", "avx512"};
+  const char* const names[] = {"baseline", "avx2", "avx512", "amx"};
   const char* env = std::getenv("FLASHATTN_CPU_ISA");
   const std::string forced = env ? env : "";
   flashattn_plan_t plan = nullptr;
   const bool forced_ok = flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS;
   const std::string refusal = forced_ok ? "" : flashattn_last_error();
   flashattn_plan_destroy(plan);
-  std::string usable, best;
+  std::string usable, best, refused;
   for (const char* name : names) {
     setenv("FLASHATTN_CPU_ISA", name, 1);
     plan = nullptr;
     if (flashattn_plan_create(&plan, FLASHATTN_BACKEND_CPU, 0) == FLASHATTN_STATUS_SUCCESS) {
       usable += (usable.empty() ? "" : ", ") + std::string(name);
       best = name;
+    } else {
+      refused += strf("\ncpu isa      %s not usable: %s", name, flashattn_last_error());
     }
     flashattn_plan_destroy(plan);
   }
@@ -128,6 +132,7 @@ void print_cpu_isa() {
     unsetenv("FLASHATTN_CPU_ISA");
     std::printf("cpu kernels  %s (usable here: %s; FLASHATTN_CPU_ISA forces one)\n", best.c_str(), usable.c_str());
   }
+  if (!refused.empty()) std::printf("%s\n", refused.c_str() + 1);
 }
 
 }  // namespace

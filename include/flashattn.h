@@ -29,8 +29,10 @@
  * - `FLASHATTN_CPU_THREADS`: threads of a CPU plan (a positive number; otherwise the
  *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
  *   plan's workspace sizes and runs use that value, whatever the variable says later.
- * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2` or
- *   `avx512` (unset: the best the CPU supports). For tests of every path; fixed for the
+ * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2`,
+ *   `avx512` or `amx` (avx512 with the bf16 forward's products on AMX-BF16 tiles; needs
+ *   Linux's tile data permission, which the library requests) (unset: the best the CPU
+ *   supports). For tests of every path; fixed for the
  *   process by its first CPU ::flashattn_plan_create, which refuses a name that is no
  *   set (INVALID_VALUE) or a set this CPU or build lacks (NOT_SUPPORTED).
  * - `FLASHATTN_CUBLAS_PATH`: the absolute path of the cuBLAS library the CUDA STANDARD

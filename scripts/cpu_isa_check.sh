@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks every CPU kernel instruction set this host has (baseline, avx2, avx512; see
+# Checks every CPU kernel instruction set this host has (baseline, avx2, avx512, amx; see
 # FLASHATTN_CPU_ISA in include/flashattn.h) and measures the CPU backend beside PyTorch:
 #   1. builds the `cpu` preset (-j of this host's cores),
 #   2. runs the library's CPU tests once per usable set with FLASHATTN_CPU_ISA forcing it
@@ -30,7 +30,7 @@ cli=build/cpu/cli/flashattn
 "$cli" info --no-probe
 
 usable=()
-for isa in baseline avx2 avx512; do
+for isa in baseline avx2 avx512 amx; do
   if FLASHATTN_CPU_ISA=$isa "$cli" info --no-probe | grep -q "forced by FLASHATTN_CPU_ISA"; then
     usable+=("$isa")
   else

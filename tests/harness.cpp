@@ -808,6 +808,15 @@ void check_dropout_below_threshold_is_off(const Config& c, MemOps& mem) {
   }
 }
 
+bool cpu_isa_usable(const char* isa) {
+  REQUIRE(setenv("FLASHATTN_CPU_ISA", isa, 1) == 0);
+  flashattn_plan_t p = nullptr;
+  const flashattn_status_t st = flashattn_plan_create(&p, FLASHATTN_BACKEND_CPU, 0);
+  flashattn_plan_destroy(p);
+  REQUIRE(unsetenv("FLASHATTN_CPU_ISA") == 0);
+  return st == FLASHATTN_STATUS_SUCCESS;
+}
+
 Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed) {
   Config c;
   c.name = name;

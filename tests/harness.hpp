@@ -181,6 +181,10 @@ flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, voi
 flashattn_status_t configure_plan(flashattn_plan_t plan, const Problem& p);
 
 LibResult run_library(const Problem& p, MemOps& mem, int device = 0);
+
+// Whether a CPU plan accepts FLASHATTN_CPU_ISA=isa (the build has the set and this CPU
+// supports it); the variable is unset afterwards.
+bool cpu_isa_usable(const char* isa);
 // Runs p (fwd, then bwd if p.cfg.backward) on an already configured plan.
 LibResult run_on_plan(flashattn_plan_t plan, const Problem& p, MemOps& mem);
 LibResult run_cpu(const Problem& p);

@@ -4,6 +4,7 @@
 // requires exact O = 0 / LSE = -inf / dQ = 0 on fully masked rows and untouched padding in
 // strided outputs.
 #include <math.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,7 +19,54 @@ namespace {
 
 const flashattn_dtype_t kDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 
+// Whether this process's bf16 forward multiplies on AMX tiles (src/cpu/cpu_impl.hpp,
+// amx_products): the amx set is usable here and FLASHATTN_CPU_ISA does not pick another.
+bool amx_active() {
+  const char* env = getenv("FLASHATTN_CPU_ISA");
+  return env != nullptr ? strcmp(env, "amx") == 0 : cpu_isa_usable("amx");
+}
+
 }  // namespace
+
+// The AMX products' edges: odd head dims (a last pair with a zero half, Q rows and K^T
+// padded to 32 head dims), dv off the 16-column unit, partial key tiles (V's last pair with
+// one key, P's padding columns), query tiles of 1-37 rows (32-row tile pairs), several
+// 64-row tiles and 256-row blocks, head dim 256, GQA, and the backward (fp32 kernels)
+// recomputing P from the LSE of the tile products, under every option that touches the
+// scores or P. Each is checked against the fp64 reference under the suite's 1x bound.
+TEST_CASE("bf16 forward on AMX tiles on awkward shapes", "[fwd][bwd]") {
+  if (!amx_active())
+    FA_SKIP_TEST("no AMX-BF16 here (or FLASHATTN_CPU_ISA picks another set): bf16 runs use the fp32 kernels");
+  struct S {
+    int64_t sq, sk, dqk, dv, hq, hkv;
+  };
+  const S shapes[] = {{37, 77, 33, 20, 2, 1},     {130, 1, 16, 16, 2, 2},   {100, 129, 64, 64, 4, 2},
+                      {300, 301, 128, 128, 2, 1}, {70, 65, 256, 256, 1, 1}, {9, 200, 1, 7, 3, 1},
+                      {33, 64, 31, 128, 1, 1}};
+  uint64_t seed = 1700;
+  for (const S& sh : shapes)
+    for (int variant = 0; variant < 3; ++variant) {
+      Config c = base_config("amx", sh.sq, sh.sk, sh.dqk, FLASHATTN_DTYPE_BF16, ++seed);
+      c.dv = sh.dv;
+      c.hq = sh.hq;
+      c.hkv = sh.hkv;
+      if (variant == 1) {
+        c.band = true;
+        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+        c.wr = 0;
+        c.softcap = 4.f;
+        c.p_drop = 0.25f;
+        c.seed = 5;
+      } else if (variant == 2) {
+        c.bias = FLASHATTN_BIAS_ALIBI;
+        c.band = true;
+        c.wl = 20;
+        c.wr = 3;
+        c.layout = Layout::Padded;
+      }
+      run_and_check_cpu(c);
+    }
+}
 
 TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd][bwd]") {
   const int64_t pairs[][2] = {{1, 1},   {1, 17},    {17, 1},    {17, 17},   {63, 65},

@@ -70,11 +70,26 @@ struct Carver {
   // A buffer of the product of `factors` floats.
   template <class... Ts>
   float* floats(Ts... factors) {
-    float* ptr = base ? reinterpret_cast<float*>(base + used.value()) : nullptr;
-    used += checked_product(factors..., sizeof(float)).round_up(kAlign);
+    return array<float>(factors...);
+  }
+  // A buffer of the product of `factors` 32-bit words (bf16 pairs, amx.hpp).
+  template <class... Ts>
+  uint32_t* words(Ts... factors) {
+    return array<uint32_t>(factors...);
+  }
+  template <class T, class... Ts>
+  T* array(Ts... factors) {
+    T* ptr = base ? reinterpret_cast<T*>(base + used.value()) : nullptr;
+    used += checked_product(factors..., sizeof(T)).round_up(kAlign);
     return ptr;
   }
 };
+
+// Whether forward run p multiplies on AMX tiles (amx.hpp): bf16 inputs without rotary
+// embedding on the amx set. Its GEMM blocks then compute S = Q K^T and P V with bf16
+// operands and fp32 sums (P rounded to bf16, as torch's CPU attention and the GPU kernels
+// do); dot blocks (decode) keep their fp32 products.
+bool amx_products(const AttnParams& p);
 
 // Per-thread slot bytes and shared bytes of each algorithm.
 CheckedSize flash_fwd_shared_bytes(const AttnParams& p);

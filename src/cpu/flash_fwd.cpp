@@ -16,7 +16,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/amx.hpp"
 #include "cpu/cpu_impl.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/kvcache.hpp"
 #include "cpu/scores.hpp"
 #include "cpu/tensor_view.hpp"
@@ -36,10 +38,11 @@ namespace {
 constexpr int kSub = static_cast<int>(kFwdBlockRows / kBr);
 
 struct RowState {
-  float* q;    // [kBr x dqk] row-major (dot blocks), or kBr / kTileN panels of [dqk x kTileN]
-  float* acc;  // [kBr x dvp]
-  float* m;    // [kBr]
-  float* l;    // [kBr]
+  float* q;      // [kBr x dqk] row-major (dot blocks), or kBr / kTileN panels of [dqk x kTileN]
+  float* acc;    // [kBr x dvp]
+  float* m;      // [kBr]
+  float* l;      // [kBr]
+  uint32_t* qa;  // amx_products runs only: [kBr x qwords] Q rows as bf16 pairs (amx.hpp's A)
 };
 
 struct FwdSlot {
@@ -51,16 +54,34 @@ struct FwdSlot {
   float* drop;   // [kBc x kBr]   dropout multipliers, laid out as s (dropout only)
   float* alpha;  // [kBr]         rescale factors
   float* tmp;    // [dvp]         output row staging
+  // amx_products runs only: the tile operands (amx.hpp) of the GEMM blocks
+  uint32_t* kt;  // [qwords x kBc]   K^T, pairs of head dims (B of S = Q K^T)
+  uint32_t* vp;  // [kBc / 2 x dvp]  V, pairs of keys (B of P V)
+  uint32_t* pa;  // [kBr x kBc / 2]  P rows rounded to bf16 (A of P V)
 };
+
+// Words per row of the AMX Q rows (and pair rows of K^T): head_dim_qk in bf16 pairs,
+// padded with zero pairs to whole tile rows.
+int64_t amx_q_words(const AttnParams& p) {
+#if FA_HAVE_X86_BUILDS
+  return round_up(ceil_div(p.head_dim_qk, 2), kAmxWords);
+#else
+  (void)p;
+  return 0;
+#endif
+}
 
 FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   FwdSlot s;
+  const bool amx = amx_products(p);
+  const int64_t qwords = amx_q_words(p);
   for (RowState& r : s.sub) {
     r.q = cv.floats(kBr, dqk);
     r.acc = cv.floats(kBr, dvp);
     r.m = cv.floats(kBr);
     r.l = cv.floats(kBr);
+    r.qa = amx ? cv.words(kBr, qwords) : nullptr;
   }
   s.qrows = cv.floats(kBr, dqk);
   s.k = cv.floats(kBc, dqk);
@@ -69,6 +90,9 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   s.drop = dropout_active(p.drop_threshold) ? cv.floats(kBr, kBc) : nullptr;
   s.alpha = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
+  s.kt = amx ? cv.words(qwords, kBc) : nullptr;
+  s.vp = amx ? cv.words(kBc / 2, dvp) : nullptr;
+  s.pa = amx ? cv.words(kBr, kBc / 2) : nullptr;
   return s;
 }
 
@@ -109,17 +133,52 @@ KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t
   return t;
 }
 
+#if FA_HAVE_X86_BUILDS
+// Packs the key tile [j0, j0 + nj) of c (bf16) for the AMX products: K^T's pairs of head
+// dims and V's pairs of keys, read from the inputs in place (rows through key_row_offset,
+// so pages too); keys past nj and head dims past the inputs' are zeros.
+void pack_key_tile_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, const FwdSlot& w) {
+  const uint16_t* rows[kBc];
+  for (int64_t r = 0; r < nj; ++r)
+    rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0 + r)));
+  amx_words_t(rows, nj, p.head_dim_qk, amx_q_words(p), w.kt, kBc);
+  for (int64_t r = 0; r < nj; ++r)
+    rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0 + r)));
+  amx_pairs(rows, nj, p.head_dim_v, kBc / 2, w.vp, round_up(p.head_dim_v, kTileN));
+}
+#endif
+
 // One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
 // GEMM blocks work on S^T = K Q^T (K row-major as A, Q in panels as B): each query row is
 // a column, so the softmax runs down columns in vector lanes, with no reduction across
 // lanes, and K needs no transposing. Dot blocks (few rows) work on S = Q K^T by dot
-// products, row by row. Both give every score the same sum in the same order.
+// products, row by row. Both give every score the same sum in the same order. AMX runs
+// (amx_products) work on S = Q K^T as dot blocks do, with the two products on tiles: Q
+// rows and P rows (rounded to bf16) as A, K^T and V packed once per key tile as B.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
                  bool dots, const KeyTile& kt, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   const bool partial = kind == kTilePartial;
+#if FA_HAVE_X86_BUILDS
+  if (!dots && w.kt != nullptr) {
+    const int64_t mr = round_up(ni, 32);  // rows multiplied: whole 32-row tile pairs
+    amx_gemm(mr, kBc, amx_q_words(p), st.qa, amx_q_words(p), w.kt, kBc, w.s, kBc, false);
+    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
+    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
+    online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+    // Dropout zeroes P where dropped and leaves 1 / (1 - p_drop) to finish_rows: P itself
+    // is rounded to bf16 below, and a P of 1 (one visible key) stays exact that way.
+    if (w.drop)
+      for (int64_t r = 0; r < ni; ++r)
+        for (int64_t x = 0; x < nj; ++x)
+          if (w.drop[r * kBc + x] == 0.f) w.s[r * kBc + x] = 0.f;
+    amx_rows(w.s, kBc, ni, kBc, mr, kBc / 2, w.pa);
+    amx_gemm(mr, dvp, kBc / 2, w.pa, kBc / 2, w.vp, dvp, st.acc, dvp, true);
+    return;
+  }
+#endif
   if (dots) {
     if (kt.kh != nullptr) {  // padding columns: transform_scores
       dot_rows_h(ni, nj, dqk, st.q, dqk, kt.kh, kt.ldk, w.s, kBc, p.dtype == kBf16);
@@ -149,9 +208,10 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
 }
 
 // Writes O and LSE of rows [i0, i0 + ni) of context c from their state st, or with parts
-// (split s of a split run) the normalized partial O and LSE of the keys it covered.
+// (split s of a split run) the normalized partial O and LSE of the keys it covered. O is
+// acc * (keep / l): keep is 1, or 1 / (1 - p_drop) where update_rows left it out of P.
 void finish_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const RowState& st, const FwdSlot& w,
-                 const SplitParts* parts, int64_t s) {
+                 const SplitParts* parts, int64_t s, float keep) {
   const int64_t dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   for (int64_t r = 0; r < ni; ++r) {
     const int64_t i = i0 + r;
@@ -159,7 +219,7 @@ void finish_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     // exp(0) = 1): a fully masked row. A NaN l (a NaN or +inf score) is not empty and
     // makes O and LSE NaN.
     const bool empty = st.l[r] == 0.f;
-    const float inv = empty ? 0.f : 1.f / st.l[r];
+    const float inv = empty ? 0.f : keep / st.l[r];
     const float lse = empty ? -INFINITY : st.m[r] + logf(st.l[r]);
     if (parts != nullptr) {
       const int64_t row = split_row(p, s, c.b, c.h, i);
@@ -209,6 +269,12 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
     float* q = dots ? st.q : w.qrows;
     // Every row of the tile, the padding rows' too: the column softmax reads them all.
     start_rows(p, c, start, rows[sb], q, st, kBr);
+#if FA_HAVE_X86_BUILDS
+    if (!dots && st.qa != nullptr) {
+      amx_rows(q, dqk, rows[sb], dqk, kBr, amx_q_words(p), st.qa);
+      continue;
+    }
+#endif
     if (!dots) pack_panels(q, dqk, rows[sb], dqk, st.q);
   }
 
@@ -221,13 +287,23 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
       any |= kind[sb] != kTileSkip;
     }
     if (!any) continue;
+#if FA_HAVE_X86_BUILDS
+    if (!dots && w.kt != nullptr) {
+      pack_key_tile_amx(p, c, j0, nj, w);
+      for (int sb = 0; sb < kSub; ++sb)
+        if (kind[sb] != kTileSkip)
+          update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], false, KeyTile{}, w.sub[sb], w);
+      continue;
+    }
+#endif
     const KeyTile kt = load_key_tile(p, c, j0, nj, dots, w);
     for (int sb = 0; sb < kSub; ++sb) {
       if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, kt, w.sub[sb], w);
     }
   }
 
-  for (int sb = 0; sb < kSub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s);
+  const float keep = !dots && w.kt != nullptr && w.drop != nullptr ? p.rp_keep : 1.f;
+  for (int sb = 0; sb < kSub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s, keep);
 }
 
 // The keys [*j_begin, *j_end) of split s of n_splits over len_k keys: whole kBc tiles, the
@@ -260,7 +336,7 @@ void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t
   for (int64_t e = 0; e < nh; ++e) {
     ctx[e] = make_head_ctx(p, b, h0 + e);
     rows = ctx[e].len_q;
-    st[e] = RowState{all.q + e * rows * dqk, all.acc + e * rows * dvp, all.m + e * rows, all.l + e * rows};
+    st[e] = RowState{all.q + e * rows * dqk, all.acc + e * rows * dvp, all.m + e * rows, all.l + e * rows, nullptr};
     start_rows(p, ctx[e], 0, rows, st[e].q, st[e], rows);
   }
   if (rows == 0) return;  // varlen: an empty sequence
@@ -287,7 +363,7 @@ void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t
       e0 = e1;
     }
   }
-  for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s);
+  for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s, 1.f);
 }
 
 // Query heads per decode task: whole GQA groups of kv heads while their rows fit one
@@ -300,6 +376,8 @@ int64_t decode_heads_per_task(const AttnParams& p) {
 }
 
 }  // namespace
+
+bool amx_products(const AttnParams& p) { return p.dtype == kBf16 && p.rotary == 0 && selected_isa() == Isa::kAmx; }
 
 bool decode_schedule(const AttnParams& p) { return p.direction == kForward && p.seqlen_q <= kDotRows; }
 
@@ -351,6 +429,9 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   run_team(team, [&](const TeamMember& me) {
     Carver cv{workspace + shared + static_cast<size_t>(me.id) * slot_bytes};
     const FwdSlot w = carve_fwd(p, cv);
+#if FA_HAVE_X86_BUILDS
+    const AmxTiles tiles(w.kt != nullptr);  // this member's tile configuration, for the run
+#endif
     // The P V GEMM reads V's columns past head_dim_v, which the loads leave as they are:
     // zero them once per run, so they stay finite. The scores of the Q panels' rows past a
     // partial tile are overwritten (-inf) before use; everything else in the slot is

@@ -1,15 +1,25 @@
 #include "cpu/isa.hpp"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.hpp"
 
+#if FA_HAVE_X86_BUILDS
+#include <cpuid.h>
+#endif
+#if FA_HAVE_X86_BUILDS && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace flashattn {
 namespace cpu {
 namespace {
 
-const char* const kNames[kIsaCount] = {"baseline", "avx2", "avx512"};
+const char* const kNames[kIsaCount] = {"baseline", "avx2", "avx512", "amx"};
 
 // FLASHATTN_CPU_ISA's set: -1 when unset, kIsaCount for a name that is no set.
 int forced_index() {
@@ -28,7 +38,50 @@ Isa pick() {
   return Isa::kBaseline;
 }
 
+#if FA_HAVE_X86_BUILDS
+// The CPU's AMX-BF16 features and the OS's tile state (XCR0 bits 17 and 18), or what lacks.
+const char* amx_cpu_refusal() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "the CPU reports no extended features (CPUID leaf 7)";
+  if (!(b & (1u << 30))) return "the CPU lacks AVX512BW";
+  if (!(d & (1u << 24)) || !(d & (1u << 22))) return "the CPU lacks AMX-TILE and AMX-BF16";
+  const unsigned max_sub = a;
+  if (max_sub < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return "the CPU lacks AVX512-BF16";
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return "the OS does not enable XSAVE";
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return "the OS does not enable the AMX tile state (XCR0)";
+  return nullptr;
+}
+
+// Asks Linux for the process's permission to use AMX tile data (arch_prctl
+// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: Linux 5.16 and later), once per process.
+const char* amx_refusal_once() {
+  if (!isa_usable(Isa::kAvx512)) return "the CPU lacks AVX-512F";
+  if (const char* why = amx_cpu_refusal()) return why;
+#if defined(__linux__)
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0) return nullptr;
+  static char why[160];
+  snprintf(why, sizeof why, "Linux refused the AMX tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM: %s)",
+           strerror(errno));
+  return why;
+#else
+  return "AMX tile data needs Linux's permission request (arch_prctl), and this is not Linux";
+#endif
+}
+#endif
+
 }  // namespace
+
+const char* amx_refusal() {
+#if FA_HAVE_X86_BUILDS
+  static const char* const why = amx_refusal_once();  // once per process, thread-safely
+  return why;
+#else
+  return "this build has no x86-64 instruction sets";
+#endif
+}
 
 const char* isa_name(Isa isa) { return kNames[static_cast<int>(isa)]; }
 
@@ -43,6 +96,7 @@ bool isa_usable(Isa isa) {
     case Isa::kAvx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAmx: return amx_refusal() == nullptr;
 #endif
     default: return false;
   }
@@ -58,8 +112,10 @@ flashattn_status_t check_forced_isa() {
   const int forced = forced_index();
   if (forced < 0) return FLASHATTN_STATUS_SUCCESS;
   if (forced == kIsaCount)
-    return fail(FLASHATTN_STATUS_INVALID_VALUE, "FLASHATTN_CPU_ISA=%s is not one of baseline, avx2, avx512",
+    return fail(FLASHATTN_STATUS_INVALID_VALUE, "FLASHATTN_CPU_ISA=%s is not one of baseline, avx2, avx512, amx",
                 secure_getenv("FLASHATTN_CPU_ISA"));
+  if (static_cast<Isa>(forced) == Isa::kAmx && amx_refusal() != nullptr)
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "FLASHATTN_CPU_ISA=amx: %s", amx_refusal());
   if (!isa_usable(static_cast<Isa>(forced)))
     return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                 "FLASHATTN_CPU_ISA=%s: this CPU (or this build) lacks that instruction set", kNames[forced]);

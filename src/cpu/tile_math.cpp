@@ -95,6 +95,7 @@ struct KernelTable {
 KernelTable pick_kernels() {
   switch (selected_isa()) {
 #if FA_HAVE_X86_BUILDS
+    case Isa::kAmx:  // the avx512 kernels; bf16 forward products on AMX tiles (amx.hpp)
     case Isa::kAvx512: return FA_TABLE(isa_avx512);
     case Isa::kAvx2: return FA_TABLE(isa_avx2);
 #endif

@@ -1,0 +1,67 @@
+// AMX-BF16 tile products of the amx instruction set (isa.hpp): the bf16 forward's Q K^T and
+// P V (flash_fwd.cpp), and the packers that lay their operands out for the tiles.
+//
+// Operands are 32-bit words, each holding one pair of bf16 elements along the product's
+// inner index k (element 2t in the low half, 2t + 1 in the high half):
+//   A, rows of words:  A[i * lda + t] = (a(i, 2t), a(i, 2t + 1))  (a stored bf16 row),
+//   B, rows of pairs:  B[t * ldb + j] = (b(2t, j), b(2t + 1, j)).
+// tdpbf16ps adds a pair's two exact products to an fp32 sum one after the other, pairs in
+// increasing t, so each C element is one fixed sequence of fp32 additions whatever the
+// blocking, the thread or the thread count.
+//
+// A thread multiplies between amx_tiles_begin and amx_tiles_end (AmxTiles), which load and
+// release the tile configuration: loaded per run and per team member, so that another
+// library's tile use on the same thread between runs (oneDNN's, in a process that also
+// runs PyTorch) cannot leave a different configuration behind.
+#pragma once
+#include <stdint.h>
+
+#include "cpu/isa.hpp"
+
+#if FA_HAVE_X86_BUILDS
+namespace flashattn {
+namespace cpu {
+
+constexpr int64_t kAmxWords = 16;  // words per tile row: the k step of one tdpbf16ps (32 bf16)
+
+void amx_tiles_begin();
+void amx_tiles_end();
+
+// The calling thread's tiles, configured for amx_gemm while it lives (when on).
+class AmxTiles {
+ public:
+  explicit AmxTiles(bool on) : on_(on) {
+    if (on_) amx_tiles_begin();
+  }
+  ~AmxTiles() {
+    if (on_) amx_tiles_end();
+  }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+
+ private:
+  bool on_;
+};
+
+// C[M x N] = (accumulate ? C : 0) + A B over K2 words (2 K2 elements of k); M % 32 == 0,
+// N % 16 == 0, K2 % kAmxWords == 0. Row strides lda, ldb in words, ldc in floats.
+void amx_gemm(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
+              float* C, int64_t ldc, bool accumulate);
+
+// A operand from fp32 rows: out[r * words + t] = (x(r, 2t), x(r, 2t + 1)) rounded to bf16
+// (nearest even), x(r, k) = x[r * ld + k] for r < rows and k < n, else 0; r < rows_out,
+// t < words (2 words >= n).
+void amx_rows(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t rows_out, int64_t words, uint32_t* out);
+
+// B operand transposed from bf16 rows (row j at rows[j], n elements): out[t * ldo + j] =
+// word t of row j (an odd n's last word with a zero high half) for j < nrows and
+// t < ceil(n / 2), else 0; t < words, j < ldo.
+void amx_words_t(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t words, uint32_t* out, int64_t ldo);
+
+// B operand from pairs of bf16 rows: out[t * ldo + e] = (row 2t [e], row 2t + 1 [e]) with
+// row j at rows[j] for j < nrows and e < n, else 0; t < pairs, e < ldo.
+void amx_pairs(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t pairs, uint32_t* out, int64_t ldo);
+
+}  // namespace cpu
+}  // namespace flashattn
+#endif
