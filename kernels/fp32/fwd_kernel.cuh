@@ -4,7 +4,8 @@
 // One CTA of Br / 16 warps per (query block of Br rows, query head, sequence), last query
 // block first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16)
 // of the block whole, so the softmax reductions stay within a quad of lanes. Operands are
-// split once per CTA (split_tile.cuh): Q into a split tile at the start, each K and V tile
+// split once per CTA (split_tile.cuh): Q into a split tile at the start (at D = 256 Q stays
+// fp32 and splits as Q K^T reads it: traits.h), each K and V tile
 // of Bc keys when its copy into the staging tile has landed; the copy of V_j overlaps
 // Q K_j^T and the softmax, that of K_j+1 the product P V_j. Tiles that the band mask or
 // the block-sparse layout remove entirely are skipped. P stays fp32 in the registers that
@@ -134,13 +135,21 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
   };
   const auto keys_in = [&](int64_t j0) { return static_cast<int>(c.len_k - j0 < T::Bc ? c.len_k - j0 : T::Bc); };
 
-  // Q, in pieces of Bc rows through the staging tile.
-  for (int r0 = 0; r0 < T::Br; r0 += T::Bc) {
-    stage_rows(q, p.q_stride, qc, nq - r0, dqk,
-               [&](const Strides4& st, int r) { return q_row(p, c, st, i0 + r0 + r); });
+  // Q: split, in pieces of Bc rows through the staging tile; or as it is.
+  if constexpr (T::kSplitQ) {
+    for (int r0 = 0; r0 < T::Br; r0 += T::Bc) {
+      stage_rows(q, p.q_stride, qc, nq - r0, dqk,
+                 [&](const Strides4& st, int r) { return q_row(p, c, st, i0 + r0 + r); });
+      copy_wait<0>();
+      __syncthreads();  // the piece is in; the previous piece's split is done with the staging tile
+      split_a_rows<T::Bc, D, T::stage_pitch, T::q_pitch, kThreads>(sq + r0 / 2 * T::q_pitch, stage);
+      __syncthreads();
+    }
+  } else {
+    load_tile<T::Br, D, T::q_pitch, kThreads>(reinterpret_cast<float*>(sq), q, nq, dqk, qc,
+                                               [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+    copy_commit();
     copy_wait<0>();
-    __syncthreads();  // the piece is in; the previous piece's split is done with the staging tile
-    split_a_rows<T::Bc, D, T::stage_pitch, T::q_pitch, kThreads>(sq + r0 / 2 * T::q_pitch, stage);
     __syncthreads();
   }
   // The first K tile split, the copy of its V tile in flight.
@@ -162,7 +171,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
     const bool partial = classify_tile(p, c.h, c.shift, i0, nq, j0, nk) == kTilePartial;
     float s[NS][4];
     zero(s);
-    warp_gemm_split<true>(s, sq, T::q_pitch, sk, T::k_pitch, m0, 0, kd);
+    warp_gemm_split<true, T::kSplitQ>(s, sq, T::q_pitch, sk, T::k_pitch, m0, 0, kd);
     finish_scores<false>(p, c, s, s, i0 + m0, j0, partial);
     softmax_step(s, m, l, acc);
     if (dropout_active(p.drop_threshold)) {

@@ -99,15 +99,19 @@ __device__ __forceinline__ void load_b_split(Split (&f)[2], const uint32_t* b, i
   f[1] = Split{x.y, x.w};
 }
 
-// c[NT][4] += A[m0 .. m0+16][0 .. kdim) B[0 .. kdim)[n0 .. n0 + 8 NT) for one warp, A an A
-// split tile, B as load_b_split<kBKMajor> reads it; kdim a multiple of 8.
-template <bool kBKMajor, int NT>
+// c[NT][4] += A[m0 .. m0+16][0 .. kdim) B[0 .. kdim)[n0 .. n0 + 8 NT) for one warp: A an A
+// split tile (kASplit), else an fp32 tile at a[m * lda + k] split as it is read (mma.cuh's
+// load_a); B as load_b_split<kBKMajor> reads it; kdim a multiple of 8.
+template <bool kBKMajor, bool kASplit, int NT>
 __device__ __forceinline__ void warp_gemm_split(float (&c)[NT][4], const uint32_t* a, int lda, const uint32_t* b,
                                                 int ldb, int m0, int n0, int kdim) {
 #pragma unroll 2
   for (int k0 = 0; k0 < kdim; k0 += 8) {
     Split af[4];
-    load_a_split(af, a, lda, m0, k0);
+    if constexpr (kASplit)
+      load_a_split(af, a, lda, m0, k0);
+    else
+      load_a<false>(af, reinterpret_cast<const float*>(a), lda, m0, k0);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       Split bf[2];

@@ -20,6 +20,10 @@
 namespace flashattn {
 namespace fp32 {
 
+// Dynamic shared memory a block may opt in to on compute capability 8.0 (A100), the
+// smallest of the targets the fp32 kernels serve at every head-dim bucket.
+constexpr int kSm80SmemPerBlock = 166912;
+
 FA_HD constexpr int kpitch(int width) { return width + 8; }
 FA_HD constexpr int npitch(int width) { return width + 4; }
 FA_HD constexpr int pair_pitch(int width) { return 2 * width + 16; }
@@ -34,21 +38,24 @@ struct WarpGrid {
   static_assert(rows * cols == kWarps && width * cols == N && NT * 8 == width, "warp grid must tile the product");
 };
 
-// Forward: one CTA of Br / 16 warps per (query block of Br rows, query head, sequence),
-// warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys. Q, K and V are held as
-// split tiles (Q, K with k along their rows, V with k = key down its columns), split once
-// per CTA from a staging tile that the asynchronous copies fill (Q in pieces of Bc rows);
-// P stays in registers. Sizes: the CTAs per SM of min_blocks fit an H100's 228 KB and
-// every bucket an A100's 163 KB per block.
+// Forward: one CTA of 4 warps per (query block of Br = 64 rows, query head, sequence),
+// warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys. K and V are held as split
+// tiles (K with k along its rows, V with k = key down its columns), split once per CTA from
+// a staging tile that the asynchronous copies fill; so is Q (an A split tile, staged in
+// pieces of Bc rows) where that fits: up to D = 128. At D = 256 a split Q would leave room
+// for one warp pair only within an A100's shared memory, so Q stays an fp32 tile there
+// (kpitch) whose fragments split as the products read them. P stays in registers. Sizes:
+// the CTAs per SM of min_blocks fit an H100's 228 KB and every bucket an A100's block.
 template <int D>
 struct FwdTile {
-  static constexpr int Br = D <= 128 ? 64 : 32;
+  static constexpr int Br = 64;
   static constexpr int kThreads = Br / 16 * 32;
   static constexpr int Bc = D <= 64 ? 32 : 16;
-  static constexpr int q_pitch = a_pitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
-                       stage_pitch = npitch(D);
+  static constexpr bool kSplitQ = D <= 128;
+  static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D),
+                       v_pitch = pair_row_pitch(D), stage_pitch = npitch(D);
   static constexpr int q_off = 0;
-  static constexpr int k_off = q_off + Br / 2 * q_pitch;
+  static constexpr int k_off = q_off + (kSplitQ ? Br / 2 : Br) * q_pitch;
   static constexpr int v_off = k_off + Bc * k_pitch;
   static constexpr int stage_off = v_off + Bc / 2 * v_pitch;
   static constexpr int floats = stage_off + Bc * stage_pitch;
@@ -57,6 +64,7 @@ struct FwdTile {
   // per thread.
   static constexpr int min_blocks = D <= 128 ? 2 : 1;
   static_assert(Br % Bc == 0 && Bc % 16 == 0, "Q is staged in pieces of Bc rows, whole A fragments");
+  static_assert(smem_bytes <= kSm80SmemPerBlock, "every bucket fits an A100's shared memory per block");
 };
 
 // Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,
