@@ -60,9 +60,9 @@ TEST_CASE("forward paths: awkward lengths at every served head dim, causal in bo
   // head_dim_qk 192, 128 x 64 at d = 256): no key block then takes the element mask unless
   // causal. Query tiles whose last consumer warpgroups hold few rows or none (17, 129, 300,
   // 1000 rows in 192-row tiles).
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},     {17, 129},  {129, 17},  {129, 129},
-                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {128, 384}, {384, 128},
-                              {128, 224},  {300, 336},  {192, 320}};
+  const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},     {17, 129},    {129, 17},
+                              {129, 129}, {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256},
+                              {128, 384}, {384, 128},  {128, 224},  {300, 336},   {192, 320}};
   uint64_t seed = 9000;
   for (const HeadDims& d : kServedDims)
     for (const auto& pr : pairs)

@@ -200,8 +200,8 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     for (int hh = 0; hh < 2; ++hh) {
       const int r = warp * 16 + g + hh * 8;
       const int x = (r * kSw / 128) % kChunks;
-      const uint32_t a =
-          so_rows + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw + (((nv % kChunks) ^ x) << 4) + t * 4);
+      const uint32_t a = so_rows + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw +
+                                                         (((nv % kChunks) ^ x) << 4) + t * 4);
       const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }

@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) 
     }
   } else {
     load_tile<T::Br, D, T::q_pitch, kThreads>(reinterpret_cast<float*>(sq), q, nq, dqk, qc,
-                                               [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
+                                              [&](int r) { return q_row(p, c, p.q_stride, i0 + r); });
     copy_commit();
     copy_wait<0>();
     __syncthreads();

@@ -108,10 +108,8 @@ __device__ __forceinline__ void warp_gemm_split(float (&c)[NT][4], const uint32_
 #pragma unroll 2
   for (int k0 = 0; k0 < kdim; k0 += 8) {
     Split af[4];
-    if constexpr (kASplit)
-      load_a_split(af, a, lda, m0, k0);
-    else
-      load_a<false>(af, reinterpret_cast<const float*>(a), lda, m0, k0);
+    if constexpr (kASplit) load_a_split(af, a, lda, m0, k0);
+    else load_a<false>(af, reinterpret_cast<const float*>(a), lda, m0, k0);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       Split bf[2];

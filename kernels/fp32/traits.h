@@ -52,8 +52,8 @@ struct FwdTile {
   static constexpr int kThreads = Br / 16 * 32;
   static constexpr int Bc = D <= 64 ? 32 : 16;
   static constexpr bool kSplitQ = D <= 128;
-  static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D),
-                       v_pitch = pair_row_pitch(D), stage_pitch = npitch(D);
+  static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
+                       stage_pitch = npitch(D);
   static constexpr int q_off = 0;
   static constexpr int k_off = q_off + (kSplitQ ? Br / 2 : Br) * q_pitch;
   static constexpr int v_off = k_off + Bc * k_pitch;
