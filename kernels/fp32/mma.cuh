@@ -36,17 +36,19 @@ __device__ __forceinline__ int frag_col(int n, int e) { return 8 * n + 2 * lane_
 // compiler wraps around that instruction.
 __device__ __forceinline__ uint32_t to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
-// x = big + small (+ a residue below 2^-22 |x|). A non-finite x (x - big is then NaN) goes
-// whole into the small term with a zero big one: of the three products only
-// small_x * big_y sees it, which gives what the exact product gives (+-inf times a
-// nonzero y, NaN times anything), where inf * small_y = inf * 0 would make a NaN.
+// x = big + small (+ a residue below 2^-22 |x|). A non-finite x (x - big is then NaN), or a
+// finite one within half a TF32 unit of FLT_MAX, whose big term rounds to infinity (x - big
+// is then infinite), goes whole into the small term with a zero big one: of the three
+// products only small_x * big_y sees it, which gives what the exact product gives (+-inf
+// times a nonzero y, NaN times anything, a finite x to TF32 precision), where
+// inf * small_y = inf * 0 would make a NaN. One comparison either way (|rest| < inf).
 struct Split {
   uint32_t big, small;
 };
 __device__ __forceinline__ Split split(float x) {
   const uint32_t big = to_tf32(x);
   const float rest = x - __uint_as_float(big);
-  return rest == rest ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
+  return fabsf(rest) < INFINITY ? Split{big, to_tf32(rest)} : Split{0u, __float_as_uint(x)};
 }
 // The split of a probability (in [0, 1], times dropout's keep factor, or NaN): no guard.
 // A NaN may come out as any value; the forward's NaN rows are NaN through their softmax

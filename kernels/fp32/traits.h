@@ -20,9 +20,11 @@
 namespace flashattn {
 namespace fp32 {
 
-// Dynamic shared memory a block may opt in to on compute capability 8.0 (A100), the
-// smallest of the targets the fp32 kernels serve at every head-dim bucket.
+// Dynamic shared memory a block may opt in to: on compute capability 8.0 (A100), and on
+// 8.6, 8.9 and 12.x (the least of the devices the fp32 kernels serve, which they serve up
+// to the 128 bucket).
 constexpr int kSm80SmemPerBlock = 166912;
+constexpr int kLeastSmemPerBlock = 101376;
 
 FA_HD constexpr int kpitch(int width) { return width + 8; }
 FA_HD constexpr int npitch(int width) { return width + 4; }
@@ -42,16 +44,18 @@ struct WarpGrid {
 // warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys. K and V are held as split
 // tiles (K with k along its rows, V with k = key down its columns), split once per CTA from
 // a staging tile that the asynchronous copies fill; so is Q (an A split tile, staged in
-// pieces of Bc rows) where that fits: up to D = 128. At D = 256 a split Q would leave room
-// for one warp pair only within an A100's shared memory, so Q stays an fp32 tile there
-// (kpitch) whose fragments split as the products read them. P stays in registers. Sizes:
-// the CTAs per SM of min_blocks fit an H100's 228 KB and every bucket an A100's block.
+// pieces of Bc rows) where that fits the least shared memory of the devices the bucket
+// runs on: at D = 64. Twice Q's size, a split Q would take the 128 bucket past 8.6/8.9
+// devices' 99 KB and leave one warp pair at D = 256 within an A100's block, so from D =
+// 128 Q stays an fp32 tile (kpitch) whose fragments split as the products read them. P
+// stays in registers. Sizes: the CTAs per SM of min_blocks fit an H100's 228 KB, buckets up
+// to 128 the least device's block, 256 an A100's.
 template <int D>
 struct FwdTile {
   static constexpr int Br = 64;
   static constexpr int kThreads = Br / 16 * 32;
   static constexpr int Bc = D <= 64 ? 32 : 16;
-  static constexpr bool kSplitQ = D <= 128;
+  static constexpr bool kSplitQ = D <= 64;
   static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
                        stage_pitch = npitch(D);
   static constexpr int q_off = 0;
@@ -64,7 +68,8 @@ struct FwdTile {
   // per thread.
   static constexpr int min_blocks = D <= 128 ? 2 : 1;
   static_assert(Br % Bc == 0 && Bc % 16 == 0, "Q is staged in pieces of Bc rows, whole A fragments");
-  static_assert(smem_bytes <= kSm80SmemPerBlock, "every bucket fits an A100's shared memory per block");
+  static_assert(smem_bytes <= (D <= 128 ? kLeastSmemPerBlock : kSm80SmemPerBlock),
+                "buckets up to 128 fit every served device's shared memory per block, 256 an A100's");
 };
 
 // Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,
