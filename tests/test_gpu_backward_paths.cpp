@@ -41,13 +41,6 @@ const Dims kLaterDims = {96, 192, 256};
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
 
 // Causal in the given alignment (0: no mask).
-void set_causal(Config& c, int mask) {
-  if (mask == 0) return;
-  c.band = true;
-  c.wr = 0;
-  c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
-}
-
 // The deterministic case the automatic path must run bitwise as a forced fa3 does: GQA 4:1,
 // causal bottom-right, several key and query blocks.
 Config auto_det_case() {

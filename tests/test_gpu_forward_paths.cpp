@@ -40,9 +40,7 @@ Config causal_case(const char* name, int64_t sq, int64_t sk, HeadDims d, flashat
   c.batch = batch;
   c.hq = hq;
   c.hkv = hkv;
-  c.band = true;
-  c.wr = 0;
-  c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
+  set_causal(c, 2);
   return c;
 }
 
@@ -69,11 +67,7 @@ TEST_CASE("forward paths: awkward lengths at every served head dim, causal in bo
       for (int mask = 0; mask < 3; ++mask) {
         ++seed;
         Config c = fcase("paths dense", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
-        if (mask > 0) {
-          c.band = true;
-          c.wr = 0;
-          c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
-        }
+        set_causal(c, mask);
         gpu_check(c);
       }
 }
@@ -169,6 +163,12 @@ TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the la
     ++seed;
     gpu_check(causal_case("paths causal sections", 130, 6000, d, kGpuDtypes[seed % 2], seed, 3, 4, 2));
   }
+  // Sections, the tile counter and three consumer warpgroups at once: at d = 64 and 3000
+  // keys a section holds 43 heads, so 3 sequences x 48 heads (GQA 6:1) make 43 + 43 + 43 +
+  // 15; their 144 tiles of 130 rows (the third consumer holds 2 of them) outnumber the SMs,
+  // so the persistent CTAs claim tiles from the counter across section boundaries.
+  gpu_check(
+      causal_case("paths causal sections, tiles > SMs", 130, 3000, {64, 64}, FLASHATTN_DTYPE_BF16, 9560, 3, 48, 8));
 }
 
 TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {

@@ -7,11 +7,10 @@ namespace flashattn {
 namespace fa3 {
 
 // One CTA per SM, persistent over query tiles of kBlockM rows: a producer warpgroup and
-// kConsumers consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a kStages-deep
-// ring. Head
-// dims Dqk (Q, K) and Dv (V, O) in column blocks of kCols columns, rows of kSwizzle bytes in
-// the copy engine's swizzle of that width: a tile of R rows and D columns is D / kCols column
-// blocks of R x kSwizzle bytes, each 1024-byte aligned. The 128-byte swizzle (64 columns)
+// kConsumers consumer warpgroups (64 rows each), K/V blocks of kBlockN rows in a
+// kStages-deep ring. Head dims Dqk (Q, K) and Dv (V, O) in column blocks of kCols columns,
+// rows of kSwizzle bytes in the copy engine's swizzle of that width: a tile of R rows and D
+// columns is D / kCols column blocks of R x kSwizzle bytes, each 1024-byte aligned. The 128-byte swizzle (64 columns)
 // where both head dims are multiples of 64; else (d = 96) the 64-byte swizzle (32 columns):
 // the tiles hold exactly the head dim, no padding.
 template <int Dqk, int Dv>
