@@ -78,7 +78,8 @@ bool bulk_shape(const AttnParams& p, const cudaDeviceProp& prop) {
 }
 
 // The opt-in shared memory per block the decode ring is sized for (capped by
-// FLASHATTN_CUDA_SMEM_LIMIT): read once per call (decode_workspace_size, decode_fwd).
+// FLASHATTN_CUDA_SMEM_LIMIT): read once by decode_workspace_size and once by decode_fwd
+// (a run asks both: its workspace check, then its launch).
 size_t smem_cap(const cudaDeviceProp& prop) {
   return static_cast<size_t>(smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)));
 }
@@ -121,12 +122,14 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
 // its start, its merge and a part to combine, which short caches (4k keys) feel below four
 // tiles per split.
 constexpr int64_t kMinSplitTiles = 4;
+constexpr int64_t kInFlightContiguous = 64 << 10, kInFlightPaged = 128 << 10;
 int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, const cudaDeviceProp& prop) {
   const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
   int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
   if (most > kMaxChosenSplits) most = kMaxChosenSplits;
-  const int64_t in_flight = int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * 2;  // K and V, 16-bit
-  const int64_t want = (p.kv_page_size > 0 ? 128 : 64) << 10;
+  const int64_t in_flight =
+      int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * int64_t{sizeof(uint16_t)};  // K, V
+  const int64_t want = p.kv_page_size > 0 ? kInFlightPaged : kInFlightContiguous;
   int64_t w = (want + in_flight - 1) / in_flight;
   if (w > per_sm) w = per_sm;
   const int64_t splits = w * prop.multiProcessorCount / ctas;
