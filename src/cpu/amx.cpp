@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/convert.hpp"
+
 #define FA_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 namespace flashattn {
@@ -34,14 +36,6 @@ TileConfig gemm_config() {
     c.rows[t] = 16;
   }
   return c;
-}
-
-// x rounded to bf16, nearest even (a NaN stays a quiet NaN), as the low 16 bits.
-FA_AMX_TARGET inline uint32_t bf16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;  // a select: the loops vectorize
 }
 
 }  // namespace
@@ -122,8 +116,8 @@ FA_AMX_TARGET void amx_rows(const float* x, int64_t ld, int64_t rows, int64_t n,
     int64_t t = 0;
     if (r < rows) {
       const float* row = x + r * ld;
-      for (; t < n / 2; ++t) o[t] = bf16_bits(row[2 * t]) | bf16_bits(row[2 * t + 1]) << 16;
-      if (n % 2 != 0) o[t++] = bf16_bits(row[n - 1]);
+      for (; t < n / 2; ++t) o[t] = uint32_t{float_to_bf16(row[2 * t])} | uint32_t{float_to_bf16(row[2 * t + 1])} << 16;
+      if (n % 2 != 0) o[t++] = float_to_bf16(row[n - 1]);
     }
     for (; t < words; ++t) o[t] = 0;
   }

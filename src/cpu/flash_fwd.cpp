@@ -377,7 +377,11 @@ int64_t decode_heads_per_task(const AttnParams& p) {
 
 }  // namespace
 
-bool amx_products(const AttnParams& p) { return p.dtype == kBf16 && p.rotary == 0 && selected_isa() == Isa::kAmx; }
+// A decode's rows (at most kDotRows) are dot blocks, which take no tile: its runs neither
+// carve the tile operands nor configure the tiles.
+bool amx_products(const AttnParams& p) {
+  return p.dtype == kBf16 && p.rotary == 0 && selected_isa() == Isa::kAmx && !decode_schedule(p);
+}
 
 bool decode_schedule(const AttnParams& p) { return p.direction == kForward && p.seqlen_q <= kDotRows; }
 

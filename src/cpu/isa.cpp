@@ -43,7 +43,7 @@ Isa pick() {
 const char* amx_cpu_refusal() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "the CPU reports no extended features (CPUID leaf 7)";
-  if (!(b & (1u << 30))) return "the CPU lacks AVX512BW";
+  if (!(b & (1u << 30)) || !(b & (1u << 31))) return "the CPU lacks AVX512BW or AVX512VL";
   if (!(d & (1u << 24)) || !(d & (1u << 22))) return "the CPU lacks AMX-TILE and AMX-BF16";
   const unsigned max_sub = a;
   if (max_sub < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return "the CPU lacks AVX512-BF16";

@@ -137,4 +137,5 @@ def test_ring_memory_per_rank_is_the_documented_count(tmp_path):
     import ring_memory
     for row in ring_memory.measure(world=2, tokens=1024, heads=16, head_dim=64, dtype="bf16"):
         assert row["ring_units"] - row["ring_workspace_units"] <= row["documented_units"] + 0.5, row
+        assert row["ring_workspace_units"] <= 0.75, row  # the CPU backend's tiles: 0.64 of a 512-token shard
         assert row["ring_units"] < 0.7 * row["one_units"], row
