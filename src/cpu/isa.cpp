@@ -57,7 +57,7 @@ const char* amx_cpu_refusal() {
 // Asks Linux for the process's permission to use AMX tile data (arch_prctl
 // ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: Linux 5.16 and later), once per process.
 const char* amx_refusal_once() {
-  if (!isa_usable(Isa::kAvx512)) return "the CPU lacks AVX-512F";
+  if (const char* why = isa_refusal(Isa::kAvx512)) return why;
   if (const char* why = amx_cpu_refusal()) return why;
 #if defined(__linux__)
   constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
@@ -74,33 +74,29 @@ const char* amx_refusal_once() {
 
 }  // namespace
 
-const char* amx_refusal() {
-#if FA_HAVE_X86_BUILDS
-  static const char* const why = amx_refusal_once();  // once per process, thread-safely
-  return why;
-#else
-  return "this build has no x86-64 instruction sets";
-#endif
-}
-
 const char* isa_name(Isa isa) { return kNames[static_cast<int>(isa)]; }
 
-bool isa_usable(Isa isa) {
+const char* isa_refusal(Isa isa) {
   switch (isa) {
-    case Isa::kBaseline: return true;
+    case Isa::kBaseline: return nullptr;
 #if FA_HAVE_X86_BUILDS
     case Isa::kAvx2:
       __builtin_cpu_init();
       // Every AVX2+FMA CPU also has F16C (x86-64-v3 requires all three).
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? nullptr : "the CPU lacks AVX2 or FMA";
     case Isa::kAvx512:
-      __builtin_cpu_init();
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case Isa::kAmx: return amx_refusal() == nullptr;
+      if (const char* why = isa_refusal(Isa::kAvx2)) return why;
+      return __builtin_cpu_supports("avx512f") ? nullptr : "the CPU lacks AVX-512F";
+    case Isa::kAmx: {
+      static const char* const why = amx_refusal_once();  // once per process, thread-safely
+      return why;
+    }
 #endif
-    default: return false;
+    default: return "this build has no x86-64 instruction sets";
   }
 }
+
+bool isa_usable(Isa isa) { return isa_refusal(isa) == nullptr; }
 
 Isa selected_isa() {
   static const Isa isa = pick();  // once per process, thread-safely
@@ -114,11 +110,8 @@ flashattn_status_t check_forced_isa() {
   if (forced == kIsaCount)
     return fail(FLASHATTN_STATUS_INVALID_VALUE, "FLASHATTN_CPU_ISA=%s is not one of baseline, avx2, avx512, amx",
                 secure_getenv("FLASHATTN_CPU_ISA"));
-  if (static_cast<Isa>(forced) == Isa::kAmx && amx_refusal() != nullptr)
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "FLASHATTN_CPU_ISA=amx: %s", amx_refusal());
-  if (!isa_usable(static_cast<Isa>(forced)))
-    return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
-                "FLASHATTN_CPU_ISA=%s: this CPU (or this build) lacks that instruction set", kNames[forced]);
+  if (const char* why = isa_refusal(static_cast<Isa>(forced)))
+    return fail(FLASHATTN_STATUS_NOT_SUPPORTED, "FLASHATTN_CPU_ISA=%s: %s", kNames[forced], why);
   return FLASHATTN_STATUS_SUCCESS;
 }
 

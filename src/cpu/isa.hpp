@@ -24,13 +24,12 @@ constexpr int kIsaCount = 4;
 // AVX512BW, AVX512-BF16, AMX-TILE, AMX-BF16 and Linux's permission to use tile data).
 const char* isa_name(Isa isa);
 
-// Whether the library has the set compiled in and the running CPU (and OS) supports it.
+// Why the set is not usable here (the build lacks it, the CPU lacks a feature, or for amx
+// Linux refused the process's tile data permission, with the error), or null when the
+// library has it compiled in and the running CPU (and OS) supports it. The first call for
+// amx asks Linux for the permission (once per process).
+const char* isa_refusal(Isa isa);
 bool isa_usable(Isa isa);
-
-// Why the amx set is not usable here (the CPU lacks a feature, or Linux refused the
-// process's tile data permission, with the error), or null when it is. The first call
-// asks Linux for the permission (once per process).
-const char* amx_refusal();
 
 // The set the process's kernels use: FLASHATTN_CPU_ISA's if set, else the best usable.
 Isa selected_isa();
