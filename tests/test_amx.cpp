@@ -1,0 +1,101 @@
+// The amx set's tile product and packers (src/cpu/amx.hpp), compiled here from the
+// library's sources and run where the set is usable (skipped with its refusal elsewhere).
+// The product's inputs are small integers, so every partial sum is an integer below 2^24
+// and exact in fp32 whatever the order of the additions: the comparison is bitwise, and a
+// wrong layout, a wrong pair order or a lost tile shows as a wrong element.
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "catch_compat.hpp"
+#include "cpu/amx.hpp"
+#include "cpu/convert.hpp"
+#include "cpu/isa.hpp"
+
+#if FA_HAVE_X86_BUILDS
+namespace {
+
+using namespace flashattn::cpu;
+
+// Ends the test case as skipped, with the set's refusal, where the amx set is not usable.
+#define REQUIRE_AMX()                                                        \
+  do {                                                                       \
+    const char* const why = isa_refusal(Isa::kAmx);                          \
+    if (why != nullptr) FA_SKIP_TEST(std::string("amx not usable: ") + why); \
+  } while (0)
+
+uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t{lo} | uint32_t{hi} << 16; }
+
+// A small integer in [-4, 4] from (i, j, seed), exact in bf16.
+float small(int64_t i, int64_t j, int seed) { return static_cast<float>((i * 7 + j * 13 + seed * 5) % 9 - 4); }
+
+}  // namespace
+
+TEST_CASE("amx: the packers lay out rows, transposed words and row pairs, zeros past the data", "[amx]") {
+  REQUIRE_AMX();
+  const int64_t rows = 37, n = 45, ld = 50, rows_out = 48, words = 32;
+  std::vector<float> x(rows * ld);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < ld; ++k) x[r * ld + k] = 0.37f * small(r, k, 1) + 0.011f * static_cast<float>(k);
+  std::vector<uint32_t> a(rows_out * words, 0xdeadbeefu);
+  amx_rows(x.data(), ld, rows, n, rows_out, words, a.data());
+  const auto bf = [&](int64_t r, int64_t k) -> uint16_t {
+    return r < rows && k < n ? float_to_bf16(x[r * ld + k]) : 0;
+  };
+  for (int64_t r = 0; r < rows_out; ++r)
+    for (int64_t t = 0; t < words; ++t) REQUIRE(a[r * words + t] == pair(bf(r, 2 * t), bf(r, 2 * t + 1)));
+
+  std::vector<std::vector<uint16_t>> src(rows, std::vector<uint16_t>(n));
+  std::vector<const uint16_t*> ptr(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < n; ++k) src[r][k] = bf(r, k);
+    ptr[r] = src[r].data();
+  }
+  const auto el = [&](int64_t r, int64_t k) -> uint16_t { return r < rows && k < n ? src[r][k] : 0; };
+  const int64_t ldo = 48;
+  std::vector<uint32_t> t_out(words * ldo, 0xdeadbeefu);
+  amx_words_t(ptr.data(), rows, n, words, t_out.data(), ldo);
+  for (int64_t t = 0; t < words; ++t)
+    for (int64_t j = 0; j < ldo; ++j) REQUIRE(t_out[t * ldo + j] == pair(el(j, 2 * t), el(j, 2 * t + 1)));
+
+  const int64_t pairs = 20;
+  std::vector<uint32_t> p_out(pairs * ldo, 0xdeadbeefu);
+  amx_pairs(ptr.data(), rows, n, pairs, p_out.data(), ldo);
+  for (int64_t t = 0; t < pairs; ++t)
+    for (int64_t e = 0; e < ldo; ++e) REQUIRE(p_out[t * ldo + e] == pair(el(2 * t, e), el(2 * t + 1, e)));
+}
+
+TEST_CASE("amx: the tile product is A B over pairs of k, and accumulates", "[amx]") {
+  REQUIRE_AMX();
+  const int64_t M = 64, N = 48, K2 = 32, lda = K2 + 3, ldb = N + 5, ldc = N + 7;
+  std::vector<uint32_t> A(M * lda), B(K2 * ldb);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t t = 0; t < K2; ++t)
+      A[i * lda + t] = pair(float_to_bf16(small(i, 2 * t, 2)), float_to_bf16(small(i, 2 * t + 1, 2)));
+  for (int64_t t = 0; t < K2; ++t)
+    for (int64_t j = 0; j < N; ++j)
+      B[t * ldb + j] = pair(float_to_bf16(small(2 * t, j, 3)), float_to_bf16(small(2 * t + 1, j, 3)));
+  std::vector<float> C(M * ldc, -1.f);
+  {
+    AmxTiles tiles(true);
+    amx_gemm(M, N, K2, A.data(), lda, B.data(), ldb, C.data(), ldc, false);
+  }
+  const auto dot = [&](int64_t i, int64_t j) {
+    int64_t s = 0;
+    for (int64_t k = 0; k < 2 * K2; ++k)
+      s += static_cast<int64_t>(small(i, k, 2)) * static_cast<int64_t>(small(k, j, 3));
+    return static_cast<float>(s);
+  };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) REQUIRE(C[i * ldc + j] == dot(i, j));
+  {
+    AmxTiles tiles(true);
+    amx_gemm(M, N, K2, A.data(), lda, B.data(), ldb, C.data(), ldc, true);
+  }
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) REQUIRE(C[i * ldc + j] == 2 * dot(i, j));
+}
+#else
+TEST_CASE("amx: the tile product and packers", "[amx]") { FA_SKIP_TEST("this build has no x86-64 instruction sets"); }
+#endif
