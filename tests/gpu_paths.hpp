@@ -21,14 +21,6 @@ inline std::string forced_value(const char* var) {
   return v != nullptr ? v : "";
 }
 
-// The mask of test loops over `mask` 0..2: none, causal top-left, causal bottom-right.
-inline void set_causal(Config& c, int mask) {
-  if (mask == 0) return;
-  c.band = true;
-  c.wr = 0;
-  c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
-}
-
 // fa3 runs on compute capability 9.0 only: elsewhere its cases are skipped.
 inline bool fa3_device() {
   int dev = 0;

@@ -173,6 +173,14 @@ struct LibResult {
 // sequence, 2 query heads sharing one KV head, dqk = dv = d.
 Config base_config(const char* name, int64_t sq, int64_t sk, int64_t d, flashattn_dtype_t t, uint64_t seed);
 
+// The mask of test loops over `mask` 0..2: none, causal top-left, causal bottom-right.
+inline void set_causal(Config& c, int mask) {
+  if (mask == 0) return;
+  c.band = true;
+  c.wr = 0;
+  c.align = mask == 1 ? FLASHATTN_ALIGN_TOP_LEFT : FLASHATTN_ALIGN_BOTTOM_RIGHT;
+}
+
 // Argument blocks of one run over raw buffers (the other fields stay at their INIT values).
 flashattn_fwd_args_t fwd_args(void* q, void* k, void* v, void* o, void* lse);
 flashattn_bwd_args_t bwd_args(void* q, void* k, void* v, void* o, void* lse, void* dout, void* dq, void* dk, void* dv);

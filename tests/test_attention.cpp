@@ -51,9 +51,7 @@ TEST_CASE("bf16 forward on AMX tiles on awkward shapes", "[fwd][bwd]") {
       c.hq = sh.hq;
       c.hkv = sh.hkv;
       if (variant == 1) {
-        c.band = true;
-        c.align = FLASHATTN_ALIGN_BOTTOM_RIGHT;
-        c.wr = 0;
+        set_causal(c, 2);
         c.softcap = 4.f;
         c.p_drop = 0.25f;
         c.seed = 5;
