@@ -3,6 +3,7 @@ path call for call. Results and gradients must be bitwise equal (the same C call
 same plans), unsupported options must take the Python path, bad inputs must raise what
 the Python path raises, and torch.compile must keep the custom ops. CPU tensors, and
 CUDA tensors where a CUDA device and a CUDA build are there."""
+import concurrent.futures
 import os
 import shutil
 import sys
@@ -116,6 +117,31 @@ def test_backward_takes_gradients_of_any_strides(ext):
     do_t = do.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
     (_, grads_p, _), (_, grads_e, _) = _both_paths(lambda: _run(q, k, v, do_t, opts))
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
+
+
+def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
+    cases = ["plain", "causal", "window", "mqa", "bhsd_strides"]
+
+    def flat(case):
+        (q, k, v), do, opts = _inputs(case, torch.float32, "cpu")
+        out, grads, plain = _run(q, k, v, do, opts)
+        return [out, plain, *grads]
+
+    torch_ext.disable()
+    want = {c: flat(c) for c in cases}
+    torch_ext.load()
+    ext.clear_cache()
+    failures = []
+
+    def worker(i):
+        for j in range(12):
+            c = cases[(i + j) % len(cases)]
+            if not all(torch.equal(a, b) for a, b in zip(flat(c), want[c])):
+                failures.append(c)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(worker, range(4)))
+    assert not failures and ext.cache_size() == len(cases)
 
 
 def test_options_the_op_does_not_serve_take_the_python_path(ext):
