@@ -10,7 +10,9 @@ the best of --repeats runs. Rows:
 
   c_call       flashattn_fwd/flashattn_bwd through ctypes with preallocated outputs
                (the floor the binding adds to)
-  flashattn    flashattn.attention (custom op, plan cache, outputs from torch)
+  flashattn    flashattn.attention on the Python path (plan cache, outputs from torch)
+  fa_ext       flashattn.attention through the compiled extension (flashattn.torch_ext),
+               when it is built: timed alternately with the Python path
   sdpa         torch.nn.functional.scaled_dot_product_attention, (batch, heads, seq, dim)
 
 "fwd" runs without autograd; "fwd+bwd" runs forward and backward on inputs that
@@ -27,19 +29,22 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flashattn  # noqa: E402
-from flashattn import _torch_plans  # noqa: E402
+from flashattn import _torch_plans, torch_ext  # noqa: E402
 
 
-def _timed(fn, iters, repeats, sync):
-    best = float("inf")
+def _timed(runs, iters, repeats, sync):
+    """Best mean time per call (us) of each (setup, fn) of runs, the runs alternated."""
+    best = [float("inf")] * len(runs)
     for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e6
+        for i, (setup, fn) in enumerate(runs):
+            setup()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            sync()
+            best[i] = min(best[i], (time.perf_counter() - t0) / iters)
+    return [b * 1e6 for b in best]
 
 
 def main(argv=None):
@@ -50,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-ext", dest="ext", action="store_false",
+                    help="leave out the compiled extension's rows (flashattn.torch_ext), even when it is built")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
@@ -100,12 +107,21 @@ def main(argv=None):
     def sdpa_fwdbwd():
         sdpa(gqt, gkt, gvt, is_causal=a.causal).backward(dot)
 
+    ext = a.ext and torch_ext.load()
+    python_path, ext_path = torch_ext.disable, (torch_ext.load if ext else None)
     rows = []
-    for name, fn in (("c_call fwd", c_fwd), ("flashattn fwd", fa_fwd), ("sdpa fwd", sdpa_fwd),
-                     ("c_call fwd+bwd", c_fwdbwd), ("flashattn fwd+bwd", fa_fwdbwd), ("sdpa fwd+bwd", sdpa_fwdbwd)):
-        for _ in range(20):
-            fn()  # warm-up: plan cache, allocator, kernels
-        rows.append((name, _timed(fn, a.iters, a.repeats, sync)))
+    for p in ("fwd", "fwd+bwd"):
+        group = [("c_call", python_path, c_fwd if p == "fwd" else c_fwdbwd),
+                 ("flashattn", python_path, fa_fwd if p == "fwd" else fa_fwdbwd),
+                 ("sdpa", python_path, sdpa_fwd if p == "fwd" else sdpa_fwdbwd)]
+        if ext:
+            group.insert(2, ("fa_ext", ext_path, fa_fwd if p == "fwd" else fa_fwdbwd))
+        for _, setup, fn in group:
+            setup()
+            for _ in range(20):
+                fn()  # warm-up: plan cache, allocator, kernels
+        times = _timed([(setup, fn) for _, setup, fn in group], a.iters, a.repeats, sync)
+        rows += [(name + " " + p, us) for (name, _, _), us in zip(group, times)]
     t = dict(rows)
     dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print("device %s, dtype %s, shape (b, s, h, d) = %s, causal=%s, torch %s, %s" % (
@@ -113,9 +129,12 @@ def main(argv=None):
     print("%-20s %10s %8s" % ("", "us/call", "vs sdpa"))
     for name, us in rows:
         peer = "sdpa " + name.split(" ", 1)[1]
-        print("%-20s %10.1f %8s" % (name, us, "%.2fx" % (us / t[peer]) if name.startswith("flashattn") else ""))
-    print("binding overhead over the C call: fwd %.1f us, fwd+bwd %.1f us" % (
-        t["flashattn fwd"] - t["c_call fwd"], t["flashattn fwd+bwd"] - t["c_call fwd+bwd"]))
+        print("%-20s %10.1f %8s" % (name, us, "%.2fx" % (us / t[peer]) if name.startswith("f") else ""))
+    for name in ("flashattn", "fa_ext") if ext else ("flashattn",):
+        print("%s overhead over the C call: fwd %.1f us, fwd+bwd %.1f us" % (
+            name, t[name + " fwd"] - t["c_call fwd"], t[name + " fwd+bwd"] - t["c_call fwd+bwd"]))
+    if not ext:
+        print("compiled extension: off (%s)" % torch_ext.status()["reason"])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ implementations and autograd, so a compiled graph holds them without a break.
 
 q, k, v are in (batch, seq, heads, dim) order with any strides (3-D (tokens, heads, dim)
 with cu_seqlens); bias is 4-D or None; the options are scalars (see :data:`OPTIONS`).
-Nothing here synchronizes with the device.
+With the compiled extension on (:mod:`flashattn.torch_ext`), an eager call without
+bias, ALiBi, varlen, block-sparse layout or dropout runs as its C++ op instead, autograd
+included. Nothing here synchronizes with the device.
 """
 from __future__ import annotations
 
@@ -112,11 +114,33 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, dbias, None, None, None, None, None, None
 
 
+_ext = None  # the compiled extension's attention(), set by use_extension
+
+
+def use_extension(module):
+    """Send eager calls it serves through the compiled extension `module` (None: never)."""
+    global _ext
+    _ext = None if module is None else module.attention
+
+
 def run(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts):
     """The attention output for these tensors and the option tuple (see :data:`OPTIONS`)."""
     if torch.compiler.is_compiling():
         return fwd(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, *opts)[0]
+    if (_ext is not None and bias is None and alibi_slopes is None and cu_q is None and block_layout is None
+            and rng is None):
+        out = _ext(q, k, v, opts[2], opts[3], opts[4], opts[5], opts[6], opts[11], opts[12])
+        if out is not None:
+            return out
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         return _Attention.apply(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts)
     return P.forward(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts, False)[0]
+
+
+def _use_a_prebuilt_extension():
+    from . import torch_ext
+    torch_ext.load_at_first_call()
+
+
+_use_a_prebuilt_extension()

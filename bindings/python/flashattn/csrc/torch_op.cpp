@@ -1,0 +1,487 @@
+// The eager fast path of flashattn.attention on torch tensors, as a compiled torch op.
+//
+// A Python autograd.Function costs tens of microseconds per forward + backward (the
+// autograd engine's round trip into Python); this op keeps the whole call in C++: the
+// op flashattn_ext::attention has CPU and CUDA kernels and an autograd kernel (a C++
+// torch::autograd::Function) whose forward and backward are the ops flashattn_ext::fwd
+// and flashattn_ext::bwd. It serves dense 4-D q, k, v in (batch, seq, heads, dim) order
+// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA
+// and the algorithm choice; flashattn/_torch_ops.py sends every other call down the
+// Python path.
+//
+// It calls the C API of the libflashattn the Python package loaded (init() resolves the
+// symbols from that library with dlopen(RTLD_NOLOAD): one library per process), on plans
+// cached by shapes, strides, dtype, device and options and configured by the same setter
+// calls as flashattn/_torch_plans.py makes, so results are bitwise those of the Python
+// path. Outputs and workspaces come from torch's allocator (the caching allocator on
+// CUDA), runs go to the current stream, nothing synchronizes. A failing C call raises the
+// Python path's exception (flashattn._lib.error_class) with the library's message.
+// Built on demand by flashattn/torch_ext.py.
+#include <dlfcn.h>
+#include <torch/extension.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flashattn.h"
+
+namespace {
+
+namespace py = pybind11;
+using at::Tensor;
+
+// ------------------------------------------------------------------ the C API
+
+struct Api {
+  decltype(&flashattn_plan_create) plan_create = nullptr;
+  decltype(&flashattn_plan_destroy) plan_destroy = nullptr;
+  decltype(&flashattn_plan_set_shape) set_shape = nullptr;
+  decltype(&flashattn_plan_set_dtype) set_dtype = nullptr;
+  decltype(&flashattn_plan_set_strides) set_strides = nullptr;
+  decltype(&flashattn_plan_set_band_mask) set_band_mask = nullptr;
+  decltype(&flashattn_plan_set_softmax_scale) set_scale = nullptr;
+  decltype(&flashattn_plan_set_softcap) set_softcap = nullptr;
+  decltype(&flashattn_plan_set_deterministic) set_deterministic = nullptr;
+  decltype(&flashattn_plan_set_algorithm) set_algorithm = nullptr;
+  decltype(&flashattn_plan_get_workspace_size) workspace_size = nullptr;
+  decltype(&flashattn_fwd) fwd = nullptr;
+  decltype(&flashattn_bwd) bwd = nullptr;
+  decltype(&flashattn_last_error) last_error = nullptr;
+  decltype(&flashattn_status_string) status_string = nullptr;
+};
+
+Api api;
+
+template <class F>
+void resolve(void* lib, F& fn, const char* name) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  TORCH_CHECK(fn != nullptr, "flashattn_ext: the loaded libflashattn lacks ", name);
+}
+
+// Binds the C API to the library at `path`, which must already be loaded (by the Python
+// package); the reference dlopen takes is kept for the life of the process.
+void init(const std::string& path) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  TORCH_CHECK(lib != nullptr, "flashattn_ext: ", path, " is not loaded in this process");
+  Api a;
+  resolve(lib, a.plan_create, "flashattn_plan_create");
+  resolve(lib, a.plan_destroy, "flashattn_plan_destroy");
+  resolve(lib, a.set_shape, "flashattn_plan_set_shape");
+  resolve(lib, a.set_dtype, "flashattn_plan_set_dtype");
+  resolve(lib, a.set_strides, "flashattn_plan_set_strides");
+  resolve(lib, a.set_band_mask, "flashattn_plan_set_band_mask");
+  resolve(lib, a.set_scale, "flashattn_plan_set_softmax_scale");
+  resolve(lib, a.set_softcap, "flashattn_plan_set_softcap");
+  resolve(lib, a.set_deterministic, "flashattn_plan_set_deterministic");
+  resolve(lib, a.set_algorithm, "flashattn_plan_set_algorithm");
+  resolve(lib, a.workspace_size, "flashattn_plan_get_workspace_size");
+  resolve(lib, a.fwd, "flashattn_fwd");
+  resolve(lib, a.bwd, "flashattn_bwd");
+  resolve(lib, a.last_error, "flashattn_last_error");
+  resolve(lib, a.status_string, "flashattn_status_string");
+  api = a;
+}
+
+// Raises what flashattn._lib.check raises for this status: the FlashAttnError subclass
+// of the status, with the library's message for the calling thread.
+[[noreturn]] void raise_status(flashattn_status_t status, const char* function) {
+  std::string message = api.last_error();
+  if (message.empty()) message = "(no message)";
+  const std::string name = api.status_string(status);
+  py::gil_scoped_acquire gil;
+  py::object error_class = py::module_::import("flashattn._lib").attr("error_class")(static_cast<int>(status));
+  py::object error = error_class(static_cast<int>(status), message, function, name);
+  PyErr_SetObject(error_class.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+void check(flashattn_status_t status, const char* function) {
+  if (status != FLASHATTN_STATUS_SUCCESS) raise_status(status, function);
+}
+
+// ------------------------------------------------------------------ plans
+
+// The options of one call, as flashattn/_torch.py computes them.
+struct Options {
+  int64_t window_left, window_right;
+  bool bottom_right;
+  double scale, softcap;  // 0: the default scale, no softcap
+  bool deterministic;
+  int64_t algorithm;
+};
+
+using Strides = std::array<int64_t, 4>;
+
+// One configured C plan and the layouts of its outputs.
+struct Plan {
+  flashattn_plan_t handle = nullptr;
+  bool cuda = false;
+  Strides out{}, dq{}, dk{}, dv{};  // out's strides are also those of dout
+  size_t ws_fwd = 0, ws_bwd = 0;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() { api.plan_destroy(handle); }
+};
+
+Strides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
+
+// flashattn._plan._norm_strides: size-1 dims get the stride a dense array would have.
+Strides norm_strides(const Tensor& t) {
+  Strides out = strides_of(t);
+  int64_t acc = 1;
+  for (int i = 3; i >= 0; --i) {
+    const int64_t n = t.size(i);
+    if (n <= 1) out[i] = i < 3 ? acc : 1;
+    acc = std::max(acc, std::abs(out[i]) * std::max<int64_t>(n, 1));
+  }
+  return out;
+}
+
+// flashattn._plan._dense_like: dense strides for `shape` in the dimension order of `like`.
+Strides dense_like(const std::array<int64_t, 4>& shape, const Strides& like) {
+  std::array<int, 3> order{0, 1, 2};
+  auto key = [&](int i) {
+    return shape[i] > 1 ? -static_cast<double>(like[i]) : -std::numeric_limits<double>::infinity();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
+  Strides st{0, 0, 0, 1};
+  int64_t acc = shape[3];
+  for (int j = 2; j >= 0; --j) {
+    st[order[j]] = acc;
+    acc *= std::max<int64_t>(shape[order[j]], 1);
+  }
+  return st;
+}
+
+std::array<int64_t, 4> shape_of(const Tensor& t) { return {t.size(0), t.size(1), t.size(2), t.size(3)}; }
+
+flashattn_dtype_t dtype_of(const Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return FLASHATTN_DTYPE_FP16;
+    case at::kBFloat16: return FLASHATTN_DTYPE_BF16;
+    default: return FLASHATTN_DTYPE_FP32;
+  }
+}
+
+// The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
+std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
+  auto p = std::make_shared<Plan>();
+  p->cuda = q.is_cuda();
+  flashattn_plan_t h = nullptr;
+  check(api.plan_create(&h, p->cuda ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU, p->cuda ? q.get_device() : 0),
+        "flashattn_plan_create");
+  p->handle = h;
+  check(api.set_shape(h, q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)),
+        "flashattn_plan_set_shape");
+  check(api.set_dtype(h, dtype_of(q)), "flashattn_plan_set_dtype");
+  const Strides qs = strides_of(q);
+  p->out = dense_like({q.size(0), q.size(1), q.size(2), v.size(3)}, qs);
+  p->dq = dense_like(shape_of(q), qs);
+  p->dk = dense_like(shape_of(k), strides_of(k));
+  p->dv = dense_like(shape_of(v), strides_of(v));
+  const std::pair<flashattn_tensor_t, Strides> strides[] = {
+      {FLASHATTN_TENSOR_Q, norm_strides(q)}, {FLASHATTN_TENSOR_K, norm_strides(k)},
+      {FLASHATTN_TENSOR_V, norm_strides(v)}, {FLASHATTN_TENSOR_O, p->out},
+      {FLASHATTN_TENSOR_DO, p->out},         {FLASHATTN_TENSOR_DQ, p->dq},
+      {FLASHATTN_TENSOR_DK, p->dk},          {FLASHATTN_TENSOR_DV, p->dv}};
+  for (const auto& [tensor, st] : strides) check(api.set_strides(h, tensor, st.data()), "flashattn_plan_set_strides");
+  check(api.set_band_mask(h, o.bottom_right ? FLASHATTN_ALIGN_BOTTOM_RIGHT : FLASHATTN_ALIGN_TOP_LEFT, o.window_left,
+                          o.window_right),
+        "flashattn_plan_set_band_mask");
+  if (o.scale != 0) check(api.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
+  if (o.softcap != 0) check(api.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
+  check(api.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
+  check(api.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
+  check(api.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
+  check(api.workspace_size(h, FLASHATTN_PASS_BACKWARD, &p->ws_bwd), "flashattn_plan_get_workspace_size");
+  return p;
+}
+
+// Plans by everything they depend on; at most kCapacity, the oldest dropped first (a run
+// holding a dropped plan keeps it alive until it returns).
+class PlanCache {
+ public:
+  static constexpr size_t kCapacity = 1024;
+
+  std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
+    std::vector<int64_t> key;
+    key.reserve(3 * 11 + 7);
+    for (const Tensor* t : {&q, &k, &v}) {
+      for (int i = 0; i < 4; ++i) key.push_back(t->size(i));
+      for (int i = 0; i < 4; ++i) key.push_back(t->stride(i));
+      key.push_back(static_cast<int64_t>(t->scalar_type()));
+      key.push_back(static_cast<int64_t>(t->device().type()));
+      key.push_back(t->device().index());
+    }
+    int64_t scale_bits, softcap_bits;
+    std::memcpy(&scale_bits, &o.scale, sizeof scale_bits);
+    std::memcpy(&softcap_bits, &o.softcap, sizeof softcap_bits);
+    key.insert(key.end(),
+               {o.window_left, o.window_right, o.bottom_right, scale_bits, softcap_bits, o.deterministic, o.algorithm});
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
+    }
+    auto plan = build_plan(q, k, v, o);  // outside the lock: a failure takes the GIL
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = plans_.emplace(key, plan);
+    if (inserted) {
+      order_.push_back(key);
+      while (plans_.size() > kCapacity) {
+        plans_.erase(order_.front());
+        order_.pop_front();
+      }
+    }
+    return it->second;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plans_.clear();
+    order_.clear();
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return plans_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const Plan>> plans_;
+  std::deque<std::vector<int64_t>> order_;
+};
+
+PlanCache cache;
+
+// ------------------------------------------------------------------ runs
+
+// Scratch for one run: from torch's caching allocator on CUDA; on the CPU a buffer of the
+// calling thread, reused by its next run (a CPU run is synchronous).
+Tensor workspace(const Plan& p, size_t bytes, const Tensor& like) {
+  const auto n = static_cast<int64_t>(bytes);
+  if (p.cuda) return at::empty({n}, like.options().dtype(at::kByte));
+  thread_local Tensor buffer;
+  if (!buffer.defined() || buffer.numel() < n) buffer = at::empty({n}, at::TensorOptions().dtype(at::kByte));
+  return buffer;
+}
+
+CUstream_st* stream_of(const Plan& p, const Tensor& like) {
+  if (!p.cuda) return nullptr;
+  const c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(like.device());
+  return static_cast<CUstream_st*>(s.native_handle());
+}
+
+template <class Run>
+void run(const Plan& p, size_t ws_bytes, const Tensor& like, const char* function, Run&& c_call) {
+  Tensor ws = ws_bytes ? workspace(p, ws_bytes, like) : Tensor();  // alive until the run is enqueued
+  check(c_call(ws.defined() ? ws.data_ptr() : nullptr, ws_bytes, stream_of(p, like)), function);
+}
+
+// t itself if it has these strides (size-1 dims aside), else a copy that has them.
+Tensor with_strides(const Tensor& t, const Strides& st) {
+  for (int i = 0; i < 4; ++i) {
+    if (t.size(i) > 1 && t.stride(i) != st[i]) return at::empty_strided(t.sizes(), st, t.options()).copy_(t);
+  }
+  return t;
+}
+
+std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o, bool want_lse) {
+  const auto p = cache.get(q, k, v, o);
+  Tensor out = at::empty_strided({q.size(0), q.size(1), q.size(2), v.size(3)}, p->out, q.options());
+  Tensor lse = want_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat)) : Tensor();
+  const flashattn_fwd_args_t a{.struct_size = sizeof(flashattn_fwd_args_t),
+                               .q = q.data_ptr(),
+                               .k = k.data_ptr(),
+                               .v = v.data_ptr(),
+                               .o = out.data_ptr(),
+                               .lse = want_lse ? lse.data_ptr<float>() : nullptr};
+  run(*p, p->ws_fwd, q, "flashattn_fwd",
+      [&](void* ws, size_t n, CUstream_st* s) { return api.fwd(p->handle, &a, ws, n, s); });
+  return {out, lse};
+}
+
+Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool deterministic,
+                int64_t algorithm) {
+  return Options{left, right, bottom_right, scale, softcap, deterministic, algorithm};
+}
+
+// flashattn_ext::fwd: (out, lse).
+std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
+                                      bool bottom_right, double scale, double softcap, bool deterministic,
+                                      int64_t algorithm) {
+  return forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), true);
+}
+
+// flashattn_ext::attention below autograd: the output alone, no LSE written.
+Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
+                        bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
+  return std::get<0>(
+      forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), false));
+}
+
+// flashattn_ext::bwd: (dq, dk, dv).
+std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& out, const Tensor& lse, int64_t left, int64_t right,
+                                              bool bottom_right, double scale, double softcap, bool deterministic,
+                                              int64_t algorithm) {
+  const auto p = cache.get(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+  const Tensor o = with_strides(out, p->out), d_o = with_strides(dout, p->out), l = lse.contiguous();
+  Tensor dq = at::empty_strided(q.sizes(), p->dq, q.options());
+  Tensor dk = at::empty_strided(k.sizes(), p->dk, q.options());
+  Tensor dv = at::empty_strided(v.sizes(), p->dv, q.options());
+  const flashattn_bwd_args_t a{.struct_size = sizeof(flashattn_bwd_args_t),
+                               .q = q.data_ptr(),
+                               .k = k.data_ptr(),
+                               .v = v.data_ptr(),
+                               .o = o.data_ptr(),
+                               .lse = l.data_ptr<float>(),
+                               .dout = d_o.data_ptr(),
+                               .dq = dq.data_ptr(),
+                               .dk = dk.data_ptr(),
+                               .dv = dv.data_ptr()};
+  run(*p, p->ws_bwd, q, "flashattn_bwd",
+      [&](void* ws, size_t n, CUstream_st* s) { return api.bwd(p->handle, &a, ws, n, s); });
+  return {dq, dk, dv};
+}
+
+// ------------------------------------------------------------------ autograd
+
+template <class Kernel>
+c10::TypedOperatorHandle<Kernel> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Kernel>();
+}
+
+const auto& fwd_op() {
+  static const auto op = find_op<decltype(fwd_kernel)>("flashattn_ext::fwd");
+  return op;
+}
+
+const auto& bwd_op() {
+  static const auto op = find_op<decltype(bwd_kernel)>("flashattn_ext::bwd");
+  return op;
+}
+
+const auto& attention_op() {
+  static const auto op = find_op<decltype(attention_kernel)>("flashattn_ext::attention");
+  return op;
+}
+
+struct Attention : torch::autograd::Function<Attention> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Options& o) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [out, lse] = fwd_op().call(q, k, v, o.window_left, o.window_right, o.bottom_right, o.scale, o.softcap,
+                                    o.deterministic, o.algorithm);
+    ctx->save_for_backward({q, k, v, out, lse});
+    auto& d = ctx->saved_data;
+    d["left"] = o.window_left;
+    d["right"] = o.window_right;
+    d["bottom_right"] = o.bottom_right;
+    d["scale"] = o.scale;
+    d["softcap"] = o.softcap;
+    d["deterministic"] = o.deterministic;
+    d["algorithm"] = o.algorithm;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    auto& d = ctx->saved_data;
+    auto [dq, dk, dv] = bwd_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], d["left"].toInt(), d["right"].toInt(),
+                                      d["bottom_right"].toBool(), d["scale"].toDouble(), d["softcap"].toDouble(),
+                                      d["deterministic"].toBool(), d["algorithm"].toInt());
+    return {dq, dk, dv, Tensor()};
+  }
+};
+
+// flashattn_ext::attention with autograd: the Function when a gradient is wanted, else
+// the kernel below autograd.
+Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
+                          bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
+  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    return Attention::apply(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+  }
+  at::AutoDispatchBelowADInplaceOrView below;
+  return attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+}
+
+// ------------------------------------------------------------------ the Python entry
+
+bool servable(const Tensor& t, const Tensor& q) {
+  return t.dim() == 4 && t.layout() == at::kStrided && t.scalar_type() == q.scalar_type() && t.device() == q.device() &&
+         t.stride(3) == 1 && t.numel() > 0;
+}
+
+// The op's result for a call it serves; None for one the Python path must take
+// (flashattn._torch_ops.run): other ranks, dtypes, devices or layouts, or shapes that
+// disagree, whose errors that path words.
+py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right, bool bottom_right,
+                     double scale, double softcap, bool deterministic, int64_t algorithm) {
+  const auto dt = q.scalar_type();
+  if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
+      !servable(q, q) || !servable(k, q) || !servable(v, q) || k.size(3) != q.size(3) || k.size(0) != q.size(0) ||
+      v.size(0) != k.size(0) || v.size(1) != k.size(1) || v.size(2) != k.size(2)) {
+    return py::none();
+  }
+  Tensor out;
+  {
+    py::gil_scoped_release no_gil;
+    out = attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+  }
+  return py::cast(out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(flashattn_ext, m) {
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
+      "float softcap, bool deterministic, int algorithm) -> Tensor");
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
+      "float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor)");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window_left, int window_right, "
+      "bool bottom_right, float scale, float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(flashattn_ext, CPU, m) {
+  m.impl("attention", attention_kernel);
+  m.impl("fwd", fwd_kernel);
+  m.impl("bwd", bwd_kernel);
+}
+
+TORCH_LIBRARY_IMPL(flashattn_ext, CUDA, m) {
+  m.impl("attention", attention_kernel);
+  m.impl("fwd", fwd_kernel);
+  m.impl("bwd", bwd_kernel);
+}
+
+TORCH_LIBRARY_IMPL(flashattn_ext, Autograd, m) { m.impl("attention", attention_autograd); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The compiled eager path of flashattn.attention (see flashattn/torch_ext.py)";
+  m.def("init", &init, "Bind the C API to the already loaded libflashattn at this path");
+  m.def("attention", &attention, "The op's output, or None for a call the Python path must take");
+  m.def(
+      "clear_cache", [] { cache.clear(); }, "Drop every cached plan");
+  m.def(
+      "cache_size", [] { return cache.size(); }, "How many plans are cached");
+}

@@ -1,0 +1,264 @@
+"""The compiled eager path (flashattn.torch_ext): built here, then compared with the Python
+path call for call. Results and gradients must be bitwise equal (the same C calls on the
+same plans), unsupported options must take the Python path, bad inputs must raise what
+the Python path raises, and torch.compile must keep the custom ops. CPU tensors, and
+CUDA tensors where a CUDA device and a CUDA build are there."""
+import concurrent.futures
+import os
+import shutil
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not importable: the compiled-extension tests need it")
+if shutil.which(os.environ.get("CXX", "c++")) is None:
+    pytest.skip("no C++ compiler (c++ or $CXX): the compiled extension cannot be built", allow_module_level=True)
+import torch.utils.cpp_extension  # noqa: E402
+
+try:
+    torch.utils.cpp_extension.verify_ninja_availability()
+except RuntimeError:
+    pytest.skip("ninja is not installed: torch.utils.cpp_extension cannot build the extension", allow_module_level=True)
+
+import flashattn  # noqa: E402
+from flashattn import _torch_ops, _torch_plans, torch_ext  # noqa: E402
+from test_torch_native import _Block  # noqa: E402  (attention in a small model: causal, GQA, strided k and v)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """The extension, built (or found built) in its cache folder; the Python path again
+    after the module's tests, also when the build fails."""
+    try:
+        torch_ext.build()
+        assert torch_ext.status()["active"], torch_ext.status()
+        yield sys.modules[torch_ext._module_name()]
+    finally:
+        torch_ext.disable()
+
+
+def _devices():
+    devs = ["cpu"]
+    if torch.cuda.is_available() and flashattn.has_cuda_backend() and flashattn.cuda_device_count() > 0:
+        devs.append("cuda")
+    return devs
+
+
+def _randn(*shape, seed=0, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
+
+
+# (batch, seqlen_q, heads_q, head_dim, seqlen_k, heads_kv), options, how the inputs are laid out
+_CASES = {
+    "plain": ((2, 7, 4, 16, 9, 2), {}, None),
+    "causal": ((2, 7, 4, 16, 9, 2), dict(causal=True), None),
+    "causal_bottom_right": ((2, 7, 4, 16, 9, 2), dict(causal=True, align="bottom_right"), None),
+    "window": ((1, 12, 2, 16, 12, 2), dict(window=(3, 1)), None),
+    "window_bottom_right": ((1, 5, 2, 16, 12, 1), dict(window=(4, 0), align="bottom_right"), None),
+    "scale_softcap": ((2, 7, 4, 16, 9, 2), dict(scale=0.3, softcap=5.0), None),
+    "mqa": ((1, 6, 8, 32, 10, 1), dict(causal=True), None),
+    "bhsd_strides": ((2, 7, 4, 16, 9, 2), {}, "bhsd"),
+    "sliced_strides": ((2, 7, 4, 16, 9, 2), dict(causal=True), "sliced"),
+    "head_dim_v": ((1, 5, 2, 16, 6, 2), {}, "dv32"),
+}
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _inputs(case, dtype, device):
+    (b, sq, hq, d, sk, hk), opts, layout = _CASES[case]
+    dv = 32 if layout == "dv32" else d
+    q, k, v = _randn(b, sq, hq, d, seed=1), _randn(b, sk, hk, d, seed=2), _randn(b, sk, hk, dv, seed=3)
+    q, k, v, do = (t.to(device=device, dtype=dtype) for t in (q, k, v, _randn(b, sq, hq, dv, seed=4)))
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    if layout == "sliced":
+        q, k, v = (torch.cat([t, t], -1)[..., :t.shape[-1]] for t in (q, k, v))
+    opts = dict(opts)
+    if device == "cuda":
+        opts["deterministic"] = True  # bitwise run-to-run dq on CUDA, as the comparison needs
+    return (q, k, v), do, opts
+
+
+def _run(q, k, v, do, opts):
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = flashattn.attention(*leaves, **opts)
+    grads = torch.autograd.grad(out, leaves, do)
+    with torch.no_grad():
+        plain = flashattn.attention(q, k, v, **opts)
+    return out, grads, plain
+
+
+def _both_paths(fn):
+    """fn() on the Python path, then through the extension."""
+    torch_ext.disable()
+    try:
+        a = fn()
+    finally:
+        torch_ext.load()
+    return a, fn()
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dtype", list(_DTYPES))
+@pytest.mark.parametrize("case", list(_CASES))
+def test_forward_and_gradients_are_bitwise_those_of_the_python_path(ext, case, dtype, device):
+    (q, k, v), do, opts = _inputs(case, _DTYPES[dtype], device)
+    n = ext.cache_size()
+    (out_p, grads_p, plain_p), (out_e, grads_e, plain_e) = _both_paths(lambda: _run(q, k, v, do, opts))
+    assert type(out_e.grad_fn).__name__ == "CppFunction" and ext.cache_size() > n  # the op ran
+    for a, b in zip((out_p, plain_p) + grads_p, (out_e, plain_e) + grads_e):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+        assert torch.equal(a, b)
+
+
+def test_backward_takes_gradients_of_any_strides(ext):
+    (q, k, v), do, opts = _inputs("causal", torch.float32, "cpu")
+    do_t = do.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
+    (_, grads_p, _), (_, grads_e, _) = _both_paths(lambda: _run(q, k, v, do_t, opts))
+    assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
+
+
+def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
+    cases = ["plain", "causal", "window", "mqa", "bhsd_strides"]
+
+    def flat(case):
+        (q, k, v), do, opts = _inputs(case, torch.float32, "cpu")
+        out, grads, plain = _run(q, k, v, do, opts)
+        return [out, plain, *grads]
+
+    torch_ext.disable()
+    want = {c: flat(c) for c in cases}
+    torch_ext.load()
+    ext.clear_cache()
+    failures = []
+
+    def worker(i):
+        for j in range(12):
+            c = cases[(i + j) % len(cases)]
+            if not all(torch.equal(a, b) for a, b in zip(flat(c), want[c])):
+                failures.append(c)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(worker, range(4)))
+    assert not failures and ext.cache_size() == len(cases)
+
+
+def test_options_the_op_does_not_serve_take_the_python_path(ext):
+    q, k, v = (_randn(2, 6, 2, 8, seed=s).requires_grad_(True) for s in (1, 2, 3))
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    calls = {
+        "bias": lambda: flashattn.attention(q, k, v, bias=torch.zeros(1, 2, 6, 6)),
+        "attn_mask": lambda: flashattn.attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool)),
+        "alibi": lambda: flashattn.attention(q, k, v, alibi_slopes=torch.ones(2)),
+        "dropout": lambda: flashattn.attention(q, k, v, dropout_p=0.2, seed=3),
+        "varlen": lambda: flashattn.attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_seqlens_q=cu,
+                                              cu_seqlens_k=cu, max_seqlen_q=7, max_seqlen_k=7),
+        "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 8)),
+    }
+    for name, call in calls.items():
+        ext.clear_cache()
+        _torch_plans.clear_cache()
+        out = call()
+        assert ext.cache_size() == 0 and _torch_plans.cache_size() == 1, name
+        assert type(out.grad_fn).__name__ == "_AttentionBackward", name
+
+
+def _error_of(call):
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001  (any exception type is compared)
+        return type(e), str(e)
+    return None
+
+
+def test_bad_inputs_raise_what_the_python_path_raises(ext):
+    q = _randn(1, 8, 2, 16)
+    big = _randn(1, 2, 1, 300)
+    bad = {
+        "mixed dtypes": lambda: flashattn.attention(q, q.half(), q),
+        "3-D q": lambda: flashattn.attention(q[0], q, q),
+        "fp64": lambda: flashattn.attention(q.double(), q.double(), q.double()),
+        "head dims differ": lambda: flashattn.attention(q, q[..., :8], q),
+        "k and v disagree": lambda: flashattn.attention(q, q, q[:, :4]),
+        "batch differs": lambda: flashattn.attention(q, torch.cat([q, q]), torch.cat([q, q])),
+        "heads not divisible": lambda: flashattn.attention(_randn(1, 8, 3, 16), q, q),
+        "head dim 300": lambda: flashattn.attention(big, big, big),
+        "negative softcap": lambda: flashattn.attention(q, q, q, softcap=-1.0),
+        "negative scale": lambda: flashattn.attention(q, q, q, scale=-2.0),
+        "causal with right window": lambda: flashattn.attention(q, q, q, causal=True, window=(None, 2)),
+        "bad algorithm": lambda: flashattn.attention(q, q, q, algorithm=7),
+        "last dim strided": lambda: flashattn.attention(q.transpose(1, 3).contiguous().transpose(1, 3), q, q),
+        "empty": lambda: flashattn.attention(q[:, :0], q, q),
+    }
+    ext.clear_cache()
+    for name, call in bad.items():
+        python_path, extension = _both_paths(lambda: _error_of(call))
+        assert python_path is not None, name
+        assert extension == python_path, name
+    assert ext.cache_size() == 0  # no plan kept from a failed call
+
+
+@pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
+def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext):
+    def inputs(seed):
+        return [_randn(2, 96, 8, 64, seed=seed + i, dtype=torch.bfloat16, device="cuda") for i in range(4)]
+
+    (q, k, v, do), opts = inputs(0), dict(causal=True, align="bottom_right", deterministic=True)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: plan cache and allocator, outside the capture
+        for _ in range(3):
+            flashattn.attention(*leaves, **opts).backward(do)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in leaves:
+        t.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flashattn.attention(*leaves, **opts)
+        out.backward(do)
+    assert type(out.grad_fn).__name__ == "CppFunction"
+    new = inputs(10)
+    with torch.no_grad():
+        for t, x in zip(leaves + [do], new):
+            t.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    want_out, want_grads, _ = _run(*new, opts)
+    for got, ref in zip([out] + [t.grad for t in leaves], [want_out] + list(want_grads)):
+        assert torch.equal(got, ref)
+
+
+def test_compile_fullgraph_keeps_the_custom_ops_and_matches_the_eager_op(ext):
+    torch.manual_seed(0)
+    m = _Block()
+    x = _randn(2, 13, 32, seed=9)
+    ext.clear_cache()
+    ref = m(x)
+    ref.square().sum().backward()
+    assert ext.cache_size() == 1  # eager: the compiled op
+    want = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    torch._dynamo.reset()
+    cm = torch.compile(m, fullgraph=True, backend="aot_eager")
+    y = cm(x)
+    y.square().sum().backward()
+    assert torch.equal(y, ref)
+    for p, w in zip(m.parameters(), want):
+        assert torch.equal(p.grad, w)
+    assert ext.cache_size() == 1  # compiled: the flashattn::fwd/bwd custom ops, not the extension
+
+
+def test_status_says_which_path_eager_calls_take(ext, monkeypatch):
+    s = torch_ext.status()
+    assert s["active"] and s["path"].startswith(torch_ext.build_dir())
+    assert _torch_ops._ext is not None
+    torch_ext.disable()
+    assert not torch_ext.status()["active"] and _torch_ops._ext is None
+    monkeypatch.setenv(torch_ext.ENV_OFF, "0")
+    torch_ext.load_at_first_call()
+    assert not torch_ext.status()["active"] and "FLASHATTN_TORCH_EXT=0" in torch_ext.status()["reason"]
+    monkeypatch.delenv(torch_ext.ENV_OFF)
+    torch_ext.load_at_first_call()
+    assert torch_ext.status()["active"] and _torch_ops._ext is not None
