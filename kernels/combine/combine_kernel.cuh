@@ -6,7 +6,8 @@
 // One thread per output element (row, d): every thread of a row recomputes the row's
 // LSE from the num_splits partial LSEs (cached reads, tiny next to the O reads), so no
 // shared memory or synchronization is needed and any head_dim works. Memory-bound:
-// each O_i element is read exactly once.
+// each O_i element is read exactly once; the loops over the splits are unrolled so that a
+// thread's loads of 16 parts are in flight together (one round trip, not one per part).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +20,11 @@ namespace flashattn {
 namespace combine {
 
 __global__ void combine_kernel(const CombineParams c) {
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent (combine.cu): the grid before it on the stream
+  // (the decode kernel writing the parts) has ended and its writes are visible past here.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int64_t n = c.batch * c.seqlen_q * c.heads * c.head_dim;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += step) {
@@ -30,6 +36,7 @@ __global__ void combine_kernel(const CombineParams c) {
     const float* o = c.o_partial + b * os[1] + i * os[2] + h * os[3] + d;
     float lse_max = -INFINITY;
     bool nan = false;
+#pragma unroll 16
     for (int64_t s = 0; s < c.num_splits; ++s) {
       const float l = lse[s * ls[0]];
       nan |= l != l;
@@ -40,11 +47,13 @@ __global__ void combine_kernel(const CombineParams c) {
       out = lse_out = NAN;
     } else if (lse_max != -INFINITY) {
       float sum = 0.f;
+#pragma unroll 16
       for (int64_t s = 0; s < c.num_splits; ++s) {
         const float l = lse[s * ls[0]];
         if (l != -INFINITY) sum += expf(l - lse_max);
       }
       lse_out = lse_max + logf(sum);
+#pragma unroll 16
       for (int64_t s = 0; s < c.num_splits; ++s) {
         const float l = lse[s * ls[0]];
         if (l != -INFINITY) out += expf(l - lse_out) * o[s * os[0]];

@@ -90,6 +90,7 @@ struct SmemBase {
   struct Merge {
     float acc[kWarps][kRows][D];
     float m[kWarps][kRows], l[kWarps][kRows];
+    int64_t row[kRows], o_off[kRows];  // each row's index in LSE and parts, and its offset in O
   };
   static_assert(sizeof(Merge) <= sizeof(Ring), "the merge scratch must fit in the K/V ring");
   union {
@@ -98,6 +99,7 @@ struct SmemBase {
   } u;
   alignas(16) T q[kRows][D + 8];  // query rows (rotated), zero past head_dim_qk and nr
   int64_t ip[kRows];              // aligned query position of each row
+  int64_t q_off[kRows];           // offset of each row in q, -1 past nr
   float slope[kRows];
   int bad;
 };
@@ -281,24 +283,33 @@ __device__ __forceinline__ KeyRange split_keys(const AttnParams& p, const Sequen
 
 // The CTA's query rows into shared memory (zero past nr and head_dim_qk), rotated and
 // rounded to T at the used length (+ i under a band mask), with each row's aligned
-// position and ALiBi slope. Ends with a barrier.
+// position and ALiBi slope. The row offsets come first (one division per row, not per
+// element), then every thread issues all its loads before its first store, so the query
+// costs one round trip rather than one per element. Ends with a barrier.
 template <typename Arch, typename T, int D, int Stages>
 __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t r0, int nr,
                            int64_t group, int64_t shift, Smem<Arch, T, D, Stages>& sm) {
-  const T* q = static_cast<const T*>(p.q);
-  for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
-    const int r = e / D, d = e % D;
-    T x = from_float<T>(0.f);
-    if (r < nr && d < p.head_dim_qk) {
-      const int64_t i = (r0 + r) / group, h = hk * group + (r0 + r) % group;
-      x = q[b * p.q_stride.b + i * p.q_stride.s + h * p.q_stride.h + d];
-    }
-    sm.q[r][d] = x;
-  }
   if (threadIdx.x < kRows) {
-    const int64_t rr = r0 + threadIdx.x;
-    sm.ip[threadIdx.x] = rr / group + shift;
-    sm.slope[threadIdx.x] = alibi_slope(p, b, hk * group + rr % group);  // 0 without ALiBi
+    const int64_t rr = r0 + threadIdx.x, i = rr / group, h = hk * group + rr % group;
+    sm.ip[threadIdx.x] = i + shift;
+    sm.slope[threadIdx.x] = alibi_slope(p, b, h);  // 0 without ALiBi
+    sm.q_off[threadIdx.x] =
+        static_cast<int>(threadIdx.x) < nr ? b * p.q_stride.b + i * p.q_stride.s + h * p.q_stride.h : -1;
+  }
+  __syncthreads();
+  constexpr int kPerThread = kRows * D / kThreads;
+  const T* q = static_cast<const T*>(p.q);
+  T x[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int e = k * kThreads + static_cast<int>(threadIdx.x), r = e / D, d = e % D;
+    const int64_t off = sm.q_off[r];
+    x[k] = off >= 0 && d < p.head_dim_qk ? q[off + d] : from_float<T>(0.f);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int e = k * kThreads + static_cast<int>(threadIdx.x);
+    sm.q[e / D][e % D] = x[k];
   }
   __syncthreads();
   if (p.rotary != 0 && s.ok) {
@@ -478,9 +489,14 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
       mg.l[warp][r] = ws.l[h];
     }
   }
+  const int64_t rows_total = p.batch * p.heads_q * dst.sq;
+  if (threadIdx.x < kRows) {  // one division per row, not per element
+    const int64_t rr = dst.r0 + threadIdx.x, i = rr / dst.group, h = dst.hk * dst.group + rr % dst.group;
+    mg.row[threadIdx.x] = dst.split * rows_total + (dst.b * p.heads_q + h) * dst.sq + i;
+    mg.o_off[threadIdx.x] = dst.b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h;
+  }
   __syncthreads();
   const bool bad = sm.bad != 0;
-  const int64_t rows_total = p.batch * p.heads_q * dst.sq;
   for (int e = threadIdx.x; e < nr * D; e += kThreads) {
     const int r = e / D, d = e % D;
     if (d >= p.head_dim_v) continue;
@@ -492,15 +508,13 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
       l += mg.l[w][r] * f;
       o += mg.acc[w][r][d] * f;
     }
-    const int64_t i = (dst.r0 + r) / dst.group, h = dst.hk * dst.group + (dst.r0 + r) % dst.group;
-    const int64_t row = (dst.b * p.heads_q + h) * dst.sq + i;
+    const int64_t row = mg.row[r];  // split * rows_total + the output row
     const float val = bad ? NAN : (l == 0.f ? 0.f : o / l);
-    if (dst.splits == 1)
-      static_cast<T*>(p.o)[dst.b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h + d] = from_float<T>(val);
-    else parts.o[(dst.split * rows_total + row) * p.head_dim_v + d] = val;
+    if (dst.splits == 1) static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(val);
+    else parts.o[row * p.head_dim_v + d] = val;
     if (d == 0) {
       const float lse = bad ? NAN : (l == 0.f ? -INFINITY : mx + logf(l));
-      if (dst.splits > 1) parts.lse[dst.split * rows_total + row] = lse;
+      if (dst.splits > 1) parts.lse[row] = lse;
       else if (p.lse != nullptr) p.lse[row] = lse;
     }
   }
@@ -538,10 +552,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     // Sm90a: the copy engine's writes come after these, once load_query's barrier has passed.
     if constexpr (kBulk) hopper::fence_proxy_async_smem();
   }
+  const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
+  // Tile t lives in stage t % Stages, in that stage's use t / Stages.
+  auto fill = [&](int64_t t) {
+    const int st = static_cast<int>(t % Stages);
+    if constexpr (kBulk) bulk_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, maps, sm, st);
+    else load_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, vec, sm, st);
+  };
   if constexpr (kBulk) {
+    // The combine, launched as this grid's programmatic dependent (src/cuda/combine.cu),
+    // may start once every CTA has: it waits for this grid's end before reading.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    // The first tiles are issued before the query loads, so both round trips overlap (the
+    // waits on their mbarriers come after load_query's barriers).
     if (threadIdx.x == 0) {
       for (int st = 0; st < Stages; ++st) hopper::mbar_init(fa2::smem_u32(&sm.full[st]));
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      for (int t = 0; t < Stages - 1; ++t)
+        if (t < tiles) fill(t);
     }
   }
   load_query<Arch, T, D, Stages>(p, s, dst.b, dst.hk, dst.r0, nr, dst.group, shift, sm);
@@ -557,18 +585,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
   }
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) ws.o[dt][0] = ws.o[dt][1] = ws.o[dt][2] = ws.o[dt][3] = 0.f;
-  const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
-  // Tile t lives in stage t % Stages, in that stage's use t / Stages.
-  auto fill = [&](int64_t t) {
-    const int st = static_cast<int>(t % Stages);
-    if constexpr (kBulk) bulk_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, maps, sm, st);
-    else load_tile<Arch, T, D, Stages>(p, s, dst.b, dst.hk, kr.k0 + t * kTileK, kr.k1, vec, sm, st);
-  };
+  if constexpr (!kBulk) {
 #pragma unroll
-  for (int t = 0; t < Stages - 1; ++t) {
-    if constexpr (kBulk) {
-      if (threadIdx.x == 0 && t < tiles) fill(t);
-    } else {
+    for (int t = 0; t < Stages - 1; ++t) {
       if (t < tiles) fill(t);
       fa2::cp_async_commit();
     }
