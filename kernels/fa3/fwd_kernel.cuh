@@ -93,23 +93,36 @@ __device__ __forceinline__ void mask_block(const AttnParams& p, float (&acc_s)[1
     }
 }
 
+// The most the running max of a row may grow (in log2 units of the scaled scores) before
+// the exps' offset follows it: until then the offset stays, the probabilities reach at most
+// 2^8 (exact in fp32 sums, well inside the 16-bit range of P), and O needs no rescaling.
+constexpr float kMaxGrowthLog2 = 8.f;
+
 // One step of the online softmax (base 2) on the scores of a block, rows g (hh 0) and g + 8
-// (hh 1): the new running max, the scores turned into probabilities in place, the running
-// sums updated, and alpha[hh], the factor the O accumulator still has to be scaled by (the
-// caller applies it once no GEMM writes O). A row with every score so far masked keeps max
-// -inf; its exps use 0 as the offset, so its probabilities and alpha are 0.
+// (hh 1): the scores turned into probabilities in place, the running sums updated, and
+// alpha[hh], the factor the O accumulator still has to be scaled by (the caller applies it
+// once no GEMM writes O). row_max is the offset of the exps, not always the running max
+// (FlashAttention-4's conditional rescaling): it moves to the block's new max only where that
+// exceeds it by more than kMaxGrowthLog2, else alpha is 1. Returns whether this thread has a
+// row whose offset moved (alpha != 1). A row with every score so far masked keeps max -inf;
+// its exps use 0 as the offset, so its probabilities and alpha are 0.
 template <int NT>
-__device__ __forceinline__ void softmax_step(float (&acc_s)[1][NT][4], float (&row_max)[2], float (&row_sum)[2],
+__device__ __forceinline__ bool softmax_step(float (&acc_s)[1][NT][4], float (&row_max)[2], float (&row_sum)[2],
                                              float (&alpha)[2], float sl2) {
+  bool moved = false;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float mx = row_max[hh];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
     mx = fa2::quad_max(mx);
-    const float m_scaled = mx == -INFINITY ? 0.f : mx * sl2;
-    alpha[hh] = fa2::fast_exp2(row_max[hh] * sl2 - m_scaled);
-    row_max[hh] = mx;
+    const float m_old = row_max[hh] * sl2, m_new = mx == -INFINITY ? 0.f : mx * sl2;
+    // False where the old offset is -inf (the difference is +inf, or NaN with both -inf).
+    const bool keep = m_new - m_old <= kMaxGrowthLog2;
+    const float m_scaled = keep ? m_old : m_new;
+    alpha[hh] = keep ? 1.f : fa2::fast_exp2(m_old - m_new);
+    row_max[hh] = keep ? row_max[hh] : mx;
+    moved |= !keep;
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -121,6 +134,7 @@ __device__ __forceinline__ void softmax_step(float (&acc_s)[1][NT][4], float (&r
       }
     row_sum[hh] = row_sum[hh] * alpha[hh] + sum;
   }
+  return moved;
 }
 
 template <int NV>
@@ -450,17 +464,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
       // nothing would overlap the second GEMM. The hold keeps the front end from sinking the
       // softmax below the wait.
+      bool moved;
       if (needs_mask(n)) {
         mask_block<Cfg>(p, acc_s, n, row0, len_k, shift);
-        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+        moved = softmax_step(acc_s, row_max, row_sum, alpha, sl2);
       } else {
-        softmax_step(acc_s, row_max, row_sum, alpha, sl2);
+        moved = softmax_step(acc_s, row_max, row_sum, alpha, sl2);
       }
       fa2::wg_hold(acc_s);
       fa2::wg_wait<0>();
       fa2::wg_hold(acc_o);
       hopper::mbar_arrive(v_empty(stage(base + it - 1)));
-      rescale_o(acc_o, alpha);
+      // Skipped by the whole warp where none of its rows moved its offset (most blocks once
+      // the first few have set the rows' maxima).
+      if (__any_sync(0xffffffffu, moved)) rescale_o(acc_o, alpha);
       hopper::pack_a<T>(pa, acc_s);
     }
     if (n_blocks > 0) {
