@@ -117,7 +117,8 @@ __device__ __forceinline__ bool softmax_step(float (&acc_s)[1][NT][4], float (&r
     for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(acc_s[0][nt][2 * hh], acc_s[0][nt][2 * hh + 1]));
     mx = fa2::quad_max(mx);
     const float m_old = row_max[hh] * sl2, m_new = mx == -INFINITY ? 0.f : mx * sl2;
-    // False where the old offset is -inf (the difference is +inf, or NaN with both -inf).
+    // False where the old offset is -inf (the difference is +inf): a row masked so far counts as
+    // moved at every block, which only rescales zeros.
     const bool keep = m_new - m_old <= kMaxGrowthLog2;
     const float m_scaled = keep ? m_old : m_new;
     alpha[hh] = keep ? 1.f : fa2::fast_exp2(m_old - m_new);
