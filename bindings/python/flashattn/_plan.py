@@ -899,6 +899,7 @@ def _bshd(v, layout):
 
 def _norm_strides(shape, strides):
     """Strides where size-1 dims (never stepped through) get the value a dense array would."""
+    # Mirrored in csrc/torch_op.cpp (norm_strides); test_torch_ext.py checks the two agree bitwise.
     out, acc = list(strides), 1
     for i in range(len(shape) - 1, -1, -1):
         if shape[i] <= 1:
@@ -955,6 +956,8 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
     """Build the Plan that `forward(q, k, v, ...)` runs: shapes, dtype and strides from the arrays.
 
     Returns (plan, info) where info holds the array views and derived values."""
+    # Its setter calls (and _torch_plans._Entry's) are mirrored, in the same order, in
+    # csrc/torch_op.cpp (build_plan); test_torch_ext.py checks the two paths agree bitwise.
     want = A.parse_dtype(dtype) if dtype is not None else None
     wk = A.DTYPE_NAMES[want] if want is not None else None
     qv, kv, vv = A.view("q", q, wk), A.view("k", k, wk), A.view("v", v, wk)
@@ -1067,6 +1070,7 @@ def _alibi_batch_stride(alibi_slopes, batch, heads):
 
 def _dense_like(shape_bshd, strides_bshd):
     """Dense strides for shape_bshd, with the dimension order of strides_bshd (dim innermost)."""
+    # Mirrored in csrc/torch_op.cpp (dense_like); test_torch_ext.py checks the two agree bitwise.
     # Outermost first among b, s, h; extent-1 dims (e.g. the ignored batch of varlen) outermost.
     order = sorted(range(3), key=lambda i: -strides_bshd[i] if shape_bshd[i] > 1 else -float("inf"))
     st = [0, 0, 0, 1]

@@ -96,11 +96,14 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 class _Attention(torch.autograd.Function):
     """The eager path: the plan cache called directly (the custom op's dispatch costs tens
     of microseconds per call). The backward runs on the cache entry its forward looked up,
-    which stays valid if the cache drops it in between."""
+    which stays valid if the cache drops it in between, unless the saved tensors come back
+    with other strides (saved-tensor hooks such as torch.autograd.graph.save_on_cpu may
+    return dense copies): then it looks up the entry of those."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts):
         ctx.entry = e = P.entry(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts)
+        ctx.block_layout, ctx.opts = block_layout, opts
         out, lse = P.run_forward(e, q, k, v, bias, alibi_slopes, cu_q, cu_k, rng, True)
         ctx.save_for_backward(q, k, v, out, lse, bias, alibi_slopes, cu_q, cu_k, rng)
         return out
@@ -109,8 +112,10 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse, bias, slopes, cu_q, cu_k, rng = ctx.saved_tensors
         want_dbias = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = P.run_backward(ctx.entry, dout, q, k, v, out, lse, bias, slopes, cu_q, cu_k, rng,
-                                           want_dbias)
+        e = ctx.entry
+        if P.input_strides(q, k, v, bias) != e.input_strides:
+            e = P.entry(q, k, v, bias, slopes, cu_q, cu_k, ctx.block_layout, ctx.opts)
+        dq, dk, dv, dbias = P.run_backward(e, dout, q, k, v, out, lse, bias, slopes, cu_q, cu_k, rng, want_dbias)
         return dq, dk, dv, dbias, None, None, None, None, None, None
 
 

@@ -5,7 +5,8 @@ A cache miss builds the plan through :func:`flashattn._plan.make_plan` and check
 argument once (shapes, dtypes, devices, strides); a hit only allocates the outputs
 through torch (the caching allocator on CUDA), packs the argument struct and calls
 ``flashattn_fwd``/``flashattn_bwd`` on the current torch stream. An autograd backward
-runs on the entry its forward looked up (:func:`run_backward`), with no second lookup.
+runs on the entry its forward looked up (:func:`run_backward`), with no second lookup
+unless its saved tensors came back with other strides (:func:`input_strides`).
 Nothing here synchronizes with the device, so runs can be captured in a CUDA graph.
 
 Thread safety: lookups read the dict without a lock (one atomic ``dict.get``); a miss
@@ -90,9 +91,11 @@ def _desc(t):
 
 class _Entry:
     """One cached plan with the output layouts and workspace sizes of its passes."""
+    # Mirrored in csrc/torch_op.cpp (build_plan, for the plans without bias, ALiBi, varlen,
+    # block-sparse layout or dropout); test_torch_ext.py checks the two agree bitwise.
 
     __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
-                 "out_like_q", "grads_like_inputs")
+                 "out_like_q", "grads_like_inputs", "input_strides")
 
     def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts, into=None):
         (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
@@ -117,6 +120,7 @@ class _Entry:
             # when t is dense: used where those are exactly the layout wanted.
             self.out_like_q = _has_layout(q, self.out)
             self.grads_like_inputs = all(_has_layout(t, g) for t, g in ((q, dq), (k, dk), (v, dv)))
+            self.input_strides = input_strides(q, k, v, bias)
             packed = info["varlen"]
             given = {}
             if into is not None:  # backward_into: the strides of its out, dout and gradients, accumulating or not
@@ -135,6 +139,12 @@ class _Entry:
             plan.close()
             raise
         adopt(self, plan, backend, dropout_p)
+
+
+def input_strides(q, k, v, bias):
+    """The strides of the inputs a plan reads with the strides it was made for: an entry
+    runs only on tensors that have them (:func:`run_backward`'s callers check)."""
+    return q.stride(), k.stride(), v.stride(), None if bias is None else bias.stride()
 
 
 def adopt(entry, plan, backend, dropout_p):

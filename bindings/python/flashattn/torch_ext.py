@@ -17,7 +17,8 @@ torch version, the Python ABI, the library's version and the source, under
 ``$FLASHATTN_TORCH_EXT_DIR`` (default ``$XDG_CACHE_HOME/flashattn/torch_ext``, i.e.
 ``~/.cache/flashattn/torch_ext``). The torch path loads a matching build from there at its
 first call; ``FLASHATTN_TORCH_EXT=0`` turns that off (an explicit :func:`build` or
-:func:`load` still turns it on).
+:func:`load` still turns it on). The compiled op binds itself once per process to the
+loaded library, and refuses one whose version is not its flashattn.h's.
 """
 from __future__ import annotations
 
@@ -39,28 +40,38 @@ _lock = threading.Lock()
 _state = {"module": None, "path": None, "reason": "not looked for yet"}
 
 
-def _header_dir():
-    """The folder holding flashattn.h: the source tree's include/, or the install prefix's
-    (beside the library's lib/ folder)."""
-    candidates = [os.path.join(_HERE, "..", "..", "..", "include")]
+def _header_dirs():
+    """Where flashattn.h is looked for, in order: the package's csrc/ (a wheel ships it
+    there), the source tree's include/, then the include folders of the library's prefix,
+    of Python's prefix and of the system."""
     lib_dir = os.path.dirname(os.path.realpath(_lib.library_path()))
-    candidates.append(os.path.join(lib_dir, "..", "include"))
-    for c in candidates:
-        if os.path.isfile(os.path.join(c, "flashattn.h")):
-            return os.path.normpath(c)
-    raise FileNotFoundError("flashattn.h not found (looked in %s)" % ", ".join(os.path.normpath(c)
-                                                                              for c in candidates))
+    dirs = [os.path.join(_HERE, "csrc"), os.path.join(_HERE, "..", "..", "..", "include"),
+            os.path.join(lib_dir, "..", "include"),  # <prefix>/lib
+            os.path.join(lib_dir, "..", "..", "include"),  # <prefix>/lib/<multiarch>
+            os.path.join(sys.prefix, "include"), "/usr/local/include", "/usr/include"]
+    return list(dict.fromkeys(os.path.normpath(d) for d in dirs))
+
+
+def _header_dir():
+    """The first folder of :func:`_header_dirs` that holds flashattn.h."""
+    dirs = _header_dirs()
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, "flashattn.h")):
+            return d
+    raise FileNotFoundError("flashattn.h not found (looked in %s)" % ", ".join(dirs))
 
 
 def _source_digest():
+    """A digest of what the build compiles: the op's source and the flashattn.h it includes."""
     h = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        h.update(f.read())
+    for path in (SOURCE, os.path.join(_header_dir(), "flashattn.h")):
+        with open(path, "rb") as f:
+            h.update(f.read())
     return h.hexdigest()[:12]
 
 
 def build_dir():
-    """The folder of the build for this torch, Python, library and source."""
+    """The folder of the build for this torch, Python, library, source and header."""
     import torch
     root = os.environ.get(ENV_DIR) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "flashattn", "torch_ext")

@@ -1,6 +1,8 @@
 """torch integration: flashattn.attention (autograd) against
 torch.nn.functional.scaled_dot_product_attention. The CPU cases need torch; the GPU cases
 need torch with CUDA and a libflashattn built with CUDA. Both skip otherwise."""
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -79,6 +81,31 @@ def test_attention_bhsd_bottom_right_and_expanded_bias_grad():
     assert (out - ref).abs().max().item() < 1e-5
     for a, b in zip(torch.autograd.grad(out, (q, k, v, small), do), torch.autograd.grad(ref, ref_in, do)):
         assert (a - b).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "sliced", "bias_permuted"])
+def test_saved_tensors_hooks_that_return_dense_copies_give_the_same_gradients(layout):
+    """save_on_cpu(pin_memory=True) saves dense copies (on the CPU too, without pinning):
+    the backward must run on a plan for their strides, not on its forward's."""
+    g = torch.Generator().manual_seed(3)
+    b, s, h, d = 2, 19, 4, 16
+    if layout == "sliced":
+        q, k, v = (torch.randn(b, s, h, 2 * d, generator=g)[..., :d] for _ in range(3))
+    elif layout == "bias_permuted":  # dense q, k, v: only the bias comes back with other strides
+        q, k, v = (torch.randn(b, s, h, d, generator=g) for _ in range(3))
+    else:
+        q, k, v = (torch.randn(b, h, s, d, generator=g).transpose(1, 2) for _ in range(3))
+    bias = torch.randn(b, s, h, s, generator=g).transpose(1, 2) if layout == "bias_permuted" else None
+    do = torch.randn(b, s, h, d, generator=g)
+
+    def grads(hooked):
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v) + ((bias,) if bias is not None else ())]
+        with torch.autograd.graph.save_on_cpu(pin_memory=True) if hooked else contextlib.nullcontext():
+            out = flashattn.attention(*leaves[:3], causal=True, bias=leaves[3] if bias is not None else None)
+        return torch.autograd.grad(out, leaves, do)
+
+    for a, w in zip(grads(True), grads(False)):
+        assert (a - w).abs().max().item() < 1e-5
 
 
 def test_attention_varlen_matches_per_sequence_sdpa():

@@ -4,15 +4,22 @@ same plans), unsupported options must take the Python path, bad inputs must rais
 the Python path raises, and torch.compile must keep the custom ops. CPU tensors, and
 CUDA tensors where a CUDA device and a CUDA build are there."""
 import concurrent.futures
+import contextlib
+import ctypes
 import os
 import shutil
+import subprocess
 import sys
+import sysconfig
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not importable: the compiled-extension tests need it")
 if shutil.which(os.environ.get("CXX", "c++")) is None:
     pytest.skip("no C++ compiler (c++ or $CXX): the compiled extension cannot be built", allow_module_level=True)
+if not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    pytest.skip("Python's development headers (Python.h) are not installed: the compiled extension cannot be built",
+                allow_module_level=True)
 import torch.utils.cpp_extension  # noqa: E402
 
 try:
@@ -24,17 +31,31 @@ import flashattn  # noqa: E402
 from flashattn import _torch_ops, _torch_plans, torch_ext  # noqa: E402
 from test_torch_native import _Block  # noqa: E402  (attention in a small model: causal, GQA, strided k and v)
 
+# Build output that says a tool or a system file is missing, not that torch_op.cpp is wrong.
+_MISSING_TOOL = ("Python.h: No such file", "command not found", "cannot find -l", "cc1plus: not found",
+                 "No such file or directory: 'ninja'")
+
 
 @pytest.fixture(scope="module")
-def ext():
-    """The extension, built (or found built) in its cache folder; the Python path again
-    after the module's tests, also when the build fails."""
+def ext(tmp_path_factory):
+    """The extension, built into a temporary folder (a build in the user's cache would send
+    every later eager call of that environment through it); skipped, with the reason, when
+    the build fails for a missing tool. The Python path again after the module's tests."""
+    env = pytest.MonkeyPatch()
+    env.setenv(torch_ext.ENV_DIR, str(tmp_path_factory.mktemp("torch_ext")))
     try:
-        torch_ext.build()
+        try:
+            torch_ext.build()
+        except (RuntimeError, OSError) as e:
+            missing = [m for m in _MISSING_TOOL if m in str(e)]
+            if missing:
+                pytest.skip("the compiled extension cannot be built here (%s): %s" % (missing[0], str(e)[-500:]))
+            raise
         assert torch_ext.status()["active"], torch_ext.status()
         yield sys.modules[torch_ext._module_name()]
     finally:
         torch_ext.disable()
+        env.undo()
 
 
 def _devices():
@@ -61,8 +82,21 @@ _CASES = {
     "bhsd_strides": ((2, 7, 4, 16, 9, 2), {}, "bhsd"),
     "sliced_strides": ((2, 7, 4, 16, 9, 2), dict(causal=True), "sliced"),
     "head_dim_v": ((1, 5, 2, 16, 6, 2), {}, "dv32"),
+    "algorithm_standard": ((2, 7, 4, 16, 9, 2), dict(causal=True, algorithm="standard"), None),
+    "deterministic": ((2, 7, 4, 16, 9, 2), dict(causal=True, deterministic=True), None),
+    "seqlen_1": ((2, 1, 4, 16, 1, 2), {}, None),
+    "seqlen_q_1": ((2, 1, 4, 16, 9, 2), dict(causal=True, align="bottom_right"), None),
+    "seqlen_k_1": ((2, 7, 4, 16, 1, 2), {}, None),
+    "size_1_dims_odd_strides": ((1, 7, 1, 16, 9, 1), dict(causal=True), "odd"),
+    "expanded_gqa_kv": ((2, 7, 4, 16, 9, 1), dict(causal=True), "expand"),
 }
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _odd_strides(t):
+    """t's values with odd strides, unlike a dense tensor's, on its size-1 dims."""
+    st = [s if n > 1 else 7 + 2 * i for i, (n, s) in enumerate(zip(t.shape, t.stride()))]
+    return t.contiguous().as_strided(t.shape, st)
 
 
 def _inputs(case, dtype, device):
@@ -74,15 +108,22 @@ def _inputs(case, dtype, device):
         q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     if layout == "sliced":
         q, k, v = (torch.cat([t, t], -1)[..., :t.shape[-1]] for t in (q, k, v))
+    if layout == "odd":
+        q, k, v = (_odd_strides(t) for t in (q, k, v))
+    if layout == "expand":  # GQA through stride-0 heads: k, v of one head expanded to q's
+        k, v = (t.expand(b, sk, hq, t.shape[-1]) for t in (k, v))
     opts = dict(opts)
     if device == "cuda":
         opts["deterministic"] = True  # bitwise run-to-run dq on CUDA, as the comparison needs
     return (q, k, v), do, opts
 
 
-def _run(q, k, v, do, opts):
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    out = flashattn.attention(*leaves, **opts)
+def _run(q, k, v, do, opts, hooks=None):
+    """out, its gradients and the no-grad out; leaves of q, k, v's strides (views of them),
+    the autograd graph saved under the `hooks` context when given."""
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    with hooks if hooks is not None else contextlib.nullcontext():
+        out = flashattn.attention(*leaves, **opts)
     grads = torch.autograd.grad(out, leaves, do)
     with torch.no_grad():
         plain = flashattn.attention(q, k, v, **opts)
@@ -117,6 +158,87 @@ def test_backward_takes_gradients_of_any_strides(ext):
     do_t = do.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
     (_, grads_p, _), (_, grads_e, _) = _both_paths(lambda: _run(q, k, v, do_t, opts))
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
+
+
+def test_zero_stride_dout_of_a_sum_gives_the_python_paths_gradients(ext):
+    (q, k, v), _, opts = _inputs("bhsd_strides", torch.float32, "cpu")
+
+    def grads():
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        flashattn.attention(*leaves, **opts).sum().backward()  # dout: a scalar expanded, strides 0
+        return [t.grad for t in leaves]
+
+    python_path, extension = _both_paths(grads)
+    assert all(torch.equal(a, b) for a, b in zip(python_path, extension))
+
+
+@pytest.mark.parametrize("wanted", ["q", "k", "v", "kv", "qv"])
+def test_only_some_inputs_requiring_grad_get_the_python_paths_gradients(ext, wanted):
+    (q, k, v), do, opts = _inputs("causal", torch.float32, "cpu")
+
+    def grads():
+        leaves = [t.detach().requires_grad_(name in wanted) for name, t in zip("qkv", (q, k, v))]
+        out = flashattn.attention(*leaves, **opts)
+        out.backward(do)
+        return type(out.grad_fn).__name__, [t.grad for t in leaves]
+
+    (fn_p, python_path), (fn_e, extension) = _both_paths(grads)
+    assert fn_e == "CppFunction" and fn_p == "_AttentionBackward"
+    for name, a, b in zip("qkv", python_path, extension):
+        assert (a is None and b is None) if name not in wanted else torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("case", ["bhsd_strides", "sliced_strides", "expanded_gqa_kv"])
+def test_save_on_cpu_gives_the_gradients_of_plain_autograd(ext, case):
+    """save_on_cpu(pin_memory=True) saves dense copies (on the CPU too): both paths must run
+    the backward on a plan for the strides of those, not on the forward's."""
+    (q, k, v), do, opts = _inputs(case, torch.float32, "cpu")
+    _, want, _ = _run(q, k, v, do, opts)
+    hooks = torch.autograd.graph.save_on_cpu(pin_memory=True)
+    (_, python_path, _), (_, extension, _) = _both_paths(lambda: _run(q, k, v, do, opts, hooks))
+    for a, b, w in zip(python_path, extension, want):
+        assert torch.equal(a, b)
+        assert torch.allclose(a, w, rtol=1e-5, atol=1e-6)
+
+
+def test_an_error_in_the_backward_is_the_python_paths(ext):
+    """Saved tensors that come back with a strided last dim (a saved-tensor hook) fail in
+    the backward's plan: both paths raise the library's error through autograd."""
+    (q, k, v), do, opts = _inputs("plain", torch.float32, "cpu")
+
+    def strided(t):
+        return t.transpose(1, 3).contiguous().transpose(1, 3) if t.dim() == 4 else t
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t, strided)
+    python_path, extension = _both_paths(lambda: _error_of(lambda: _run(q, k, v, do, opts, hooks)))
+    assert python_path is not None and issubclass(python_path[0], flashattn.FlashAttnError)
+    assert extension == python_path
+
+
+def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
+    lib = flashattn.library_path()
+    ext.init(lib)  # the library it is bound to: nothing happens
+    copy = tmp_path / "libflashattn_copy.so.0"
+    shutil.copy(lib, copy)
+    ctypes.CDLL(str(copy))  # loaded, but not the library the op is bound to
+    with pytest.raises(RuntimeError, match="already bound to another libflashattn"):
+        ext.init(str(copy))
+    probe = ("import importlib.util, sys, torch\n"
+             "spec = importlib.util.spec_from_file_location(%r, %r)\n"
+             "m = importlib.util.module_from_spec(spec)\n"
+             "spec.loader.exec_module(m)\n"
+             "q = torch.zeros(1, 2, 1, 8)\n"
+             "for call in (lambda: m.attention(q, q, q, -1, -1, False, 0.0, 0.0, False, 0),\n"
+             "             lambda: torch.ops.flashattn_ext.fwd(q, q, q, -1, -1, False, 0.0, 0.0, False, 0)):\n"
+             "    try:\n"
+             "        call()\n"
+             "    except RuntimeError as e:\n"
+             "        print('refused:', str(e).splitlines()[0])\n"
+             % (torch_ext._module_name(), torch_ext.status()["path"]))
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and all("init() has not bound" in line for line in lines), res.stdout
 
 
 def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):

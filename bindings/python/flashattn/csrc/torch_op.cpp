@@ -10,7 +10,8 @@
 // Python path.
 //
 // It calls the C API of the libflashattn the Python package loaded (init() resolves the
-// symbols from that library with dlopen(RTLD_NOLOAD): one library per process), on plans
+// symbols from that library with dlopen(RTLD_NOLOAD), once: one library per process, of
+// the version of the flashattn.h compiled in; the ops refuse to run before), on plans
 // cached by shapes, strides, dtype, device and options and configured by the same setter
 // calls as flashattn/_torch_plans.py makes, so results are bitwise those of the Python
 // path. Outputs and workspaces come from torch's allocator (the caching allocator on
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -45,6 +47,7 @@ using at::Tensor;
 // ------------------------------------------------------------------ the C API
 
 struct Api {
+  decltype(&flashattn_get_version) get_version = nullptr;
   decltype(&flashattn_plan_create) plan_create = nullptr;
   decltype(&flashattn_plan_destroy) plan_destroy = nullptr;
   decltype(&flashattn_plan_set_shape) set_shape = nullptr;
@@ -62,7 +65,16 @@ struct Api {
   decltype(&flashattn_status_string) status_string = nullptr;
 };
 
-Api api;
+// The bound C API: null until init() has bound it, then fixed for the life of the
+// process (readers never see it change).
+std::atomic<const Api*> bound{nullptr};
+
+// The bound C API; refuses to run before init().
+const Api& api() {
+  const Api* a = bound.load(std::memory_order_acquire);
+  TORCH_CHECK(a != nullptr, "flashattn_ext: init() has not bound the op to a loaded libflashattn");
+  return *a;
+}
 
 template <class F>
 void resolve(void* lib, F& fn, const char* name) {
@@ -71,38 +83,66 @@ void resolve(void* lib, F& fn, const char* name) {
 }
 
 // Binds the C API to the library at `path`, which must already be loaded (by the Python
-// package); the reference dlopen takes is kept for the life of the process.
+// package) and be the version of the flashattn.h this op was compiled against; the
+// reference dlopen takes is kept for the life of the process. Binds once: a later call
+// for the same library does nothing, one for another library is refused.
 void init(const std::string& path) {
+  static std::mutex mutex;
+  static void* bound_lib = nullptr;
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   TORCH_CHECK(lib != nullptr, "flashattn_ext: ", path, " is not loaded in this process");
-  Api a;
-  resolve(lib, a.plan_create, "flashattn_plan_create");
-  resolve(lib, a.plan_destroy, "flashattn_plan_destroy");
-  resolve(lib, a.set_shape, "flashattn_plan_set_shape");
-  resolve(lib, a.set_dtype, "flashattn_plan_set_dtype");
-  resolve(lib, a.set_strides, "flashattn_plan_set_strides");
-  resolve(lib, a.set_band_mask, "flashattn_plan_set_band_mask");
-  resolve(lib, a.set_scale, "flashattn_plan_set_softmax_scale");
-  resolve(lib, a.set_softcap, "flashattn_plan_set_softcap");
-  resolve(lib, a.set_deterministic, "flashattn_plan_set_deterministic");
-  resolve(lib, a.set_algorithm, "flashattn_plan_set_algorithm");
-  resolve(lib, a.workspace_size, "flashattn_plan_get_workspace_size");
-  resolve(lib, a.fwd, "flashattn_fwd");
-  resolve(lib, a.bwd, "flashattn_bwd");
-  resolve(lib, a.last_error, "flashattn_last_error");
-  resolve(lib, a.status_string, "flashattn_status_string");
-  api = a;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (bound_lib != nullptr) {
+    dlclose(lib);  // the reference taken by the first init() stays
+    TORCH_CHECK(lib == bound_lib, "flashattn_ext: already bound to another libflashattn than ", path);
+    return;
+  }
+  auto a = std::make_unique<Api>();
+  resolve(lib, a->get_version, "flashattn_get_version");
+  int major = -1, minor = -1, patch = -1;
+  a->get_version(&major, &minor, &patch);
+  if (major != FLASHATTN_VERSION_MAJOR || minor != FLASHATTN_VERSION_MINOR || patch != FLASHATTN_VERSION_PATCH) {
+    dlclose(lib);
+    TORCH_CHECK(false, "flashattn_ext: ", path, " is libflashattn ", major, ".", minor, ".", patch,
+                " but this build of the op was compiled against flashattn.h ", FLASHATTN_VERSION_MAJOR, ".",
+                FLASHATTN_VERSION_MINOR, ".", FLASHATTN_VERSION_PATCH,
+                ": rebuild it (python -m flashattn.torch_ext build)");
+  }
+  resolve(lib, a->plan_create, "flashattn_plan_create");
+  resolve(lib, a->plan_destroy, "flashattn_plan_destroy");
+  resolve(lib, a->set_shape, "flashattn_plan_set_shape");
+  resolve(lib, a->set_dtype, "flashattn_plan_set_dtype");
+  resolve(lib, a->set_strides, "flashattn_plan_set_strides");
+  resolve(lib, a->set_band_mask, "flashattn_plan_set_band_mask");
+  resolve(lib, a->set_scale, "flashattn_plan_set_softmax_scale");
+  resolve(lib, a->set_softcap, "flashattn_plan_set_softcap");
+  resolve(lib, a->set_deterministic, "flashattn_plan_set_deterministic");
+  resolve(lib, a->set_algorithm, "flashattn_plan_set_algorithm");
+  resolve(lib, a->workspace_size, "flashattn_plan_get_workspace_size");
+  resolve(lib, a->fwd, "flashattn_fwd");
+  resolve(lib, a->bwd, "flashattn_bwd");
+  resolve(lib, a->last_error, "flashattn_last_error");
+  resolve(lib, a->status_string, "flashattn_status_string");
+  bound_lib = lib;
+  bound.store(a.release(), std::memory_order_release);  // never freed: plans may outlive any scope
+}
+
+// UTF-8 bytes as a str, undecodable bytes replaced (flashattn._lib.last_error's decoding).
+py::str utf8(const std::string& s) {
+  PyObject* str = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (str == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(str);
 }
 
 // Raises what flashattn._lib.check raises for this status: the FlashAttnError subclass
 // of the status, with the library's message for the calling thread.
 [[noreturn]] void raise_status(flashattn_status_t status, const char* function) {
-  std::string message = api.last_error();
+  std::string message = api().last_error();
   if (message.empty()) message = "(no message)";
-  const std::string name = api.status_string(status);
+  const std::string name = api().status_string(status);
   py::gil_scoped_acquire gil;
   py::object error_class = py::module_::import("flashattn._lib").attr("error_class")(static_cast<int>(status));
-  py::object error = error_class(static_cast<int>(status), message, function, name);
+  py::object error = error_class(static_cast<int>(status), utf8(message), function, utf8(name));
   PyErr_SetObject(error_class.ptr(), error.ptr());
   throw py::error_already_set();
 }
@@ -134,7 +174,9 @@ struct Plan {
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
-  ~Plan() { api.plan_destroy(handle); }
+  ~Plan() {
+    if (handle != nullptr) api().plan_destroy(handle);  // a handle means init() has bound the API
+  }
 };
 
 Strides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
@@ -173,21 +215,32 @@ flashattn_dtype_t dtype_of(const Tensor& t) {
   switch (t.scalar_type()) {
     case at::kHalf: return FLASHATTN_DTYPE_FP16;
     case at::kBFloat16: return FLASHATTN_DTYPE_BF16;
-    default: return FLASHATTN_DTYPE_FP32;
+    case at::kFloat: return FLASHATTN_DTYPE_FP32;
+    default: TORCH_CHECK(false, "flashattn_ext: q has dtype ", t.scalar_type(), "; use float16, bfloat16 or float32");
   }
+}
+
+// The ops can be called directly (torch.ops.flashattn_ext), and the backward gets what
+// saved-tensor hooks return: what the plan does not check itself is checked here.
+void check_like_q(const Tensor& t, const Tensor& q, const char* name) {
+  TORCH_CHECK(t.scalar_type() == q.scalar_type() && t.device() == q.device(), "flashattn_ext: ", name, " has dtype ",
+              t.scalar_type(), " on ", t.device(), " but q has ", q.scalar_type(), " on ", q.device());
 }
 
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
 std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
+  const Api& fa = api();
+  check_like_q(k, q, "k");
+  check_like_q(v, q, "v");
   auto p = std::make_shared<Plan>();
   p->cuda = q.is_cuda();
   flashattn_plan_t h = nullptr;
-  check(api.plan_create(&h, p->cuda ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU, p->cuda ? q.get_device() : 0),
+  check(fa.plan_create(&h, p->cuda ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU, p->cuda ? q.get_device() : 0),
         "flashattn_plan_create");
   p->handle = h;
-  check(api.set_shape(h, q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)),
+  check(fa.set_shape(h, q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)),
         "flashattn_plan_set_shape");
-  check(api.set_dtype(h, dtype_of(q)), "flashattn_plan_set_dtype");
+  check(fa.set_dtype(h, dtype_of(q)), "flashattn_plan_set_dtype");
   const Strides qs = strides_of(q);
   p->out = dense_like({q.size(0), q.size(1), q.size(2), v.size(3)}, qs);
   p->dq = dense_like(shape_of(q), qs);
@@ -198,16 +251,16 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
       {FLASHATTN_TENSOR_V, norm_strides(v)}, {FLASHATTN_TENSOR_O, p->out},
       {FLASHATTN_TENSOR_DO, p->out},         {FLASHATTN_TENSOR_DQ, p->dq},
       {FLASHATTN_TENSOR_DK, p->dk},          {FLASHATTN_TENSOR_DV, p->dv}};
-  for (const auto& [tensor, st] : strides) check(api.set_strides(h, tensor, st.data()), "flashattn_plan_set_strides");
-  check(api.set_band_mask(h, o.bottom_right ? FLASHATTN_ALIGN_BOTTOM_RIGHT : FLASHATTN_ALIGN_TOP_LEFT, o.window_left,
-                          o.window_right),
+  for (const auto& [tensor, st] : strides) check(fa.set_strides(h, tensor, st.data()), "flashattn_plan_set_strides");
+  check(fa.set_band_mask(h, o.bottom_right ? FLASHATTN_ALIGN_BOTTOM_RIGHT : FLASHATTN_ALIGN_TOP_LEFT, o.window_left,
+                         o.window_right),
         "flashattn_plan_set_band_mask");
-  if (o.scale != 0) check(api.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
-  if (o.softcap != 0) check(api.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
-  check(api.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
-  check(api.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
-  check(api.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
-  check(api.workspace_size(h, FLASHATTN_PASS_BACKWARD, &p->ws_bwd), "flashattn_plan_get_workspace_size");
+  if (o.scale != 0) check(fa.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
+  if (o.softcap != 0) check(fa.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
+  check(fa.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
+  check(fa.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
+  check(fa.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
+  check(fa.workspace_size(h, FLASHATTN_PASS_BACKWARD, &p->ws_bwd), "flashattn_plan_get_workspace_size");
   return p;
 }
 
@@ -312,7 +365,7 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
                                .o = out.data_ptr(),
                                .lse = want_lse ? lse.data_ptr<float>() : nullptr};
   run(*p, p->ws_fwd, q, "flashattn_fwd",
-      [&](void* ws, size_t n, CUstream_st* s) { return api.fwd(p->handle, &a, ws, n, s); });
+      [&](void* ws, size_t n, CUstream_st* s) { return api().fwd(p->handle, &a, ws, n, s); });
   return {out, lse};
 }
 
@@ -341,6 +394,14 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& 
                                               bool bottom_right, double scale, double softcap, bool deterministic,
                                               int64_t algorithm) {
   const auto p = cache.get(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+  const std::array<int64_t, 4> out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
+  const std::array<int64_t, 3> lse_shape{q.size(0), q.size(2), q.size(1)};
+  check_like_q(out, q, "out");
+  check_like_q(dout, q, "dout");
+  TORCH_CHECK(out.sizes() == out_shape && dout.sizes() == out_shape, "flashattn_ext::bwd: out ", out.sizes(),
+              " and dout ", dout.sizes(), " must have the shape ", at::IntArrayRef(out_shape));
+  TORCH_CHECK(lse.sizes() == lse_shape && lse.scalar_type() == at::kFloat && lse.device() == q.device(),
+              "flashattn_ext::bwd: lse must be float32 of shape ", at::IntArrayRef(lse_shape), " on q's device");
   const Tensor o = with_strides(out, p->out), d_o = with_strides(dout, p->out), l = lse.contiguous();
   Tensor dq = at::empty_strided(q.sizes(), p->dq, q.options());
   Tensor dk = at::empty_strided(k.sizes(), p->dk, q.options());
@@ -356,7 +417,7 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& 
                                .dk = dk.data_ptr(),
                                .dv = dv.data_ptr()};
   run(*p, p->ws_bwd, q, "flashattn_bwd",
-      [&](void* ws, size_t n, CUstream_st* s) { return api.bwd(p->handle, &a, ws, n, s); });
+      [&](void* ws, size_t n, CUstream_st* s) { return api().bwd(p->handle, &a, ws, n, s); });
   return {dq, dk, dv};
 }
 
