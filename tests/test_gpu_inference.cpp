@@ -122,7 +122,28 @@ struct DeviceEdit {
 
 // flashattn_fwd_kvcache of r on a CUDA plan: every buffer in device memory, O, LSE and the
 // workspace poisoned; the outputs and both caches downloaded afterwards.
-KvResult run_kv_gpu(const KvRun& r, flashattn_plan_t plan, const DeviceEdit* edit = nullptr) {
+// Runs the plan on the default stream, or (in_graph) captured into a CUDA graph on a stream of
+// its own (global capture mode: nothing in the run may synchronize or allocate) and replayed.
+flashattn_status_t launch_kv(flashattn_plan_t plan, const flashattn_kvcache_args_t& a, void* ws, size_t ws_bytes,
+                             bool in_graph) {
+  if (!in_graph) return flashattn_fwd_kvcache(plan, &a, ws, ws_bytes, nullptr);
+  cudaStream_t st = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  const flashattn_status_t status = flashattn_fwd_kvcache(plan, &a, ws, ws_bytes, st);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(st, &graph) == cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, st) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(st) == cudaSuccess);
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(st) == cudaSuccess);
+  return status;
+}
+
+KvResult run_kv_gpu(const KvRun& r, flashattn_plan_t plan, const DeviceEdit* edit = nullptr, bool in_graph = false) {
   const KvCase& c = r.c;
   DeviceBuffers d;
   KvResult k;
@@ -154,7 +175,7 @@ KvResult run_kv_gpu(const KvRun& r, flashattn_plan_t plan, const DeviceEdit* edi
   REQUIRE(flashattn_plan_get_workspace_size(plan, FLASHATTN_PASS_FORWARD_KVCACHE, &ws_bytes) ==
           FLASHATTN_STATUS_SUCCESS);
   void* ws = ws_bytes > 0 ? d.poisoned(ws_bytes) : nullptr;
-  k.status = flashattn_fwd_kvcache(plan, &a, ws, ws_bytes, nullptr);
+  k.status = launch_kv(plan, a, ws, ws_bytes, in_graph);
   k.error = flashattn_last_error();
   d.mem.sync();
   k.o.resize(o_bytes);
@@ -347,6 +368,31 @@ TEST_CASE("gpu kvcache: copy-engine and gathered tiles give bitwise equal result
         CHECK(memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)) == 0);
       }
     }
+}
+
+// A split decode (its combine launched as a programmatic dependent on Hopper) captured into a
+// CUDA graph and replayed gives the eager run's bits.
+TEST_CASE("gpu kvcache: a split decode captured in a CUDA graph gives the eager bits", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int64_t page : {0, 16})
+      for (int64_t splits : {3, 7}) {
+        KvCase c = gpu_decode_case("graph", page, d, static_cast<uint64_t>(40 + d + page + splits));
+        c.dtype = FLASHATTN_DTYPE_BF16;
+        c.cap = 1000;
+        c.used = {1000, 0, 517};
+        c.num_splits = splits;
+        const KvRun r = make_kv_run(c);
+        flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
+        const KvResult eager = run_kv_gpu(r, plan);
+        const KvResult graph = run_kv_gpu(r, plan, nullptr, true);
+        flashattn_plan_destroy(plan);
+        INFO("d=" << d << " page=" << page << " splits=" << splits << ": " << graph.error);
+        REQUIRE(eager.status == FLASHATTN_STATUS_SUCCESS);
+        REQUIRE(graph.status == FLASHATTN_STATUS_SUCCESS);
+        CHECK(graph.o == eager.o);
+        CHECK(memcmp(graph.lse.data(), eager.lse.data(), eager.lse.size() * sizeof(float)) == 0);
+      }
 }
 
 TEST_CASE("gpu kvcache: append with both rotary forms and causal or local chunked prefill", "[gpu][kvcache]") {

@@ -549,7 +549,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
   if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
     zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.k, p.head_dim_qk);
     zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.v, p.head_dim_v);
-    // Sm90a: the copy engine's writes come after these, once load_query's barrier has passed.
+    // Sm90a: these are whole 64-dim column blocks that no box writes (the copy engine fills
+    // only the blocks below), so thread 0 may issue the first tiles before every thread's
+    // zeros are written; the fence orders them before the proxy's later reads and writes.
     if constexpr (kBulk) hopper::fence_proxy_async_smem();
   }
   const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;

@@ -275,7 +275,7 @@ flashattn_status_t cuda_combine(const CombineParams& c, int device, struct CUstr
   DeviceGuard guard(device);
   if (const flashattn_status_t s = guard.status()) return s;
   if (const flashattn_status_t s = prepare_stream(stream, device)) return s;
-  return combine_launch(c, stream);
+  return combine_launch(c, stream, false);
 }
 
 flashattn_status_t cuda_run(const AttnParams& p, int device, void* workspace, size_t workspace_bytes,

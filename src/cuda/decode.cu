@@ -251,7 +251,7 @@ flashattn_status_t combine_parts(const AttnParams& p, const decode::Parts& parts
   c.o = p.o;
   c.o_stride = p.o_stride;
   c.lse = p.lse;
-  return combine_launch(c, st);
+  return combine_launch(c, st, true);
 }
 
 // A run of p with policy Arch and its maps: the kernel's fit (its split count), the parts

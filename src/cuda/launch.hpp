@@ -132,7 +132,7 @@ flashattn_status_t standard_fwd(const AttnParams& p, void* workspace, size_t wor
 flashattn_status_t standard_bwd(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- combine of partial results (kernels/combine): c is validated, pointers on this device ----
-flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream);
+flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream, bool after_decode);
 // ---- KV-cache runs (kernels/decode, src/cuda/decode.cu): append, split-KV decode, combine ----
 // p.kv_num_splits is the caller's count, or 0: each run chooses it for the kernel it takes
 // (after the tensor-map encode), within the bound the workspace size and checks use.
