@@ -83,7 +83,8 @@ _CASES = {
     "sliced_strides": ((2, 7, 4, 16, 9, 2), dict(causal=True), "sliced"),
     "head_dim_v": ((1, 5, 2, 16, 6, 2), {}, "dv32"),
     "algorithm_standard": ((2, 7, 4, 16, 9, 2), dict(causal=True, algorithm="standard"), None),
-    "deterministic": ((2, 7, 4, 16, 9, 2), dict(causal=True, deterministic=True), None),
+    # Its own shape: on CUDA every case runs deterministic (below), so "causal" is this case there.
+    "deterministic": ((2, 6, 4, 16, 11, 2), dict(causal=True, deterministic=True), None),
     "seqlen_1": ((2, 1, 4, 16, 1, 2), {}, None),
     "seqlen_q_1": ((2, 1, 4, 16, 9, 2), dict(causal=True, align="bottom_right"), None),
     "seqlen_k_1": ((2, 7, 4, 16, 1, 2), {}, None),
