@@ -52,10 +52,15 @@ struct BwdSlot {
   float* v;       // [kBc x dv]    V tile, row-major
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
-  // one pass (no bias tensor): one head's dQ, one kv head's dK and dV, every row
-  float* dq_seq;  // [seqlen_q x dqkp]
-  float* dk_seq;  // [seqlen_k x dqkp]
-  float* dv_seq;  // [seqlen_k x dvp]
+  // one pass (no bias tensor): one head's dQ, one kv head's dK and dV, every row, and
+  // the head's query side (load_query_side), loaded once per head
+  float* dq_seq;     // [seqlen_q x dqkp]
+  float* dk_seq;     // [seqlen_k x dqkp]
+  float* dv_seq;     // [seqlen_k x dvp]
+  float* q_seq;      // [seqlen_q x dqkp]
+  float* do_seq;     // [seqlen_q x dvp]
+  float* lse_seq;    // [seqlen_q]
+  float* delta_seq;  // [seqlen_q]
   // both
   float* kr;     // [kBc x dqkp]  K tile, row-major
   float* q;      // [kBr x dqkp]  Q tile, row-major
@@ -89,6 +94,10 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.dq_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
   s.dk_seq = one_pass ? cv.floats(p.seqlen_k, dqkp) : nullptr;
   s.dv_seq = one_pass ? cv.floats(p.seqlen_k, dvp) : nullptr;
+  s.q_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
+  s.do_seq = one_pass ? cv.floats(p.seqlen_q, dvp) : nullptr;
+  s.lse_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
+  s.delta_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
   s.q = cv.floats(kBr, dqkp);
   s.kr = cv.floats(kBc, dqkp);
   s.dout = cv.floats(kBr, dvp);
@@ -102,24 +111,41 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
-// Loads Q, dO of query rows [i0, i0+ni) of context c, the LSE (a -inf LSE marks a fully
-// masked row: stored as +inf so exp(s - lse) = 0 for every s, including s = -inf), and
-// Delta = rowsum(dO * O) in fp32 (fixed summation order, identical in both passes).
-void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const BwdSlot& w) {
+// The query side of a query tile as the tile pairs read it: Q and dO rows (row strides
+// dqkp, dvp), and per row the LSE and Delta.
+struct QuerySide {
+  float* q;
+  float* dout;
+  float* lse;
+  float* delta;
+};
+
+// Loads Q, dO of query rows [i0, i0+ni) of context c into qs, the LSE (a -inf LSE marks a
+// fully masked row: stored as +inf so exp(s - lse) = 0 for every s, including s = -inf),
+// and Delta = rowsum(dO * O) in fp32 (fixed summation order, identical in both schedules).
+void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const QuerySide& qs, float* tmp) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
-  load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, i0, ni, dqk, w.q, dqkp);
-  load_rows(p, p.dout, p.do_stride, c.b, c.q0, c.h, i0, ni, dv, w.dout, dvp);
+  load_rows(p, p.q, p.q_stride, c.b, c.q0, c.h, i0, ni, dqk, qs.q, dqkp);
+  load_rows(p, p.dout, p.do_stride, c.b, c.q0, c.h, i0, ni, dv, qs.dout, dvp);
   for (int64_t r = 0; r < ni; ++r) {
     const float lse = p.lse_in[lse_index(p, c, i0 + r)];
-    w.lse[r] = lse == -INFINITY ? INFINITY : lse;
-    row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, c.b, c.q0 + i0 + r, c.h)), p.dtype, w.tmp, dv);
-    w.delta[r] = dot(w.dout + r * dvp, w.tmp, dv);
+    qs.lse[r] = lse == -INFINITY ? INFINITY : lse;
+    row_to_float(elem_ptr(p.o_in, p.dtype, row_offset(p, p.o_stride, c.b, c.q0 + i0 + r, c.h)), p.dtype, tmp, dv);
+    qs.delta[r] = dot(qs.dout + r * dvp, tmp, dv);
   }
+}
+
+// The two-pass schedule's query tile: loaded into the slot's tile buffers, the LSE and
+// Delta of rows past ni padded (+inf, 0) for the transposed tiles' per-column reads.
+QuerySide load_query_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const BwdSlot& w) {
+  const QuerySide qs{w.q, w.dout, w.lse, w.delta};
+  load_query_side(p, c, i0, ni, qs, w.tmp);
   for (int64_t r = ni; r < kBr; ++r) {
     w.lse[r] = INFINITY;
     w.delta[r] = 0.f;
   }
+  return qs;
 }
 
 // The first row, within query tile [i0, i0 + ni) of c, whose forward scores were dot
@@ -133,32 +159,32 @@ int64_t dot_rows_from(const HeadCtx& c, int64_t i0, int64_t ni) {
 // P and dZ, and leaves Z = dropout(P) in w.s and dS = P * (dZ * D - Delta) in w.dp, as
 // [ni x kBc] tiles (pass 1: S = Q K^T, dZ = dO V^T from K^T and V^T in w.kt, w.vt) or
 // transposed, [nj x kBr] (kT, pass 2: S^T = K Q^T, dZ^T = V dO^T from Q^T and dO^T in
-// w.qt, w.dot, and the row-major V tile in w.v). Q, dO, LSE and Delta are w's
-// (load_query_side); k_rows (row stride ldk) is the row-major K tile, for the rows whose
-// forward scores were dot products, which are recomputed the same way (cpu_impl.hpp).
+// w.qt, w.dot, and the row-major V tile in w.v). Q, dO, LSE and Delta are qs's; k_rows
+// (row stride ldk) is the row-major K tile, for the rows whose forward scores were dot
+// products, which are recomputed the same way (cpu_impl.hpp).
 template <bool kT>
 void tile_ds(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-             const float* k_rows, int64_t ldk, const BwdSlot& w) {
+             const float* k_rows, int64_t ldk, const QuerySide& qs, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
   const int64_t ld = kT ? kBr : kBc;  // row stride of the score tiles
   const int64_t d0 = dot_rows_from(c, i0, ni);
   if (kT) {
     gemm(nj, kBr, dqk, k_rows, ldk, w.qt, kBr, w.s, kBr, false);
-    if (d0 < ni) dot_rows(nj, ni - d0, dqk, k_rows, ldk, w.q + d0 * dqkp, dqkp, w.s + d0, kBr);
+    if (d0 < ni) dot_rows(nj, ni - d0, dqk, k_rows, ldk, qs.q + d0 * dqkp, dqkp, w.s + d0, kBr);
   } else {
-    gemm(ni, kBc, dqk, w.q, dqkp, w.kt, kBc, w.s, kBc, false);
-    if (d0 < ni) dot_rows(ni - d0, nj, dqk, w.q + d0 * dqkp, dqkp, k_rows, ldk, w.s + d0 * kBc, kBc);
+    gemm(ni, kBc, dqk, qs.q, dqkp, w.kt, kBc, w.s, kBc, false);
+    if (d0 < ni) dot_rows(ni - d0, nj, dqk, qs.q + d0 * dqkp, dqkp, k_rows, ldk, w.s + d0 * kBc, kBc);
   }
   transform_scores<kT>(p, c, w.s, ld, i0, ni, j0, nj, ld, kind == kTilePartial, w.capg);
   if (kT) {
     gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
   } else {
-    gemm(ni, kBc, dv, w.dout, dvp, w.vt, kBc, w.dp, kBc, false);
+    gemm(ni, kBc, dv, qs.dout, dvp, w.vt, kBc, w.dp, kBc, false);
   }
   if (w.drop) dropout_tile<kT>(p, c, w.drop, ld, i0, ni, j0, nj);
   // Only the valid entries are read after (the GEMMs that take dS and Z sum over ni or nj).
-  ds_tile(w.s, w.dp, w.drop, ld, kT ? nj : ni, round_up(kT ? ni : nj, kTileN), w.lse, w.delta, kT);
+  ds_tile(w.s, w.dp, w.drop, ld, kT ? nj : ni, round_up(kT ? ni : nj, kTileN), qs.lse, qs.delta, kT);
 }
 
 // dS_raw = dS * (1 - tanh^2) on the tile tile_ds left in w.dp (softcap only).
@@ -178,22 +204,24 @@ void load_key_side(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, int64
   load_rows_t(p, p.v, p.v_stride, b, k0, hk, j0, nj, dv, w.vt, kBc);
 }
 
-// One (query tile, key tile) pair on S, with the key side loaded (load_key_side): leaves
-// dS_raw in w.dp and adds dV += Z^T dO and dK += dS_raw^T Q to the key tile's rows of
-// dv_acc and dk_acc (Z and dS read transposed; the K dimension is the ni valid query rows).
+// One (query tile, key tile) pair on S, with the key side loaded (load_key_side) and the
+// query side in qs: leaves dS_raw in w.dp and adds dV += Z^T dO and dK += dS_raw^T Q to
+// the key tile's rows of dv_acc and dk_acc (Z and dS read transposed; the K dimension is
+// the ni valid query rows).
 void pair_dkdv(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
-               const BwdSlot& w, float* dk_acc, float* dv_acc) {
+               const QuerySide& qs, const BwdSlot& w, float* dk_acc, float* dv_acc) {
   const int64_t dqkp = round_up(p.head_dim_qk, kTileN), dvp = round_up(p.head_dim_v, kTileN);
-  load_query_side(p, c, i0, ni, w);
-  tile_ds<false>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, w);
+  tile_ds<false>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, qs, w);
   soften_ds<false>(ni, nj, w);
-  gemm_at(nj, dvp, ni, w.s, kBc, w.dout, dvp, dv_acc, dvp, true);
-  gemm_at(nj, dqkp, ni, w.dp, kBc, w.q, dqkp, dk_acc, dqkp, true);
+  gemm_at(nj, dvp, ni, w.s, kBc, qs.dout, dvp, dv_acc, dvp, true);
+  gemm_at(nj, dqkp, ni, w.dp, kBc, qs.q, dqkp, dk_acc, dqkp, true);
 }
 
 // ---- one pass: dQ, dK, dV of kv head hk of sequence b and its GQA group ----
 // The sums are pass 1's and pass 2's, in their order: dK and dV of a key tile over (query
-// head, query tile), dQ of a query tile over key tiles, from the same dS.
+// head, query tile), dQ of a query tile over key tiles, from the same dS. Each head's query
+// side is loaded once, not once per key tile: reloading Q, dO and O (in tiles, from
+// strided rows) for every tile pair took 15% of a long backward's time.
 void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
@@ -206,6 +234,7 @@ void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const HeadCtx c = make_head_ctx(p, b, h);
     memset(w.dq_seq, 0, sizeof(float) * static_cast<size_t>(len_q * dqkp));
+    load_query_side(p, c, 0, len_q, QuerySide{w.q_seq, w.do_seq, w.lse_seq, w.delta_seq}, w.tmp);
     for (int64_t j0 = 0; j0 < len_k; j0 += kBc) {
       const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
       load_key_side(p, b, hk, j0, nj, w);
@@ -213,7 +242,8 @@ void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
         const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
         const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
         if (kind == kTileSkip) continue;
-        pair_dkdv(p, c, i0, ni, j0, nj, kind, w, w.dk_seq + j0 * dqkp, w.dv_seq + j0 * dvp);
+        const QuerySide qs{w.q_seq + i0 * dqkp, w.do_seq + i0 * dvp, w.lse_seq + i0, w.delta_seq + i0};
+        pair_dkdv(p, c, i0, ni, j0, nj, kind, qs, w, w.dk_seq + j0 * dqkp, w.dv_seq + j0 * dvp);
         gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_seq + i0 * dqkp, dqkp, true);  // dQ += dS_raw K
       }
     }
@@ -242,7 +272,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
       const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
       if (kind == kTileSkip) continue;
-      pair_dkdv(p, c, i0, ni, j0, nj, kind, w, w.dk_acc, w.dv_acc);
+      pair_dkdv(p, c, i0, ni, j0, nj, kind, load_query_tile(p, c, i0, ni, w), w, w.dk_acc, w.dv_acc);
     }
   }
   store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
@@ -258,7 +288,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
   const int64_t db_ld = dbias_ld(p);
   const bool db_rows = p.bias_stride[2] != 0, db_cols = p.bias_stride[3] != 0;
 
-  load_query_side(p, c, i0, ni, w);
+  const QuerySide qs = load_query_tile(p, c, i0, ni, w);
   transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
   transpose_tile(w.dout, round_up(dv, kTileN), ni, dv, w.dot, kBr);
   memset(w.dq_acc, 0, sizeof(float) * static_cast<size_t>(ni * dqkp));
@@ -270,7 +300,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
     load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kr, dqkp);
     load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.v, dv);
 
-    tile_ds<true>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, w);
+    tile_ds<true>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, qs, w);
     if (want_dbias) {
       for (int64_t r = 0; r < ni; ++r) {
         float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
