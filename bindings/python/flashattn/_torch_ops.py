@@ -113,7 +113,7 @@ class _Attention(torch.autograd.Function):
         q, k, v, out, lse, bias, slopes, cu_q, cu_k, rng = ctx.saved_tensors
         want_dbias = bias is not None and ctx.needs_input_grad[3]
         e = ctx.entry
-        if P.input_strides(q, k, v, bias) != e.input_strides:
+        if P.input_layout(q, k, v, bias, slopes, cu_q, cu_k) != e.input_layout:
             e = P.entry(q, k, v, bias, slopes, cu_q, cu_k, ctx.block_layout, ctx.opts)
         dq, dk, dv, dbias = P.run_backward(e, dout, q, k, v, out, lse, bias, slopes, cu_q, cu_k, rng, want_dbias)
         return dq, dk, dv, dbias, None, None, None, None, None, None

@@ -6,7 +6,7 @@ argument once (shapes, dtypes, devices, strides); a hit only allocates the outpu
 through torch (the caching allocator on CUDA), packs the argument struct and calls
 ``flashattn_fwd``/``flashattn_bwd`` on the current torch stream. An autograd backward
 runs on the entry its forward looked up (:func:`run_backward`), with no second lookup
-unless its saved tensors came back with other strides (:func:`input_strides`).
+unless its saved tensors came back with another layout (:func:`input_layout`).
 Nothing here synchronizes with the device, so runs can be captured in a CUDA graph.
 
 Thread safety: lookups read the dict without a lock (one atomic ``dict.get``); a miss
@@ -95,7 +95,7 @@ class _Entry:
     # block-sparse layout or dropout); test_torch_ext.py checks the two agree bitwise.
 
     __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
-                 "out_like_q", "grads_like_inputs", "input_strides")
+                 "out_like_q", "grads_like_inputs", "input_layout")
 
     def __init__(self, q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, opts, into=None):
         (max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q, block_k,
@@ -120,7 +120,7 @@ class _Entry:
             # when t is dense: used where those are exactly the layout wanted.
             self.out_like_q = _has_layout(q, self.out)
             self.grads_like_inputs = all(_has_layout(t, g) for t, g in ((q, dq), (k, dk), (v, dv)))
-            self.input_strides = input_strides(q, k, v, bias)
+            self.input_layout = input_layout(q, k, v, bias, alibi_slopes, cu_q, cu_k)
             packed = info["varlen"]
             given = {}
             if into is not None:  # backward_into: the strides of its out, dout and gradients, accumulating or not
@@ -141,10 +141,11 @@ class _Entry:
         adopt(self, plan, backend, dropout_p)
 
 
-def input_strides(q, k, v, bias):
-    """The strides of the inputs a plan reads with the strides it was made for: an entry
-    runs only on tensors that have them (:func:`run_backward`'s callers check)."""
-    return q.stride(), k.stride(), v.stride(), None if bias is None else bias.stride()
+def input_layout(q, k, v, bias, alibi_slopes, cu_q, cu_k):
+    """The shape, strides, dtype and device of every tensor input a plan reads with the
+    layout it was made for: an entry runs only on tensors that have them
+    (:func:`run_backward`'s callers check; saved-tensor hooks may return copies)."""
+    return tuple(_desc(t) for t in (q, k, v, bias, alibi_slopes, cu_q, cu_k))
 
 
 def adopt(entry, plan, backend, dropout_p):

@@ -83,7 +83,7 @@ def test_attention_bhsd_bottom_right_and_expanded_bias_grad():
         assert (a - b).abs().max().item() < 1e-4
 
 
-@pytest.mark.parametrize("layout", ["bhsd", "sliced", "bias_permuted"])
+@pytest.mark.parametrize("layout", ["bhsd", "sliced", "bias_permuted", "sliced_slopes"])
 def test_saved_tensors_hooks_that_return_dense_copies_give_the_same_gradients(layout):
     """save_on_cpu(pin_memory=True) saves dense copies (on the CPU too, without pinning):
     the backward must run on a plan for their strides, not on its forward's."""
@@ -91,17 +91,20 @@ def test_saved_tensors_hooks_that_return_dense_copies_give_the_same_gradients(la
     b, s, h, d = 2, 19, 4, 16
     if layout == "sliced":
         q, k, v = (torch.randn(b, s, h, 2 * d, generator=g)[..., :d] for _ in range(3))
-    elif layout == "bias_permuted":  # dense q, k, v: only the bias comes back with other strides
+    elif layout in ("bias_permuted", "sliced_slopes"):  # dense q, k, v: only the bias or slopes come back dense
         q, k, v = (torch.randn(b, s, h, d, generator=g) for _ in range(3))
     else:
         q, k, v = (torch.randn(b, h, s, d, generator=g).transpose(1, 2) for _ in range(3))
     bias = torch.randn(b, s, h, s, generator=g).transpose(1, 2) if layout == "bias_permuted" else None
+    # Per-(batch, head) ALiBi slopes whose batch stride (2h) the plan takes from the forward's.
+    slopes = torch.rand(b, 2 * h, generator=g)[:, :h] if layout == "sliced_slopes" else None
     do = torch.randn(b, s, h, d, generator=g)
 
     def grads(hooked):
         leaves = [t.detach().requires_grad_(True) for t in (q, k, v) + ((bias,) if bias is not None else ())]
         with torch.autograd.graph.save_on_cpu(pin_memory=True) if hooked else contextlib.nullcontext():
-            out = flashattn.attention(*leaves[:3], causal=True, bias=leaves[3] if bias is not None else None)
+            out = flashattn.attention(*leaves[:3], causal=True, bias=leaves[3] if bias is not None else None,
+                                      alibi_slopes=slopes)
         return torch.autograd.grad(out, leaves, do)
 
     for a, w in zip(grads(True), grads(False)):
