@@ -13,7 +13,7 @@ torch.compile, takes the Python path (the custom ops ``flashattn::fwd``/``bwd``)
 
 Nothing is compiled at import: :func:`build` compiles the extension with
 torch.utils.cpp_extension (a C++ compiler and ninja needed) into a folder keyed by the
-torch version, the Python ABI, the library's version and the source, under
+torch version, the Python ABI, the library's version, the source and flashattn.h, under
 ``$FLASHATTN_TORCH_EXT_DIR`` (default ``$XDG_CACHE_HOME/flashattn/torch_ext``, i.e.
 ``~/.cache/flashattn/torch_ext``). The torch path loads a matching build from there at its
 first call; ``FLASHATTN_TORCH_EXT=0`` turns that off (an explicit :func:`build` or

@@ -322,6 +322,27 @@ def test_bad_inputs_raise_what_the_python_path_raises(ext):
     assert ext.cache_size() == 0  # no plan kept from a failed call
 
 
+def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
+    """torch.ops.flashattn_ext.* skip the Python checks: k and v whose extents do not
+    match what the plan takes from q's and k's are refused, naming the tensors."""
+    q, k = _randn(2, 5, 4, 16), _randn(2, 6, 2, 16)
+    bad = {
+        "3-D q": (q[0], k, k, "q, k, v must be 4-D"),
+        "k batch": (q, k[:1], k[:1], "k .* q's batch"),
+        "k head dim": (q, k[..., :8], k, "k .* q's batch and head dim"),
+        "v heads": (q, k, k[:, :, :1], "v .* k's batch, length and heads"),
+        "v length": (q, k, k[:, :3], "v .* k's batch, length and heads"),
+        "v batch": (q, k, k[:1], "v .* k's batch, length and heads"),
+    }
+    scalars = (-1, -1, False, 0.0, 0.0, False, 0)
+    n = ext.cache_size()
+    for name, (a, b, c, message) in bad.items():
+        for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
+            with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
+                op(a, b, c, *scalars)
+    assert ext.cache_size() == n, "a refused call made a plan"
+
+
 @pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
 def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext):
     def inputs(seed):

@@ -227,6 +227,18 @@ void check_like_q(const Tensor& t, const Tensor& q, const char* name) {
               t.scalar_type(), " on ", t.device(), " but q has ", q.scalar_type(), " on ", q.device());
 }
 
+// q, k, v as the plan reads them: 4-D (batch, seq, heads, dim), k of q's batch and head dim,
+// v of k's batch, length and heads (the library takes the rest from q's and k's sizes, so
+// a v or k of other extents would be read out of bounds).
+void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn_ext: q, k, v must be 4-D (batch, seq, heads, ",
+              "dim); got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(3), "flashattn_ext: k ", k.sizes(),
+              " must have q's batch and head dim (q ", q.sizes(), ")");
+  TORCH_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2), "flashattn_ext: v ",
+              v.sizes(), " must have k's batch, length and heads (k ", k.sizes(), ")");
+}
+
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
 std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
   const Api& fa = api();
@@ -271,6 +283,7 @@ class PlanCache {
   static constexpr size_t kCapacity = 1024;
 
   std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
+    check_shapes(q, k, v);
     std::vector<int64_t> key;
     key.reserve(3 * 11 + 7);
     for (const Tensor* t : {&q, &k, &v}) {
