@@ -72,6 +72,8 @@ struct BwdSlot {
   float* lse;    // [kBr]  +inf for rows without any kept key
   float* delta;  // [kBr]
   float* tmp;    // [max(dqkp, dvp)]
+  // The bytes of the buffers above but the one-pass ones, which come last in the slot.
+  size_t tile_bytes;
 };
 
 int64_t dbias_ld(const AttnParams& p) { return p.bias_stride[3] != 0 ? round_up(p.seqlen_k, kTileN) : 1; }
@@ -90,14 +92,6 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.vt = cv.floats(dv, kBc);
   s.dq_acc = cv.floats(kBr, dqkp);
   s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p), dbias_ld(p)) : nullptr;
-  const bool one_pass = p.bias_kind != kBiasTensor;
-  s.dq_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
-  s.dk_seq = one_pass ? cv.floats(p.seqlen_k, dqkp) : nullptr;
-  s.dv_seq = one_pass ? cv.floats(p.seqlen_k, dvp) : nullptr;
-  s.q_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
-  s.do_seq = one_pass ? cv.floats(p.seqlen_q, dvp) : nullptr;
-  s.lse_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
-  s.delta_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
   s.q = cv.floats(kBr, dqkp);
   s.kr = cv.floats(kBc, dqkp);
   s.dout = cv.floats(kBr, dvp);
@@ -108,6 +102,15 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.lse = cv.floats(kBr);
   s.delta = cv.floats(kBr);
   s.tmp = cv.floats(dqkp > dvp ? dqkp : dvp);
+  s.tile_bytes = static_cast<size_t>(cv.used.value());
+  const bool one_pass = p.bias_kind != kBiasTensor;
+  s.dq_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
+  s.dk_seq = one_pass ? cv.floats(p.seqlen_k, dqkp) : nullptr;
+  s.dv_seq = one_pass ? cv.floats(p.seqlen_k, dvp) : nullptr;
+  s.q_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
+  s.do_seq = one_pass ? cv.floats(p.seqlen_q, dvp) : nullptr;
+  s.lse_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
+  s.delta_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
   return s;
 }
 
@@ -371,9 +374,11 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
 
   run_team(threads, [&](const TeamMember& me) {
     char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
-    memset(slot, 0, slot_bytes);  // GEMM padding columns must be finite
     Carver cv{slot};
     const BwdSlot w = carve_bwd(p, cv);
+    // GEMM padding columns must be finite; a two-pass run never touches the one-pass
+    // buffers (sequence-long: 5 N d floats), so only the tiles are cleared for it.
+    memset(slot, 0, one_pass ? slot_bytes : w.tile_bytes);
 
     for (int64_t t = groups.next(); t >= 0; t = groups.next()) group_grads(p, t / p.heads_kv, t % p.heads_kv, w);
     for (int64_t t = tasks1.next(); t >= 0; t = tasks1.next()) {
