@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "catch_compat.hpp"
@@ -120,8 +121,6 @@ struct DeviceEdit {
   std::vector<int32_t> used, batch_idx, block_table;
 };
 
-// flashattn_fwd_kvcache of r on a CUDA plan: every buffer in device memory, O, LSE and the
-// workspace poisoned; the outputs and both caches downloaded afterwards.
 // Runs the plan on the default stream, or (in_graph) captured into a CUDA graph on a stream of
 // its own (global capture mode: nothing in the run may synchronize or allocate) and replayed.
 flashattn_status_t launch_kv(flashattn_plan_t plan, const flashattn_kvcache_args_t& a, void* ws, size_t ws_bytes,
@@ -131,8 +130,12 @@ flashattn_status_t launch_kv(flashattn_plan_t plan, const flashattn_kvcache_args
   REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal) == cudaSuccess);
   const flashattn_status_t status = flashattn_fwd_kvcache(plan, &a, ws, ws_bytes, st);
+  const std::string error = flashattn_last_error();
   cudaGraph_t graph = nullptr;
-  REQUIRE(cudaStreamEndCapture(st, &graph) == cudaSuccess);
+  const cudaError_t ended = cudaStreamEndCapture(st, &graph);  // the stream leaves capture first
+  INFO("captured run: " << flashattn_status_string(status) << ": " << error);
+  REQUIRE(status == FLASHATTN_STATUS_SUCCESS);
+  REQUIRE(ended == cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(exec, st) == cudaSuccess);
@@ -143,6 +146,8 @@ flashattn_status_t launch_kv(flashattn_plan_t plan, const flashattn_kvcache_args
   return status;
 }
 
+// flashattn_fwd_kvcache of r on a CUDA plan: every buffer in device memory, O, LSE and the
+// workspace poisoned; the outputs and both caches downloaded afterwards.
 KvResult run_kv_gpu(const KvRun& r, flashattn_plan_t plan, const DeviceEdit* edit = nullptr, bool in_graph = false) {
   const KvCase& c = r.c;
   DeviceBuffers d;

