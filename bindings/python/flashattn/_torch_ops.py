@@ -134,7 +134,8 @@ def run(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts):
         return fwd(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, *opts)[0]
     if (_ext is not None and bias is None and alibi_slopes is None and cu_q is None and block_layout is None
             and rng is None):
-        out = _ext(q, k, v, opts[2], opts[3], opts[4], opts[5], opts[6], opts[11], opts[12])
+        _, _, left, right, bottom_right, scale, softcap, _, _, _, _, deterministic, algorithm = opts
+        out = _ext(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm)
         if out is not None:
             return out
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad

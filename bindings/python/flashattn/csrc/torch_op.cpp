@@ -227,16 +227,20 @@ void check_like_q(const Tensor& t, const Tensor& q, const char* name) {
               t.scalar_type(), " on ", t.device(), " but q has ", q.scalar_type(), " on ", q.device());
 }
 
-// q, k, v as the plan reads them: 4-D (batch, seq, heads, dim), k of q's batch and head dim,
-// v of k's batch, length and heads (the library takes the rest from q's and k's sizes, so
-// a v or k of other extents would be read out of bounds).
+// The extents the plan takes from q's and k's sizes (4-D tensors): k has q's batch and head
+// dim, v has k's batch, length and heads. Others would be read out of bounds.
+bool k_fits_q(const Tensor& k, const Tensor& q) { return k.size(0) == q.size(0) && k.size(3) == q.size(3); }
+bool v_fits_k(const Tensor& v, const Tensor& k) {
+  return v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2);
+}
+
+// q, k, v as the plan reads them: 4-D (batch, seq, heads, dim) with fitting extents.
 void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn_ext: q, k, v must be 4-D (batch, seq, heads, ",
               "dim); got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
-  TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(3), "flashattn_ext: k ", k.sizes(),
-              " must have q's batch and head dim (q ", q.sizes(), ")");
-  TORCH_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2), "flashattn_ext: v ",
-              v.sizes(), " must have k's batch, length and heads (k ", k.sizes(), ")");
+  TORCH_CHECK(k_fits_q(k, q), "flashattn_ext: k ", k.sizes(), " must have q's batch and head dim (q ", q.sizes(), ")");
+  TORCH_CHECK(v_fits_k(v, k), "flashattn_ext: v ", v.sizes(), " must have k's batch, length and heads (k ", k.sizes(),
+              ")");
 }
 
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
@@ -510,8 +514,7 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t 
                      double scale, double softcap, bool deterministic, int64_t algorithm) {
   const auto dt = q.scalar_type();
   if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
-      !servable(q, q) || !servable(k, q) || !servable(v, q) || k.size(3) != q.size(3) || k.size(0) != q.size(0) ||
-      v.size(0) != k.size(0) || v.size(1) != k.size(1) || v.size(2) != k.size(2)) {
+      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k)) {
     return py::none();
   }
   Tensor out;
