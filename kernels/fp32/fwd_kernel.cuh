@@ -103,9 +103,10 @@ __device__ __forceinline__ int64_t next_tile(const AttnParams& p, const SeqCtx& 
   return j0 < c.len_k ? j0 : c.len_k;
 }
 
-template <int D>
-__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) fwd_kernel(const AttnParams p) {
-  using T = FwdTile<D>;
+template <int D, bool kWide>
+__global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>::min_blocks)
+    fwd_kernel(const AttnParams p) {
+  using T = FwdTile<D, kWide>;
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
