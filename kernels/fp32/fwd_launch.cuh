@@ -35,16 +35,18 @@ LaunchResult launch_fwd_tiles(const AttnParams& p, cudaStream_t stream) {
   return r;
 }
 
-// The wide instance where the current device's blocks may have its shared memory, else the
-// narrow one (the one fp32_check sizes against).
+// The wide instance where the current device's blocks may have an H100's shared memory,
+// except at D = 64 under a band mask, whose partial diagonal tiles it computed slower than
+// the narrow one (docs/internals/kernels-fp32.md, "Wide tiles"); else the narrow one, which
+// fp32_check sizes against.
 template <int D>
 LaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream) {
   int dev = 0, optin = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err != cudaSuccess) return LaunchResult{err, "forward"};
-  return optin >= FwdTile<D, true>::smem_bytes ? launch_fwd_tiles<D, true>(p, stream)
-                                               : launch_fwd_tiles<D, false>(p, stream);
+  const bool wide = optin >= kSm90SmemPerBlock && (D > 64 || !p.has_band);
+  return wide ? launch_fwd_tiles<D, true>(p, stream) : launch_fwd_tiles<D, false>(p, stream);
 }
 
 }  // namespace fp32

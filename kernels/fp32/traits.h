@@ -53,10 +53,10 @@ struct WarpGrid {
 //   and 16 above, Q split at D = 64 only (a split Q would take the 128 bucket past 8.6/8.9
 //   devices' 99 KB); two CTAs per SM up to the 128 bucket. Buckets up to 128 fit the least
 //   device's block, 256 an A100's.
-// - wide (kWide = true), where a block may have an H100's 227 KB: Br = 128 (8 warps, one
-//   CTA per SM), Bc = 64 at D = 64, 32 at D = 128, 16 at 256, Q split up to D = 128; each
-//   K/V copy, split and barrier serves twice the query rows and, up to D = 128, twice the
-//   keys of the narrow instance.
+// - wide (kWide = true), where a block may have an H100's 227 KB (fwd_launch.cuh says
+//   when it runs): Br = 128 (8 warps, one CTA per SM), Bc = 64 at D = 64, 32 at D = 128,
+//   16 at 256, Q split up to D = 128; each K/V copy, split and barrier serves twice the
+//   query rows and, up to D = 128, twice the keys of the narrow instance.
 template <int D, bool kWide = false>
 struct FwdTile {
   static constexpr int Br = kWide ? 128 : 64;
