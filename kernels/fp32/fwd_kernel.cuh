@@ -4,8 +4,9 @@
 // One CTA of Br / 16 warps per (query block of Br rows, query head, sequence), last query
 // block first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16)
 // of the block whole, so the softmax reductions stay within a quad of lanes. Operands are
-// split once per CTA (split_tile.cuh): Q into a split tile at the start (from D = 128 Q stays
-// fp32 and splits as Q K^T reads it: traits.h), each K and V tile
+// split once per CTA (split_tile.cuh): Q into a split tile at the start (where the
+// instance's shared memory holds none, Q stays fp32 and splits as Q K^T reads it: traits.h,
+// FwdTile), each K and V tile
 // of Bc keys when its copy into the staging tile has landed; the copy of V_j overlaps
 // Q K_j^T and the softmax, that of K_j+1 the product P V_j. Tiles that the band mask or
 // the block-sparse layout remove entirely are skipped. P stays fp32 in the registers that
