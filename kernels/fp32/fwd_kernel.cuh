@@ -4,8 +4,9 @@
 // One CTA of Br / 16 warps per (query block of Br rows, query head, sequence), last query
 // block first (the longest under a top-left causal mask); warp w owns rows [16w, 16w + 16)
 // of the block whole, so the softmax reductions stay within a quad of lanes. Operands are
-// split once per CTA (split_tile.cuh): Q into a split tile at the start (from D = 128 Q stays
-// fp32 and splits as Q K^T reads it: traits.h), each K and V tile
+// split once per CTA (split_tile.cuh): Q into a split tile at the start (where the
+// instance's shared memory holds none, Q stays fp32 and splits as Q K^T reads it: traits.h,
+// FwdTile), each K and V tile
 // of Bc keys when its copy into the staging tile has landed; the copy of V_j overlaps
 // Q K_j^T and the softmax, that of K_j+1 the product P V_j. Tiles that the band mask or
 // the block-sparse layout remove entirely are skipped. P stays fp32 in the registers that
@@ -103,9 +104,10 @@ __device__ __forceinline__ int64_t next_tile(const AttnParams& p, const SeqCtx& 
   return j0 < c.len_k ? j0 : c.len_k;
 }
 
-template <int D>
-__global__ void __launch_bounds__(FwdTile<D>::kThreads, FwdTile<D>::min_blocks) fwd_kernel(const AttnParams p) {
-  using T = FwdTile<D>;
+template <int D, bool kWide>
+__global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>::min_blocks)
+    fwd_kernel(const AttnParams p) {
+  using T = FwdTile<D, kWide>;
   constexpr int NS = T::Bc / 8, NO = D / 8, kThreads = T::kThreads;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);

@@ -25,6 +25,8 @@ namespace fp32 {
 // to the 128 bucket).
 constexpr int kSm80SmemPerBlock = 166912;
 constexpr int kLeastSmemPerBlock = 101376;
+// On compute capability 9.0 (H100, H200).
+constexpr int kSm90SmemPerBlock = 232448;
 
 FA_HD constexpr int kpitch(int width) { return width + 8; }
 FA_HD constexpr int npitch(int width) { return width + 4; }
@@ -40,22 +42,27 @@ struct WarpGrid {
   static_assert(rows * cols == kWarps && width * cols == N && NT * 8 == width, "warp grid must tile the product");
 };
 
-// Forward: one CTA of 4 warps per (query block of Br = 64 rows, query head, sequence),
+// Forward: one CTA of Br / 16 warps per (query block of Br rows, query head, sequence),
 // warp w owning rows [16w, 16w + 16) whole; K/V tiles of Bc keys. K and V are held as split
 // tiles (K with k along its rows, V with k = key down its columns), split once per CTA from
 // a staging tile that the asynchronous copies fill; so is Q (an A split tile, staged in
-// pieces of Bc rows) where that fits the least shared memory of the devices the bucket
-// runs on: at D = 64. Twice Q's size, a split Q would take the 128 bucket past 8.6/8.9
-// devices' 99 KB and leave one warp pair at D = 256 within an A100's block, so from D =
-// 128 Q stays an fp32 tile (kpitch) whose fragments split as the products read them. P
-// stays in registers. Sizes: the CTAs per SM of min_blocks fit an H100's 228 KB, buckets up
-// to 128 the least device's block, 256 an A100's.
-template <int D>
+// pieces of Bc rows) where that fits the shared memory of the instance's devices, else Q
+// stays an fp32 tile (kpitch) whose fragments split as the products read them. P stays in
+// registers. Two instances per bucket:
+// - narrow (kWide = false), for every served device: Br = 64 (4 warps), Bc = 32 at D = 64
+//   and 16 above, Q split at D = 64 only (a split Q would take the 128 bucket past 8.6/8.9
+//   devices' 99 KB); two CTAs per SM up to the 128 bucket. Buckets up to 128 fit the least
+//   device's block, 256 an A100's.
+// - wide (kWide = true), where a block may have an H100's 227 KB (fwd_launch.cuh says
+//   when it runs): Br = 128 (8 warps, one CTA per SM), Bc = 64 at D = 64, 32 at D = 128,
+//   16 at 256, Q split up to D = 128; each K/V copy, split and barrier serves twice the
+//   query rows and, up to D = 128, twice the keys of the narrow instance.
+template <int D, bool kWide = false>
 struct FwdTile {
-  static constexpr int Br = 64;
+  static constexpr int Br = kWide ? 128 : 64;
   static constexpr int kThreads = Br / 16 * 32;
-  static constexpr int Bc = D <= 64 ? 32 : 16;
-  static constexpr bool kSplitQ = D <= 64;
+  static constexpr int Bc = D <= 64 ? (kWide ? 64 : 32) : D <= 128 && kWide ? 32 : 16;
+  static constexpr bool kSplitQ = D <= (kWide ? 128 : 64);
   static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
                        stage_pitch = npitch(D);
   static constexpr int q_off = 0;
@@ -65,11 +72,13 @@ struct FwdTile {
   static constexpr int floats = stage_off + Bc * stage_pitch;
   static constexpr int smem_bytes = floats * 4;
   // CTAs per SM the kernel is compiled for (__launch_bounds__): two leave 255 registers
-  // per thread.
-  static constexpr int min_blocks = D <= 128 ? 2 : 1;
+  // per thread of 4 warps.
+  static constexpr int min_blocks = !kWide && D <= 128 ? 2 : 1;
   static_assert(Br % Bc == 0 && Bc % 16 == 0, "Q is staged in pieces of Bc rows, whole A fragments");
-  static_assert(smem_bytes <= (D <= 128 ? kLeastSmemPerBlock : kSm80SmemPerBlock),
-                "buckets up to 128 fit every served device's shared memory per block, 256 an A100's");
+  static_assert(smem_bytes <= (kWide      ? kSm90SmemPerBlock
+                               : D <= 128 ? kLeastSmemPerBlock
+                                          : kSm80SmemPerBlock),
+                "narrow: buckets up to 128 fit every served device's block, 256 an A100's; wide: an H100's");
 };
 
 // Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,

@@ -14,8 +14,8 @@ flashattn_status_t fp32_fwd(const AttnParams& p, cudaStream_t stream) {
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   (void)cudaGetLastError();
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "fp32 forward kernel (head-dim bucket %d, %d bytes of shared memory, stream %p): launch failed: "
-              "%s (%s)",
+              "fp32 forward kernel (head-dim bucket %d, at least %d bytes of shared memory, stream %p): launch "
+              "failed: %s (%s)",
               k.d, k.fwd_smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
