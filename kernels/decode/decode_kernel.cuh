@@ -7,8 +7,9 @@
 // of its rows) are cut into `splits` ranges of whole tiles; split s writes fp32 O and LSE
 // to the workspace parts (then combine merges them), or, with one split, O in the dtype
 // and LSE directly. Sm90a, where the host launches the splits of a row chunk as one
-// cluster: each split leaves its part in its shared memory and the cluster merges them
-// (cluster_merge), with the combine's arithmetic, so the bits are the same.
+// cluster (the Cluster instances): each split leaves its part in its shared memory and
+// the cluster merges them (cluster_merge), with the combine's arithmetic, so the bits are
+// the same.
 //
 // Memory: tiles of kTileK keys go into a shared-memory ring of kStages tiles (two where
 // shared memory is smaller), so tiles are in flight while one is computed; one barrier per
@@ -93,7 +94,7 @@ struct SmemBase {
   struct Merge {
     float acc[kWarps][kRows][D];
     float m[kWarps][kRows], l[kWarps][kRows];
-    int64_t row[kRows], o_off[kRows];  // each row's index in LSE and parts, and its offset in O
+    int64_t row[kRows], o_off[kRows];       // each row's index in LSE and parts, and its offset in O
     float part[kRows][D], part_lse[kRows];  // this split's part, where the cluster merges the splits
   };
   static_assert(sizeof(Merge) <= sizeof(Ring), "the merge scratch must fit in the K/V ring");
@@ -461,15 +462,9 @@ __device__ __forceinline__ void warp_pv(const Smem<Arch, T, D, Stages>& sm, int 
     }
 }
 
-// Sm90a clusters (the splits of one row chunk, src/cuda/decode.cu): the CTAs of this
-// CTA's cluster (1 without one), a barrier of all their threads that orders the shared
-// memory writes before it with the reads after it, and a float of CTA `rank`'s shared
-// memory at the address of `local` in this CTA's.
-__device__ __forceinline__ unsigned cluster_ctas() {
-  unsigned n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-  return n;
-}
+// Sm90a clusters (the splits of one row chunk, src/cuda/decode.cu): a barrier of all the
+// cluster's threads that orders the shared memory writes before it with the reads after
+// it, and a float of CTA `rank`'s shared memory at the address of `local` in this CTA's.
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -515,7 +510,7 @@ __device__ void cluster_merge(const AttnParams& p, const Dest& dst, int nr, int6
 // in a cluster of the splits, to shared memory, then cluster_merge). As on the CPU, a row
 // is empty (O = 0, LSE = -inf) iff l == 0 exactly; a NaN l (a NaN or +inf score) stays
 // NaN, and bad device values give NaN.
-template <typename Arch, typename T, int D, int Stages>
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
 __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest& dst, int nr,
                             Smem<Arch, T, D, Stages>& sm, const WarpState<D>& ws) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -546,8 +541,6 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
   }
   __syncthreads();
   const bool bad = sm.bad != 0;
-  bool in_cluster = false;
-  if constexpr (Arch::kSm90) in_cluster = dst.splits > 1 && cluster_ctas() == static_cast<unsigned>(dst.splits);
   for (int e = threadIdx.x; e < nr * D; e += kThreads) {
     const int r = e / D, d = e % D;
     if (d >= p.head_dim_v) continue;
@@ -561,21 +554,23 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
     }
     const int64_t row = mg.row[r];  // split * rows_total + the output row
     const float val = bad ? NAN : (l == 0.f ? 0.f : o / l);
-    if (dst.splits == 1) static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(val);
-    else if (in_cluster) mg.part[r][d] = val;
+    if constexpr (Cluster) mg.part[r][d] = val;
+    else if (dst.splits == 1) static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(val);
     else parts.o[row * p.head_dim_v + d] = val;
     if (d == 0) {
       const float lse = bad ? NAN : (l == 0.f ? -INFINITY : mx + logf(l));
-      if (in_cluster) mg.part_lse[r] = lse;
+      if constexpr (Cluster) mg.part_lse[r] = lse;
       else if (dst.splits > 1) parts.lse[row] = lse;
       else if (p.lse != nullptr) p.lse[row] = lse;
     }
   }
-  if constexpr (Arch::kSm90)
-    if (in_cluster) cluster_merge<Arch, T, D, Stages>(p, dst, nr, rows_total, sm);
+  if constexpr (Cluster) cluster_merge<Arch, T, D, Stages>(p, dst, nr, rows_total, sm);
 }
 
-template <typename Arch, typename T, int D, int Stages>
+// Cluster: Sm90a, launched in clusters of `splits` CTAs (the splits of each row chunk),
+// which merge their parts (cluster_merge); a separate instance, so the others hold no
+// cluster instructions.
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec,
                   const __grid_constant__ MapsOf<Arch> maps) {
@@ -669,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     warp_softmax<T, D>(p, j0, kr.k1, sc, ws, pa);
     warp_pv<Arch, T, D, Stages>(sm, st, pa, ws);
   }
-  merge_store<Arch, T, D, Stages>(p, parts, dst, nr, sm, ws);
+  merge_store<Arch, T, D, Stages, Cluster>(p, parts, dst, nr, sm, ws);
 }
 
 }  // namespace decode

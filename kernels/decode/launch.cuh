@@ -1,5 +1,6 @@
 // The launch of the decode kernel (decode_kernel.cuh) for one architecture policy, over the
-// dtype, padded head dim and ring depth of a run. src/cuda/decode.cu instantiates it for
+// dtype, padded head dim and ring depth of a run and, on Sm90a, whether its splits merge in
+// clusters. src/cuda/decode.cu instantiates it for
 // Sm80 and kernels/decode/instances/decode_sm90a.cu for Sm90a (declared extern below), each
 // unit compiled for its policy's CUDA targets (kernels/instances.json), so sm_90
 // instructions never reach sm_80 code.
@@ -28,24 +29,31 @@ struct Launch {
 template <typename Arch>
 using KernelFn = void (*)(AttnParams, Parts, int, int, bool, MapsOf<Arch>);
 
-template <typename Arch, typename T, int D>
+template <typename Arch, typename T, int D, bool Cluster>
 KernelFn<Arch> kernel_staged(int stages) {
-  return stages == 2 ? decode_kernel<Arch, T, D, 2> : decode_kernel<Arch, T, D, kStages<Arch, D>>;
+  return stages == 2 ? decode_kernel<Arch, T, D, 2, Cluster> : decode_kernel<Arch, T, D, kStages<Arch, D>, Cluster>;
+}
+
+template <typename Arch, typename T, bool Cluster>
+KernelFn<Arch> kernel_dims(int dim, int stages) {
+  switch (dim) {
+    case 64: return kernel_staged<Arch, T, 64, Cluster>(stages);
+    case 128: return kernel_staged<Arch, T, 128, Cluster>(stages);
+    default: return kernel_staged<Arch, T, 256, Cluster>(stages);
+  }
 }
 
 template <typename Arch, typename T>
-KernelFn<Arch> kernel_typed(int dim, int stages) {
-  switch (dim) {
-    case 64: return kernel_staged<Arch, T, 64>(stages);
-    case 128: return kernel_staged<Arch, T, 128>(stages);
-    default: return kernel_staged<Arch, T, 256>(stages);
-  }
+KernelFn<Arch> kernel_typed(int dim, int stages, bool cluster) {
+  if constexpr (Arch::kSm90)
+    if (cluster) return kernel_dims<Arch, T, true>(dim, stages);
+  return kernel_dims<Arch, T, false>(dim, stages);
 }
 
 template <typename Arch>
 KernelFn<Arch> kernel_of(const AttnParams& p, const Launch<Arch>& l) {
-  return p.dtype == kBf16 ? kernel_typed<Arch, __nv_bfloat16>(l.dim, l.stages)
-                          : kernel_typed<Arch, __half>(l.dim, l.stages);
+  return p.dtype == kBf16 ? kernel_typed<Arch, __nv_bfloat16>(l.dim, l.stages, l.cluster > 1)
+                          : kernel_typed<Arch, __half>(l.dim, l.stages, l.cluster > 1);
 }
 
 // Clusters of more than 8 CTAs (at most kMaxCluster on sm_90) are opted into per kernel.

@@ -237,13 +237,20 @@ bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
 #endif
 
 // The CTAs per cluster of the launch l of p: Sm90a, the split count where it is 2 to
-// kMaxCluster and every cluster of the grid can be resident at once (the library's counts
-// fill one wave), so the splits of each row chunk merge in distributed shared memory
-// (decode_kernel.cuh, cluster_merge) and no parts or combine launch are needed; else 1.
-// The resident clusters are asked once per device, kernel and cluster size.
+// kMaxCluster, the splits are short (at most kClusterSplitTiles tiles) and every cluster of
+// the grid can be resident at once (the library's counts fill one wave), so the splits of
+// each row chunk merge in distributed shared memory (decode_kernel.cuh, cluster_merge) and
+// no parts or combine launch are needed; else 1. The merge saves the combine's fixed cost,
+// but clusters are placed less evenly over the SMs than free CTAs, which long splits feel
+// (docs/internals/kernels-decode.md: 16 splits of 128 tiles 1.09x the combine's time, of
+// 32 tiles 0.97x). The resident clusters are asked once per device, kernel and size.
+constexpr int64_t kClusterSplitTiles = 32;
 template <typename Arch>
 unsigned cluster_of(const AttnParams& p, decode::Launch<Arch> l) {
-  if (!Arch::kSm90 || l.splits < 2 || l.splits > static_cast<int>(decode::kMaxCluster)) return 1;
+  const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
+  if (!Arch::kSm90 || l.splits < 2 || l.splits > static_cast<int>(decode::kMaxCluster) ||
+      (tiles + l.splits - 1) / l.splits > kClusterSplitTiles)
+    return 1;
   l.cluster = static_cast<unsigned>(l.splits);
   constexpr int kKnownDevices = 64;
   static std::atomic<int> known[kKnownDevices][2][3][2][decode::kMaxCluster + 1];  // clusters + 1; 0: not asked
