@@ -1,9 +1,13 @@
-// The arithmetic of one merged element over the split parts (the combine kernel's, and the
-// decode kernel's where a cluster of its splits merges in distributed shared memory), so
-// that both give the same bits: over parts with a finite LSE, lse = lse_max + log(sum
-// exp(lse_i - lse_max)), O = sum exp(lse_i - lse) O_i, in increasing split order; no part
-// gives O = 0, LSE = -inf; a NaN part gives NaN. lse_of(s) and o_of(s) read part s; the
-// loops are unrolled so that 16 parts' loads are in flight together.
+// The arithmetic of one merged element over the split parts, as the combine kernel's loops
+// (combine_kernel.cuh) have it, for the decode kernel's merge of a cluster's splits in
+// distributed shared memory (decode_kernel.cuh, cluster_merge), which must give the
+// combine's bits: over parts with a finite LSE, lse = lse_max + log(sum exp(lse_i -
+// lse_max)), O = sum exp(lse_i - lse) O_i, in increasing split order; no part gives O = 0,
+// LSE = -inf; a NaN part gives NaN. lse_of(s) and o_of(s) read part s; the loops are
+// unrolled by 16 as the combine's. The combine kernel keeps its own loops: compiled through
+// this function it took 40 registers instead of 48 and 2-3 us more at 32 splits
+// (docs/internals/kernels-decode.md); tests/test_gpu_inference.cpp checks the two agree
+// bit for bit.
 #pragma once
 #include <math.h>
 #include <stdint.h>

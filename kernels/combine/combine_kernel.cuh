@@ -1,5 +1,9 @@
 // Merge of partial attention results over a split of the keys (flashattn_combine), the
-// same arithmetic as the CPU backend's combine_row (combine_element.cuh).
+// same arithmetic as the CPU backend's combine_row: per row, over parts with a finite
+// LSE, lse = lse_max + log(sum exp(lse_i - lse_max)), O = sum exp(lse_i - lse) O_i, in
+// increasing split order; no part gives O = 0, LSE = -inf; a NaN part gives NaN. The
+// decode kernel's merge of a cluster's splits repeats these loops (combine_element.cuh)
+// and must give the same bits: change both together.
 //
 // One thread per output element (row, d): every thread of a row recomputes the row's
 // LSE from the num_splits partial LSEs (cached reads, tiny next to the O reads), so no
@@ -12,7 +16,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "combine/combine_element.cuh"
 #include "common/params.h"
 
 namespace flashattn {
@@ -33,10 +36,31 @@ __global__ void combine_kernel(const CombineParams c) {
     const int64_t* os = c.o_partial_stride;
     const float* lse = c.lse_partial + b * ls[1] + h * ls[2] + i * ls[3];
     const float* o = c.o_partial + b * os[1] + i * os[2] + h * os[3] + d;
-    float out, lse_out;
-    combine_element(
-        c.num_splits, [&](int64_t s) { return lse[s * ls[0]]; }, [&](int64_t s) { return o[s * os[0]]; }, &out,
-        &lse_out);
+    float lse_max = -INFINITY;
+    bool nan = false;
+#pragma unroll 16
+    for (int64_t s = 0; s < c.num_splits; ++s) {
+      const float l = lse[s * ls[0]];
+      nan |= l != l;
+      if (l > lse_max) lse_max = l;
+    }
+    float out = 0.f, lse_out = -INFINITY;
+    if (nan) {
+      out = lse_out = NAN;
+    } else if (lse_max != -INFINITY) {
+      float sum = 0.f;
+#pragma unroll 16
+      for (int64_t s = 0; s < c.num_splits; ++s) {
+        const float l = lse[s * ls[0]];
+        if (l != -INFINITY) sum += expf(l - lse_max);
+      }
+      lse_out = lse_max + logf(sum);
+#pragma unroll 16
+      for (int64_t s = 0; s < c.num_splits; ++s) {
+        const float l = lse[s * ls[0]];
+        if (l != -INFINITY) out += expf(l - lse_out) * o[s * os[0]];
+      }
+    }
     const int64_t off = b * c.o_stride.b + i * c.o_stride.s + h * c.o_stride.h + d;
     if (c.dtype == kFp32) {
       static_cast<float*>(c.o)[off] = out;
