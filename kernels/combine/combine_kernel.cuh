@@ -1,7 +1,9 @@
 // Merge of partial attention results over a split of the keys (flashattn_combine), the
 // same arithmetic as the CPU backend's combine_row: per row, over parts with a finite
 // LSE, lse = lse_max + log(sum exp(lse_i - lse_max)), O = sum exp(lse_i - lse) O_i, in
-// increasing split order; no part gives O = 0, LSE = -inf; a NaN part gives NaN.
+// increasing split order; no part gives O = 0, LSE = -inf; a NaN part gives NaN. The
+// decode kernel's merge of a cluster's splits repeats these loops (combine_element.cuh)
+// and must give the same bits: change both together.
 //
 // One thread per output element (row, d): every thread of a row recomputes the row's
 // LSE from the num_splits partial LSEs (cached reads, tiny next to the O reads), so no

@@ -6,7 +6,10 @@
 // once per KV head. Split-KV: the CTA's keys (the sequence's n keys, narrowed to the band
 // of its rows) are cut into `splits` ranges of whole tiles; split s writes fp32 O and LSE
 // to the workspace parts (then combine merges them), or, with one split, O in the dtype
-// and LSE directly.
+// and LSE directly. Sm90a, where the host launches the splits of a row chunk as one
+// cluster (the Cluster instances): each split leaves its part in its shared memory and
+// the cluster merges them (cluster_merge), with the combine's arithmetic, so the bits are
+// the same.
 //
 // Memory: tiles of kTileK keys go into a shared-memory ring of kStages tiles (two where
 // shared memory is smaller), so tiles are in flight while one is computed; one barrier per
@@ -32,6 +35,7 @@
 
 #include <type_traits>
 
+#include "combine/combine_element.cuh"
 #include "common/mask.h"
 #include "common/tensor_map.h"
 #include "decode/cache.cuh"
@@ -90,7 +94,8 @@ struct SmemBase {
   struct Merge {
     float acc[kWarps][kRows][D];
     float m[kWarps][kRows], l[kWarps][kRows];
-    int64_t row[kRows], o_off[kRows];  // each row's index in LSE and parts, and its offset in O
+    int64_t row[kRows], o_off[kRows];       // each row's index in LSE and parts, and its offset in O
+    float part[kRows][D], part_lse[kRows];  // this split's part, where the cluster merges the splits
   };
   static_assert(sizeof(Merge) <= sizeof(Ring), "the merge scratch must fit in the K/V ring");
   union {
@@ -457,16 +462,55 @@ __device__ __forceinline__ void warp_pv(const Smem<Arch, T, D, Stages>& sm, int 
     }
 }
 
+// Sm90a clusters (the splits of one row chunk, src/cuda/decode.cu): a barrier of all the
+// cluster's threads that orders the shared memory writes before it with the reads after
+// it, and a float of CTA `rank`'s shared memory at the address of `local` in this CTA's.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster(const float* local, unsigned rank) {
+  uint32_t addr;
+  float x;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(addr) : "r"(fa2::smem_u32(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(x) : "r"(addr) : "memory");
+  return x;
+}
+
 // Where the final O / LSE of one split go.
 struct Dest {
   int64_t b, hk, r0, group, sq;
   int split, splits;
 };
 
-// Merges the warps' states and writes O = acc / l and LSE = m + log l (after the ring is
-// drained). As on the CPU, a row is empty (O = 0, LSE = -inf) iff l == 0 exactly; a NaN l
-// (a NaN or +inf score) stays NaN, and bad device values give NaN.
+// The cluster's merge of its splits' parts (each in its CTA's mg.part and mg.part_lse):
+// split s's CTA writes elements s x kThreads + thread, every splits x kThreads, of O and
+// LSE, each through combine_element over the parts in split order, as the combine kernel
+// reads them from the workspace. The barriers: every part is written before any is read,
+// and no CTA exits while another reads its shared memory.
 template <typename Arch, typename T, int D, int Stages>
+__device__ void cluster_merge(const AttnParams& p, const Dest& dst, int nr, int64_t rows_total,
+                              Smem<Arch, T, D, Stages>& sm) {
+  auto& mg = sm.u.merge;
+  cluster_sync();
+  const int dv = static_cast<int>(p.head_dim_v);
+  for (int e = dst.split * kThreads + static_cast<int>(threadIdx.x); e < nr * dv; e += dst.splits * kThreads) {
+    const int r = e / dv, d = e % dv;
+    float out, lse;
+    combine::combine_element(
+        dst.splits, [&](int64_t s) { return ld_cluster(&mg.part_lse[r], static_cast<unsigned>(s)); },
+        [&](int64_t s) { return ld_cluster(&mg.part[r][d], static_cast<unsigned>(s)); }, &out, &lse);
+    static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(out);
+    if (d == 0 && p.lse != nullptr) p.lse[mg.row[r] - dst.split * rows_total] = lse;
+  }
+  cluster_sync();
+}
+
+// Merges the warps' states and writes O = acc / l and LSE = m + log l (after the ring is
+// drained): to O and LSE with one split, else as the split's part (to the workspace, or,
+// in a cluster of the splits, to shared memory, then cluster_merge). As on the CPU, a row
+// is empty (O = 0, LSE = -inf) iff l == 0 exactly; a NaN l (a NaN or +inf score) stays
+// NaN, and bad device values give NaN.
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
 __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest& dst, int nr,
                             Smem<Arch, T, D, Stages>& sm, const WarpState<D>& ws) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -510,17 +554,23 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
     }
     const int64_t row = mg.row[r];  // split * rows_total + the output row
     const float val = bad ? NAN : (l == 0.f ? 0.f : o / l);
-    if (dst.splits == 1) static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(val);
+    if constexpr (Cluster) mg.part[r][d] = val;
+    else if (dst.splits == 1) static_cast<T*>(p.o)[mg.o_off[r] + d] = from_float<T>(val);
     else parts.o[row * p.head_dim_v + d] = val;
     if (d == 0) {
       const float lse = bad ? NAN : (l == 0.f ? -INFINITY : mx + logf(l));
-      if (dst.splits > 1) parts.lse[row] = lse;
+      if constexpr (Cluster) mg.part_lse[r] = lse;
+      else if (dst.splits > 1) parts.lse[row] = lse;
       else if (p.lse != nullptr) p.lse[row] = lse;
     }
   }
+  if constexpr (Cluster) cluster_merge<Arch, T, D, Stages>(p, dst, nr, rows_total, sm);
 }
 
-template <typename Arch, typename T, int D, int Stages>
+// Cluster: Sm90a, launched in clusters of `splits` CTAs (the splits of each row chunk),
+// which merge their parts (cluster_merge); a separate instance, so the others hold no
+// cluster instructions.
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec,
                   const __grid_constant__ MapsOf<Arch> maps) {
@@ -614,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     warp_softmax<T, D>(p, j0, kr.k1, sc, ws, pa);
     warp_pv<Arch, T, D, Stages>(sm, st, pa, ws);
   }
-  merge_store<Arch, T, D, Stages>(p, parts, dst, nr, sm, ws);
+  merge_store<Arch, T, D, Stages, Cluster>(p, parts, dst, nr, sm, ws);
 }
 
 }  // namespace decode

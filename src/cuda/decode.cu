@@ -2,8 +2,11 @@
 // workspace (split parts), and per run the decode kernel's architecture policy (after the
 // tensor-map encode), its split count, and the launches on the caller's stream: append
 // (kernels/decode/append_kernel.cuh), decode (decode_kernel.cuh), then, with more than one
-// split, combine (kernels/combine). No allocation, no synchronization.
+// split, combine (kernels/combine) unless the splits merge in clusters. No allocation, no
+// synchronization.
 #include <stdint.h>
+
+#include <atomic>
 
 #include "cuda/fa2_arch.hpp"
 #include "cuda/launch.hpp"
@@ -187,6 +190,7 @@ decode::Launch<Arch> launch_of(const AttnParams& p, const KernelFit& fit, const 
   l.chunks = static_cast<int>(row_chunks(p));
   l.splits = static_cast<int>(p.kv_num_splits);
   l.blocks = static_cast<unsigned>(p.kv_num_splits * l.chunks * p.heads_kv * p.batch);
+  l.cluster = 1;
   l.parts = parts;
   l.vec = vector_loads(p);
   l.maps = maps;
@@ -232,6 +236,41 @@ bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
 }
 #endif
 
+// The CTAs per cluster of the launch l of p: Sm90a, the split count where it is 2 to
+// kMaxCluster, the splits are short (at most kClusterSplitTiles tiles) and every cluster of
+// the grid can be resident at once (the library's counts fill one wave), so the splits of
+// each row chunk merge in distributed shared memory (decode_kernel.cuh, cluster_merge) and
+// no parts or combine launch are needed; else 1. The merge saves the combine's fixed cost,
+// but clusters are placed less evenly over the SMs than free CTAs, which long splits feel
+// (docs/internals/kernels-decode.md: 16 splits of 128 tiles 1.09x the combine's time, of
+// 32 tiles 0.97x). The resident clusters are asked once per device, kernel and size.
+constexpr int64_t kClusterSplitTiles = 32;
+template <typename Arch>
+unsigned cluster_of(const AttnParams& p, decode::Launch<Arch> l) {
+  const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
+  if (!Arch::kSm90 || l.splits < 2 || l.splits > static_cast<int>(decode::kMaxCluster) ||
+      (tiles + l.splits - 1) / l.splits > kClusterSplitTiles)
+    return 1;
+  l.cluster = static_cast<unsigned>(l.splits);
+  constexpr int kKnownDevices = 64;
+  static std::atomic<int> known[kKnownDevices][2][3][2][decode::kMaxCluster + 1];  // clusters + 1; 0: not asked
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kKnownDevices) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  std::atomic<int>& k = known[dev][p.dtype == kBf16][l.dim == 64 ? 0 : l.dim == 128 ? 1 : 2][l.stages == 2][l.cluster];
+  int n = k.load(std::memory_order_relaxed) - 1;
+  if (n < 0) {
+    if (decode::reserve(p, l) != cudaSuccess || decode::resident_clusters(p, l, &n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    k.store(n + 1, std::memory_order_relaxed);
+  }
+  return static_cast<int64_t>(n) * l.cluster >= l.blocks ? l.cluster : 1;
+}
+
 // The combine of the split parts into O and LSE.
 flashattn_status_t combine_parts(const AttnParams& p, const decode::Parts& parts, cudaStream_t st) {
   CombineParams c;
@@ -272,8 +311,10 @@ flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, siz
     parts.o = reinterpret_cast<float*>(start);
     parts.lse = parts.o + parts_o_floats(p, p.kv_num_splits).value();
   }
-  const flashattn_status_t s = launch(p, launch_of<Arch>(p, fit, parts, maps), st);
-  if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1) return s;
+  decode::Launch<Arch> l = launch_of<Arch>(p, fit, parts, maps);
+  l.cluster = cluster_of(p, l);
+  const flashattn_status_t s = launch(p, l, st);
+  if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1 || l.cluster > 1) return s;
   return combine_parts(p, parts, st);
 }
 

@@ -6,6 +6,7 @@
 namespace flashattn {
 namespace decode {
 template cudaError_t reserve<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l);
+template cudaError_t resident_clusters<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, int* n);
 template cudaError_t enqueue<fa2::Sm90a>(const AttnParams& p, const Launch<fa2::Sm90a>& l, cudaStream_t st);
 }  // namespace decode
 }  // namespace flashattn
