@@ -384,11 +384,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // its rows end early (d = 64 at 1k: five 192-row tiles and one of 64 rows). One without
     // computes nothing: it releases each stage once the stage is loaded (the producer cannot
     // then reload it before the others' release of its previous use), then runs as a tile of
-    // no key blocks (no turns; an epilogue that stores no row). Skipping the epilogue instead
-    // (a jump past the tile's code) made ptxas spill 44 bytes at d = 64.
+    // no key blocks (no turns; an epilogue that stores no row). The test is a warp vote, which
+    // ptxas knows to be uniform: from the thread index alone, `base` and the stage addresses
+    // left the uniform registers (a tenth more instructions at d = 256, 0.82-0.92x); skipping
+    // the epilogue too (a jump past the tile's code) spilled 44 bytes at d = 64.
     const int active = min(Cfg::kConsumers, (len_q - m0 + 63) / 64);
     int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
-    if (cw >= active) {
+    if (__any_sync(0xffffffffu, cw >= active)) {
       for (int it = 0; it < n_blocks; ++it) {
         hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
         hopper::mbar_arrive(k_empty(stage(base + it)));
