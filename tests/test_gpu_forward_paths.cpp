@@ -171,6 +171,24 @@ TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the la
       causal_case("paths causal sections, tiles > SMs", 130, 3000, {64, 64}, FLASHATTN_DTYPE_BF16, 9560, 3, 48, 8));
 }
 
+TEST_CASE("forward paths: unmasked runs whose last query tiles leave warpgroups idle, tiles > SMs", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // fa3's last query tile of each sequence holds 40 rows at d = 64 (1000 = 5 x 192 + 40) and 6
+  // at d = 256 (1030 = 8 x 128 + 6; O through the Q tile): one consumer warpgroup computes,
+  // the others only release the stages, so tiles differ in length and the CTAs claim them
+  // from the counter (3 x 8 x 6 and 2 x 8 x 9 tiles, more than the SMs).
+  Config c = fcase("paths idle warpgroups d64", 1000, 1000, {64, 64}, FLASHATTN_DTYPE_BF16, 9570);
+  c.batch = 3;
+  c.hq = 8;
+  c.hkv = 2;
+  gpu_check(c);
+  c = fcase("paths idle warpgroups d256", 1030, 300, {256, 256}, FLASHATTN_DTYPE_FP16, 9571);
+  c.batch = 2;
+  c.hq = 8;
+  c.hkv = 8;
+  gpu_check(c);
+}
+
 TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {
   REQUIRE_PATH();
   // 5 sequences x 8 heads x 5 query tiles of 192 rows: more tiles than a GPU has SMs, so

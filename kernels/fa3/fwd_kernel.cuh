@@ -2,10 +2,11 @@
 // pipeline and wgmma GEMMs.
 //
 // Persistent: one CTA per SM walks query tiles (Cfg::kBlockM rows of one (query head,
-// sequence)) in tile_at's order: CTA c starts with tile c. Without a mask every tile is as
-// long, and CTA c goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; under the causal
-// mask tiles differ in length, and each CTA claims its next one from a counter in global
-// memory (an atomic add), so CTAs whose tiles were short take more of them and all finish
+// sequence)) in tile_at's order: CTA c starts with tile c. Where every tile is as long, CTA
+// c goes on with tiles c + gridDim.x, c + 2 gridDim.x, ...; where tiles differ in length
+// (under the causal mask, or where a sequence's last tile leaves consumer warpgroups without
+// rows), each CTA claims its next one from a counter in global memory (an atomic add), so
+// CTAs whose tiles were short take more of them and all finish
 // together (where O has no buffer of its own, Cfg::kOwnO, the host launches one CTA per
 // causal tile instead: the next tile's loads cannot overlap, and a walk gains nothing). The
 // producer claims the next tile once it has issued the loads of the current one (it runs
@@ -378,8 +379,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
-    const int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+    // Warpgroups with rows in the tile: fewer than kConsumers in a sequence's last tile where
+    // its rows end early (d = 64 at 1k: five 192-row tiles and one of 64 rows). One without
+    // computes nothing: it releases each stage once the stage is loaded (the producer cannot
+    // then reload it before the others' release of its previous use), then runs as a tile of
+    // no key blocks (no turns; an epilogue that stores no row). The test is a warp vote, which
+    // ptxas knows to be uniform: from the thread index alone, `base` and the stage addresses
+    // left the uniform registers (a tenth more instructions at d = 256, 0.82-0.92x); skipping
+    // the epilogue too (a jump past the tile's code) spilled 44 bytes at d = 64.
+    const int active = min(Cfg::kConsumers, (len_q - m0 + 63) / 64);
+    int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+    if (__any_sync(0xffffffffu, cw >= active)) {
+      for (int it = 0; it < n_blocks; ++it) {
+        hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
+        hopper::mbar_arrive(k_empty(stage(base + it)));
+        hopper::mbar_wait(v_full(stage(base + it)), parity(base + it));
+        hopper::mbar_arrive(v_empty(stage(base + it)));
+      }
+      base += n_blocks;
+      n_blocks = 0;
+    }
 
     float acc_o[1][kNV][4];
 #pragma unroll
@@ -414,20 +434,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // between a GEMM's issue and its wait.
     //
     // Ping-pong between the consumer warpgroups: each step's GEMMs are issued in turn,
-    // warpgroup 0 first, then 1 (then 2), round robin (turn_wait .. turn_pass), so one
-    // warpgroup's softmax runs under the others' GEMMs. Turn barrier c completes when
-    // warpgroup c waits (128 threads) and the one before it has passed (128): warpgroup 0's
-    // first turn of a tile is passed by itself, and the last warpgroup skips its last pass
-    // (nobody waits for it), so every barrier ends every tile balanced. All warpgroups walk
-    // the same n_blocks steps. Warpgroup 0 cannot start the next tile's turns before the
-    // others have taken their last ones: the next Q tile waits for every warpgroup's q_empty
-    // arrivals, which follow their last turns.
+    // warpgroup 0 first, then 1 (then 2), round robin over the tile's active ones (turn_wait
+    // .. turn_pass), so one warpgroup's softmax runs under the others' GEMMs. Turn barrier c
+    // completes when warpgroup c waits (128 threads) and the one before it has passed (128):
+    // warpgroup 0's first turn of a tile is passed by itself (alone in the tile, every turn),
+    // and the last active warpgroup skips its last pass (nobody waits for it), so every
+    // barrier ends every tile balanced. All active warpgroups walk the same n_blocks steps.
+    // Warpgroup 0 cannot start the next tile's turns before the others have taken their last
+    // ones: the next Q tile waits for every warpgroup's q_empty arrivals, which follow their
+    // last turns.
     auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
-      const bool last = cw + 1 == Cfg::kConsumers;
-      // The next warpgroup; of two, 1 - cw (the same one, in fewer instructions).
-      const int next = Cfg::kConsumers == 2 ? 1 - cw : last ? 0 : cw + 1;
-      if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + next, 256);
+      const bool last = cw + 1 == active;
+      if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (last ? 0 : cw + 1), 256);
     };
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {

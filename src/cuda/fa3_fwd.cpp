@@ -61,7 +61,20 @@ int64_t query_tiles(const AttnParams& p, int cfg) {
   return (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
 }
 
+// Whether p's query tiles differ in length, so that the CTAs claim them from a counter in the
+// workspace (those with short tiles then take more): under the causal mask, and where each
+// sequence's last tile leaves a consumer warpgroup without rows (it computes nothing there).
+bool uneven_tiles(const AttnParams& p, int cfg) {
+  const int64_t block_m = kConfigs[cfg].block_m, rest = p.seqlen_q % block_m;
+  return p.has_band || (rest != 0 && rest <= block_m - 64);
+}
+
 }  // namespace
+
+size_t fa3_fwd_workspace_size(const AttnParams& p) {
+  const int cfg = fa3_config(p);
+  return cfg >= 0 && uneven_tiles(p, cfg) ? kFa3FwdWorkspaceBytes : 0;
+}
 
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
@@ -99,14 +112,14 @@ flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspa
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const int cfg = fa3_config(p);
   const int64_t tiles = query_tiles(p, cfg);  // < 2^31 (prepare)
-  // Without a mask, min(tiles, SMs) CTAs walk the tiles with a static stride. Causal tiles
-  // differ in length: where O leaves through a buffer of its own and the next tile's loads
-  // overlap the last one's work, the CTAs claim tiles past the first grid from a zeroed
-  // counter; where O leaves through the Q tile, one CTA per tile, and the hardware's dispatch
+  // Without a mask, min(tiles, SMs) CTAs walk the tiles. Where tiles differ in length
+  // (uneven_tiles), the CTAs claim tiles past the first grid from a zeroed counter, else
+  // with a static stride. Causal runs whose O leaves through the Q tile (the next tile's loads
+  // cannot overlap the last one's work) launch one CTA per tile, and the hardware's dispatch
   // balances them (docs/internals/kernels-fa3-forward.md, the persistent walk).
   const bool walk = !p.has_band || kConfigs[cfg].own_o;
   fa3::FwdLaunch launch{run.maps, static_cast<unsigned>(walk && tiles > run.sms ? run.sms : tiles), nullptr};
-  if (p.has_band && launch.grid < tiles) {
+  if (uneven_tiles(p, cfg) && launch.grid < tiles) {
     const auto at = (reinterpret_cast<uintptr_t>(workspace) + alignof(int) - 1) & ~uintptr_t{alignof(int) - 1};
     if (workspace == nullptr || at + sizeof(int) > reinterpret_cast<uintptr_t>(workspace) + workspace_bytes)
       return fail(FLASHATTN_STATUS_INTERNAL_ERROR,

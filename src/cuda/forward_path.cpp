@@ -38,7 +38,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
 CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p) {
   if (fp32_serves(p)) return CheckedSize(0);
   const CheckedSize fa2 = fa2_fwd_workspace_size(p);
-  const int64_t fa3 = p.has_band ? static_cast<int64_t>(kFa3FwdWorkspaceBytes) : 0;
+  const int64_t fa3 = static_cast<int64_t>(fa3_fwd_workspace_size(p));
   return fa2.ok() && fa2.value() < fa3 ? CheckedSize(fa3) : fa2;
 }
 

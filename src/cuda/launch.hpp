@@ -87,9 +87,12 @@ struct Fa3Fwd {
 // with any batch stride, head dims fa2 stages among them), or tensors the copy engine
 // cannot address. Nothing launched.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
-// The workspace fa3_fwd takes under a band mask (p.has_band): its tile counter, an int at
-// the workspace's first 4-byte boundary. None without.
+// The workspace fa3_fwd takes where its query tiles differ in length (under a band mask, or
+// where a sequence's last tile leaves a consumer warpgroup without rows): its tile counter, an
+// int at the workspace's first 4-byte boundary, kFa3FwdWorkspaceBytes. None elsewhere, and
+// none for head dims fa3 does not serve.
 constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
+size_t fa3_fwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 
