@@ -9,7 +9,10 @@
 #    backend (a visible skip while CUDA answers NOT_SUPPORTED), the older GPU cases of
 #    test_torch.py, the compiled path against the Python path (test_torch_ext.py);
 # 3. the tiny Llama trained with SDPA and with libfa under bf16 autocast (losses within
-#    1e-3 relative), without and with padded batches, when transformers imports.
+#    1e-3 relative), without and with padded batches, when transformers imports;
+# 4. GPT-2 small training steps with SDPA and with libfa (through flashattn.hf and the
+#    compiled op), attention dropout 0.1 (GPT-2's default) and 0: the throughput ratio
+#    libfa / sdpa (target: binding work <= 2% of a step), when transformers imports.
 set -u
 lib=${1:?usage: $0 LIBRARY_PATH}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +27,9 @@ PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" "$py" -m flashattn.torch_ext bu
 if "$py" -c "import transformers" 2>/dev/null; then
   "$py" "$here/../examples/train_tiny_llama.py" --device cuda --bf16 --steps 20 || status=1
   "$py" "$here/../examples/train_tiny_llama.py" --device cuda --bf16 --steps 20 --padding || status=1
+  for p in 0.1 0; do
+    "$py" "$here/train_step.py" --device cuda --model gpt2 --attn-dropout $p --steps 12 --warmup 3 || status=1
+  done
 else
   echo "SKIPPED: transformers is not importable (tiny Llama comparison)"
 fi

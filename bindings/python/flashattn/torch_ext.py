@@ -5,10 +5,11 @@
 
 A torch op in C++ (``csrc/torch_op.cpp``: the op ``flashattn_ext::attention`` with CPU
 and CUDA kernels and a C++ autograd kernel) that serves the common eager call (dense
-4-D q, k, v, causal or window masks, scale, softcap, GQA; no bias, ALiBi, varlen,
-block-sparse layout or dropout) without the Python autograd.Function's round trip: it
-calls the same libflashattn the package loaded, with the same plan settings, so its
-results are bitwise those of the Python path. Every other call, and every call under
+4-D q, k, v, causal or window masks, scale, softcap, GQA, dropout; no bias, ALiBi,
+varlen or block-sparse layout) without the Python autograd.Function's round trip: it
+calls the same libflashattn the package loaded, with the same plan settings (and, with
+dropout, the seed and offset the Python side drew from torch's generator for the call,
+kept for the backward), so its results are bitwise those of the Python path. Every other call, and every call under
 torch.compile, takes the Python path (the custom ops ``flashattn::fwd``/``bwd``).
 
 Nothing is compiled at import: :func:`build` compiles the extension with

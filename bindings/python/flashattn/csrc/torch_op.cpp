@@ -5,9 +5,11 @@
 // op flashattn_ext::attention has CPU and CUDA kernels and an autograd kernel (a C++
 // torch::autograd::Function) whose forward and backward are the ops flashattn_ext::fwd
 // and flashattn_ext::bwd. It serves dense 4-D q, k, v in (batch, seq, heads, dim) order
-// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA
-// and the algorithm choice; flashattn/_torch_ops.py sends every other call down the
-// Python path.
+// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA,
+// dropout and the algorithm choice; flashattn/_torch_ops.py sends every other call down
+// the Python path. Dropout runs on the (seed, offset) the Python side drew for the call
+// (flashattn._torch._dropout_rng, from torch's generator), set on the plan before each
+// run as that path does, and the backward reuses the forward's.
 //
 // It calls the C API of the libflashattn the Python package loaded (init() resolves the
 // symbols from that library with dlopen(RTLD_NOLOAD), once: one library per process, of
@@ -33,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,6 +59,7 @@ struct Api {
   decltype(&flashattn_plan_set_band_mask) set_band_mask = nullptr;
   decltype(&flashattn_plan_set_softmax_scale) set_scale = nullptr;
   decltype(&flashattn_plan_set_softcap) set_softcap = nullptr;
+  decltype(&flashattn_plan_set_dropout) set_dropout = nullptr;
   decltype(&flashattn_plan_set_deterministic) set_deterministic = nullptr;
   decltype(&flashattn_plan_set_algorithm) set_algorithm = nullptr;
   decltype(&flashattn_plan_get_workspace_size) workspace_size = nullptr;
@@ -116,6 +120,7 @@ void init(const std::string& path) {
   resolve(lib, a->set_band_mask, "flashattn_plan_set_band_mask");
   resolve(lib, a->set_scale, "flashattn_plan_set_softmax_scale");
   resolve(lib, a->set_softcap, "flashattn_plan_set_softcap");
+  resolve(lib, a->set_dropout, "flashattn_plan_set_dropout");
   resolve(lib, a->set_deterministic, "flashattn_plan_set_deterministic");
   resolve(lib, a->set_algorithm, "flashattn_plan_set_algorithm");
   resolve(lib, a->workspace_size, "flashattn_plan_get_workspace_size");
@@ -158,8 +163,14 @@ struct Options {
   int64_t window_left, window_right;
   bool bottom_right;
   double scale, softcap;  // 0: the default scale, no softcap
+  double dropout_p;       // 0: no dropout
   bool deterministic;
   int64_t algorithm;
+};
+
+// The Philox seed and offset of one dropout run, as flashattn._torch._dropout_rng draws them.
+struct Rng {
+  int64_t seed = 0, offset = 0;
 };
 
 using Strides = std::array<int64_t, 4>;
@@ -168,6 +179,8 @@ using Strides = std::array<int64_t, 4>;
 struct Plan {
   flashattn_plan_t handle = nullptr;
   bool cuda = false;
+  float dropout_p = 0;              // nonzero: each run sets its seed and offset first, under `lock`
+  mutable std::mutex lock;          // (flashattn/_torch_plans.py's _run)
   Strides out{}, dq{}, dk{}, dv{};  // out's strides are also those of dout
   size_t ws_fwd = 0, ws_bwd = 0;
 
@@ -273,6 +286,10 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
         "flashattn_plan_set_band_mask");
   if (o.scale != 0) check(fa.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
   if (o.softcap != 0) check(fa.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
+  if (o.dropout_p != 0) {
+    p->dropout_p = static_cast<float>(o.dropout_p);
+    check(fa.set_dropout(h, p->dropout_p, 0, 0), "flashattn_plan_set_dropout");
+  }
   check(fa.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
   check(fa.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
   check(fa.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
@@ -297,11 +314,11 @@ class PlanCache {
       key.push_back(static_cast<int64_t>(t->device().type()));
       key.push_back(t->device().index());
     }
-    int64_t scale_bits, softcap_bits;
-    std::memcpy(&scale_bits, &o.scale, sizeof scale_bits);
-    std::memcpy(&softcap_bits, &o.softcap, sizeof softcap_bits);
-    key.insert(key.end(),
-               {o.window_left, o.window_right, o.bottom_right, scale_bits, softcap_bits, o.deterministic, o.algorithm});
+    const double reals[3] = {o.scale, o.softcap, o.dropout_p};
+    int64_t bits[3];
+    std::memcpy(bits, reals, sizeof bits);
+    key.insert(key.end(), {o.window_left, o.window_right, o.bottom_right, bits[0], bits[1], bits[2], o.deterministic,
+                           o.algorithm});
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = plans_.find(key);
@@ -358,9 +375,22 @@ CUstream_st* stream_of(const Plan& p, const Tensor& like) {
 }
 
 template <class Run>
-void run(const Plan& p, size_t ws_bytes, const Tensor& like, const char* function, Run&& c_call) {
+void run(const Plan& p, size_t ws_bytes, const Tensor& like, const Rng& rng, const char* function, Run&& c_call) {
   Tensor ws = ws_bytes ? workspace(p, ws_bytes, like) : Tensor();  // alive until the run is enqueued
-  check(c_call(ws.defined() ? ws.data_ptr() : nullptr, ws_bytes, stream_of(p, like)), function);
+  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  CUstream_st* stream = stream_of(p, like);
+  flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
+  {
+    std::unique_lock<std::mutex> lock(p.lock, std::defer_lock);  // raising below takes the GIL: not under it
+    if (p.dropout_p != 0) {
+      lock.lock();
+      status =
+          api().set_dropout(p.handle, p.dropout_p, static_cast<uint64_t>(rng.seed), static_cast<uint64_t>(rng.offset));
+      if (status != FLASHATTN_STATUS_SUCCESS) function = "flashattn_plan_set_dropout";
+    }
+    if (status == FLASHATTN_STATUS_SUCCESS) status = c_call(ws_ptr, ws_bytes, stream);
+  }
+  check(status, function);
 }
 
 // t itself if it has these strides (size-1 dims aside), else a copy that has them.
@@ -371,7 +401,8 @@ Tensor with_strides(const Tensor& t, const Strides& st) {
   return t;
 }
 
-std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o, bool want_lse) {
+std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o, const Rng& rng,
+                                   bool want_lse) {
   const auto p = cache.get(q, k, v, o);
   Tensor out = at::empty_strided({q.size(0), q.size(1), q.size(2), v.size(3)}, p->out, q.options());
   Tensor lse = want_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat)) : Tensor();
@@ -381,36 +412,41 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
                                .v = v.data_ptr(),
                                .o = out.data_ptr(),
                                .lse = want_lse ? lse.data_ptr<float>() : nullptr};
-  run(*p, p->ws_fwd, q, "flashattn_fwd",
+  run(*p, p->ws_fwd, q, rng, "flashattn_fwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().fwd(p->handle, &a, ws, n, s); });
   return {out, lse};
 }
 
-Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool deterministic,
-                int64_t algorithm) {
-  return Options{left, right, bottom_right, scale, softcap, deterministic, algorithm};
+Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, double dropout_p,
+                bool deterministic, int64_t algorithm) {
+  return Options{left, right, bottom_right, scale, softcap, dropout_p, deterministic, algorithm};
 }
 
 // flashattn_ext::fwd: (out, lse).
 std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                                      bool bottom_right, double scale, double softcap, bool deterministic,
-                                      int64_t algorithm) {
-  return forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), true);
+                                      bool bottom_right, double scale, double softcap, double dropout_p, int64_t seed,
+                                      int64_t offset, bool deterministic, int64_t algorithm) {
+  return forward(q, k, v, options(left, right, bottom_right, scale, softcap, dropout_p, deterministic, algorithm),
+                 Rng{seed, offset}, true);
 }
 
 // flashattn_ext::attention below autograd: the output alone, no LSE written.
 Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                        bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
-  return std::get<0>(
-      forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), false));
+                        bool bottom_right, double scale, double softcap, double dropout_p, int64_t seed, int64_t offset,
+                        bool deterministic, int64_t algorithm) {
+  return std::get<0>(forward(q, k, v,
+                             options(left, right, bottom_right, scale, softcap, dropout_p, deterministic, algorithm),
+                             Rng{seed, offset}, false));
 }
 
-// flashattn_ext::bwd: (dq, dk, dv).
+// flashattn_ext::bwd: (dq, dk, dv), with the dropout mask of the forward's seed and offset.
 std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& out, const Tensor& lse, int64_t left, int64_t right,
-                                              bool bottom_right, double scale, double softcap, bool deterministic,
-                                              int64_t algorithm) {
-  const auto p = cache.get(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+                                              bool bottom_right, double scale, double softcap, double dropout_p,
+                                              int64_t seed, int64_t offset, bool deterministic, int64_t algorithm) {
+  const Rng rng{seed, offset};
+  const auto p =
+      cache.get(q, k, v, options(left, right, bottom_right, scale, softcap, dropout_p, deterministic, algorithm));
   const std::array<int64_t, 4> out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
   const std::array<int64_t, 3> lse_shape{q.size(0), q.size(2), q.size(1)};
   check_like_q(out, q, "out");
@@ -433,7 +469,7 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& 
                                .dq = dq.data_ptr(),
                                .dk = dk.data_ptr(),
                                .dv = dv.data_ptr()};
-  run(*p, p->ws_bwd, q, "flashattn_bwd",
+  run(*p, p->ws_bwd, q, rng, "flashattn_bwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().bwd(p->handle, &a, ws, n, s); });
   return {dq, dk, dv};
 }
@@ -462,17 +498,20 @@ const auto& attention_op() {
 
 struct Attention : torch::autograd::Function<Attention> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Options& o) {
+                        const Options& o, const Rng& rng) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [out, lse] = fwd_op().call(q, k, v, o.window_left, o.window_right, o.bottom_right, o.scale, o.softcap,
-                                    o.deterministic, o.algorithm);
+                                    o.dropout_p, rng.seed, rng.offset, o.deterministic, o.algorithm);
     ctx->save_for_backward({q, k, v, out, lse});
-    auto& d = ctx->saved_data;
+    auto& d = ctx->saved_data;  // the backward's dropout mask is the forward's: its seed and offset are kept
     d["left"] = o.window_left;
     d["right"] = o.window_right;
     d["bottom_right"] = o.bottom_right;
     d["scale"] = o.scale;
     d["softcap"] = o.softcap;
+    d["dropout_p"] = o.dropout_p;
+    d["seed"] = rng.seed;
+    d["offset"] = rng.offset;
     d["deterministic"] = o.deterministic;
     d["algorithm"] = o.algorithm;
     return out;
@@ -484,20 +523,25 @@ struct Attention : torch::autograd::Function<Attention> {
     auto& d = ctx->saved_data;
     auto [dq, dk, dv] = bwd_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], d["left"].toInt(), d["right"].toInt(),
                                       d["bottom_right"].toBool(), d["scale"].toDouble(), d["softcap"].toDouble(),
+                                      d["dropout_p"].toDouble(), d["seed"].toInt(), d["offset"].toInt(),
                                       d["deterministic"].toBool(), d["algorithm"].toInt());
-    return {dq, dk, dv, Tensor()};
+    return {dq, dk, dv, Tensor(), Tensor()};
   }
 };
 
 // flashattn_ext::attention with autograd: the Function when a gradient is wanted, else
 // the kernel below autograd.
 Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                          bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
+                          bool bottom_right, double scale, double softcap, double dropout_p, int64_t seed,
+                          int64_t offset, bool deterministic, int64_t algorithm) {
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    return Attention::apply(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+    return Attention::apply(q, k, v,
+                            options(left, right, bottom_right, scale, softcap, dropout_p, deterministic, algorithm),
+                            Rng{seed, offset});
   }
   at::AutoDispatchBelowADInplaceOrView below;
-  return attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+  return attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, dropout_p, seed, offset, deterministic,
+                             algorithm);
 }
 
 // ------------------------------------------------------------------ the Python entry
@@ -507,20 +551,34 @@ bool servable(const Tensor& t, const Tensor& q) {
          t.stride(3) == 1 && t.numel() > 0;
 }
 
+// The (seed, offset) of flashattn._torch._dropout_rng's host int64 tensor; false for
+// anything else.
+bool read_rng(const std::optional<Tensor>& t, Rng& rng) {
+  if (!t || !t->is_cpu() || t->scalar_type() != at::kLong || t->dim() != 1 || t->size(0) != 2) return false;
+  const auto a = t->accessor<int64_t, 1>();
+  rng = Rng{a[0], a[1]};
+  return true;
+}
+
 // The op's result for a call it serves; None for one the Python path must take
 // (flashattn._torch_ops.run): other ranks, dtypes, devices or layouts, or shapes that
-// disagree, whose errors that path words.
-py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right, bool bottom_right,
-                     double scale, double softcap, bool deterministic, int64_t algorithm) {
+// disagree, whose errors that path words. With dropout, rng is the (seed, offset) tensor
+// the Python path would run with.
+py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& rng_tensor,
+                     int64_t left, int64_t right, bool bottom_right, double scale, double softcap, double dropout_p,
+                     bool deterministic, int64_t algorithm) {
   const auto dt = q.scalar_type();
+  Rng rng;
   if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
-      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k)) {
+      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k) ||
+      (dropout_p != 0 && !read_rng(rng_tensor, rng))) {
     return py::none();
   }
   Tensor out;
   {
     py::gil_scoped_release no_gil;
-    out = attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+    out = attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, dropout_p, rng.seed, rng.offset,
+                              deterministic, algorithm);
   }
   return py::cast(out);
 }
@@ -530,13 +588,14 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t 
 TORCH_LIBRARY(flashattn_ext, m) {
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
-      "float softcap, bool deterministic, int algorithm) -> Tensor");
+      "float softcap, float dropout_p, int seed, int offset, bool deterministic, int algorithm) -> Tensor");
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
-      "float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor)");
+      "float softcap, float dropout_p, int seed, int offset, bool deterministic, int algorithm) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor, Tensor)");
+      "bool bottom_right, float scale, float softcap, float dropout_p, int seed, int offset, bool deterministic, "
+      "int algorithm) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_ext, CPU, m) {
