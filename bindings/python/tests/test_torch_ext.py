@@ -190,11 +190,12 @@ def test_direct_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, device, 
     band = (3, 1, False, 0.0, 0.0)  # window (3, 1), top-left, default scale, no softcap
     out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, rng, 0, 0, *band, False, dropout_p,
                                            0, 0, det, 0)
-    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, *band, dropout_p, seed, offset, det, 0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, *band, False, dropout_p, seed, offset, det, 0)
     assert torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
     grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, None, None, None, rng, 0, 0, *band, False,
                                       dropout_p, 0, 0, det, 0, False)[:3]
-    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, *band, dropout_p, seed, offset, det, 0)
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, *band, False, dropout_p, seed, offset,
+                                          det, 0, False)[:3]
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
 
 
@@ -278,7 +279,7 @@ UNUSED(flashattn_plan_destroy) UNUSED(flashattn_plan_set_shape) UNUSED(flashattn
 UNUSED(flashattn_plan_set_strides) UNUSED(flashattn_plan_set_band_mask) UNUSED(flashattn_plan_set_softmax_scale)
 UNUSED(flashattn_plan_set_softcap) UNUSED(flashattn_plan_set_dropout) UNUSED(flashattn_plan_set_deterministic)
 UNUSED(flashattn_plan_set_algorithm) UNUSED(flashattn_plan_get_workspace_size) UNUSED(flashattn_fwd)
-UNUSED(flashattn_bwd)
+UNUSED(flashattn_bwd) UNUSED(flashattn_plan_set_bias) UNUSED(flashattn_plan_set_alibi_batch_stride)
 }
 """
 
@@ -314,8 +315,9 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
              "spec.loader.exec_module(m)\n"
              "q = torch.zeros(1, 2, 1, 8)\n"
              "ctypes.CDLL(%r)  # loaded, as init() needs\n"
-             "calls = (lambda: m.attention(q, q, q, None, -1, -1, False, 0.0, 0.0, 0.0, False, 0),\n"
-             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, -1, -1, False, 0.0, 0.0, 0.0, 0, 0, False, 0))\n"
+             "calls = (lambda: m.attention(q, q, q, None, None, None, -1, -1, False, 0.0, 0.0, False, 0.0, False, 0),\n"
+             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0,\n"
+             "                                             False, 0))\n"
              "for call in calls + (lambda: m.init(%r),) + calls:\n"
              "    try:\n"
              "        call()\n"
@@ -371,9 +373,6 @@ def test_options_the_op_does_not_serve_take_the_python_path(ext):
     q, k, v = (_randn(2, 6, 2, 8, seed=s).requires_grad_(True) for s in (1, 2, 3))
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     calls = {
-        "bias": lambda: flashattn.attention(q, k, v, bias=torch.zeros(1, 2, 6, 6)),
-        "attn_mask": lambda: flashattn.attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool)),
-        "alibi": lambda: flashattn.attention(q, k, v, alibi_slopes=torch.ones(2)),
         "varlen": lambda: flashattn.attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_seqlens_q=cu,
                                               cu_seqlens_k=cu, max_seqlen_q=7, max_seqlen_k=7),
         "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 8)),
@@ -427,21 +426,119 @@ def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
     """torch.ops.flashattn_ext.* skip the Python checks: k and v whose extents do not
     match what the plan takes from q's and k's are refused, naming the tensors."""
     q, k = _randn(2, 5, 4, 16), _randn(2, 6, 2, 16)
+    bias, slopes = _randn(2, 4, 5, 6), torch.ones(2, 4)
     bad = {
-        "3-D q": (q[0], k, k, "q, k, v must be 4-D"),
-        "k batch": (q, k[:1], k[:1], "k .* q's batch"),
-        "k head dim": (q, k[..., :8], k, "k .* q's batch and head dim"),
-        "v heads": (q, k, k[:, :, :1], "v .* k's batch, length and heads"),
-        "v length": (q, k, k[:, :3], "v .* k's batch, length and heads"),
-        "v batch": (q, k, k[:1], "v .* k's batch, length and heads"),
+        "3-D q": (q[0], k, k, None, None, "q, k, v must be 4-D"),
+        "k batch": (q, k[:1], k[:1], None, None, "k .* q's batch"),
+        "k head dim": (q, k[..., :8], k, None, None, "k .* q's batch and head dim"),
+        "v heads": (q, k, k[:, :, :1], None, None, "v .* k's batch, length and heads"),
+        "v length": (q, k, k[:, :3], None, None, "v .* k's batch, length and heads"),
+        "v batch": (q, k, k[:1], None, None, "v .* k's batch, length and heads"),
+        "bias 3-D": (q, k, k, bias[0], None, "bias .* must be 4-D"),
+        "bias keys": (q, k, k, bias[..., :5], None, "bias .* size 1 where it broadcasts"),
+        "bias heads": (q, k, k, bias[:, :2], None, "bias .* size 1 where it broadcasts"),
+        "bias dtype": (q, k, k, bias.half(), None, "bias has dtype"),
+        "bias and slopes": (q, k, k, bias, slopes, "bias and alibi_slopes cannot be combined"),
+        "slopes heads": (q, k, k, None, slopes[:, :3], "alibi_slopes .* must be float32"),
+        "slopes batch": (q, k, k, None, slopes[:1].expand(3, 4), "alibi_slopes .* must be float32"),
+        "slopes strided heads": (q, k, k, None, torch.ones(8)[::2], "alibi_slopes .* contiguous heads"),
+        "slopes fp16": (q, k, k, None, slopes.half(), "alibi_slopes .* must be float32"),
+        "slopes 3-D": (q, k, k, None, slopes[None], "alibi_slopes .* must be float32"),
     }
-    scalars = (-1, -1, False, 0.0, 0.0, 0.0, 0, 0, False, 0)
+    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
     n = ext.cache_size()
-    for name, (a, b, c, message) in bad.items():
+    for name, (a, b, c, bias_, slopes_, message) in bad.items():
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
             with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
-                op(a, b, c, *scalars)
+                op(a, b, c, bias_, slopes_, *scalars)
+        if a.dim() == 4 and k_fits(b, a, c):
+            out, lse = torch.zeros(2, 5, 4, 16), torch.zeros(2, 4, 5)
+            with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
+                torch.ops.flashattn_ext.bwd(out, a, b, c, out, lse, bias_, slopes_, *scalars, bias_ is not None)
     assert ext.cache_size() == n, "a refused call made a plan"
+
+
+def k_fits(k, q, v):
+    """Whether k and v have the extents the plan takes from q's and k's."""
+    return k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3] and v.shape[:3] == k.shape[:3]
+
+
+# Bias, masks and ALiBi as flashattn.attention takes them, made for (batch, seqlen_q, heads_q,
+# seqlen_k) = (2, 7, 4, 9); the bias tensors are leaves that require a gradient, or views
+# of such leaves, unless named "no grad".
+def _bias(*shape, seed=5):
+    return _randn(*shape, seed=seed).requires_grad_(True)
+
+
+_BIAS_CASES = {
+    "bias_full": lambda: dict(bias=_bias(2, 4, 7, 9)),
+    "bias_broadcast": lambda: dict(bias=_bias(1, 4, 1, 9), causal=True),
+    "bias_3d_no_grad": lambda: dict(bias=_randn(4, 7, 9, seed=6)),
+    "bias_expanded": lambda: dict(bias=_bias(2, 1, 7, 1).expand(2, 4, 7, 9)),
+    "bias_keys_broadcast": lambda: dict(bias=_bias(2, 4, 7, 1), window=(3, 2)),
+    "bias_permuted": lambda: dict(bias=_bias(2, 7, 4, 9).transpose(1, 2)),
+    "bias_with_dropout": lambda: dict(bias=_bias(2, 4, 7, 9), dropout_p=0.3, seed=8),
+    "bool_mask": lambda: dict(attn_mask=_randn(7, 9, seed=7) > -0.5),
+    "float_mask_and_padding": lambda: dict(attn_mask=_bias(2, 1, 7, 9),
+                                           key_padding_mask=torch.arange(9).expand(2, 9) < torch.tensor([[9], [5]])),
+    "alibi_heads": lambda: dict(alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625]), causal=True,
+                                align="bottom_right"),
+    "alibi_batch_heads": lambda: dict(alibi_slopes=_randn(2, 4, seed=9).abs()),
+    "alibi_sliced_symmetric": lambda: dict(alibi_slopes=_randn(2, 8, seed=9).abs()[:, 2:6], alibi_symmetric=True,
+                                           dropout_p=0.2, seed=3),
+    "alibi_one_row": lambda: dict(alibi_slopes=_randn(1, 4, seed=9).abs().expand(2, 4), softcap=4.0),
+}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(_BIAS_CASES))
+def test_bias_masks_and_alibi_are_bitwise_those_of_the_python_path(ext, case, dtype, device):
+    (q, k, v), do, opts = _inputs("plain", _DTYPES[dtype], device)
+    extra = _BIAS_CASES[case]()
+    opts.update({n: t.to(device) if isinstance(t, torch.Tensor) else t for n, t in extra.items()})
+    leaves = [t if t.is_leaf else t._base for t in extra.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def run():
+        ext.clear_cache()
+        for t in leaves:
+            t.grad = None
+        out, grads, plain = _run(q, k, v, do, opts)
+        if leaves:
+            torch.autograd.backward(flashattn.attention(q, k, v, **opts), do)
+        return (out, plain) + grads + tuple(t.grad for t in leaves), ext.cache_size()
+
+    (python_path, _), (extension, plans) = _both_paths(run)
+    assert type(extension[0].grad_fn).__name__ == "CppFunction" and plans > 0  # the op ran
+    assert all(g is not None for g in python_path)
+    for a, b in zip(python_path, extension):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def test_bad_bias_masks_and_slopes_raise_what_the_python_path_raises(ext):
+    q = _randn(2, 5, 4, 16)
+    b = _randn(2, 4, 5, 5)
+    bad = {
+        "bias keys": dict(bias=b[..., :3]),
+        "bias 5-D": dict(bias=b[None]),
+        "bias int": dict(bias=torch.ones(2, 4, 5, 5, dtype=torch.int32)),
+        "bias and slopes": dict(bias=b, alibi_slopes=torch.ones(4)),
+        "mask int": dict(attn_mask=torch.ones(5, 5, dtype=torch.int64)),
+        "padding 3-D": dict(key_padding_mask=torch.ones(2, 1, 5, dtype=torch.bool)),
+        "slopes heads": dict(alibi_slopes=torch.ones(3)),
+        "slopes fp64": dict(alibi_slopes=torch.ones(4, dtype=torch.float64)),
+        "slopes strided": dict(alibi_slopes=torch.ones(8)[::2]),
+        "slopes batch": dict(alibi_slopes=torch.ones(3, 4)),
+        "slopes heads strided": dict(alibi_slopes=torch.ones(2, 8)[:, ::2]),
+        "slopes 3-D": dict(alibi_slopes=torch.ones(1, 2, 4)),
+        "bias bad softcap": dict(bias=b, softcap=-1.0),
+    }
+    ext.clear_cache()
+    for name, kwargs in bad.items():
+        python_path, extension = _both_paths(lambda: _error_of(lambda: flashattn.attention(q, q, q, **kwargs)))
+        assert python_path is not None, name
+        assert extension == python_path, name
+    assert ext.cache_size() == 0
 
 
 @pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
