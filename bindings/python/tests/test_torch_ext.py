@@ -315,9 +315,10 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
              "spec.loader.exec_module(m)\n"
              "q = torch.zeros(1, 2, 1, 8)\n"
              "ctypes.CDLL(%r)  # loaded, as init() needs\n"
-             "calls = (lambda: m.attention(q, q, q, None, None, None, -1, -1, False, 0.0, 0.0, False, 0.0, False, 0),\n"
-             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0,\n"
-             "                                             False, 0))\n"
+             "calls = (lambda: m.attention(q, q, q, None, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
+             "                             False, 0),\n"
+             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
+             "                                             0, 0, False, 0))\n"
              "for call in calls + (lambda: m.init(%r),) + calls:\n"
              "    try:\n"
              "        call()\n"
@@ -422,9 +423,15 @@ def test_bad_inputs_raise_what_the_python_path_raises(ext):
     assert ext.cache_size() == 0  # no plan kept from a failed call
 
 
+def _k_and_v_fit(q, k, v):
+    """Whether k and v have the extents the plan takes from q's and k's."""
+    return k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3] and v.shape[:3] == k.shape[:3]
+
+
 def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
     """torch.ops.flashattn_ext.* skip the Python checks: k and v whose extents do not
-    match what the plan takes from q's and k's are refused, naming the tensors."""
+    match what the plan takes from q's and k's, and a bias or ALiBi slopes that do not fit
+    q and k, are refused, naming the tensors."""
     q, k = _randn(2, 5, 4, 16), _randn(2, 6, 2, 16)
     bias, slopes = _randn(2, 4, 5, 6), torch.ones(2, 4)
     bad = {
@@ -451,16 +458,11 @@ def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
             with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
                 op(a, b, c, bias_, slopes_, *scalars)
-        if a.dim() == 4 and k_fits(b, a, c):
+        if a.dim() == 4 and _k_and_v_fit(a, b, c):  # the backward's checks of bias and slopes
             out, lse = torch.zeros(2, 5, 4, 16), torch.zeros(2, 4, 5)
             with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
                 torch.ops.flashattn_ext.bwd(out, a, b, c, out, lse, bias_, slopes_, *scalars, bias_ is not None)
     assert ext.cache_size() == n, "a refused call made a plan"
-
-
-def k_fits(k, q, v):
-    """Whether k and v have the extents the plan takes from q's and k's."""
-    return k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3] and v.shape[:3] == k.shape[:3]
 
 
 # Bias, masks and ALiBi as flashattn.attention takes them, made for (batch, seqlen_q, heads_q,
