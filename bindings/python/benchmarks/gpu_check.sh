@@ -32,6 +32,6 @@ if "$py" -c "import transformers" 2>/dev/null; then
     "$py" "$here/train_step.py" --device cuda --model gpt2 --attn-dropout $p --steps 10 --warmup 2 || status=1
   done
 else
-  echo "SKIPPED: transformers is not importable (tiny Llama comparison)"
+  echo "SKIPPED: transformers is not importable (tiny Llama comparison, GPT-2 training steps)"
 fi
 exit $status
