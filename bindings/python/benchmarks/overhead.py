@@ -53,6 +53,8 @@ def main(argv=None):
     ap.add_argument("--dtype", default=None, help="float16, bfloat16 or float32 (default: bf16 on CUDA, fp32 on CPU)")
     ap.add_argument("--shape", default="1,16,2,64", help="batch,seqlen,heads,head_dim (default 1,16,2,64)")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="attention dropout probability of every row (the seed drawn per call, as in training)")
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-ext", dest="ext", action="store_false",
@@ -72,9 +74,10 @@ def main(argv=None):
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     # The C floor: the cached plan of these tensors, outputs allocated once.
-    opts = (0, 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
+    opts = (0, 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, a.dropout, 0, 0, False, 0)
     e = _torch_plans.entry(q, k, v, None, None, None, None, None, opts)
-    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, None, opts, True)
+    rng = torch.zeros(2, dtype=torch.int64) if a.dropout else None  # the floor keeps one seed
+    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, rng, opts, True)
     fargs = _torch_plans._FWD_ARGS.pack(_torch_plans._FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                         out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0)
     dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
@@ -95,17 +98,17 @@ def main(argv=None):
 
     def fa_fwd():
         with torch.no_grad():
-            flashattn.attention(q, k, v, causal=a.causal)
+            flashattn.attention(q, k, v, causal=a.causal, dropout_p=a.dropout)
 
     def sdpa_fwd():
         with torch.no_grad():
-            sdpa(qt, kt, vt, is_causal=a.causal)
+            sdpa(qt, kt, vt, is_causal=a.causal, dropout_p=a.dropout)
 
     def fa_fwdbwd():
-        flashattn.attention(gq, gk, gv, causal=a.causal).backward(do)
+        flashattn.attention(gq, gk, gv, causal=a.causal, dropout_p=a.dropout).backward(do)
 
     def sdpa_fwdbwd():
-        sdpa(gqt, gkt, gvt, is_causal=a.causal).backward(dot)
+        sdpa(gqt, gkt, gvt, is_causal=a.causal, dropout_p=a.dropout).backward(dot)
 
     ext = a.ext and torch_ext.load()
     python_path, ext_path = torch_ext.disable, (torch_ext.load if ext else None)
@@ -124,8 +127,9 @@ def main(argv=None):
         rows += [(name + " " + p, us) for (name, _, _), us in zip(group, times)]
     t = dict(rows)
     dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    print("device %s, dtype %s, shape (b, s, h, d) = %s, causal=%s, torch %s, %s" % (
-        dev_name, str(dtype).replace("torch.", ""), (b, s, h, d), a.causal, torch.__version__, flashattn.library_path()))
+    print("device %s, dtype %s, shape (b, s, h, d) = %s, causal=%s, dropout %g, torch %s, %s" % (
+        dev_name, str(dtype).replace("torch.", ""), (b, s, h, d), a.causal, a.dropout, torch.__version__,
+        flashattn.library_path()))
     print("%-20s %10s %8s" % ("", "us/call", "vs sdpa"))
     for name, us in rows:
         peer = "sdpa " + name.split(" ", 1)[1]

@@ -10,7 +10,9 @@ median over --steps steps after --warmup, synchronized at each step's end. The t
 implementations alternate in rounds (--rounds) so that clock drift hits both alike.
 
 Printed per implementation: ms per step, tokens per second, the last loss; then the
-throughput ratio libfa / sdpa and the attention calls per step (forward and backward).
+throughput ratio libfa / sdpa, the attention calls per step (forward and backward) and
+which eager path libfa's calls took (the compiled op of flashattn.torch_ext, or the
+Python path and why).
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flashattn.hf  # noqa: E402
+import flashattn._torch_plans  # noqa: E402
+import flashattn.torch_ext  # noqa: E402
 
 
 def build(model, tiny, attn, attn_dropout):
@@ -132,6 +136,10 @@ def main(argv=None):
                                                                      batch * seqlen / med[name], losses[name]))
     print("throughput libfa / sdpa: %.3fx; %d attention forward calls per step, each with its backward" % (
         med["sdpa"] / med[libfa], per_step))
+    ext = flashattn.torch_ext.status()
+    op_plans = sys.modules[flashattn.torch_ext._module_name()].cache_size() if ext["active"] else 0
+    print("libfa's calls: %d plans in the compiled op's cache, %d in the Python path's (compiled op: %s)" % (
+        op_plans, flashattn._torch_plans.cache_size(), ext["reason"]))
 
 
 if __name__ == "__main__":

@@ -928,6 +928,7 @@ def _arrays_is_torch(x):
 
 def bias_strides_from(v, full_shape):
     """Plan bias strides of a bias array broadcastable to full_shape (batch, heads_q, sq, sk)."""
+    # Mirrored in csrc/torch_op.cpp (bias_strides, bias_servable) for 4-D torch biases.
     shape = v.shape
     if len(shape) > 4:
         raise make_error(Status.INVALID_SHAPE, "bias has %d dimensions; at most 4 (batch, heads, q, k)" % len(shape))
@@ -1059,6 +1060,7 @@ def make_plan(q, k, v, *, causal=False, window=None, align="top_left", scale=Non
 def _alibi_batch_stride(alibi_slopes, batch, heads):
     """The plan's ALiBi batch stride for slopes of shape (heads,) or (batch, heads), FlashAttention's
     two forms: 0 for the first (and for rows that cannot differ), else the row stride in elements."""
+    # Mirrored in csrc/torch_op.cpp (alibi_batch_stride, slopes_fit).
     sv = A.view("alibi_slopes", alibi_slopes)
     if len(sv.shape) == 1:
         return 0

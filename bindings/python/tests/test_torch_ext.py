@@ -90,6 +90,10 @@ _CASES = {
     "seqlen_k_1": ((2, 7, 4, 16, 1, 2), {}, None),
     "size_1_dims_odd_strides": ((1, 7, 1, 16, 9, 1), dict(causal=True), "odd"),
     "expanded_gqa_kv": ((2, 7, 4, 16, 9, 1), dict(causal=True), "expand"),
+    "dropout": ((2, 7, 4, 16, 9, 2), dict(causal=True, dropout_p=0.25, seed=5, offset=3), None),
+    # The plan of "dropout" with another seed and offset: runs that share a plan set their own.
+    "dropout_other_seed": ((2, 7, 4, 16, 9, 2), dict(causal=True, dropout_p=0.25, seed=2**62 + 9, offset=-1), None),
+    "dropout_gqa_window": ((1, 12, 4, 16, 12, 2), dict(window=(3, 1), dropout_p=0.5, seed=1), "bhsd"),
 }
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -146,12 +150,53 @@ def _both_paths(fn):
 @pytest.mark.parametrize("case", list(_CASES))
 def test_forward_and_gradients_are_bitwise_those_of_the_python_path(ext, case, dtype, device):
     (q, k, v), do, opts = _inputs(case, _DTYPES[dtype], device)
-    n = ext.cache_size()
+    ext.clear_cache()
     (out_p, grads_p, plain_p), (out_e, grads_e, plain_e) = _both_paths(lambda: _run(q, k, v, do, opts))
-    assert type(out_e.grad_fn).__name__ == "CppFunction" and ext.cache_size() > n  # the op ran
+    assert type(out_e.grad_fn).__name__ == "CppFunction" and ext.cache_size() > 0  # the op ran
     for a, b in zip((out_p, plain_p) + grads_p, (out_e, plain_e) + grads_e):
         assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_dropout_draws_the_python_paths_seed_from_torchs_generator(ext, device):
+    """Without a seed both paths draw it from torch's default generator, once per call,
+    so the same generator state gives the same masks and leaves the same state."""
+    (q, k, v), do, opts = _inputs("causal", torch.float16, device)
+    opts.update(dropout_p=0.1)
+
+    def seeded():
+        torch.manual_seed(1234)
+        res = _run(q, k, v, do, opts)
+        return res, torch.get_rng_state()
+
+    ((out_p, grads_p, plain_p), state_p), ((out_e, grads_e, plain_e), state_e) = _both_paths(seeded)
+    assert type(out_e.grad_fn).__name__ == "CppFunction"
+    assert torch.equal(state_p, state_e)
+    for a, b in zip((out_p, plain_p) + grads_p, (out_e, plain_e) + grads_e):
+        assert torch.equal(a, b)
+    assert not torch.equal(out_e, plain_e)  # two calls, two seeds: two masks
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_direct_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, device, dropout_p):
+    """flashattn_ext::fwd/bwd against the Python path's custom ops flashattn::fwd/bwd on the
+    same (seed, offset): out, LSE and gradients bitwise equal."""
+    (q, k, v), do, opts = _inputs("window", torch.bfloat16, device)
+    det = device == "cuda"
+    seed, offset = 77, 11
+    rng = torch.tensor([seed, offset], dtype=torch.int64) if dropout_p else None
+    band = (3, 1, False, 0.0, 0.0)  # window (3, 1), top-left, default scale, no softcap
+    out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, rng, 0, 0, *band, False, dropout_p,
+                                           0, 0, det, 0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, *band, False, dropout_p, seed, offset, det, 0)
+    assert torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
+    grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, None, None, None, rng, 0, 0, *band, False,
+                                      dropout_p, 0, 0, det, 0, False)[:3]
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, *band, False, dropout_p, seed, offset,
+                                          det, 0, False)[:3]
+    assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
 
 
 def test_backward_takes_gradients_of_any_strides(ext):
@@ -216,7 +261,43 @@ def test_an_error_in_the_backward_is_the_python_paths(ext):
     assert extension == python_path
 
 
+# A stand-in for libflashattn with every symbol the op binds: it reports the version
+# FAKE_VERSION, fails every plan_create with status FAKE_STATUS and a message that is not
+# UTF-8; the other functions are never called (the op runs nothing without a plan).
+_FAKE_LIBRARY = r"""
+extern "C" {
+int flashattn_get_version(int* major, int* minor, int* patch) {
+  const int v[3] = {FAKE_VERSION};
+  *major = v[0], *minor = v[1], *patch = v[2];
+  return v[0] * 10000 + v[1] * 100 + v[2];
+}
+int flashattn_plan_create(void** plan, int, int) { *plan = nullptr; return FAKE_STATUS; }
+const char* flashattn_last_error(void) { return "bad bytes \xff\xfe in a message"; }
+const char* flashattn_status_string(int) { return "FAKE_STATUS_\xe9"; }
+#define UNUSED(name) void name(void) {}
+UNUSED(flashattn_plan_destroy) UNUSED(flashattn_plan_set_shape) UNUSED(flashattn_plan_set_dtype)
+UNUSED(flashattn_plan_set_strides) UNUSED(flashattn_plan_set_band_mask) UNUSED(flashattn_plan_set_softmax_scale)
+UNUSED(flashattn_plan_set_softcap) UNUSED(flashattn_plan_set_dropout) UNUSED(flashattn_plan_set_deterministic)
+UNUSED(flashattn_plan_set_algorithm) UNUSED(flashattn_plan_get_workspace_size) UNUSED(flashattn_fwd)
+UNUSED(flashattn_bwd) UNUSED(flashattn_plan_set_bias) UNUSED(flashattn_plan_set_alibi_batch_stride)
+}
+"""
+
+
+def _fake_library(folder, name, version, status):
+    src = folder / (name + ".cpp")
+    src.write_text(_FAKE_LIBRARY)
+    out = folder / (name + ".so")
+    subprocess.run([os.environ.get("CXX", "c++"), "-shared", "-fPIC", "-o", str(out), str(src),
+                    "-DFAKE_VERSION=%d,%d,%d" % version, "-DFAKE_STATUS=%d" % status], check=True, timeout=120)
+    return str(out)
+
+
 def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
+    """In this process: a second init() for another library is refused. In a fresh one
+    (reusing the module's build): calls before init() are refused, so is a library of
+    another version (and the op stays unbound), and a bound library's non-UTF-8 message
+    reaches the exception decoded with errors="replace", as flashattn._lib decodes it."""
     lib = flashattn.library_path()
     ext.init(lib)  # the library it is bound to: nothing happens
     copy = tmp_path / "libflashattn_copy.so.0"
@@ -224,26 +305,48 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
     ctypes.CDLL(str(copy))  # loaded, but not the library the op is bound to
     with pytest.raises(RuntimeError, match="already bound to another libflashattn"):
         ext.init(str(copy))
-    probe = ("import importlib.util, sys, torch\n"
+    version = flashattn.library_version()
+    status = int(flashattn.Status.INVALID_SHAPE)
+    older = _fake_library(tmp_path, "fake_old", (version[0] + 1, 0, 0), status)
+    same = _fake_library(tmp_path, "fake_same", version, status)
+    probe = ("import ctypes, importlib.util, sys, torch\n"
              "spec = importlib.util.spec_from_file_location(%r, %r)\n"
              "m = importlib.util.module_from_spec(spec)\n"
              "spec.loader.exec_module(m)\n"
              "q = torch.zeros(1, 2, 1, 8)\n"
-             "for call in (lambda: m.attention(q, q, q, -1, -1, False, 0.0, 0.0, False, 0),\n"
-             "             lambda: torch.ops.flashattn_ext.fwd(q, q, q, -1, -1, False, 0.0, 0.0, False, 0)):\n"
+             "ctypes.CDLL(%r)  # loaded, as init() needs\n"
+             "calls = (lambda: m.attention(q, q, q, None, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
+             "                             False, 0),\n"
+             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
+             "                                             0, 0, False, 0))\n"
+             "for call in calls + (lambda: m.init(%r),) + calls:\n"
              "    try:\n"
              "        call()\n"
              "    except RuntimeError as e:\n"
              "        print('refused:', str(e).splitlines()[0])\n"
-             % (torch_ext._module_name(), torch_ext.status()["path"]))
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+             "ctypes.CDLL(%r)\n"
+             "m.init(%r)\n"
+             "try:\n"
+             "    calls[0]()\n"
+             "except Exception as e:\n"
+             "    print(type(e).__name__, ascii((e.message, e.status_name, e.function)))\n"
+             % (torch_ext._module_name(), torch_ext.status()["path"], older, older, same, same))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        flashattn.__file__)), os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert len(lines) == 2 and all("init() has not bound" in line for line in lines), res.stdout
+    assert len(lines) == 6, res.stdout
+    assert all("init() has not bound" in line for line in lines[:2] + lines[3:5]), res.stdout
+    want = "is libflashattn %d.0.0 but this build of the op was compiled against flashattn.h %d.%d.%d" % (
+        version[0] + 1, *version)
+    assert want in lines[2], res.stdout
+    message = b"bad bytes \xff\xfe in a message".decode(errors="replace")
+    assert lines[5] == "InvalidArgumentError " + ascii((message, "FAKE_STATUS_\ufffd", "flashattn_plan_create"))
 
 
 def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
-    cases = ["plain", "causal", "window", "mqa", "bhsd_strides"]
+    cases = ["plain", "causal", "window", "mqa", "bhsd_strides", "dropout", "dropout_other_seed"]
 
     def flat(case):
         (q, k, v), do, opts = _inputs(case, torch.float32, "cpu")
@@ -264,17 +367,13 @@ def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(worker, range(4)))
-    assert not failures and ext.cache_size() == len(cases)
+    assert not failures and ext.cache_size() == len(cases) - 1  # the two dropout cases share a plan
 
 
 def test_options_the_op_does_not_serve_take_the_python_path(ext):
     q, k, v = (_randn(2, 6, 2, 8, seed=s).requires_grad_(True) for s in (1, 2, 3))
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     calls = {
-        "bias": lambda: flashattn.attention(q, k, v, bias=torch.zeros(1, 2, 6, 6)),
-        "attn_mask": lambda: flashattn.attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool)),
-        "alibi": lambda: flashattn.attention(q, k, v, alibi_slopes=torch.ones(2)),
-        "dropout": lambda: flashattn.attention(q, k, v, dropout_p=0.2, seed=3),
         "varlen": lambda: flashattn.attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_seqlens_q=cu,
                                               cu_seqlens_k=cu, max_seqlen_q=7, max_seqlen_k=7),
         "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 8)),
@@ -311,6 +410,8 @@ def test_bad_inputs_raise_what_the_python_path_raises(ext):
         "negative scale": lambda: flashattn.attention(q, q, q, scale=-2.0),
         "causal with right window": lambda: flashattn.attention(q, q, q, causal=True, window=(None, 2)),
         "bad algorithm": lambda: flashattn.attention(q, q, q, algorithm=7),
+        "dropout 1": lambda: flashattn.attention(q, q, q, dropout_p=1.0, seed=1),
+        "negative dropout": lambda: flashattn.attention(q, q, q, dropout_p=-0.1),
         "last dim strided": lambda: flashattn.attention(q.transpose(1, 3).contiguous().transpose(1, 3), q, q),
         "empty": lambda: flashattn.attention(q[:, :0], q, q),
     }
@@ -322,33 +423,136 @@ def test_bad_inputs_raise_what_the_python_path_raises(ext):
     assert ext.cache_size() == 0  # no plan kept from a failed call
 
 
+def _k_and_v_fit(q, k, v):
+    """Whether k and v have the extents the plan takes from q's and k's."""
+    return k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3] and v.shape[:3] == k.shape[:3]
+
+
 def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
     """torch.ops.flashattn_ext.* skip the Python checks: k and v whose extents do not
-    match what the plan takes from q's and k's are refused, naming the tensors."""
+    match what the plan takes from q's and k's, and a bias or ALiBi slopes that do not fit
+    q and k, are refused, naming the tensors."""
     q, k = _randn(2, 5, 4, 16), _randn(2, 6, 2, 16)
+    bias, slopes = _randn(2, 4, 5, 6), torch.ones(2, 4)
     bad = {
-        "3-D q": (q[0], k, k, "q, k, v must be 4-D"),
-        "k batch": (q, k[:1], k[:1], "k .* q's batch"),
-        "k head dim": (q, k[..., :8], k, "k .* q's batch and head dim"),
-        "v heads": (q, k, k[:, :, :1], "v .* k's batch, length and heads"),
-        "v length": (q, k, k[:, :3], "v .* k's batch, length and heads"),
-        "v batch": (q, k, k[:1], "v .* k's batch, length and heads"),
+        "3-D q": (q[0], k, k, None, None, "q, k, v must be 4-D"),
+        "k batch": (q, k[:1], k[:1], None, None, "k .* q's batch"),
+        "k head dim": (q, k[..., :8], k, None, None, "k .* q's batch and head dim"),
+        "v heads": (q, k, k[:, :, :1], None, None, "v .* k's batch, length and heads"),
+        "v length": (q, k, k[:, :3], None, None, "v .* k's batch, length and heads"),
+        "v batch": (q, k, k[:1], None, None, "v .* k's batch, length and heads"),
+        "bias 3-D": (q, k, k, bias[0], None, "bias .* must be 4-D"),
+        "bias keys": (q, k, k, bias[..., :5], None, "bias .* size 1 where it broadcasts"),
+        "bias heads": (q, k, k, bias[:, :2], None, "bias .* size 1 where it broadcasts"),
+        "bias dtype": (q, k, k, bias.half(), None, "bias has dtype"),
+        "bias and slopes": (q, k, k, bias, slopes, "bias and alibi_slopes cannot be combined"),
+        "slopes heads": (q, k, k, None, slopes[:, :3], "alibi_slopes .* must be float32"),
+        "slopes batch": (q, k, k, None, slopes[:1].expand(3, 4), "alibi_slopes .* must be float32"),
+        "slopes strided heads": (q, k, k, None, torch.ones(8)[::2], "alibi_slopes .* contiguous heads"),
+        "slopes fp16": (q, k, k, None, slopes.half(), "alibi_slopes .* must be float32"),
+        "slopes 3-D": (q, k, k, None, slopes[None], "alibi_slopes .* must be float32"),
     }
-    scalars = (-1, -1, False, 0.0, 0.0, False, 0)
+    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
     n = ext.cache_size()
-    for name, (a, b, c, message) in bad.items():
+    for name, (a, b, c, bias_, slopes_, message) in bad.items():
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
             with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
-                op(a, b, c, *scalars)
+                op(a, b, c, bias_, slopes_, *scalars)
+        if a.dim() == 4 and _k_and_v_fit(a, b, c):  # the backward's checks of bias and slopes
+            out, lse = torch.zeros(2, 5, 4, 16), torch.zeros(2, 4, 5)
+            with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
+                torch.ops.flashattn_ext.bwd(out, a, b, c, out, lse, bias_, slopes_, *scalars, bias_ is not None)
     assert ext.cache_size() == n, "a refused call made a plan"
 
 
+# Bias, masks and ALiBi as flashattn.attention takes them, made for (batch, seqlen_q, heads_q,
+# seqlen_k) = (2, 7, 4, 9); the bias tensors are leaves that require a gradient, or views
+# of such leaves, unless named "no grad".
+def _bias(*shape, seed=5):
+    return _randn(*shape, seed=seed).requires_grad_(True)
+
+
+_BIAS_CASES = {
+    "bias_full": lambda: dict(bias=_bias(2, 4, 7, 9)),
+    "bias_broadcast": lambda: dict(bias=_bias(1, 4, 1, 9), causal=True),
+    "bias_3d_no_grad": lambda: dict(bias=_randn(4, 7, 9, seed=6)),
+    "bias_expanded": lambda: dict(bias=_bias(2, 1, 7, 1).expand(2, 4, 7, 9)),
+    "bias_keys_broadcast": lambda: dict(bias=_bias(2, 4, 7, 1), window=(3, 2)),
+    "bias_permuted": lambda: dict(bias=_bias(2, 7, 4, 9).transpose(1, 2)),
+    "bias_with_dropout": lambda: dict(bias=_bias(2, 4, 7, 9), dropout_p=0.3, seed=8),
+    "bool_mask": lambda: dict(attn_mask=_randn(7, 9, seed=7) > -0.5),
+    "float_mask_and_padding": lambda: dict(attn_mask=_bias(2, 1, 7, 9),
+                                           key_padding_mask=torch.arange(9).expand(2, 9) < torch.tensor([[9], [5]])),
+    "alibi_heads": lambda: dict(alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625]), causal=True,
+                                align="bottom_right"),
+    "alibi_batch_heads": lambda: dict(alibi_slopes=_randn(2, 4, seed=9).abs()),
+    "alibi_sliced_symmetric": lambda: dict(alibi_slopes=_randn(2, 8, seed=9).abs()[:, 2:6], alibi_symmetric=True,
+                                           dropout_p=0.2, seed=3),
+    "alibi_one_row": lambda: dict(alibi_slopes=_randn(1, 4, seed=9).abs().expand(2, 4), softcap=4.0),
+}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(_BIAS_CASES))
+def test_bias_masks_and_alibi_are_bitwise_those_of_the_python_path(ext, case, dtype, device):
+    (q, k, v), do, opts = _inputs("plain", _DTYPES[dtype], device)
+    extra = _BIAS_CASES[case]()
+    opts.update({n: t.to(device) if isinstance(t, torch.Tensor) else t for n, t in extra.items()})
+    leaves = [t if t.is_leaf else t._base for t in extra.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def run():
+        ext.clear_cache()
+        for t in leaves:
+            t.grad = None
+        out, grads, plain = _run(q, k, v, do, opts)
+        if leaves:
+            torch.autograd.backward(flashattn.attention(q, k, v, **opts), do)
+        return (out, plain) + grads + tuple(t.grad for t in leaves), ext.cache_size()
+
+    (python_path, _), (extension, plans) = _both_paths(run)
+    assert type(extension[0].grad_fn).__name__ == "CppFunction" and plans > 0  # the op ran
+    assert all(g is not None for g in python_path)
+    for a, b in zip(python_path, extension):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def test_bad_bias_masks_and_slopes_raise_what_the_python_path_raises(ext):
+    q = _randn(2, 5, 4, 16)
+    b = _randn(2, 4, 5, 5)
+    bad = {
+        "bias keys": dict(bias=b[..., :3]),
+        "bias 5-D": dict(bias=b[None]),
+        "bias int": dict(bias=torch.ones(2, 4, 5, 5, dtype=torch.int32)),
+        "bias and slopes": dict(bias=b, alibi_slopes=torch.ones(4)),
+        "mask int": dict(attn_mask=torch.ones(5, 5, dtype=torch.int64)),
+        "padding 3-D": dict(key_padding_mask=torch.ones(2, 1, 5, dtype=torch.bool)),
+        "slopes heads": dict(alibi_slopes=torch.ones(3)),
+        "slopes fp64": dict(alibi_slopes=torch.ones(4, dtype=torch.float64)),
+        "slopes strided": dict(alibi_slopes=torch.ones(8)[::2]),
+        "slopes batch": dict(alibi_slopes=torch.ones(3, 4)),
+        "slopes heads strided": dict(alibi_slopes=torch.ones(2, 8)[:, ::2]),
+        "slopes 3-D": dict(alibi_slopes=torch.ones(1, 2, 4)),
+        "bias bad softcap": dict(bias=b, softcap=-1.0),
+    }
+    ext.clear_cache()
+    for name, kwargs in bad.items():
+        python_path, extension = _both_paths(lambda: _error_of(lambda: flashattn.attention(q, q, q, **kwargs)))
+        assert python_path is not None, name
+        assert extension == python_path, name
+    assert ext.cache_size() == 0
+
+
 @pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
-def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext):
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext, dropout_p):
+    """Replays on new inputs give the eager results. With dropout, as on the Python path,
+    the seed is drawn on the host at capture and replays keep it: the eager run of the
+    same generator state is the reference."""
     def inputs(seed):
         return [_randn(2, 96, 8, 64, seed=seed + i, dtype=torch.bfloat16, device="cuda") for i in range(4)]
 
-    (q, k, v, do), opts = inputs(0), dict(causal=True, align="bottom_right", deterministic=True)
+    (q, k, v, do), opts = inputs(0), dict(causal=True, align="bottom_right", deterministic=True, dropout_p=dropout_p)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -359,6 +563,7 @@ def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext):
     for t in leaves:
         t.grad = None
     graph = torch.cuda.CUDAGraph()
+    torch.manual_seed(42)
     with torch.cuda.graph(graph):
         out = flashattn.attention(*leaves, **opts)
         out.backward(do)
@@ -367,8 +572,10 @@ def test_cuda_graph_capture_of_the_op_replays_new_inputs(ext):
     with torch.no_grad():
         for t, x in zip(leaves + [do], new):
             t.copy_(x)
-    graph.replay()
+    for _ in range(2):
+        graph.replay()
     torch.cuda.synchronize()
+    torch.manual_seed(42)
     want_out, want_grads, _ = _run(*new, opts)
     for got, ref in zip([out] + [t.grad for t in leaves], [want_out] + list(want_grads)):
         assert torch.equal(got, ref)

@@ -5,9 +5,15 @@
 // op flashattn_ext::attention has CPU and CUDA kernels and an autograd kernel (a C++
 // torch::autograd::Function) whose forward and backward are the ops flashattn_ext::fwd
 // and flashattn_ext::bwd. It serves dense 4-D q, k, v in (batch, seq, heads, dim) order
-// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA
-// and the algorithm choice; flashattn/_torch_ops.py sends every other call down the
-// Python path.
+// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA,
+// an additive bias (the 4-D one flashattn/_torch.py makes of bias, attn_mask and
+// key_padding_mask, broadcast dims of size 1, its gradient when it requires one), ALiBi
+// slopes (heads) or (batch, heads), dropout and the algorithm choice;
+// flashattn/_torch_ops.py sends every other call (varlen, block-sparse layouts) down the
+// Python path, as does the Python entry below any input that path would refuse in Python.
+// Dropout runs on the (seed, offset) the Python side drew for the call
+// (flashattn._torch._dropout_rng, from torch's generator), set on the plan before each
+// run as that path does, and the backward reuses the forward's.
 //
 // It calls the C API of the libflashattn the Python package loaded (init() resolves the
 // symbols from that library with dlopen(RTLD_NOLOAD), once: one library per process, of
@@ -33,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,6 +63,9 @@ struct Api {
   decltype(&flashattn_plan_set_band_mask) set_band_mask = nullptr;
   decltype(&flashattn_plan_set_softmax_scale) set_scale = nullptr;
   decltype(&flashattn_plan_set_softcap) set_softcap = nullptr;
+  decltype(&flashattn_plan_set_dropout) set_dropout = nullptr;
+  decltype(&flashattn_plan_set_bias) set_bias = nullptr;
+  decltype(&flashattn_plan_set_alibi_batch_stride) set_alibi_batch_stride = nullptr;
   decltype(&flashattn_plan_set_deterministic) set_deterministic = nullptr;
   decltype(&flashattn_plan_set_algorithm) set_algorithm = nullptr;
   decltype(&flashattn_plan_get_workspace_size) workspace_size = nullptr;
@@ -116,6 +126,9 @@ void init(const std::string& path) {
   resolve(lib, a->set_band_mask, "flashattn_plan_set_band_mask");
   resolve(lib, a->set_scale, "flashattn_plan_set_softmax_scale");
   resolve(lib, a->set_softcap, "flashattn_plan_set_softcap");
+  resolve(lib, a->set_dropout, "flashattn_plan_set_dropout");
+  resolve(lib, a->set_bias, "flashattn_plan_set_bias");
+  resolve(lib, a->set_alibi_batch_stride, "flashattn_plan_set_alibi_batch_stride");
   resolve(lib, a->set_deterministic, "flashattn_plan_set_deterministic");
   resolve(lib, a->set_algorithm, "flashattn_plan_set_algorithm");
   resolve(lib, a->workspace_size, "flashattn_plan_get_workspace_size");
@@ -158,8 +171,15 @@ struct Options {
   int64_t window_left, window_right;
   bool bottom_right;
   double scale, softcap;  // 0: the default scale, no softcap
+  bool alibi_symmetric;
+  double dropout_p;  // 0: no dropout
   bool deterministic;
   int64_t algorithm;
+};
+
+// The Philox seed and offset of one dropout run, as flashattn._torch._dropout_rng draws them.
+struct Rng {
+  int64_t seed = 0, offset = 0;
 };
 
 using Strides = std::array<int64_t, 4>;
@@ -168,7 +188,10 @@ using Strides = std::array<int64_t, 4>;
 struct Plan {
   flashattn_plan_t handle = nullptr;
   bool cuda = false;
+  float dropout_p = 0;              // nonzero: each run sets its seed and offset first, under `lock`
+  mutable std::mutex lock;          // (flashattn/_torch_plans.py's _run)
   Strides out{}, dq{}, dk{}, dv{};  // out's strides are also those of dout
+  Strides bias{};                   // those of the bias and of dbias
   size_t ws_fwd = 0, ws_bwd = 0;
 
   Plan() = default;
@@ -234,17 +257,56 @@ bool v_fits_k(const Tensor& v, const Tensor& k) {
   return v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2);
 }
 
-// q, k, v as the plan reads them: 4-D (batch, seq, heads, dim) with fitting extents.
-void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
+// The plan's bias strides (flashattn._plan.bias_strides_from) for a 4-D bias broadcast to
+// (batch, heads_q, seqlen_q, seqlen_k): a dim's stride where it has the full size (> 1), 0
+// where it has size 1; false where a size is neither (it would be read out of bounds).
+bool bias_strides(const Tensor& bias, const Tensor& q, const Tensor& k, Strides& st) {
+  const std::array<int64_t, 4> full{q.size(0), q.size(2), q.size(1), k.size(1)};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = bias.size(i);
+    if (n != 1 && n != full[i]) return false;
+    st[i] = n == 1 ? 0 : bias.stride(i);
+  }
+  return true;
+}
+
+// ALiBi slopes as the plan reads them: fp32 on q's device, (heads_q) or (batch, heads_q),
+// heads contiguous (flashattn._plan's _check_vector and _check_slopes_per_batch).
+bool slopes_fit(const Tensor& s, const Tensor& q) {
+  const int64_t b = q.size(0), h = q.size(2);
+  if (s.scalar_type() != at::kFloat || s.device() != q.device() || s.layout() != at::kStrided) return false;
+  if (s.dim() == 1) return s.size(0) == h && (h == 1 || s.stride(0) == 1);
+  return s.dim() == 2 && s.size(0) == b && s.size(1) == h && (h == 1 || s.stride(1) == 1);
+}
+
+// flashattn._plan._alibi_batch_stride: the row stride of (batch, heads_q) slopes, else 0.
+int64_t alibi_batch_stride(const Tensor& s) { return s.dim() == 2 && s.size(0) > 1 ? s.stride(0) : 0; }
+
+// q, k, v, bias and ALiBi slopes as the plan reads them: 4-D (batch, seq, heads, dim)
+// with fitting extents, a bias (batch, heads_q, seqlen_q, seqlen_k) of q's dtype with size-1
+// dims where it broadcasts, or slopes that fit; not both.
+void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& slopes) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn_ext: q, k, v must be 4-D (batch, seq, heads, ",
               "dim); got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   TORCH_CHECK(k_fits_q(k, q), "flashattn_ext: k ", k.sizes(), " must have q's batch and head dim (q ", q.sizes(), ")");
   TORCH_CHECK(v_fits_k(v, k), "flashattn_ext: v ", v.sizes(), " must have k's batch, length and heads (k ", k.sizes(),
               ")");
+  TORCH_CHECK(!bias.defined() || !slopes.defined(), "flashattn_ext: bias and alibi_slopes cannot be combined");
+  if (bias.defined()) {
+    Strides st;
+    TORCH_CHECK(bias.dim() == 4 && bias.layout() == at::kStrided && bias_strides(bias, q, k, st),
+                "flashattn_ext: bias ", bias.sizes(), " must be 4-D (batch, heads_q, seqlen_q, seqlen_k) with size 1 ",
+                "where it broadcasts (q ", q.sizes(), ", k ", k.sizes(), ")");
+    check_like_q(bias, q, "bias");
+  }
+  TORCH_CHECK(!slopes.defined() || slopes_fit(slopes, q), "flashattn_ext: alibi_slopes ",
+              slopes.defined() ? slopes.sizes() : at::IntArrayRef(), " must be float32 on q's device, (heads_q) or ",
+              "(batch, heads_q) with contiguous heads (q ", q.sizes(), ")");
 }
 
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
-std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
+std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                       const Tensor& slopes, const Options& o) {
   const Api& fa = api();
   check_like_q(k, q, "k");
   check_like_q(v, q, "v");
@@ -273,6 +335,21 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
         "flashattn_plan_set_band_mask");
   if (o.scale != 0) check(fa.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
   if (o.softcap != 0) check(fa.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
+  if (bias.defined()) {
+    bias_strides(bias, q, k, p->bias);
+    check(fa.set_bias(h, FLASHATTN_BIAS_TENSOR, p->bias.data()), "flashattn_plan_set_bias");
+  } else if (slopes.defined()) {
+    check(fa.set_bias(h, o.alibi_symmetric ? FLASHATTN_BIAS_ALIBI_SYMMETRIC : FLASHATTN_BIAS_ALIBI, nullptr),
+          "flashattn_plan_set_bias");
+    const int64_t batch_stride = alibi_batch_stride(slopes);
+    if (batch_stride != 0) {
+      check(fa.set_alibi_batch_stride(h, batch_stride), "flashattn_plan_set_alibi_batch_stride");
+    }
+  }
+  if (o.dropout_p != 0) {
+    p->dropout_p = static_cast<float>(o.dropout_p);
+    check(fa.set_dropout(h, p->dropout_p, 0, 0), "flashattn_plan_set_dropout");
+  }
   check(fa.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
   check(fa.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
   check(fa.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
@@ -286,28 +363,34 @@ class PlanCache {
  public:
   static constexpr size_t kCapacity = 1024;
 
-  std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o) {
-    check_shapes(q, k, v);
+  std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                  const Tensor& slopes, const Options& o) {
+    check_shapes(q, k, v, bias, slopes);
     std::vector<int64_t> key;
-    key.reserve(3 * 11 + 7);
-    for (const Tensor* t : {&q, &k, &v}) {
-      for (int i = 0; i < 4; ++i) key.push_back(t->size(i));
-      for (int i = 0; i < 4; ++i) key.push_back(t->stride(i));
+    key.reserve(5 * 12 + 9);
+    for (const Tensor* t : {&q, &k, &v, &bias, &slopes}) {
+      if (!t->defined()) {
+        key.push_back(-1);
+        continue;
+      }
+      key.push_back(t->dim());
+      for (int64_t i = 0; i < t->dim(); ++i) key.push_back(t->size(i));
+      for (int64_t i = 0; i < t->dim(); ++i) key.push_back(t->stride(i));
       key.push_back(static_cast<int64_t>(t->scalar_type()));
       key.push_back(static_cast<int64_t>(t->device().type()));
       key.push_back(t->device().index());
     }
-    int64_t scale_bits, softcap_bits;
-    std::memcpy(&scale_bits, &o.scale, sizeof scale_bits);
-    std::memcpy(&softcap_bits, &o.softcap, sizeof softcap_bits);
-    key.insert(key.end(),
-               {o.window_left, o.window_right, o.bottom_right, scale_bits, softcap_bits, o.deterministic, o.algorithm});
+    const double reals[3] = {o.scale, o.softcap, o.dropout_p};
+    int64_t bits[3];
+    std::memcpy(bits, reals, sizeof bits);
+    key.insert(key.end(), {o.window_left, o.window_right, o.bottom_right, bits[0], bits[1], o.alibi_symmetric, bits[2],
+                           o.deterministic, o.algorithm});
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
     }
-    auto plan = build_plan(q, k, v, o);  // outside the lock: a failure takes the GIL
+    auto plan = build_plan(q, k, v, bias, slopes, o);  // outside the lock: a failure takes the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     auto [it, inserted] = plans_.emplace(key, plan);
     if (inserted) {
@@ -358,9 +441,22 @@ CUstream_st* stream_of(const Plan& p, const Tensor& like) {
 }
 
 template <class Run>
-void run(const Plan& p, size_t ws_bytes, const Tensor& like, const char* function, Run&& c_call) {
+void run(const Plan& p, size_t ws_bytes, const Tensor& like, const Rng& rng, const char* function, Run&& c_call) {
   Tensor ws = ws_bytes ? workspace(p, ws_bytes, like) : Tensor();  // alive until the run is enqueued
-  check(c_call(ws.defined() ? ws.data_ptr() : nullptr, ws_bytes, stream_of(p, like)), function);
+  void* ws_ptr = ws.defined() ? ws.data_ptr() : nullptr;
+  CUstream_st* stream = stream_of(p, like);
+  flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
+  {
+    std::unique_lock<std::mutex> lock(p.lock, std::defer_lock);  // raising below takes the GIL: not under it
+    if (p.dropout_p != 0) {
+      lock.lock();
+      status =
+          api().set_dropout(p.handle, p.dropout_p, static_cast<uint64_t>(rng.seed), static_cast<uint64_t>(rng.offset));
+      if (status != FLASHATTN_STATUS_SUCCESS) function = "flashattn_plan_set_dropout";
+    }
+    if (status == FLASHATTN_STATUS_SUCCESS) status = c_call(ws_ptr, ws_bytes, stream);
+  }
+  check(status, function);
 }
 
 // t itself if it has these strides (size-1 dims aside), else a copy that has them.
@@ -371,8 +467,13 @@ Tensor with_strides(const Tensor& t, const Strides& st) {
   return t;
 }
 
-std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Options& o, bool want_lse) {
-  const auto p = cache.get(q, k, v, o);
+const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+const float* slopes_ptr(const Tensor& slopes) { return slopes.defined() ? slopes.data_ptr<float>() : nullptr; }
+
+std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                   const Tensor& slopes, const Options& o, const Rng& rng, bool want_lse) {
+  const auto p = cache.get(q, k, v, bias, slopes, o);
   Tensor out = at::empty_strided({q.size(0), q.size(1), q.size(2), v.size(3)}, p->out, q.options());
   Tensor lse = want_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat)) : Tensor();
   const flashattn_fwd_args_t a{.struct_size = sizeof(flashattn_fwd_args_t),
@@ -380,37 +481,58 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
                                .k = k.data_ptr(),
                                .v = v.data_ptr(),
                                .o = out.data_ptr(),
-                               .lse = want_lse ? lse.data_ptr<float>() : nullptr};
-  run(*p, p->ws_fwd, q, "flashattn_fwd",
+                               .lse = want_lse ? lse.data_ptr<float>() : nullptr,
+                               .bias = ptr_or_null(bias),
+                               .alibi_slopes = slopes_ptr(slopes)};
+  run(*p, p->ws_fwd, q, rng, "flashattn_fwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().fwd(p->handle, &a, ws, n, s); });
   return {out, lse};
 }
 
-Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool deterministic,
-                int64_t algorithm) {
-  return Options{left, right, bottom_right, scale, softcap, deterministic, algorithm};
+Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool alibi_symmetric,
+                double dropout_p, bool deterministic, int64_t algorithm) {
+  return Options{left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm};
 }
 
+// An optional tensor argument, undefined when absent.
+Tensor given(const std::optional<Tensor>& t) { return t.has_value() ? *t : Tensor(); }
+
 // flashattn_ext::fwd: (out, lse).
-std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                                      bool bottom_right, double scale, double softcap, bool deterministic,
-                                      int64_t algorithm) {
-  return forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), true);
+std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes,
+                                      int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                                      bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset,
+                                      bool deterministic, int64_t algorithm) {
+  return forward(
+      q, k, v, given(bias), given(slopes),
+      options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
+      Rng{seed, offset}, true);
 }
 
 // flashattn_ext::attention below autograd: the output alone, no LSE written.
-Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                        bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
+Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
+                        const std::optional<Tensor>& slopes, int64_t left, int64_t right, bool bottom_right,
+                        double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
+                        int64_t offset, bool deterministic, int64_t algorithm) {
   return std::get<0>(
-      forward(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm), false));
+      forward(q, k, v, given(bias), given(slopes),
+              options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
+              Rng{seed, offset}, false));
 }
 
-// flashattn_ext::bwd: (dq, dk, dv).
-std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                              const Tensor& out, const Tensor& lse, int64_t left, int64_t right,
-                                              bool bottom_right, double scale, double softcap, bool deterministic,
-                                              int64_t algorithm) {
-  const auto p = cache.get(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+// flashattn_ext::bwd: (dq, dk, dv, dbias), with the dropout mask of the forward's seed and
+// offset; dbias has the bias's shape (summed over its broadcast dims), or is empty unless
+// want_dbias.
+std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+    const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& slopes_arg, int64_t left, int64_t right,
+    bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
+    int64_t offset, bool deterministic, int64_t algorithm, bool want_dbias) {
+  const Tensor bias = given(bias_arg), slopes = given(slopes_arg);
+  const Rng rng{seed, offset};
+  const auto p = cache.get(
+      q, k, v, bias, slopes,
+      options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm));
   const std::array<int64_t, 4> out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
   const std::array<int64_t, 3> lse_shape{q.size(0), q.size(2), q.size(1)};
   check_like_q(out, q, "out");
@@ -419,10 +541,12 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& 
               " and dout ", dout.sizes(), " must have the shape ", at::IntArrayRef(out_shape));
   TORCH_CHECK(lse.sizes() == lse_shape && lse.scalar_type() == at::kFloat && lse.device() == q.device(),
               "flashattn_ext::bwd: lse must be float32 of shape ", at::IntArrayRef(lse_shape), " on q's device");
+  TORCH_CHECK(!want_dbias || bias.defined(), "flashattn_ext::bwd: want_dbias needs a bias tensor");
   const Tensor o = with_strides(out, p->out), d_o = with_strides(dout, p->out), l = lse.contiguous();
   Tensor dq = at::empty_strided(q.sizes(), p->dq, q.options());
   Tensor dk = at::empty_strided(k.sizes(), p->dk, q.options());
   Tensor dv = at::empty_strided(v.sizes(), p->dv, q.options());
+  Tensor dbias = want_dbias ? at::empty_strided(bias.sizes(), p->bias, q.options()) : at::empty({0}, q.options());
   const flashattn_bwd_args_t a{.struct_size = sizeof(flashattn_bwd_args_t),
                                .q = q.data_ptr(),
                                .k = k.data_ptr(),
@@ -432,10 +556,13 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout, const Tensor& 
                                .dout = d_o.data_ptr(),
                                .dq = dq.data_ptr(),
                                .dk = dk.data_ptr(),
-                               .dv = dv.data_ptr()};
-  run(*p, p->ws_bwd, q, "flashattn_bwd",
+                               .dv = dv.data_ptr(),
+                               .bias = ptr_or_null(bias),
+                               .dbias = want_dbias ? dbias.data_ptr() : nullptr,
+                               .alibi_slopes = slopes_ptr(slopes)};
+  run(*p, p->ws_bwd, q, rng, "flashattn_bwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().bwd(p->handle, &a, ws, n, s); });
-  return {dq, dk, dv};
+  return {dq, dk, dv, dbias};
 }
 
 // ------------------------------------------------------------------ autograd
@@ -444,6 +571,9 @@ template <class Kernel>
 c10::TypedOperatorHandle<Kernel> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Kernel>();
 }
+
+// An undefined tensor as an absent optional argument.
+std::optional<Tensor> opt(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 
 const auto& fwd_op() {
   static const auto op = find_op<decltype(fwd_kernel)>("flashattn_ext::fwd");
@@ -462,17 +592,23 @@ const auto& attention_op() {
 
 struct Attention : torch::autograd::Function<Attention> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Options& o) {
+                        const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes, const Options& o,
+                        const Rng& rng) {
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [out, lse] = fwd_op().call(q, k, v, o.window_left, o.window_right, o.bottom_right, o.scale, o.softcap,
-                                    o.deterministic, o.algorithm);
-    ctx->save_for_backward({q, k, v, out, lse});
-    auto& d = ctx->saved_data;
+    auto [out, lse] =
+        fwd_op().call(q, k, v, bias, slopes, o.window_left, o.window_right, o.bottom_right, o.scale, o.softcap,
+                      o.alibi_symmetric, o.dropout_p, rng.seed, rng.offset, o.deterministic, o.algorithm);
+    ctx->save_for_backward({q, k, v, out, lse, given(bias), given(slopes)});
+    auto& d = ctx->saved_data;  // the backward's dropout mask is the forward's: its seed and offset are kept
     d["left"] = o.window_left;
     d["right"] = o.window_right;
     d["bottom_right"] = o.bottom_right;
     d["scale"] = o.scale;
     d["softcap"] = o.softcap;
+    d["alibi_symmetric"] = o.alibi_symmetric;
+    d["dropout_p"] = o.dropout_p;
+    d["seed"] = rng.seed;
+    d["offset"] = rng.offset;
     d["deterministic"] = o.deterministic;
     d["algorithm"] = o.algorithm;
     return out;
@@ -482,22 +618,32 @@ struct Attention : torch::autograd::Function<Attention> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     auto& d = ctx->saved_data;
-    auto [dq, dk, dv] = bwd_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], d["left"].toInt(), d["right"].toInt(),
-                                      d["bottom_right"].toBool(), d["scale"].toDouble(), d["softcap"].toDouble(),
-                                      d["deterministic"].toBool(), d["algorithm"].toInt());
-    return {dq, dk, dv, Tensor()};
+    const bool want_dbias = s[5].defined() && ctx->needs_input_grad(3);  // edges: q, k, v, bias if given
+    auto [dq, dk, dv, dbias] =
+        bwd_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], opt(s[5]), opt(s[6]), d["left"].toInt(),
+                      d["right"].toInt(), d["bottom_right"].toBool(), d["scale"].toDouble(), d["softcap"].toDouble(),
+                      d["alibi_symmetric"].toBool(), d["dropout_p"].toDouble(), d["seed"].toInt(), d["offset"].toInt(),
+                      d["deterministic"].toBool(), d["algorithm"].toInt(), want_dbias);
+    return {dq, dk, dv, want_dbias ? dbias : Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 // flashattn_ext::attention with autograd: the Function when a gradient is wanted, else
 // the kernel below autograd.
-Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right,
-                          bool bottom_right, double scale, double softcap, bool deterministic, int64_t algorithm) {
-  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    return Attention::apply(q, k, v, options(left, right, bottom_right, scale, softcap, deterministic, algorithm));
+Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
+                          const std::optional<Tensor>& slopes, int64_t left, int64_t right, bool bottom_right,
+                          double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
+                          int64_t offset, bool deterministic, int64_t algorithm) {
+  const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
+  if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() || bias_grad)) {
+    return Attention::apply(
+        q, k, v, bias, slopes,
+        options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
+        Rng{seed, offset});
   }
   at::AutoDispatchBelowADInplaceOrView below;
-  return attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+  return attention_op().call(q, k, v, bias, slopes, left, right, bottom_right, scale, softcap, alibi_symmetric,
+                             dropout_p, seed, offset, deterministic, algorithm);
 }
 
 // ------------------------------------------------------------------ the Python entry
@@ -507,20 +653,46 @@ bool servable(const Tensor& t, const Tensor& q) {
          t.stride(3) == 1 && t.numel() > 0;
 }
 
+// A bias the Python path would run with, not refuse in Python (flashattn._plan's
+// bias_strides_from and _check_bias): q's dtype and device, broadcastable, its key stride
+// 0 or 1.
+bool bias_servable(const Tensor& bias, const Tensor& q, const Tensor& k) {
+  Strides st;
+  return bias.dim() == 4 && bias.layout() == at::kStrided && bias.scalar_type() == q.scalar_type() &&
+         bias.device() == q.device() && bias_strides(bias, q, k, st) && (k.size(1) == 1 || st[3] == 0 || st[3] == 1);
+}
+
+// The (seed, offset) of flashattn._torch._dropout_rng's host int64 tensor; false for
+// anything else.
+bool read_rng(const std::optional<Tensor>& t, Rng& rng) {
+  if (!t || !t->is_cpu() || t->scalar_type() != at::kLong || t->dim() != 1 || t->size(0) != 2) return false;
+  const auto a = t->accessor<int64_t, 1>();
+  rng = Rng{a[0], a[1]};
+  return true;
+}
+
 // The op's result for a call it serves; None for one the Python path must take
-// (flashattn._torch_ops.run): other ranks, dtypes, devices or layouts, or shapes that
-// disagree, whose errors that path words.
-py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t left, int64_t right, bool bottom_right,
-                     double scale, double softcap, bool deterministic, int64_t algorithm) {
+// (flashattn._torch_ops.run): other ranks, dtypes, devices or layouts, shapes that
+// disagree, a bias or slopes it would refuse, whose errors that path words. bias is the
+// 4-D additive bias flashattn._torch made of bias and masks; with dropout, rng is the
+// (seed, offset) tensor the Python path would run with.
+py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
+                     const std::optional<Tensor>& slopes, const std::optional<Tensor>& rng_tensor, int64_t left,
+                     int64_t right, bool bottom_right, double scale, double softcap, bool alibi_symmetric,
+                     double dropout_p, bool deterministic, int64_t algorithm) {
   const auto dt = q.scalar_type();
+  Rng rng;
   if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
-      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k)) {
+      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k) || (bias && slopes) ||
+      (bias && !bias_servable(*bias, q, k)) || (slopes && !slopes_fit(*slopes, q)) ||
+      (dropout_p != 0 && !read_rng(rng_tensor, rng))) {
     return py::none();
   }
   Tensor out;
   {
     py::gil_scoped_release no_gil;
-    out = attention_op().call(q, k, v, left, right, bottom_right, scale, softcap, deterministic, algorithm);
+    out = attention_op().call(q, k, v, bias, slopes, left, right, bottom_right, scale, softcap, alibi_symmetric,
+                              dropout_p, rng.seed, rng.offset, deterministic, algorithm);
   }
   return py::cast(out);
 }
@@ -529,14 +701,18 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t 
 
 TORCH_LIBRARY(flashattn_ext, m) {
   m.def(
-      "attention(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
-      "float softcap, bool deterministic, int algorithm) -> Tensor");
+      "attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, int window_left, int window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "bool deterministic, int algorithm) -> Tensor");
   m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, int window_left, int window_right, bool bottom_right, float scale, "
-      "float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor)");
+      "fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, int window_left, int window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "bool deterministic, int algorithm) -> (Tensor, Tensor)");
   m.def(
-      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool deterministic, int algorithm) -> (Tensor, Tensor, Tensor)");
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, Tensor? alibi_slopes, "
+      "int window_left, int window_right, bool bottom_right, float scale, float softcap, bool alibi_symmetric, "
+      "float dropout_p, int seed, int offset, bool deterministic, int algorithm, bool want_dbias) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_ext, CPU, m) {
