@@ -27,7 +27,7 @@ LaunchResult launch_fwd_tiles(const AttnParams& p, cudaStream_t stream) {
                                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                                T::smem_bytes);
                                  }),
-                 "forward"};
+                 "forward", T::smem_bytes};
   if (r.err == cudaSuccess && ctas > 0) {
     fwd_kernel<D, kWide><<<static_cast<unsigned>(ctas), T::kThreads, T::smem_bytes, stream>>>(p);
     r.err = cudaGetLastError();
@@ -35,17 +35,14 @@ LaunchResult launch_fwd_tiles(const AttnParams& p, cudaStream_t stream) {
   return r;
 }
 
-// The wide instance where the current device's blocks may have an H100's shared memory,
-// except at D = 64 under a band mask, whose partial diagonal tiles it computed slower than
-// the narrow one (docs/internals/kernels-fp32.md, "Wide tiles"); else the narrow one, which
-// fp32_check sizes against.
+// The wide instance where the host allows blocks an H100's shared memory (smem_limit:
+// the device's opt-in limit, or less under FLASHATTN_CUDA_SMEM_LIMIT, so one H100 runs what
+// smaller devices run), except at D = 64 under a band mask, whose partial diagonal tiles it
+// computed slower than the narrow one (docs/internals/kernels-fp32.md, "Wide tiles"); else
+// the narrow one, which fp32_check sizes against.
 template <int D>
-LaunchResult launch_fwd(const AttnParams& p, cudaStream_t stream) {
-  int dev = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) return LaunchResult{err, "forward"};
-  const bool wide = optin >= kSm90SmemPerBlock && (D > 64 || !p.has_band);
+LaunchResult launch_fwd(const AttnParams& p, int smem_limit, cudaStream_t stream) {
+  const bool wide = smem_limit >= kSm90SmemPerBlock && (D > 64 || !p.has_band);
   return wide ? launch_fwd_tiles<D, true>(p, stream) : launch_fwd_tiles<D, false>(p, stream);
 }
 

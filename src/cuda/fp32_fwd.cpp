@@ -1,5 +1,6 @@
 // Host side of the fp32 forward: runs the launcher of the run's head-dim bucket
-// (kernels/fp32/launchers.h) and reports a failed launch.
+// (kernels/fp32/launchers.h) with the shared memory the device allows (smem_limit) and
+// reports a failed launch.
 #include <stdint.h>
 
 #include "cuda/launch.hpp"
@@ -10,13 +11,20 @@ namespace flashattn {
 flashattn_status_t fp32_fwd(const AttnParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const fp32::Bucket& k = fp32::kBuckets[fp32_bucket(p)];  // fp32_check found one
-  const fp32::LaunchResult r = k.fwd(p, stream);
+  int dev = 0, optin = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fp32 forward: querying the shared memory limit failed: %s (%s)",
+                cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  const fp32::LaunchResult r = k.fwd(p, smem_limit(optin), stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   (void)cudaGetLastError();
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
-              "fp32 forward kernel (head-dim bucket %d, at least %d bytes of shared memory, stream %p): launch "
-              "failed: %s (%s)",
-              k.d, k.fwd_smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
+              "fp32 forward kernel (head-dim bucket %d, %d bytes of shared memory, stream %p): launch failed: %s (%s)",
+              k.d, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn

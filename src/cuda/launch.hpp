@@ -17,8 +17,9 @@
 
 namespace flashattn {
 
-// The opt-in shared memory per block that the fa2 backward chooses its kernel for and the
-// decode kernel sizes its ring for, on a device that allows `optin` bytes.
+// The opt-in shared memory per block that the fa2 backward chooses its kernel for, the fp32
+// forward its instance for and the decode kernel sizes its ring for, on a device that
+// allows `optin` bytes.
 // FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count below optin
 // caps it (e.g. 101376 takes the sm_86/sm_89 paths on an H100); unset or invalid (not a
 // whole positive number): no cap. Read at every call, so a process may change it between
