@@ -402,6 +402,34 @@ TEST_CASE("gpu kvcache: a split decode captured in a CUDA graph gives the eager 
       }
 }
 
+// The first run of a split count captured into a CUDA graph before any eager run of it in the
+// process (each test case runs in a process of its own): the library does not ask the
+// device about clusters while the stream is being captured, so the captured run merges
+// through the combine kernel and the eager run after it (on an H100/H200, the splits
+// merging in a cluster) must give the same bits, in both half-precision dtypes.
+TEST_CASE("gpu kvcache: a split count first run inside a CUDA graph capture", "[gpu][kvcache]") {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16})
+      for (int64_t splits : {5, 11}) {
+        KvCase c = gpu_decode_case("graph first", 0, d, static_cast<uint64_t>(70 + d + splits + t));
+        c.dtype = t;
+        c.cap = 1000;
+        c.used = {1000, 0, 517};
+        c.num_splits = splits;
+        const KvRun r = make_kv_run(c);
+        flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
+        const KvResult graph = run_kv_gpu(r, plan, nullptr, true);
+        const KvResult eager = run_kv_gpu(r, plan);
+        flashattn_plan_destroy(plan);
+        INFO("d=" << d << " dtype=" << t << " splits=" << splits << ": " << graph.error << eager.error);
+        REQUIRE(graph.status == FLASHATTN_STATUS_SUCCESS);
+        REQUIRE(eager.status == FLASHATTN_STATUS_SUCCESS);
+        CHECK(graph.o == eager.o);
+        CHECK(memcmp(graph.lse.data(), eager.lse.data(), eager.lse.size() * sizeof(float)) == 0);
+      }
+}
+
 TEST_CASE("gpu kvcache: append with both rotary forms and causal or local chunked prefill", "[gpu][kvcache]") {
   REQUIRE_GPU();
   for (flashattn_rotary_t rot : {FLASHATTN_ROTARY_NONE, FLASHATTN_ROTARY_HALF, FLASHATTN_ROTARY_INTERLEAVED})

@@ -243,10 +243,12 @@ bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
 // no parts or combine launch are needed; else 1. The merge saves the combine's fixed cost,
 // but clusters are placed less evenly over the SMs than free CTAs, which long splits feel
 // (docs/internals/kernels-decode.md: 16 splits of 128 tiles 1.09x the combine's time, of
-// 32 tiles 0.97x). The resident clusters are asked once per device, kernel and size.
+// 32 tiles 0.97x). The resident clusters are asked once per device, kernel and size, never
+// while st is being captured into a CUDA graph (the run then takes the combine, which gives
+// the same bits); a failed query counts as no cluster fitting.
 constexpr int64_t kClusterSplitTiles = 32;
 template <typename Arch>
-unsigned cluster_of(const AttnParams& p, decode::Launch<Arch> l) {
+unsigned cluster_of(const AttnParams& p, decode::Launch<Arch> l, cudaStream_t st) {
   const int64_t tiles = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK;
   if (!Arch::kSm90 || l.splits < 2 || l.splits > static_cast<int>(decode::kMaxCluster) ||
       (tiles + l.splits - 1) / l.splits > kClusterSplitTiles)
@@ -262,9 +264,14 @@ unsigned cluster_of(const AttnParams& p, decode::Launch<Arch> l) {
   std::atomic<int>& k = known[dev][p.dtype == kBf16][l.dim == 64 ? 0 : l.dim == 128 ? 1 : 2][l.stages == 2][l.cluster];
   int n = k.load(std::memory_order_relaxed) - 1;
   if (n < 0) {
-    if (decode::reserve(p, l) != cudaSuccess || decode::resident_clusters(p, l, &n) != cudaSuccess) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
       (void)cudaGetLastError();
       return 1;
+    }
+    if (decode::reserve(p, l) != cudaSuccess || decode::resident_clusters(p, l, &n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
     }
     k.store(n + 1, std::memory_order_relaxed);
   }
@@ -312,7 +319,7 @@ flashattn_status_t run(const AttnParams& plan_p, const cudaDeviceProp& prop, siz
     parts.lse = parts.o + parts_o_floats(p, p.kv_num_splits).value();
   }
   decode::Launch<Arch> l = launch_of<Arch>(p, fit, parts, maps);
-  l.cluster = cluster_of(p, l);
+  l.cluster = cluster_of(p, l, st);
   const flashattn_status_t s = launch(p, l, st);
   if (s != FLASHATTN_STATUS_SUCCESS || p.kv_num_splits == 1 || l.cluster > 1) return s;
   return combine_parts(p, parts, st);
