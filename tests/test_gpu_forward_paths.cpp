@@ -171,7 +171,7 @@ TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the la
       causal_case("paths causal sections, tiles > SMs", 130, 3000, {64, 64}, FLASHATTN_DTYPE_BF16, 9560, 3, 48, 8));
 }
 
-TEST_CASE("forward paths: unmasked runs whose last query tiles leave warpgroups idle, tiles > SMs", "[gpu][fwd]") {
+TEST_CASE("forward paths: last query tiles that leave warpgroups idle, unmasked and causal", "[gpu][fwd]") {
   REQUIRE_PATH();
   // fa3's last query tile of each sequence holds 40 rows at d = 64 (1000 = 5 x 192 + 40) and 6
   // at d = 256 (1030 = 8 x 128 + 6; O through the Q tile): one consumer warpgroup computes,
@@ -187,6 +187,21 @@ TEST_CASE("forward paths: unmasked runs whose last query tiles leave warpgroups 
   c.hq = 8;
   c.hkv = 8;
   gpu_check(c);
+  // The other two-consumer configurations (128-row tiles: 1030 = 8 x 128 + 6), GQA 4:1.
+  uint64_t seed = 9572;
+  for (const HeadDims d : {HeadDims{96, 96}, HeadDims{128, 128}, HeadDims{192, 128}}) {
+    ++seed;
+    c = fcase("paths idle warpgroups", 1030, 700, d, kGpuDtypes[seed % 2], seed);
+    c.batch = 2;
+    c.hq = 8;
+    c.hkv = 2;
+    gpu_check(c);
+  }
+  // Under the causal mask, bottom-right with fewer queries than keys, GQA: the last tile's
+  // idle warpgroups beside the band's uneven tiles.
+  gpu_check(causal_case("paths idle warpgroups causal d64", 1000, 1400, {64, 64}, FLASHATTN_DTYPE_FP16, 9580, 2, 8, 2));
+  gpu_check(
+      causal_case("paths idle warpgroups causal d128", 1030, 1500, {128, 128}, FLASHATTN_DTYPE_BF16, 9581, 2, 8, 2));
 }
 
 TEST_CASE("forward paths: causal runs with more query tiles than SMs, twice on one workspace", "[gpu][fwd]") {

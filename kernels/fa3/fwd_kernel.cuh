@@ -153,8 +153,9 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
 // under a causal mask (the last query blocks see the most key blocks) the longest tiles go
 // first over the whole section and the section ends in its shortest ones: the CTAs that take
 // the last tiles take short ones, and the walk (or, one CTA per tile, the hardware's dispatch)
-// ends balanced. Without a mask every tile is as long, and a section is one head (its query
-// blocks in turn, as the CTAs running at once then read the K and V of one or two heads).
+// ends balanced. Without a mask the tiles are as long (but for a sequence's last, which may
+// leave warpgroups idle), and a section is one head (its query blocks in turn, as the CTAs
+// running at once then read the K and V of one or two heads).
 struct Tile {
   int m0, h, b;
 };
@@ -296,7 +297,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper::tma_prefetch_map(&maps.v);
     hopper::tma_prefetch_map(&maps.o);
     const int kv_group = static_cast<int>(p.heads_q / p.heads_kv);
-    // The CTA's tile after `tile`: with a counter (the host sets one for a causal walk),
+    // The CTA's tile after `tile`: with a counter (the host sets one where tiles differ in
+    // length: a causal walk, or last tiles with idle warpgroups; src/cuda/fa3_fwd.cpp),
     // tiles gridDim.x, gridDim.x + 1, ... go to the CTAs in the order they ask; without, the
     // next of the CTA's static stride (past the last tile where the grid has one CTA per tile).
     auto claim = [&](int tile) {
