@@ -5,10 +5,11 @@
 
 A torch op in C++ (``csrc/torch_op.cpp``: the op ``flashattn_ext::attention`` with CPU
 and CUDA kernels and a C++ autograd kernel) that serves the eager call on dense 4-D q,
-k, v (causal or window masks, scale, softcap, GQA, bias and bool or float masks with
-the bias's gradient, ALiBi slopes, dropout; not varlen or block-sparse layouts)
-without the Python autograd.Function's round trip: it calls the same libflashattn the
-package loaded, with the same plan settings (and, with dropout, the seed and offset the
+k, v and on packed variable-length ones (3-D with cu_seqlens, whose values it never
+reads: the library does), with causal or window masks, scale, softcap, GQA, bias and
+bool or float masks with the bias's gradient, ALiBi slopes and dropout (not block-sparse
+layouts), without the Python autograd.Function's round trip: it calls the same
+libflashattn the package loaded, with the same plan settings (and, with dropout, the seed and offset the
 Python side drew from torch's generator for the call, kept for the backward), so its
 results are bitwise those of the Python path. Every other call, every call with an
 input the Python path refuses in Python (it raises that path's error), and every call
