@@ -191,13 +191,13 @@ def test_direct_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, device, 
     band = (3, 1, False, 0.0, 0.0)  # window (3, 1), top-left, default scale, no softcap
     out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, rng, 0, 0, *band, False, dropout_p,
                                            0, 0, det, 0)
-    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, None, None, 0, 0, *band, False, dropout_p, seed,
-                                               offset, det, 0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, None, None, None, 0, 0, *band, False, dropout_p,
+                                               seed, offset, 0, 0, det, 0)
     assert torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
     grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, None, None, None, rng, 0, 0, *band, False,
                                       dropout_p, 0, 0, det, 0, False)[:3]
-    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, None, None, 0, 0, *band, False,
-                                          dropout_p, seed, offset, det, 0, False)[:3]
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, None, None, None, 0, 0, *band, False,
+                                          dropout_p, seed, offset, 0, 0, det, 0, False)[:3]
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
 
 
@@ -282,7 +282,7 @@ UNUSED(flashattn_plan_set_strides) UNUSED(flashattn_plan_set_band_mask) UNUSED(f
 UNUSED(flashattn_plan_set_softcap) UNUSED(flashattn_plan_set_dropout) UNUSED(flashattn_plan_set_deterministic)
 UNUSED(flashattn_plan_set_algorithm) UNUSED(flashattn_plan_get_workspace_size) UNUSED(flashattn_fwd)
 UNUSED(flashattn_bwd) UNUSED(flashattn_plan_set_bias) UNUSED(flashattn_plan_set_alibi_batch_stride)
-UNUSED(flashattn_plan_set_varlen)
+UNUSED(flashattn_plan_set_varlen) UNUSED(flashattn_plan_set_block_sparse)
 }
 """
 
@@ -318,10 +318,10 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
              "spec.loader.exec_module(m)\n"
              "q = torch.zeros(1, 2, 1, 8)\n"
              "ctypes.CDLL(%r)  # loaded, as init() needs\n"
-             "calls = (lambda: m.attention(q, q, q, None, None, None, None, None, 0, 0, -1, -1, False, 0.0, 0.0,\n"
-             "                             False, 0.0, False, 0),\n"
-             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, None, None, 0, 0, -1, -1, False, 0.0,\n"
-             "                                             0.0, False, 0.0, 0, 0, False, 0))\n"
+             "calls = (lambda: m.attention(q, q, q, None, None, None, None, None, None, 0, 0, -1, -1, False, 0.0,\n"
+             "                             0.0, False, 0.0, 0, 0, False, 0),\n"
+             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, None, None, None, 0, 0, -1, -1, False,\n"
+             "                                             0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0))\n"
              "for call in calls + (lambda: m.init(%r),) + calls:\n"
              "    try:\n"
              "        call()\n"
@@ -373,10 +373,12 @@ def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
     assert not failures and ext.cache_size() == len(cases) - 1  # the two dropout cases share a plan
 
 
+@pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
 def test_options_the_op_does_not_serve_take_the_python_path(ext):
-    q, k, v = (_randn(2, 6, 2, 8, seed=s).requires_grad_(True) for s in (1, 2, 3))
-    calls = {
-        "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 8)),
+    q, k, v = (_randn(2, 6, 2, 8, seed=s, device="cuda").requires_grad_(True) for s in (1, 2, 3))
+    calls = {  # a layout in device memory: the plan wants its bytes on the host
+        "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8,
+                                                                                      device="cuda"), 8, 8)),
     }
     for name, call in calls.items():
         ext.clear_cache()
@@ -452,7 +454,7 @@ def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
         "slopes fp16": (q, k, k, None, slopes.half(), "alibi_slopes .* must be float32"),
         "slopes 3-D": (q, k, k, None, slopes[None], "alibi_slopes .* must be float32"),
     }
-    scalars = (None, None, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)  # no cu_seqlens
+    scalars = (None, None, None, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0)  # no varlen
     n = ext.cache_size()
     for name, (a, b, c, bias_, slopes_, message) in bad.items():
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
@@ -693,13 +695,13 @@ def test_direct_varlen_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, d
     band = (-1, 0, True, 0.0, 0.0, False, 0.25)  # causal bottom-right, dropout 0.25
     out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, cu_q, cu_k, None, rng, max_q, max_k, *band, 0, 0, det,
                                            0)
-    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, cu_q, cu_k, max_q, max_k, *band, seed, offset, det,
-                                               0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, cu_q, cu_k, None, max_q, max_k, *band, seed,
+                                               offset, 0, 0, det, 0)
     assert lse_e.shape == (4, q.shape[0]) and torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
     grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, cu_q, cu_k, None, rng, max_q, max_k,
                                       *band, 0, 0, det, 0, False)[:3]
-    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, cu_q, cu_k, max_q, max_k, *band, seed,
-                                          offset, det, 0, False)[:3]
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, cu_q, cu_k, None, max_q, max_k,
+                                          *band, seed, offset, 0, 0, det, 0, False)[:3]
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
 
 
@@ -766,12 +768,12 @@ def test_bad_varlen_inputs_raise_what_the_python_path_raises(ext):
 
 def test_direct_varlen_op_calls_refuse_what_would_be_read_out_of_bounds(ext):
     bad, good = _varlen_bad_inputs()
-    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
+    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0)
     n = ext.cache_size()
     for name, (changes, message) in bad.items():
         a = dict(good, **changes)
         tensors = (a["q"], a["k"], a["v"], a.get("bias"), a.get("alibi_slopes"), a["cu_seqlens_q"], a["cu_seqlens_k"],
-                   7, 7)
+                   None, 7, 7)
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
             with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
                 op(*tensors, *scalars)
@@ -779,3 +781,67 @@ def test_direct_varlen_op_calls_refuse_what_would_be_read_out_of_bounds(ext):
         with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
             torch.ops.flashattn_ext.bwd(out, *tensors[:3], out, torch.zeros(2, 12), *tensors[3:], *scalars, False)
     assert ext.cache_size() == n, "a refused call made a plan"
+
+
+def _layout(*shape, seed=11):
+    """A uint8 block-sparse layout of this shape with about half its blocks on (one on per row)."""
+    lay = (_randn(*shape, seed=seed) > 0).to(torch.uint8)
+    lay[..., 0] = 1
+    return lay
+
+
+# Block-sparse layouts as flashattn.attention takes them (layout, block_q, block_k), for
+# (batch, seqlen_q, heads_q, seqlen_k) = (2, 7, 4, 9), or with varlen for max lengths (7, 9).
+_BLOCK_SPARSE_CASES = {
+    "shared": lambda: dict(block_sparse=(_layout(2, 3), 4, 4), causal=True),
+    "per_head_dropout": lambda: dict(block_sparse=(_layout(4, 3, 5), 3, 2), dropout_p=0.3, seed=4),
+    "bool_with_bias": lambda: dict(block_sparse=(_layout(1, 2) > 0, 7, 5), bias=_bias(1, 4, 7, 9)),
+    "one_block": lambda: dict(block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 16), window=(2, 2)),
+}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("case", list(_BLOCK_SPARSE_CASES))
+def test_block_sparse_layouts_are_bitwise_those_of_the_python_path(ext, case, varlen, device):
+    if varlen:
+        (q, k, v), do, opts = _varlen_inputs(torch.bfloat16, device)
+    else:
+        (q, k, v), do, opts = _inputs("plain", torch.bfloat16, device)
+    _assert_paths_agree(ext, q, k, v, do, opts, _BLOCK_SPARSE_CASES[case](), device)
+
+
+def test_block_sparse_plans_are_keyed_by_the_layouts_values(ext):
+    (q, k, v), _, _ = _inputs("plain", torch.float32, "cpu")
+    ext.clear_cache()
+    for lay in (_layout(2, 3), _layout(2, 3, seed=12), _layout(2, 3)):
+        python_path, extension = _both_paths(lambda: flashattn.attention(q, k, v, block_sparse=(lay, 4, 4)))
+        assert torch.equal(python_path, extension)
+    assert ext.cache_size() == 2
+
+
+def test_bad_block_sparse_layouts_raise_what_the_python_path_raises(ext):
+    q = _randn(2, 7, 4, 16)
+    bad = {
+        "rows": (_layout(3, 3), 4, 4),
+        "layout heads": (_layout(3, 2, 3), 4, 4),
+        "block_q 0": (_layout(2, 3), 0, 4),
+        "1-D": (torch.ones(3, dtype=torch.uint8), 4, 4),
+        "4-D": (_layout(1, 4, 2, 3), 4, 4),
+    }
+    ext.clear_cache()
+    for name, block_sparse in bad.items():
+        python_path, extension = _both_paths(
+            lambda: _error_of(lambda: flashattn.attention(q, q, q, block_sparse=block_sparse)))
+        assert python_path is not None and issubclass(python_path[0], flashattn.FlashAttnError), name
+        assert extension == python_path, name
+    assert ext.cache_size() == 0
+
+
+def test_direct_op_calls_refuse_layouts_of_other_dtypes_or_ranks(ext):
+    q = _randn(2, 7, 4, 16)
+    for lay in (_layout(2, 3).int(), torch.ones(3, dtype=torch.uint8), _layout(1, 4, 2, 3)):
+        for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
+            with pytest.raises(RuntimeError, match="flashattn_ext: block_layout .* must be a host uint8 tensor"):
+                op(q, q, q, None, None, None, None, lay, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 4, 4, False,
+                   0)

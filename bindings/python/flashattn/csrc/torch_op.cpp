@@ -10,9 +10,9 @@
 // the caller gives), band masks (causal, window, either alignment), scale, softcap, GQA,
 // an additive bias (the 4-D one flashattn/_torch.py makes of bias, attn_mask and
 // key_padding_mask, broadcast dims of size 1, its gradient when it requires one), ALiBi
-// slopes (heads) or (batch, heads), dropout and the algorithm choice;
-// flashattn/_torch_ops.py sends every other call (block-sparse layouts) down the Python
-// path, as does the Python entry below any input that path would refuse in Python.
+// slopes (heads) or (batch, heads), dropout, block-sparse layouts (a host uint8 tensor,
+// whose bytes key the plan) and the algorithm choice; the Python entry below sends any
+// input the Python path would refuse in Python down that path (flashattn/_torch_ops.py).
 // Dropout runs on the (seed, offset) the Python side drew for the call
 // (flashattn._torch._dropout_rng, from torch's generator), set on the plan before each
 // run as that path does, and the backward reuses the forward's.
@@ -71,6 +71,7 @@ struct Api {
   decltype(&flashattn_plan_set_deterministic) set_deterministic = nullptr;
   decltype(&flashattn_plan_set_algorithm) set_algorithm = nullptr;
   decltype(&flashattn_plan_set_varlen) set_varlen = nullptr;
+  decltype(&flashattn_plan_set_block_sparse) set_block_sparse = nullptr;
   decltype(&flashattn_plan_get_workspace_size) workspace_size = nullptr;
   decltype(&flashattn_fwd) fwd = nullptr;
   decltype(&flashattn_bwd) bwd = nullptr;
@@ -135,6 +136,7 @@ void init(const std::string& path) {
   resolve(lib, a->set_deterministic, "flashattn_plan_set_deterministic");
   resolve(lib, a->set_algorithm, "flashattn_plan_set_algorithm");
   resolve(lib, a->set_varlen, "flashattn_plan_set_varlen");
+  resolve(lib, a->set_block_sparse, "flashattn_plan_set_block_sparse");
   resolve(lib, a->workspace_size, "flashattn_plan_get_workspace_size");
   resolve(lib, a->fwd, "flashattn_fwd");
   resolve(lib, a->bwd, "flashattn_bwd");
@@ -177,7 +179,8 @@ struct Options {
   bool bottom_right;
   double scale, softcap;  // 0: the default scale, no softcap
   bool alibi_symmetric;
-  double dropout_p;  // 0: no dropout
+  double dropout_p;          // 0: no dropout
+  int64_t block_q, block_k;  // the block-sparse layout's block sizes
   bool deterministic;
   int64_t algorithm;
 };
@@ -333,6 +336,24 @@ bool slopes_fit(const Tensor& s, const Tensor& q, const Dims& d) {
 // flashattn._plan._alibi_batch_stride: the row stride of (batch, heads_q) slopes, else 0.
 int64_t alibi_batch_stride(const Tensor& s) { return s.dim() == 2 && s.size(0) > 1 ? s.stride(0) : 0; }
 
+// A block-sparse layout as flashattn_plan_set_block_sparse reads it: host uint8 (rows,
+// cols) or (layout_heads, rows, cols); the library checks its extents.
+bool layout_fits(const Tensor& layout) {
+  return layout.is_cpu() && layout.layout() == at::kStrided && layout.scalar_type() == at::kByte &&
+         (layout.dim() == 2 || layout.dim() == 3);
+}
+
+// A layout's bytes appended to a plan key, 8 to an element.
+void append_bytes(const Tensor& layout, std::vector<int64_t>& key) {
+  const Tensor lay = layout.contiguous();
+  const auto* bytes = lay.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < lay.numel(); i += 8) {
+    int64_t word = 0;
+    std::memcpy(&word, bytes + i, static_cast<size_t>(std::min<int64_t>(8, lay.numel() - i)));
+    key.push_back(word);
+  }
+}
+
 // cu_seqlens_q and cu_seqlens_k, given together or not at all, as the plan reads them.
 void check_offsets(const Tensor& q, const Tensor& cu_q, const Tensor& cu_k) {
   TORCH_CHECK(cu_q.defined() && cu_k.defined(),
@@ -350,7 +371,7 @@ void check_offsets(const Tensor& q, const Tensor& cu_q, const Tensor& cu_k) {
 // bias (batch, heads_q, seqlen_q, seqlen_k) of q's dtype with size-1 dims where it
 // broadcasts, or slopes that fit; not both. Returns the problem's extents.
 Dims check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& slopes,
-                  const Tensor& cu_q, const Tensor& cu_k, const Options& o) {
+                  const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout, const Options& o) {
   const bool varlen = cu_q.defined() || cu_k.defined();
   const int64_t rank = varlen ? 3 : 4;
   TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, "flashattn_ext: q, k, v must be 4-D (batch, ",
@@ -373,11 +394,14 @@ Dims check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   TORCH_CHECK(!slopes.defined() || slopes_fit(slopes, q, d), "flashattn_ext: alibi_slopes ",
               slopes.defined() ? slopes.sizes() : at::IntArrayRef(), " must be float32 on q's device, (heads_q) or ",
               "(batch, heads_q) with contiguous heads (q ", q.sizes(), ")");
+  TORCH_CHECK(!layout.defined() || layout_fits(layout), "flashattn_ext: block_layout ",
+              layout.defined() ? layout.sizes() : at::IntArrayRef(), " must be a host uint8 tensor (rows, cols) or ",
+              "(layout_heads, rows, cols)");
   return d;
 }
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
 std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                       const Tensor& slopes, const Dims& d, const Options& o) {
+                                       const Tensor& slopes, const Tensor& layout, const Dims& d, const Options& o) {
   const Api& fa = api();
   check_like_q(k, q, "k");
   check_like_q(v, q, "v");
@@ -426,6 +450,12 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
     p->dropout_p = static_cast<float>(o.dropout_p);
     check(fa.set_dropout(h, p->dropout_p, 0, 0), "flashattn_plan_set_dropout");
   }
+  if (layout.defined()) {
+    const Tensor lay = layout.contiguous();
+    const int64_t heads = lay.dim() == 3 ? lay.size(0) : 1;
+    check(fa.set_block_sparse(h, lay.data_ptr<uint8_t>(), heads, lay.size(-2), lay.size(-1), o.block_q, o.block_k),
+          "flashattn_plan_set_block_sparse");
+  }
   check(fa.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
   check(fa.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
   check(fa.workspace_size(h, FLASHATTN_PASS_FORWARD, &p->ws_fwd), "flashattn_plan_get_workspace_size");
@@ -440,11 +470,12 @@ class PlanCache {
   static constexpr size_t kCapacity = 1024;
 
   std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                  const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Options& o) {
-    const Dims d = check_shapes(q, k, v, bias, slopes, cu_q, cu_k, o);
+                                  const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout,
+                                  const Options& o) {
+    const Dims d = check_shapes(q, k, v, bias, slopes, cu_q, cu_k, layout, o);
     std::vector<int64_t> key;
-    key.reserve(7 * 12 + 11);
-    for (const Tensor* t : {&q, &k, &v, &bias, &slopes, &cu_q, &cu_k}) {  // the offsets' layout, not their values
+    key.reserve(8 * 12 + 13 + (layout.defined() ? layout.numel() / 8 + 1 : 0));
+    for (const Tensor* t : {&q, &k, &v, &bias, &slopes, &cu_q, &cu_k, &layout}) {  // the offsets' layout, not values
       if (!t->defined()) {
         key.push_back(-1);
         continue;
@@ -460,13 +491,14 @@ class PlanCache {
     int64_t bits[3];
     std::memcpy(bits, reals, sizeof bits);
     key.insert(key.end(), {d.seqlen_q, d.seqlen_k, o.window_left, o.window_right, o.bottom_right, bits[0], bits[1],
-                           o.alibi_symmetric, bits[2], o.deterministic, o.algorithm});
+                           o.alibi_symmetric, bits[2], o.block_q, o.block_k, o.deterministic, o.algorithm});
+    if (layout.defined()) append_bytes(layout, key);  // a layout's values are the plan's
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
     }
-    auto plan = build_plan(q, k, v, bias, slopes, d, o);  // outside the lock: a failure takes the GIL
+    auto plan = build_plan(q, k, v, bias, slopes, layout, d, o);  // outside the lock: a failure takes the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     auto [it, inserted] = plans_.emplace(key, plan);
     if (inserted) {
@@ -563,9 +595,9 @@ std::vector<int64_t> lse_sizes(const Tensor& q) {
 }
 
 std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                   const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Options& o,
-                                   const Rng& rng, bool want_lse) {
-  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k, o);
+                                   const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout,
+                                   const Options& o, const Rng& rng, bool want_lse) {
+  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k, layout, o);
   Tensor out = at::empty_strided(out_sizes(q, v), tail(p->out, q.dim()), q.options());
   Tensor lse = want_lse ? at::empty(lse_sizes(q), q.options().dtype(at::kFloat)) : Tensor();
   const flashattn_fwd_args_t a{.struct_size = sizeof(flashattn_fwd_args_t),
@@ -584,9 +616,10 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
 }
 
 Options options(int64_t max_q, int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale,
-                double softcap, bool alibi_symmetric, double dropout_p, bool deterministic, int64_t algorithm) {
-  return Options{max_q,   max_k,           left,      right,         bottom_right, scale,
-                 softcap, alibi_symmetric, dropout_p, deterministic, algorithm};
+                double softcap, bool alibi_symmetric, double dropout_p, int64_t block_q, int64_t block_k,
+                bool deterministic, int64_t algorithm) {
+  return Options{max_q,           max_k,     left,    right,   bottom_right,  scale,    softcap,
+                 alibi_symmetric, dropout_p, block_q, block_k, deterministic, algorithm};
 }
 
 // An optional tensor argument, undefined when absent.
@@ -596,24 +629,26 @@ Tensor given(const std::optional<Tensor>& t) { return t.has_value() ? *t : Tenso
 std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes,
                                       const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k,
-                                      int64_t max_q, int64_t max_k, int64_t left, int64_t right, bool bottom_right,
-                                      double scale, double softcap, bool alibi_symmetric, double dropout_p,
-                                      int64_t seed, int64_t offset, bool deterministic, int64_t algorithm) {
-  return forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k),
-                 options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
-                         deterministic, algorithm),
+                                      const std::optional<Tensor>& layout, int64_t max_q, int64_t max_k, int64_t left,
+                                      int64_t right, bool bottom_right, double scale, double softcap,
+                                      bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset,
+                                      int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm) {
+  return forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout),
+                 options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q,
+                         block_k, deterministic, algorithm),
                  Rng{seed, offset}, true);
 }
 
 // flashattn_ext::attention below autograd: the output alone, no LSE written.
 Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
                         const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
-                        const std::optional<Tensor>& cu_k, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
-                        bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p,
-                        int64_t seed, int64_t offset, bool deterministic, int64_t algorithm) {
-  return std::get<0>(forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k),
+                        const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout, int64_t max_q,
+                        int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                        bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset, int64_t block_q,
+                        int64_t block_k, bool deterministic, int64_t algorithm) {
+  return std::get<0>(forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout),
                              options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric,
-                                     dropout_p, deterministic, algorithm),
+                                     dropout_p, block_q, block_k, deterministic, algorithm),
                              Rng{seed, offset}, false));
 }
 
@@ -623,14 +658,16 @@ Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const
 std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
     const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& slopes_arg,
-    const std::optional<Tensor>& cu_q_arg, const std::optional<Tensor>& cu_k_arg, int64_t max_q, int64_t max_k,
-    int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool alibi_symmetric,
-    double dropout_p, int64_t seed, int64_t offset, bool deterministic, int64_t algorithm, bool want_dbias) {
-  const Tensor bias = given(bias_arg), slopes = given(slopes_arg), cu_q = given(cu_q_arg), cu_k = given(cu_k_arg);
+    const std::optional<Tensor>& cu_q_arg, const std::optional<Tensor>& cu_k_arg,
+    const std::optional<Tensor>& layout_arg, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
+    bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
+    int64_t offset, int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm, bool want_dbias) {
+  const Tensor bias = given(bias_arg), slopes = given(slopes_arg), cu_q = given(cu_q_arg), cu_k = given(cu_k_arg),
+               layout = given(layout_arg);
   const Rng rng{seed, offset};
-  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k,
+  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k, layout,
                            options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
-                                   deterministic, algorithm));
+                                   block_q, block_k, deterministic, algorithm));
   const std::vector<int64_t> out_shape = out_sizes(q, v), lse_shape = lse_sizes(q);
   check_like_q(out, q, "out");
   check_like_q(dout, q, "dout");
@@ -692,13 +729,14 @@ const auto& attention_op() {
 struct Attention : torch::autograd::Function<Attention> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes,
-                        const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k, const Options& o,
-                        const Rng& rng) {
+                        const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k,
+                        const std::optional<Tensor>& layout, const Options& o, const Rng& rng) {
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [out, lse] = fwd_op().call(q, k, v, bias, slopes, cu_q, cu_k, o.max_seqlen_q, o.max_seqlen_k, o.window_left,
-                                    o.window_right, o.bottom_right, o.scale, o.softcap, o.alibi_symmetric, o.dropout_p,
-                                    rng.seed, rng.offset, o.deterministic, o.algorithm);
-    ctx->save_for_backward({q, k, v, out, lse, given(bias), given(slopes), given(cu_q), given(cu_k)});
+    auto [out, lse] =
+        fwd_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, o.max_seqlen_q, o.max_seqlen_k, o.window_left,
+                      o.window_right, o.bottom_right, o.scale, o.softcap, o.alibi_symmetric, o.dropout_p, rng.seed,
+                      rng.offset, o.block_q, o.block_k, o.deterministic, o.algorithm);
+    ctx->save_for_backward({q, k, v, out, lse, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout)});
     auto& d = ctx->saved_data;  // the backward's dropout mask is the forward's: its seed and offset are kept
     d["max_q"] = o.max_seqlen_q;
     d["max_k"] = o.max_seqlen_k;
@@ -711,6 +749,8 @@ struct Attention : torch::autograd::Function<Attention> {
     d["dropout_p"] = o.dropout_p;
     d["seed"] = rng.seed;
     d["offset"] = rng.offset;
+    d["block_q"] = o.block_q;
+    d["block_k"] = o.block_k;
     d["deterministic"] = o.deterministic;
     d["algorithm"] = o.algorithm;
     return out;
@@ -722,12 +762,13 @@ struct Attention : torch::autograd::Function<Attention> {
     auto& d = ctx->saved_data;
     const bool want_dbias = s[5].defined() && ctx->needs_input_grad(3);  // edges: q, k, v, bias if given
     auto [dq, dk, dv, dbias] = bwd_op().call(
-        grads[0], s[0], s[1], s[2], s[3], s[4], opt(s[5]), opt(s[6]), opt(s[7]), opt(s[8]), d["max_q"].toInt(),
-        d["max_k"].toInt(), d["left"].toInt(), d["right"].toInt(), d["bottom_right"].toBool(), d["scale"].toDouble(),
-        d["softcap"].toDouble(), d["alibi_symmetric"].toBool(), d["dropout_p"].toDouble(), d["seed"].toInt(),
-        d["offset"].toInt(), d["deterministic"].toBool(), d["algorithm"].toInt(), want_dbias);
-    // q, k, v, bias, slopes, cu_seqlens_q, cu_seqlens_k, options, rng
-    return {dq, dk, dv, want_dbias ? dbias : Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+        grads[0], s[0], s[1], s[2], s[3], s[4], opt(s[5]), opt(s[6]), opt(s[7]), opt(s[8]), opt(s[9]),
+        d["max_q"].toInt(), d["max_k"].toInt(), d["left"].toInt(), d["right"].toInt(), d["bottom_right"].toBool(),
+        d["scale"].toDouble(), d["softcap"].toDouble(), d["alibi_symmetric"].toBool(), d["dropout_p"].toDouble(),
+        d["seed"].toInt(), d["offset"].toInt(), d["block_q"].toInt(), d["block_k"].toInt(), d["deterministic"].toBool(),
+        d["algorithm"].toInt(), want_dbias);
+    // q, k, v, bias, slopes, cu_seqlens_q, cu_seqlens_k, block_layout, options, rng
+    return {dq, dk, dv, want_dbias ? dbias : Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -735,19 +776,21 @@ struct Attention : torch::autograd::Function<Attention> {
 // the kernel below autograd.
 Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
                           const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
-                          const std::optional<Tensor>& cu_k, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
-                          bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p,
-                          int64_t seed, int64_t offset, bool deterministic, int64_t algorithm) {
+                          const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout, int64_t max_q,
+                          int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                          bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset, int64_t block_q,
+                          int64_t block_k, bool deterministic, int64_t algorithm) {
   const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() || bias_grad)) {
-    return Attention::apply(q, k, v, bias, slopes, cu_q, cu_k,
+    return Attention::apply(q, k, v, bias, slopes, cu_q, cu_k, layout,
                             options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
-                                    deterministic, algorithm),
+                                    block_q, block_k, deterministic, algorithm),
                             Rng{seed, offset});
   }
   at::AutoDispatchBelowADInplaceOrView below;
-  return attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, max_q, max_k, left, right, bottom_right, scale, softcap,
-                             alibi_symmetric, dropout_p, seed, offset, deterministic, algorithm);
+  return attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, max_q, max_k, left, right, bottom_right, scale,
+                             softcap, alibi_symmetric, dropout_p, seed, offset, block_q, block_k, deterministic,
+                             algorithm);
 }
 
 // ------------------------------------------------------------------ the Python entry
@@ -788,29 +831,33 @@ bool read_rng(const std::optional<Tensor>& t, Rng& rng) {
 // disagree, offsets, a bias or slopes it would refuse, whose errors that path words. bias
 // is the 4-D additive bias flashattn._torch made of bias and masks; with cu_seqlens, q, k,
 // v are packed (tokens, heads, dim) and max_q, max_k the lengths the plan is made for;
-// with dropout, rng is the (seed, offset) tensor the Python path would run with.
+// a block-sparse layout is served on the host (uint8, 2-D or 3-D); with dropout, rng is
+// the (seed, offset) tensor the Python path would run with.
 py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
                      const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
-                     const std::optional<Tensor>& cu_k, const std::optional<Tensor>& rng_tensor, int64_t max_q,
-                     int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
-                     bool alibi_symmetric, double dropout_p, bool deterministic, int64_t algorithm) {
+                     const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout,
+                     const std::optional<Tensor>& rng_tensor, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
+                     bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p,
+                     int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm) {
   const auto dt = q.scalar_type();
   const int64_t rank = cu_q || cu_k ? 3 : 4;
   Rng rng;
   if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
       !servable(q, q, rank) || !servable(k, q, rank) || !servable(v, q, rank) || !offsets_servable(cu_q, cu_k, q) ||
-      !k_fits_q(k, q) || !v_fits_k(v, k) || (bias && slopes) || (dropout_p != 0 && !read_rng(rng_tensor, rng))) {
+      !k_fits_q(k, q) || !v_fits_k(v, k) || (bias && slopes) || (layout && !layout_fits(*layout)) ||
+      (dropout_p != 0 && !read_rng(rng_tensor, rng))) {
     return py::none();
   }
   const Options o = options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
-                            deterministic, algorithm);
+                            block_q, block_k, deterministic, algorithm);
   const Dims d = dims_of(q, k, cu_q ? *cu_q : Tensor(), o);
   if ((bias && !bias_servable(*bias, q, d)) || (slopes && !slopes_fit(*slopes, q, d))) return py::none();
   Tensor out;
   {
     py::gil_scoped_release no_gil;
-    out = attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, max_q, max_k, left, right, bottom_right, scale,
-                              softcap, alibi_symmetric, dropout_p, rng.seed, rng.offset, deterministic, algorithm);
+    out = attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, max_q, max_k, left, right, bottom_right, scale,
+                              softcap, alibi_symmetric, dropout_p, rng.seed, rng.offset, block_q, block_k,
+                              deterministic, algorithm);
   }
   return py::cast(out);
 }
@@ -820,19 +867,25 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const st
 TORCH_LIBRARY(flashattn_ext, m) {
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
-      "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
+      "window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
+      "block_q, int block_k, "
       "bool deterministic, int algorithm) -> Tensor");
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
-      "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
+      "window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
+      "block_q, int block_k, "
       "bool deterministic, int algorithm) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, Tensor? alibi_slopes, "
-      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, int window_left, int "
+      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, "
+      "int window_left, int "
       "window_right, bool bottom_right, float scale, float softcap, bool alibi_symmetric, "
-      "float dropout_p, int seed, int offset, bool deterministic, int algorithm, bool want_dbias) "
+      "float dropout_p, int seed, int offset, int block_q, int block_k, bool deterministic, int algorithm, bool "
+      "want_dbias) "
       "-> (Tensor, Tensor, Tensor, Tensor)");
 }
 
