@@ -399,6 +399,7 @@ Dims check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
               "(layout_heads, rows, cols)");
   return d;
 }
+
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
 std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                                        const Tensor& slopes, const Tensor& layout, const Dims& d, const Options& o) {
@@ -475,7 +476,8 @@ class PlanCache {
     const Dims d = check_shapes(q, k, v, bias, slopes, cu_q, cu_k, layout, o);
     std::vector<int64_t> key;
     key.reserve(8 * 12 + 13 + (layout.defined() ? layout.numel() / 8 + 1 : 0));
-    for (const Tensor* t : {&q, &k, &v, &bias, &slopes, &cu_q, &cu_k, &layout}) {  // the offsets' layout, not values
+    // Layouts: the offsets' values are read by each run, not baked into the plan.
+    for (const Tensor* t : {&q, &k, &v, &bias, &slopes, &cu_q, &cu_k, &layout}) {
       if (!t->defined()) {
         key.push_back(-1);
         continue;
