@@ -3,7 +3,8 @@
 #   sh bindings/python/benchmarks/gpu_check.sh build/default/libflashattn.so.0
 # 0. builds the compiled eager path (flashattn.torch_ext) for this torch;
 # 1. per-call cost beside SDPA (forward, forward + backward; target <= 1.2x), the Python
-#    path and the compiled one timed alternately, also with attention dropout 0.1;
+#    path and the compiled one timed alternately, also with attention dropout 0.1 and
+#    with the batch packed as varlen (cu_seqlens);
 # 2. the CUDA pytest cases: CUDA-graph capture, torch.compile(mode="reduce-overhead"),
 #    the FA2 functions and autocast against SDPA, flash_attn_with_kvcache against the CPU
 #    backend (a visible skip while CUDA answers NOT_SUPPORTED), the older GPU cases of
@@ -23,6 +24,7 @@ PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" "$py" -m flashattn.torch_ext bu
 "$py" "$here/overhead.py" --device cuda || status=1
 "$py" "$here/overhead.py" --device cuda --causal --shape 8,128,16,64 || status=1
 "$py" "$here/overhead.py" --device cuda --causal --shape 8,128,16,64 --dropout 0.1 || status=1
+"$py" "$here/overhead.py" --device cuda --causal --shape 8,128,16,64 --varlen || status=1
 "$py" -m pytest -q -rs -p no:cacheprovider "$here/../tests/test_torch_cuda.py" "$here/../tests/test_torch.py" \
   "$here/../tests/test_torch_ext.py" || status=1
 if "$py" -c "import transformers" 2>/dev/null; then

@@ -2,6 +2,7 @@
 
     python3 bindings/python/benchmarks/overhead.py --device cuda     # the issue's target
     python3 bindings/python/benchmarks/overhead.py --device cpu      # binding overhead only
+    python3 bindings/python/benchmarks/overhead.py --varlen          # packed, as flash_attn_varlen_func
 
 At a tiny shape the kernels take microseconds, so the time per call is the host path:
 Python, the dispatcher, allocation and the launch. Each row is the mean over --iters
@@ -16,7 +17,10 @@ the best of --repeats runs. Rows:
   sdpa         torch.nn.functional.scaled_dot_product_attention, (batch, heads, seq, dim)
 
 "fwd" runs without autograd; "fwd+bwd" runs forward and backward on inputs that
-require grad. The ratio column is flashattn / sdpa (the target is <= 1.2).
+require grad. The ratio column is flashattn / sdpa (the target is <= 1.2). With --varlen
+flashattn's rows take the batch packed (tokens, heads, dim) with cu_seqlens of equal
+lengths on the device and the max lengths given (SDPA, which has no varlen form, runs on
+the padded batch: the same tokens).
 """
 from __future__ import annotations
 
@@ -55,6 +59,8 @@ def main(argv=None):
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="attention dropout probability of every row (the seed drawn per call, as in training)")
+    ap.add_argument("--varlen", action="store_true",
+                    help="flashattn's rows on the batch packed with cu_seqlens (equal lengths, max lengths given)")
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-ext", dest="ext", action="store_false",
@@ -67,23 +73,30 @@ def main(argv=None):
 
     q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=dtype) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (batch, heads, seq, dim) view, same memory
-    gq, gk, gv = (x.clone().requires_grad_(True) for x in (q, k, v))
     gqt, gkt, gvt = (x.detach().transpose(1, 2).clone().requires_grad_(True) for x in (q, k, v))
     do = torch.randn_like(q)
     dot = do.transpose(1, 2)
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    kw, cu = {}, None
+    if a.varlen:  # flashattn's inputs packed (tokens, heads, dim), same memory
+        cu = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=dev)
+        kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=s, max_seqlen_k=s)
+        q, k, v, do = (x.view(b * s, h, d) for x in (q, k, v, do))
+    gq, gk, gv = (x.clone().requires_grad_(True) for x in (q, k, v))
 
     # The C floor: the cached plan of these tensors, outputs allocated once.
-    opts = (0, 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, a.dropout, 0, 0, False, 0)
-    e = _torch_plans.entry(q, k, v, None, None, None, None, None, opts)
+    opts = (s if a.varlen else 0, s if a.varlen else 0, -1, 0 if a.causal else -1, False, 0.0, 0.0, False, a.dropout,
+            0, 0, False, 0)
+    e = _torch_plans.entry(q, k, v, None, None, cu, cu, None, opts)
     rng = torch.zeros(2, dtype=torch.int64) if a.dropout else None  # the floor keeps one seed
-    out, lse = _torch_plans.forward(q, k, v, None, None, None, None, None, rng, opts, True)
+    out, lse = _torch_plans.forward(q, k, v, None, None, cu, cu, None, rng, opts, True)
+    cu_ptr = 0 if cu is None else cu.data_ptr()
     fargs = _torch_plans._FWD_ARGS.pack(_torch_plans._FWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                        out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0)
+                                        out.data_ptr(), lse.data_ptr(), 0, 0, cu_ptr, cu_ptr)
     dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
     bargs = _torch_plans._BWD_ARGS.pack(_torch_plans._BWD_SIZE, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                         out.data_ptr(), lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                                        dv.data_ptr(), 0, 0, 0, 0, 0)
+                                        dv.data_ptr(), 0, 0, 0, cu_ptr, cu_ptr)
     wsf = torch.empty(max(e.ws_fwd, 1), dtype=torch.uint8, device=dev)
     wsb = torch.empty(max(e.ws_bwd, 1), dtype=torch.uint8, device=dev)
     cf, cb = _torch_plans._cfunc("flashattn_fwd"), _torch_plans._cfunc("flashattn_bwd")
@@ -98,14 +111,14 @@ def main(argv=None):
 
     def fa_fwd():
         with torch.no_grad():
-            flashattn.attention(q, k, v, causal=a.causal, dropout_p=a.dropout)
+            flashattn.attention(q, k, v, causal=a.causal, dropout_p=a.dropout, **kw)
 
     def sdpa_fwd():
         with torch.no_grad():
             sdpa(qt, kt, vt, is_causal=a.causal, dropout_p=a.dropout)
 
     def fa_fwdbwd():
-        flashattn.attention(gq, gk, gv, causal=a.causal, dropout_p=a.dropout).backward(do)
+        flashattn.attention(gq, gk, gv, causal=a.causal, dropout_p=a.dropout, **kw).backward(do)
 
     def sdpa_fwdbwd():
         sdpa(gqt, gkt, gvt, is_causal=a.causal, dropout_p=a.dropout).backward(dot)
@@ -127,9 +140,9 @@ def main(argv=None):
         rows += [(name + " " + p, us) for (name, _, _), us in zip(group, times)]
     t = dict(rows)
     dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    print("device %s, dtype %s, shape (b, s, h, d) = %s, causal=%s, dropout %g, torch %s, %s" % (
-        dev_name, str(dtype).replace("torch.", ""), (b, s, h, d), a.causal, a.dropout, torch.__version__,
-        flashattn.library_path()))
+    print("device %s, dtype %s, shape (b, s, h, d) = %s%s, causal=%s, dropout %g, torch %s, %s" % (
+        dev_name, str(dtype).replace("torch.", ""), (b, s, h, d), " packed (varlen)" if a.varlen else "", a.causal,
+        a.dropout, torch.__version__, flashattn.library_path()))
     print("%-20s %10s %8s" % ("", "us/call", "vs sdpa"))
     for name, us in rows:
         peer = "sdpa " + name.split(" ", 1)[1]

@@ -7,9 +7,9 @@ implementations and autograd, so a compiled graph holds them without a break.
 
 q, k, v are in (batch, seq, heads, dim) order with any strides (3-D (tokens, heads, dim)
 with cu_seqlens); bias is 4-D or None; the options are scalars (see :data:`OPTIONS`).
-With the compiled extension on (:mod:`flashattn.torch_ext`), an eager call without
-varlen or block-sparse layout runs as its C++ op instead, autograd, bias, ALiBi and
-dropout (on the same ``rng``) included. Nothing here synchronizes with the device.
+With the compiled extension on (:mod:`flashattn.torch_ext`), an eager call runs as its
+C++ op instead, autograd, varlen, bias, ALiBi, dropout (on the same ``rng``) and host
+block-sparse layouts included. Nothing here synchronizes with the device.
 """
 from __future__ import annotations
 
@@ -132,10 +132,8 @@ def run(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, opts):
     """The attention output for these tensors and the option tuple (see :data:`OPTIONS`)."""
     if torch.compiler.is_compiling():
         return fwd(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, *opts)[0]
-    if _ext is not None and cu_q is None and block_layout is None:
-        _, _, left, right, bottom_right, scale, softcap, symmetric, dropout_p, _, _, deterministic, algorithm = opts
-        out = _ext(q, k, v, bias, alibi_slopes, rng, left, right, bottom_right, scale, softcap, symmetric, dropout_p,
-                   deterministic, algorithm)
+    if _ext is not None:
+        out = _ext(q, k, v, bias, alibi_slopes, cu_q, cu_k, block_layout, rng, *opts)
         if out is not None:
             return out
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad

@@ -91,8 +91,8 @@ def _desc(t):
 
 class _Entry:
     """One cached plan with the output layouts and workspace sizes of its passes."""
-    # Mirrored in csrc/torch_op.cpp (build_plan, for the plans without varlen or a
-    # block-sparse layout); test_torch_ext.py checks the two agree bitwise.
+    # Mirrored in csrc/torch_op.cpp (build_plan, for every plan but backward_into's);
+    # test_torch_ext.py checks the two agree bitwise.
 
     __slots__ = ("plan", "handle", "cuda", "out", "grads", "lse", "dbias", "ws_fwd", "ws_bwd", "dropout_p", "lock",
                  "out_like_q", "grads_like_inputs", "input_layout")

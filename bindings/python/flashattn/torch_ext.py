@@ -5,14 +5,16 @@
 
 A torch op in C++ (``csrc/torch_op.cpp``: the op ``flashattn_ext::attention`` with CPU
 and CUDA kernels and a C++ autograd kernel) that serves the eager call on dense 4-D q,
-k, v (causal or window masks, scale, softcap, GQA, bias and bool or float masks with
-the bias's gradient, ALiBi slopes, dropout; not varlen or block-sparse layouts)
-without the Python autograd.Function's round trip: it calls the same libflashattn the
-package loaded, with the same plan settings (and, with dropout, the seed and offset the
-Python side drew from torch's generator for the call, kept for the backward), so its
-results are bitwise those of the Python path. Every other call, every call with an
-input the Python path refuses in Python (it raises that path's error), and every call
-under torch.compile take the Python path (the custom ops ``flashattn::fwd``/``bwd``).
+k, v and on packed variable-length ones (3-D with cu_seqlens, whose values it never
+reads: the library does), with causal or window masks, scale, softcap, GQA, bias and
+bool or float masks with the bias's gradient, ALiBi slopes, dropout and block-sparse
+layouts in host memory, without the Python autograd.Function's round trip: it calls the
+same libflashattn the package loaded, with the same plan settings (and, with dropout,
+the seed and offset the Python side drew from torch's generator for the call, kept for
+the backward), so its results are bitwise those of the Python path. A layout in device
+memory, every call with an input the Python path refuses in Python (it raises that
+path's error), and every call under torch.compile take the Python path (the custom ops
+``flashattn::fwd``/``bwd``).
 
 Nothing is compiled at import: :func:`build` compiles the extension with
 torch.utils.cpp_extension (a C++ compiler and ninja needed) into a folder keyed by the

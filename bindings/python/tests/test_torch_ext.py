@@ -6,6 +6,7 @@ CUDA tensors where a CUDA device and a CUDA build are there."""
 import concurrent.futures
 import contextlib
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
@@ -190,12 +191,13 @@ def test_direct_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, device, 
     band = (3, 1, False, 0.0, 0.0)  # window (3, 1), top-left, default scale, no softcap
     out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, rng, 0, 0, *band, False, dropout_p,
                                            0, 0, det, 0)
-    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, *band, False, dropout_p, seed, offset, det, 0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, None, None, None, 0, 0, *band, False, dropout_p,
+                                               seed, offset, 0, 0, det, 0)
     assert torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
     grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, None, None, None, rng, 0, 0, *band, False,
                                       dropout_p, 0, 0, det, 0, False)[:3]
-    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, *band, False, dropout_p, seed, offset,
-                                          det, 0, False)[:3]
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, None, None, None, 0, 0, *band, False,
+                                          dropout_p, seed, offset, 0, 0, det, 0, False)[:3]
     assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
 
 
@@ -280,6 +282,7 @@ UNUSED(flashattn_plan_set_strides) UNUSED(flashattn_plan_set_band_mask) UNUSED(f
 UNUSED(flashattn_plan_set_softcap) UNUSED(flashattn_plan_set_dropout) UNUSED(flashattn_plan_set_deterministic)
 UNUSED(flashattn_plan_set_algorithm) UNUSED(flashattn_plan_get_workspace_size) UNUSED(flashattn_fwd)
 UNUSED(flashattn_bwd) UNUSED(flashattn_plan_set_bias) UNUSED(flashattn_plan_set_alibi_batch_stride)
+UNUSED(flashattn_plan_set_varlen) UNUSED(flashattn_plan_set_block_sparse)
 }
 """
 
@@ -315,10 +318,10 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
              "spec.loader.exec_module(m)\n"
              "q = torch.zeros(1, 2, 1, 8)\n"
              "ctypes.CDLL(%r)  # loaded, as init() needs\n"
-             "calls = (lambda: m.attention(q, q, q, None, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
-             "                             False, 0),\n"
-             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, -1, -1, False, 0.0, 0.0, False, 0.0,\n"
-             "                                             0, 0, False, 0))\n"
+             "calls = (lambda: m.attention(q, q, q, None, None, None, None, None, None, 0, 0, -1, -1, False, 0.0,\n"
+             "                             0.0, False, 0.0, 0, 0, False, 0),\n"
+             "         lambda: torch.ops.flashattn_ext.fwd(q, q, q, None, None, None, None, None, 0, 0, -1, -1, False,\n"
+             "                                             0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0))\n"
              "for call in calls + (lambda: m.init(%r),) + calls:\n"
              "    try:\n"
              "        call()\n"
@@ -370,13 +373,12 @@ def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
     assert not failures and ext.cache_size() == len(cases) - 1  # the two dropout cases share a plan
 
 
+@pytest.mark.skipif("cuda" not in _devices(), reason="needs torch with CUDA, a GPU and a CUDA build of libflashattn")
 def test_options_the_op_does_not_serve_take_the_python_path(ext):
-    q, k, v = (_randn(2, 6, 2, 8, seed=s).requires_grad_(True) for s in (1, 2, 3))
-    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
-    calls = {
-        "varlen": lambda: flashattn.attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_seqlens_q=cu,
-                                              cu_seqlens_k=cu, max_seqlen_q=7, max_seqlen_k=7),
-        "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 8)),
+    q, k, v = (_randn(2, 6, 2, 8, seed=s, device="cuda").requires_grad_(True) for s in (1, 2, 3))
+    calls = {  # a layout in device memory: the plan wants its bytes on the host
+        "block_sparse": lambda: flashattn.attention(q, k, v, block_sparse=(torch.ones(1, 1, dtype=torch.uint8,
+                                                                                      device="cuda"), 8, 8)),
     }
     for name, call in calls.items():
         ext.clear_cache()
@@ -452,7 +454,7 @@ def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
         "slopes fp16": (q, k, k, None, slopes.half(), "alibi_slopes .* must be float32"),
         "slopes 3-D": (q, k, k, None, slopes[None], "alibi_slopes .* must be float32"),
     }
-    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, False, 0)
+    scalars = (None, None, None, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0)  # no varlen
     n = ext.cache_size()
     for name, (a, b, c, bias_, slopes_, message) in bad.items():
         for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
@@ -497,8 +499,14 @@ _BIAS_CASES = {
 @pytest.mark.parametrize("case", list(_BIAS_CASES))
 def test_bias_masks_and_alibi_are_bitwise_those_of_the_python_path(ext, case, dtype, device):
     (q, k, v), do, opts = _inputs("plain", _DTYPES[dtype], device)
-    extra = _BIAS_CASES[case]()
-    opts.update({n: t.to(device) if isinstance(t, torch.Tensor) else t for n, t in extra.items()})
+    _assert_paths_agree(ext, q, k, v, do, opts, _BIAS_CASES[case](), device)
+
+
+def _assert_paths_agree(ext, q, k, v, do, opts, extra, device):
+    """flashattn.attention(q, k, v, **opts, **extra) on both paths: out, the no-grad out and
+    the gradients of q, k, v and of the tensors of `extra` that require one (or of their
+    bases) bitwise equal, and the op ran (tensors of `extra` go to `device` first)."""
+    opts = dict(opts, **{n: t.to(device) if isinstance(t, torch.Tensor) else t for n, t in extra.items()})
     leaves = [t if t.is_leaf else t._base for t in extra.values() if isinstance(t, torch.Tensor) and t.requires_grad]
 
     def run():
@@ -514,7 +522,7 @@ def test_bias_masks_and_alibi_are_bitwise_those_of_the_python_path(ext, case, dt
     assert type(extension[0].grad_fn).__name__ == "CppFunction" and plans > 0  # the op ran
     assert all(g is not None for g in python_path)
     for a, b in zip(python_path, extension):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
 
 
 def test_bad_bias_masks_and_slopes_raise_what_the_python_path_raises(ext):
@@ -613,3 +621,227 @@ def test_status_says_which_path_eager_calls_take(ext, monkeypatch):
     monkeypatch.delenv(torch_ext.ENV_OFF)
     torch_ext.load_at_first_call()
     assert torch_ext.status()["active"] and _torch_ops._ext is not None
+
+
+# Packed variable-length calls: sequences of these (query, key) lengths, empty ones among
+# them; q (tokens, 4 heads, 16), k and v (tokens, heads_kv, 16).
+_VARLEN_LENGTHS = ((3, 4), (0, 0), (7, 9), (5, 2), (0, 3), (1, 6))
+
+
+def _varlen_inputs(dtype, device, heads_kv=2, layout=None, spare=0):
+    """(q, k, v), dout and the varlen options; `spare` tokens past the last offsets, q, k, v
+    heads-outer in memory with layout "heads_outer"."""
+    lq, lk = zip(*_VARLEN_LENGTHS)
+    tq, tk = sum(lq) + spare, sum(lk) + spare
+    q, k, v = _randn(tq, 4, 16, seed=1), _randn(tk, heads_kv, 16, seed=2), _randn(tk, heads_kv, 16, seed=3)
+    q, k, v, do = (t.to(device=device, dtype=dtype) for t in (q, k, v, _randn(tq, 4, 16, seed=4)))
+    if layout == "heads_outer":
+        q, k, v = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (q, k, v))
+    cu_q, cu_k = (torch.tensor((0,) + tuple(itertools.accumulate(n)), dtype=torch.int32, device=device)
+                  for n in (lq, lk))
+    opts = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lq), max_seqlen_k=max(lk))
+    if device == "cuda":
+        opts["deterministic"] = True
+    return (q, k, v), do, opts
+
+
+# Options (tensors made per call), and how the inputs are made.
+_VARLEN_CASES = {
+    "plain": (lambda: {}, {}),
+    "causal": (lambda: dict(causal=True), {}),
+    "causal_bottom_right": (lambda: dict(causal=True, align="bottom_right"), {}),
+    "window_mqa": (lambda: dict(window=(2, 1), align="bottom_right"), dict(heads_kv=1)),
+    "heads_outer_strides": (lambda: dict(causal=True, softcap=3.0), dict(layout="heads_outer")),
+    "tokens_past_the_offsets": (lambda: dict(causal=True), dict(spare=3)),
+    "max_lengths_given_larger": (lambda: dict(max_seqlen_q=11, max_seqlen_k=12), {}),
+    "dropout_alibi_batch_heads": (lambda: dict(causal=True, dropout_p=0.3, seed=7, offset=2,
+                                               alibi_slopes=_randn(6, 4, seed=9).abs()), {}),
+    "alibi_heads_symmetric": (lambda: dict(alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625]),
+                                           alibi_symmetric=True), {}),
+    "bias_broadcast": (lambda: dict(bias=_bias(1, 4, 7, 9), dropout_p=0.2, seed=1), {}),
+}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(_VARLEN_CASES))
+def test_varlen_is_bitwise_that_of_the_python_path(ext, case, dtype, device):
+    extra, how = _VARLEN_CASES[case]
+    (q, k, v), do, opts = _varlen_inputs(_DTYPES[dtype], device, **how)
+    _assert_paths_agree(ext, q, k, v, do, opts, extra(), device)
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_varlen_plans_are_keyed_by_the_offsets_layout_not_their_values(ext, device):
+    """Offsets are read by the library at each run: other values of the same layout run on
+    the same plan (and give the Python path's results); other max lengths make a new one."""
+    (q, k, v), do, opts = _varlen_inputs(torch.float32, device)
+    ext.clear_cache()
+    flashattn.attention(q, k, v, **opts)
+    other = dict(opts, cu_seqlens_q=torch.tensor([0, 3, 3, 3, 10, 15, 16], dtype=torch.int32, device=device),
+                 cu_seqlens_k=torch.tensor([0, 4, 13, 13, 13, 15, 24], dtype=torch.int32, device=device))
+    python_path, extension = _both_paths(lambda: flashattn.attention(q, k, v, **other))
+    assert torch.equal(python_path, extension) and ext.cache_size() == 1
+    flashattn.attention(q, k, v, **dict(opts, max_seqlen_q=8))
+    assert ext.cache_size() == 2
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_direct_varlen_op_calls_give_the_custom_ops_out_lse_and_gradients(ext, device):
+    (q, k, v), do, opts = _varlen_inputs(torch.bfloat16, device)
+    cu_q, cu_k, max_q, max_k = opts["cu_seqlens_q"], opts["cu_seqlens_k"], opts["max_seqlen_q"], opts["max_seqlen_k"]
+    det, seed, offset = device == "cuda", 5, 9
+    rng = torch.tensor([seed, offset], dtype=torch.int64)
+    band = (-1, 0, True, 0.0, 0.0, False, 0.25)  # causal bottom-right, dropout 0.25
+    out_p, lse_p = torch.ops.flashattn.fwd(q, k, v, None, None, cu_q, cu_k, None, rng, max_q, max_k, *band, 0, 0, det,
+                                           0)
+    out_e, lse_e = torch.ops.flashattn_ext.fwd(q, k, v, None, None, cu_q, cu_k, None, max_q, max_k, *band, seed,
+                                               offset, 0, 0, det, 0)
+    assert lse_e.shape == (4, q.shape[0]) and torch.equal(out_p, out_e) and torch.equal(lse_p, lse_e)
+    grads_p = torch.ops.flashattn.bwd(do, q, k, v, out_p, lse_p, None, None, cu_q, cu_k, None, rng, max_q, max_k,
+                                      *band, 0, 0, det, 0, False)[:3]
+    grads_e = torch.ops.flashattn_ext.bwd(do, q, k, v, out_e, lse_e, None, None, cu_q, cu_k, None, max_q, max_k,
+                                          *band, seed, offset, 0, 0, det, 0, False)[:3]
+    assert all(torch.equal(a, b) for a, b in zip(grads_p, grads_e))
+
+
+def test_fa2s_varlen_functions_take_the_op(ext):
+    """flash_attn_varlen_func and the qkv-packed form (strided views of one buffer), with
+    dropout drawn from torch's generator: the op runs, with the Python path's results."""
+    from flashattn import flash_attn_interface as fa2
+    (q, k, v), do, opts = _varlen_inputs(torch.float32, "cpu", heads_kv=4)
+    cu, n = opts["cu_seqlens_k"], opts["max_seqlen_k"]
+    qkv = torch.stack([k, k.flip(0), v], 1)
+    calls = {
+        "varlen": lambda t: fa2.flash_attn_varlen_func(t, k, v, opts["cu_seqlens_q"], cu, opts["max_seqlen_q"], n,
+                                                       dropout_p=0.1, causal=True),
+        "qkvpacked": lambda t: fa2.flash_attn_varlen_qkvpacked_func(t, cu, n, dropout_p=0.1, window_size=(3, 3)),
+    }
+    for name, call in calls.items():
+        def grads(x=q if name == "varlen" else qkv):
+            torch.manual_seed(3)
+            leaf = x.detach().requires_grad_(True)
+            out = call(leaf)
+            out.backward(torch.ones_like(out))
+            return type(out.grad_fn).__name__, out, leaf.grad
+
+        (fn_p, out_p, grad_p), (fn_e, out_e, grad_e) = _both_paths(grads)
+        assert fn_e == "CppFunction" and fn_p != fn_e, name
+        assert torch.equal(out_p, out_e) and torch.equal(grad_p, grad_e), name
+
+
+def _varlen_bad_inputs():
+    """Inputs of 2 sequences of lengths 5 and 7 the plan would read out of bounds or with
+    offsets that do not fit, with the op's refusal of each."""
+    q, cu = _randn(12, 2, 16), torch.tensor([0, 5, 12], dtype=torch.int32)
+    return {
+        "4-D q": (dict(q=q[None]), "q, k, v must be 4-D .* with cu_seqlens"),
+        "only cu_q": (dict(cu_seqlens_k=None), "variable-length mode needs both cu_seqlens_q and cu_seqlens_k"),
+        "cu int64": (dict(cu_seqlens_q=cu.long()), "cu_seqlens_q must be int32 of shape \\(3\\)"),
+        "cu_k shorter": (dict(cu_seqlens_k=cu[:2]), "cu_seqlens_k must be int32 of shape \\(3\\)"),
+        "cu strided": (dict(cu_seqlens_k=torch.tensor([0, 9, 5, 9, 12], dtype=torch.int32)[::2]),
+                       "cu_seqlens_k must be int32 .* contiguous"),
+        "cu 2-D": (dict(cu_seqlens_q=cu[None]), "cu_seqlens_q .* must be \\(batch \\+ 1\\)"),
+        "no sequence": (dict(cu_seqlens_q=cu[:1]), "cu_seqlens_q .* must be \\(batch \\+ 1\\)"),
+        "k head dim": (dict(k=q[..., :8]), "k .* must have q's head dim"),
+        "v tokens": (dict(v=q[:10]), "v .* must have k's length and heads"),
+        "bias batch": (dict(bias=_randn(3, 2, 7, 7)), "bias .* size 1 where it broadcasts"),
+        "slopes batch": (dict(alibi_slopes=torch.ones(3, 2)), "alibi_slopes .* must be float32"),
+    }, dict(q=q, k=q, v=q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=7, max_seqlen_k=7)
+
+
+def test_bad_varlen_inputs_raise_what_the_python_path_raises(ext):
+    """Offsets, shapes, bias and slopes the Python path refuses, and offset values the
+    library refuses (decreasing, past the tokens, longer than the max lengths given)."""
+    bad, good = _varlen_bad_inputs()
+    calls = {name: dict(good, **changes) for name, (changes, _) in bad.items()}
+    calls["decreasing"] = dict(good, cu_seqlens_q=torch.tensor([0, 7, 5], dtype=torch.int32))
+    calls["past the tokens"] = dict(good, cu_seqlens_k=torch.tensor([0, 5, 13], dtype=torch.int32))
+    calls["longer than max"] = dict(good, max_seqlen_q=6)
+    ext.clear_cache()
+    for name, kwargs in calls.items():
+        args = [kwargs.pop(n) for n in "qkv"]
+        python_path, extension = _both_paths(lambda: _error_of(lambda: flashattn.attention(*args, **kwargs)))
+        assert python_path is not None and issubclass(python_path[0], flashattn.FlashAttnError), name
+        assert extension == python_path, name
+
+
+def test_direct_varlen_op_calls_refuse_what_would_be_read_out_of_bounds(ext):
+    bad, good = _varlen_bad_inputs()
+    scalars = (-1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0)
+    n = ext.cache_size()
+    for name, (changes, message) in bad.items():
+        a = dict(good, **changes)
+        tensors = (a["q"], a["k"], a["v"], a.get("bias"), a.get("alibi_slopes"), a["cu_seqlens_q"], a["cu_seqlens_k"],
+                   None, 7, 7)
+        for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
+            with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
+                op(*tensors, *scalars)
+        out = torch.zeros(12, 2, 16)
+        with pytest.raises(RuntimeError, match="flashattn_ext: " + message):
+            torch.ops.flashattn_ext.bwd(out, *tensors[:3], out, torch.zeros(2, 12), *tensors[3:], *scalars, False)
+    assert ext.cache_size() == n, "a refused call made a plan"
+
+
+def _layout(*shape, seed=11):
+    """A uint8 block-sparse layout of this shape with about half its blocks on (one on per row)."""
+    lay = (_randn(*shape, seed=seed) > 0).to(torch.uint8)
+    lay[..., 0] = 1
+    return lay
+
+
+# Block-sparse layouts as flashattn.attention takes them (layout, block_q, block_k), for
+# (batch, seqlen_q, heads_q, seqlen_k) = (2, 7, 4, 9), or with varlen for max lengths (7, 9).
+_BLOCK_SPARSE_CASES = {
+    "shared": lambda: dict(block_sparse=(_layout(2, 3), 4, 4), causal=True),
+    "per_head_dropout": lambda: dict(block_sparse=(_layout(4, 3, 5), 3, 2), dropout_p=0.3, seed=4),
+    "bool_with_bias": lambda: dict(block_sparse=(_layout(1, 2) > 0, 7, 5), bias=_bias(1, 4, 7, 9)),
+    "one_block": lambda: dict(block_sparse=(torch.ones(1, 1, dtype=torch.uint8), 8, 16), window=(2, 2)),
+}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("case", list(_BLOCK_SPARSE_CASES))
+def test_block_sparse_layouts_are_bitwise_those_of_the_python_path(ext, case, varlen, device):
+    if varlen:
+        (q, k, v), do, opts = _varlen_inputs(torch.bfloat16, device)
+    else:
+        (q, k, v), do, opts = _inputs("plain", torch.bfloat16, device)
+    _assert_paths_agree(ext, q, k, v, do, opts, _BLOCK_SPARSE_CASES[case](), device)
+
+
+def test_block_sparse_plans_are_keyed_by_the_layouts_values(ext):
+    (q, k, v), _, _ = _inputs("plain", torch.float32, "cpu")
+    ext.clear_cache()
+    for lay in (_layout(2, 3), _layout(2, 3, seed=12), _layout(2, 3)):
+        python_path, extension = _both_paths(lambda: flashattn.attention(q, k, v, block_sparse=(lay, 4, 4)))
+        assert torch.equal(python_path, extension)
+    assert ext.cache_size() == 2
+
+
+def test_bad_block_sparse_layouts_raise_what_the_python_path_raises(ext):
+    q = _randn(2, 7, 4, 16)
+    bad = {
+        "rows": (_layout(3, 3), 4, 4),
+        "layout heads": (_layout(3, 2, 3), 4, 4),
+        "block_q 0": (_layout(2, 3), 0, 4),
+        "1-D": (torch.ones(3, dtype=torch.uint8), 4, 4),
+        "4-D": (_layout(1, 4, 2, 3), 4, 4),
+    }
+    ext.clear_cache()
+    for name, block_sparse in bad.items():
+        python_path, extension = _both_paths(
+            lambda: _error_of(lambda: flashattn.attention(q, q, q, block_sparse=block_sparse)))
+        assert python_path is not None and issubclass(python_path[0], flashattn.FlashAttnError), name
+        assert extension == python_path, name
+    assert ext.cache_size() == 0
+
+
+def test_direct_op_calls_refuse_layouts_of_other_dtypes_or_ranks(ext):
+    q = _randn(2, 7, 4, 16)
+    for lay in (_layout(2, 3).int(), torch.ones(3, dtype=torch.uint8), _layout(1, 4, 2, 3)):
+        for op in (torch.ops.flashattn_ext.fwd, torch.ops.flashattn_ext.attention):
+            with pytest.raises(RuntimeError, match="flashattn_ext: block_layout .* must be a host uint8 tensor"):
+                op(q, q, q, None, None, None, None, lay, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 4, 4, False,
+                   0)

@@ -5,12 +5,14 @@
 // op flashattn_ext::attention has CPU and CUDA kernels and an autograd kernel (a C++
 // torch::autograd::Function) whose forward and backward are the ops flashattn_ext::fwd
 // and flashattn_ext::bwd. It serves dense 4-D q, k, v in (batch, seq, heads, dim) order
-// with any strides, band masks (causal, window, either alignment), scale, softcap, GQA,
+// with any strides, packed variable-length q, k, v (3-D (tokens, heads, dim) with int32
+// cu_seqlens offsets on their device, read by the library alone, and the maximum lengths
+// the caller gives), band masks (causal, window, either alignment), scale, softcap, GQA,
 // an additive bias (the 4-D one flashattn/_torch.py makes of bias, attn_mask and
 // key_padding_mask, broadcast dims of size 1, its gradient when it requires one), ALiBi
-// slopes (heads) or (batch, heads), dropout and the algorithm choice;
-// flashattn/_torch_ops.py sends every other call (varlen, block-sparse layouts) down the
-// Python path, as does the Python entry below any input that path would refuse in Python.
+// slopes (heads) or (batch, heads), dropout, block-sparse layouts (a host uint8 tensor,
+// whose bytes key the plan) and the algorithm choice; the Python entry below sends any
+// input the Python path would refuse in Python down that path (flashattn/_torch_ops.py).
 // Dropout runs on the (seed, offset) the Python side drew for the call
 // (flashattn._torch._dropout_rng, from torch's generator), set on the plan before each
 // run as that path does, and the backward reuses the forward's.
@@ -68,6 +70,8 @@ struct Api {
   decltype(&flashattn_plan_set_alibi_batch_stride) set_alibi_batch_stride = nullptr;
   decltype(&flashattn_plan_set_deterministic) set_deterministic = nullptr;
   decltype(&flashattn_plan_set_algorithm) set_algorithm = nullptr;
+  decltype(&flashattn_plan_set_varlen) set_varlen = nullptr;
+  decltype(&flashattn_plan_set_block_sparse) set_block_sparse = nullptr;
   decltype(&flashattn_plan_get_workspace_size) workspace_size = nullptr;
   decltype(&flashattn_fwd) fwd = nullptr;
   decltype(&flashattn_bwd) bwd = nullptr;
@@ -131,6 +135,8 @@ void init(const std::string& path) {
   resolve(lib, a->set_alibi_batch_stride, "flashattn_plan_set_alibi_batch_stride");
   resolve(lib, a->set_deterministic, "flashattn_plan_set_deterministic");
   resolve(lib, a->set_algorithm, "flashattn_plan_set_algorithm");
+  resolve(lib, a->set_varlen, "flashattn_plan_set_varlen");
+  resolve(lib, a->set_block_sparse, "flashattn_plan_set_block_sparse");
   resolve(lib, a->workspace_size, "flashattn_plan_get_workspace_size");
   resolve(lib, a->fwd, "flashattn_fwd");
   resolve(lib, a->bwd, "flashattn_bwd");
@@ -168,11 +174,13 @@ void check(flashattn_status_t status, const char* function) {
 
 // The options of one call, as flashattn/_torch.py computes them.
 struct Options {
+  int64_t max_seqlen_q, max_seqlen_k;  // varlen only: the lengths the plan is made for
   int64_t window_left, window_right;
   bool bottom_right;
   double scale, softcap;  // 0: the default scale, no softcap
   bool alibi_symmetric;
-  double dropout_p;  // 0: no dropout
+  double dropout_p;          // 0: no dropout
+  int64_t block_q, block_k;  // the block-sparse layout's block sizes
   bool deterministic;
   int64_t algorithm;
 };
@@ -202,22 +210,44 @@ struct Plan {
   }
 };
 
-Strides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
+using Shape = std::array<int64_t, 4>;
+
+// t's sizes and strides in (batch, seq, heads, dim) order as the plan takes them
+// (flashattn._plan._bshd): a packed (tokens, heads, dim) tensor has a batch of size 0 and
+// stride 0.
+Shape shape_of(const Tensor& t) {
+  if (t.dim() == 3) return {0, t.size(0), t.size(1), t.size(2)};
+  return {t.size(0), t.size(1), t.size(2), t.size(3)};
+}
+
+Strides strides_of(const Tensor& t) {
+  if (t.dim() == 3) return {0, t.stride(0), t.stride(1), t.stride(2)};
+  return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
 
 // flashattn._plan._norm_strides: size-1 dims get the stride a dense array would have.
-Strides norm_strides(const Tensor& t) {
-  Strides out = strides_of(t);
+Strides norm_strides(const Shape& shape, Strides out) {
   int64_t acc = 1;
   for (int i = 3; i >= 0; --i) {
-    const int64_t n = t.size(i);
+    const int64_t n = shape[i];
     if (n <= 1) out[i] = i < 3 ? acc : 1;
     acc = std::max(acc, std::abs(out[i]) * std::max<int64_t>(n, 1));
   }
   return out;
 }
 
+// Strides as the plan takes them: batch stride 0 in varlen mode (ignored there).
+Strides packed_if(Strides st, bool varlen) {
+  if (varlen) st[0] = 0;
+  return st;
+}
+
+// The strides a tensor of `rank` dims is allocated with from the plan's 4 (a packed one
+// drops the batch's).
+at::IntArrayRef tail(const Strides& st, int64_t rank) { return at::IntArrayRef(st.data() + 4 - rank, rank); }
+
 // flashattn._plan._dense_like: dense strides for `shape` in the dimension order of `like`.
-Strides dense_like(const std::array<int64_t, 4>& shape, const Strides& like) {
+Strides dense_like(const Shape& shape, const Strides& like) {
   std::array<int, 3> order{0, 1, 2};
   auto key = [&](int i) {
     return shape[i] > 1 ? -static_cast<double>(like[i]) : -std::numeric_limits<double>::infinity();
@@ -231,8 +261,6 @@ Strides dense_like(const std::array<int64_t, 4>& shape, const Strides& like) {
   }
   return st;
 }
-
-std::array<int64_t, 4> shape_of(const Tensor& t) { return {t.size(0), t.size(1), t.size(2), t.size(3)}; }
 
 flashattn_dtype_t dtype_of(const Tensor& t) {
   switch (t.scalar_type()) {
@@ -250,18 +278,44 @@ void check_like_q(const Tensor& t, const Tensor& q, const char* name) {
               t.scalar_type(), " on ", t.device(), " but q has ", q.scalar_type(), " on ", q.device());
 }
 
-// The extents the plan takes from q's and k's sizes (4-D tensors): k has q's batch and head
-// dim, v has k's batch, length and heads. Others would be read out of bounds.
-bool k_fits_q(const Tensor& k, const Tensor& q) { return k.size(0) == q.size(0) && k.size(3) == q.size(3); }
+// The extents the plan takes from q's and k's sizes (tensors of one rank, 3 or 4): k has
+// q's head dim (and batch), v has k's length and heads (and batch). Others would be read
+// out of bounds.
+bool k_fits_q(const Tensor& k, const Tensor& q) {
+  const Shape a = shape_of(k), b = shape_of(q);
+  return a[0] == b[0] && a[3] == b[3];
+}
 bool v_fits_k(const Tensor& v, const Tensor& k) {
-  return v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2);
+  const Shape a = shape_of(v), b = shape_of(k);
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
+}
+
+// The problem of one call as the plan takes it (flashattn._plan.make_plan): with
+// cu_seqlens, batch is their count less one and the lengths are the maximum lengths given
+// (at least 1); else q's and k's.
+struct Dims {
+  bool varlen;
+  int64_t batch, seqlen_q, seqlen_k, heads_q;
+};
+
+Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& cu_q, const Options& o) {
+  if (!cu_q.defined()) return {false, q.size(0), q.size(1), k.size(1), q.size(2)};
+  return {true, cu_q.size(0) - 1, std::max<int64_t>(o.max_seqlen_q, 1), std::max<int64_t>(o.max_seqlen_k, 1),
+          q.size(1)};
+}
+
+// cu_seqlens as the plan reads them (flashattn._plan's _check_vector): int32 (batch + 1),
+// contiguous, on q's device.
+bool cu_fits(const Tensor& cu, const Tensor& q, int64_t batch) {
+  return cu.scalar_type() == at::kInt && cu.layout() == at::kStrided && cu.device() == q.device() && cu.dim() == 1 &&
+         cu.size(0) == batch + 1 && cu.stride(0) == 1;
 }
 
 // The plan's bias strides (flashattn._plan.bias_strides_from) for a 4-D bias broadcast to
 // (batch, heads_q, seqlen_q, seqlen_k): a dim's stride where it has the full size (> 1), 0
 // where it has size 1; false where a size is neither (it would be read out of bounds).
-bool bias_strides(const Tensor& bias, const Tensor& q, const Tensor& k, Strides& st) {
-  const std::array<int64_t, 4> full{q.size(0), q.size(2), q.size(1), k.size(1)};
+bool bias_strides(const Tensor& bias, const Dims& d, Strides& st) {
+  const Shape full{d.batch, d.heads_q, d.seqlen_q, d.seqlen_k};
   for (int i = 0; i < 4; ++i) {
     const int64_t n = bias.size(i);
     if (n != 1 && n != full[i]) return false;
@@ -272,8 +326,8 @@ bool bias_strides(const Tensor& bias, const Tensor& q, const Tensor& k, Strides&
 
 // ALiBi slopes as the plan reads them: fp32 on q's device, (heads_q) or (batch, heads_q),
 // heads contiguous (flashattn._plan's _check_vector and _check_slopes_per_batch).
-bool slopes_fit(const Tensor& s, const Tensor& q) {
-  const int64_t b = q.size(0), h = q.size(2);
+bool slopes_fit(const Tensor& s, const Tensor& q, const Dims& d) {
+  const int64_t b = d.batch, h = d.heads_q;
   if (s.scalar_type() != at::kFloat || s.device() != q.device() || s.layout() != at::kStrided) return false;
   if (s.dim() == 1) return s.size(0) == h && (h == 1 || s.stride(0) == 1);
   return s.dim() == 2 && s.size(0) == b && s.size(1) == h && (h == 1 || s.stride(1) == 1);
@@ -282,31 +336,73 @@ bool slopes_fit(const Tensor& s, const Tensor& q) {
 // flashattn._plan._alibi_batch_stride: the row stride of (batch, heads_q) slopes, else 0.
 int64_t alibi_batch_stride(const Tensor& s) { return s.dim() == 2 && s.size(0) > 1 ? s.stride(0) : 0; }
 
-// q, k, v, bias and ALiBi slopes as the plan reads them: 4-D (batch, seq, heads, dim)
-// with fitting extents, a bias (batch, heads_q, seqlen_q, seqlen_k) of q's dtype with size-1
-// dims where it broadcasts, or slopes that fit; not both.
-void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& slopes) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn_ext: q, k, v must be 4-D (batch, seq, heads, ",
-              "dim); got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
-  TORCH_CHECK(k_fits_q(k, q), "flashattn_ext: k ", k.sizes(), " must have q's batch and head dim (q ", q.sizes(), ")");
-  TORCH_CHECK(v_fits_k(v, k), "flashattn_ext: v ", v.sizes(), " must have k's batch, length and heads (k ", k.sizes(),
-              ")");
+// A block-sparse layout as flashattn_plan_set_block_sparse reads it: host uint8 (rows,
+// cols) or (layout_heads, rows, cols); the library checks its extents.
+bool layout_fits(const Tensor& layout) {
+  return layout.is_cpu() && layout.layout() == at::kStrided && layout.scalar_type() == at::kByte &&
+         (layout.dim() == 2 || layout.dim() == 3);
+}
+
+// A layout's bytes appended to a plan key, 8 to an element.
+void append_bytes(const Tensor& layout, std::vector<int64_t>& key) {
+  const Tensor lay = layout.contiguous();
+  const auto* bytes = lay.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < lay.numel(); i += 8) {
+    int64_t word = 0;
+    std::memcpy(&word, bytes + i, static_cast<size_t>(std::min<int64_t>(8, lay.numel() - i)));
+    key.push_back(word);
+  }
+}
+
+// cu_seqlens_q and cu_seqlens_k, given together or not at all, as the plan reads them.
+void check_offsets(const Tensor& q, const Tensor& cu_q, const Tensor& cu_k) {
+  TORCH_CHECK(cu_q.defined() && cu_k.defined(),
+              "flashattn_ext: variable-length mode needs both cu_seqlens_q and cu_seqlens_k");
+  TORCH_CHECK(cu_q.dim() == 1 && cu_q.size(0) >= 2, "flashattn_ext: cu_seqlens_q ", cu_q.sizes(),
+              " must be (batch + 1) with batch >= 1");
+  for (const auto& [cu, name] : {std::pair{&cu_q, "cu_seqlens_q"}, std::pair{&cu_k, "cu_seqlens_k"}}) {
+    TORCH_CHECK(cu_fits(*cu, q, cu_q.size(0) - 1), "flashattn_ext: ", name, " must be int32 of shape (", cu_q.size(0),
+                "), contiguous, on q's device; got ", cu->scalar_type(), " ", cu->sizes(), " on ", cu->device());
+  }
+}
+
+// q, k, v, cu_seqlens, bias and ALiBi slopes as the plan reads them: 4-D (batch, seq,
+// heads, dim), or 3-D (tokens, heads, dim) with offsets that fit, with fitting extents; a
+// bias (batch, heads_q, seqlen_q, seqlen_k) of q's dtype with size-1 dims where it
+// broadcasts, or slopes that fit; not both. Returns the problem's extents.
+Dims check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& slopes,
+                  const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout, const Options& o) {
+  const bool varlen = cu_q.defined() || cu_k.defined();
+  const int64_t rank = varlen ? 3 : 4;
+  TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, "flashattn_ext: q, k, v must be 4-D (batch, ",
+              "seq, heads, dim), or 3-D (tokens, heads, dim) with cu_seqlens; got q ", q.sizes(), ", k ", k.sizes(),
+              ", v ", v.sizes(), varlen ? " with" : " without", " cu_seqlens");
+  if (varlen) check_offsets(q, cu_q, cu_k);
+  TORCH_CHECK(k_fits_q(k, q), "flashattn_ext: k ", k.sizes(), " must have q's ", varlen ? "" : "batch and ",
+              "head dim (q ", q.sizes(), ")");
+  TORCH_CHECK(v_fits_k(v, k), "flashattn_ext: v ", v.sizes(), " must have k's ", varlen ? "" : "batch, ",
+              "length and heads (k ", k.sizes(), ")");
   TORCH_CHECK(!bias.defined() || !slopes.defined(), "flashattn_ext: bias and alibi_slopes cannot be combined");
+  const Dims d = dims_of(q, k, cu_q, o);
   if (bias.defined()) {
     Strides st;
-    TORCH_CHECK(bias.dim() == 4 && bias.layout() == at::kStrided && bias_strides(bias, q, k, st),
-                "flashattn_ext: bias ", bias.sizes(), " must be 4-D (batch, heads_q, seqlen_q, seqlen_k) with size 1 ",
+    TORCH_CHECK(bias.dim() == 4 && bias.layout() == at::kStrided && bias_strides(bias, d, st), "flashattn_ext: bias ",
+                bias.sizes(), " must be 4-D (batch, heads_q, seqlen_q, seqlen_k) with size 1 ",
                 "where it broadcasts (q ", q.sizes(), ", k ", k.sizes(), ")");
     check_like_q(bias, q, "bias");
   }
-  TORCH_CHECK(!slopes.defined() || slopes_fit(slopes, q), "flashattn_ext: alibi_slopes ",
+  TORCH_CHECK(!slopes.defined() || slopes_fit(slopes, q, d), "flashattn_ext: alibi_slopes ",
               slopes.defined() ? slopes.sizes() : at::IntArrayRef(), " must be float32 on q's device, (heads_q) or ",
               "(batch, heads_q) with contiguous heads (q ", q.sizes(), ")");
+  TORCH_CHECK(!layout.defined() || layout_fits(layout), "flashattn_ext: block_layout ",
+              layout.defined() ? layout.sizes() : at::IntArrayRef(), " must be a host uint8 tensor (rows, cols) or ",
+              "(layout_heads, rows, cols)");
+  return d;
 }
 
 // The setter calls of flashattn._plan.make_plan and _torch_plans._Entry, in their order.
 std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                       const Tensor& slopes, const Options& o) {
+                                       const Tensor& slopes, const Tensor& layout, const Dims& d, const Options& o) {
   const Api& fa = api();
   check_like_q(k, q, "k");
   check_like_q(v, q, "v");
@@ -316,19 +412,24 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
   check(fa.plan_create(&h, p->cuda ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU, p->cuda ? q.get_device() : 0),
         "flashattn_plan_create");
   p->handle = h;
-  check(fa.set_shape(h, q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)),
-        "flashattn_plan_set_shape");
+  const Shape qd = shape_of(q), kd = shape_of(k), vd = shape_of(v);
+  check(fa.set_shape(h, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, kd[2], qd[3], vd[3]), "flashattn_plan_set_shape");
   check(fa.set_dtype(h, dtype_of(q)), "flashattn_plan_set_dtype");
+  if (d.varlen) check(fa.set_varlen(h, 1, qd[1], kd[1]), "flashattn_plan_set_varlen");
   const Strides qs = strides_of(q);
-  p->out = dense_like({q.size(0), q.size(1), q.size(2), v.size(3)}, qs);
-  p->dq = dense_like(shape_of(q), qs);
-  p->dk = dense_like(shape_of(k), strides_of(k));
-  p->dv = dense_like(shape_of(v), strides_of(v));
+  p->out = packed_if(dense_like({qd[0], qd[1], qd[2], vd[3]}, qs), d.varlen);
+  p->dq = packed_if(dense_like(qd, qs), d.varlen);
+  p->dk = packed_if(dense_like(kd, strides_of(k)), d.varlen);
+  p->dv = packed_if(dense_like(vd, strides_of(v)), d.varlen);
   const std::pair<flashattn_tensor_t, Strides> strides[] = {
-      {FLASHATTN_TENSOR_Q, norm_strides(q)}, {FLASHATTN_TENSOR_K, norm_strides(k)},
-      {FLASHATTN_TENSOR_V, norm_strides(v)}, {FLASHATTN_TENSOR_O, p->out},
-      {FLASHATTN_TENSOR_DO, p->out},         {FLASHATTN_TENSOR_DQ, p->dq},
-      {FLASHATTN_TENSOR_DK, p->dk},          {FLASHATTN_TENSOR_DV, p->dv}};
+      {FLASHATTN_TENSOR_Q, packed_if(norm_strides(qd, qs), d.varlen)},
+      {FLASHATTN_TENSOR_K, packed_if(norm_strides(kd, strides_of(k)), d.varlen)},
+      {FLASHATTN_TENSOR_V, packed_if(norm_strides(vd, strides_of(v)), d.varlen)},
+      {FLASHATTN_TENSOR_O, p->out},
+      {FLASHATTN_TENSOR_DO, p->out},
+      {FLASHATTN_TENSOR_DQ, p->dq},
+      {FLASHATTN_TENSOR_DK, p->dk},
+      {FLASHATTN_TENSOR_DV, p->dv}};
   for (const auto& [tensor, st] : strides) check(fa.set_strides(h, tensor, st.data()), "flashattn_plan_set_strides");
   check(fa.set_band_mask(h, o.bottom_right ? FLASHATTN_ALIGN_BOTTOM_RIGHT : FLASHATTN_ALIGN_TOP_LEFT, o.window_left,
                          o.window_right),
@@ -336,7 +437,7 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
   if (o.scale != 0) check(fa.set_scale(h, static_cast<float>(o.scale)), "flashattn_plan_set_softmax_scale");
   if (o.softcap != 0) check(fa.set_softcap(h, static_cast<float>(o.softcap)), "flashattn_plan_set_softcap");
   if (bias.defined()) {
-    bias_strides(bias, q, k, p->bias);
+    bias_strides(bias, d, p->bias);
     check(fa.set_bias(h, FLASHATTN_BIAS_TENSOR, p->bias.data()), "flashattn_plan_set_bias");
   } else if (slopes.defined()) {
     check(fa.set_bias(h, o.alibi_symmetric ? FLASHATTN_BIAS_ALIBI_SYMMETRIC : FLASHATTN_BIAS_ALIBI, nullptr),
@@ -349,6 +450,12 @@ std::shared_ptr<const Plan> build_plan(const Tensor& q, const Tensor& k, const T
   if (o.dropout_p != 0) {
     p->dropout_p = static_cast<float>(o.dropout_p);
     check(fa.set_dropout(h, p->dropout_p, 0, 0), "flashattn_plan_set_dropout");
+  }
+  if (layout.defined()) {
+    const Tensor lay = layout.contiguous();
+    const int64_t heads = lay.dim() == 3 ? lay.size(0) : 1;
+    check(fa.set_block_sparse(h, lay.data_ptr<uint8_t>(), heads, lay.size(-2), lay.size(-1), o.block_q, o.block_k),
+          "flashattn_plan_set_block_sparse");
   }
   check(fa.set_deterministic(h, o.deterministic), "flashattn_plan_set_deterministic");
   check(fa.set_algorithm(h, static_cast<flashattn_algorithm_t>(o.algorithm)), "flashattn_plan_set_algorithm");
@@ -364,11 +471,13 @@ class PlanCache {
   static constexpr size_t kCapacity = 1024;
 
   std::shared_ptr<const Plan> get(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                  const Tensor& slopes, const Options& o) {
-    check_shapes(q, k, v, bias, slopes);
+                                  const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout,
+                                  const Options& o) {
+    const Dims d = check_shapes(q, k, v, bias, slopes, cu_q, cu_k, layout, o);
     std::vector<int64_t> key;
-    key.reserve(5 * 12 + 9);
-    for (const Tensor* t : {&q, &k, &v, &bias, &slopes}) {
+    key.reserve(8 * 12 + 13 + (layout.defined() ? layout.numel() / 8 + 1 : 0));
+    // Layouts: the offsets' values are read by each run, not baked into the plan.
+    for (const Tensor* t : {&q, &k, &v, &bias, &slopes, &cu_q, &cu_k, &layout}) {
       if (!t->defined()) {
         key.push_back(-1);
         continue;
@@ -383,14 +492,15 @@ class PlanCache {
     const double reals[3] = {o.scale, o.softcap, o.dropout_p};
     int64_t bits[3];
     std::memcpy(bits, reals, sizeof bits);
-    key.insert(key.end(), {o.window_left, o.window_right, o.bottom_right, bits[0], bits[1], o.alibi_symmetric, bits[2],
-                           o.deterministic, o.algorithm});
+    key.insert(key.end(), {d.seqlen_q, d.seqlen_k, o.window_left, o.window_right, o.bottom_right, bits[0], bits[1],
+                           o.alibi_symmetric, bits[2], o.block_q, o.block_k, o.deterministic, o.algorithm});
+    if (layout.defined()) append_bytes(layout, key);  // a layout's values are the plan's
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
     }
-    auto plan = build_plan(q, k, v, bias, slopes, o);  // outside the lock: a failure takes the GIL
+    auto plan = build_plan(q, k, v, bias, slopes, layout, d, o);  // outside the lock: a failure takes the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     auto [it, inserted] = plans_.emplace(key, plan);
     if (inserted) {
@@ -461,8 +571,9 @@ void run(const Plan& p, size_t ws_bytes, const Tensor& like, const Rng& rng, con
 
 // t itself if it has these strides (size-1 dims aside), else a copy that has them.
 Tensor with_strides(const Tensor& t, const Strides& st) {
-  for (int i = 0; i < 4; ++i) {
-    if (t.size(i) > 1 && t.stride(i) != st[i]) return at::empty_strided(t.sizes(), st, t.options()).copy_(t);
+  const at::IntArrayRef want = tail(st, t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.size(i) > 1 && t.stride(i) != want[i]) return at::empty_strided(t.sizes(), want, t.options()).copy_(t);
   }
   return t;
 }
@@ -471,11 +582,26 @@ const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : n
 
 const float* slopes_ptr(const Tensor& slopes) { return slopes.defined() ? slopes.data_ptr<float>() : nullptr; }
 
+const int32_t* offsets_ptr(const Tensor& cu) { return cu.defined() ? cu.data_ptr<int32_t>() : nullptr; }
+
+// The sizes of out (q's with v's head dim) and of lse ((batch, heads_q, seqlen_q), or
+// (heads_q, total_q) packed).
+std::vector<int64_t> out_sizes(const Tensor& q, const Tensor& v) {
+  std::vector<int64_t> s(q.sizes().begin(), q.sizes().end());
+  s.back() = v.size(-1);
+  return s;
+}
+std::vector<int64_t> lse_sizes(const Tensor& q) {
+  if (q.dim() == 3) return {q.size(1), q.size(0)};
+  return {q.size(0), q.size(2), q.size(1)};
+}
+
 std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                                   const Tensor& slopes, const Options& o, const Rng& rng, bool want_lse) {
-  const auto p = cache.get(q, k, v, bias, slopes, o);
-  Tensor out = at::empty_strided({q.size(0), q.size(1), q.size(2), v.size(3)}, p->out, q.options());
-  Tensor lse = want_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat)) : Tensor();
+                                   const Tensor& slopes, const Tensor& cu_q, const Tensor& cu_k, const Tensor& layout,
+                                   const Options& o, const Rng& rng, bool want_lse) {
+  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k, layout, o);
+  Tensor out = at::empty_strided(out_sizes(q, v), tail(p->out, q.dim()), q.options());
+  Tensor lse = want_lse ? at::empty(lse_sizes(q), q.options().dtype(at::kFloat)) : Tensor();
   const flashattn_fwd_args_t a{.struct_size = sizeof(flashattn_fwd_args_t),
                                .q = q.data_ptr(),
                                .k = k.data_ptr(),
@@ -483,15 +609,19 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
                                .o = out.data_ptr(),
                                .lse = want_lse ? lse.data_ptr<float>() : nullptr,
                                .bias = ptr_or_null(bias),
-                               .alibi_slopes = slopes_ptr(slopes)};
+                               .alibi_slopes = slopes_ptr(slopes),
+                               .cu_seqlens_q = offsets_ptr(cu_q),
+                               .cu_seqlens_k = offsets_ptr(cu_k)};
   run(*p, p->ws_fwd, q, rng, "flashattn_fwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().fwd(p->handle, &a, ws, n, s); });
   return {out, lse};
 }
 
-Options options(int64_t left, int64_t right, bool bottom_right, double scale, double softcap, bool alibi_symmetric,
-                double dropout_p, bool deterministic, int64_t algorithm) {
-  return Options{left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm};
+Options options(int64_t max_q, int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale,
+                double softcap, bool alibi_symmetric, double dropout_p, int64_t block_q, int64_t block_k,
+                bool deterministic, int64_t algorithm) {
+  return Options{max_q,           max_k,     left,    right,   bottom_right,  scale,    softcap,
+                 alibi_symmetric, dropout_p, block_q, block_k, deterministic, algorithm};
 }
 
 // An optional tensor argument, undefined when absent.
@@ -500,24 +630,28 @@ Tensor given(const std::optional<Tensor>& t) { return t.has_value() ? *t : Tenso
 // flashattn_ext::fwd: (out, lse).
 std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes,
-                                      int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                                      const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k,
+                                      const std::optional<Tensor>& layout, int64_t max_q, int64_t max_k, int64_t left,
+                                      int64_t right, bool bottom_right, double scale, double softcap,
                                       bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset,
-                                      bool deterministic, int64_t algorithm) {
-  return forward(
-      q, k, v, given(bias), given(slopes),
-      options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
-      Rng{seed, offset}, true);
+                                      int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm) {
+  return forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout),
+                 options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, block_q,
+                         block_k, deterministic, algorithm),
+                 Rng{seed, offset}, true);
 }
 
 // flashattn_ext::attention below autograd: the output alone, no LSE written.
 Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
-                        const std::optional<Tensor>& slopes, int64_t left, int64_t right, bool bottom_right,
-                        double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
-                        int64_t offset, bool deterministic, int64_t algorithm) {
-  return std::get<0>(
-      forward(q, k, v, given(bias), given(slopes),
-              options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
-              Rng{seed, offset}, false));
+                        const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
+                        const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout, int64_t max_q,
+                        int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                        bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset, int64_t block_q,
+                        int64_t block_k, bool deterministic, int64_t algorithm) {
+  return std::get<0>(forward(q, k, v, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout),
+                             options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric,
+                                     dropout_p, block_q, block_k, deterministic, algorithm),
+                             Rng{seed, offset}, false));
 }
 
 // flashattn_ext::bwd: (dq, dk, dv, dbias), with the dropout mask of the forward's seed and
@@ -525,16 +659,18 @@ Tensor attention_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const
 // want_dbias.
 std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-    const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& slopes_arg, int64_t left, int64_t right,
+    const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& slopes_arg,
+    const std::optional<Tensor>& cu_q_arg, const std::optional<Tensor>& cu_k_arg,
+    const std::optional<Tensor>& layout_arg, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
     bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
-    int64_t offset, bool deterministic, int64_t algorithm, bool want_dbias) {
-  const Tensor bias = given(bias_arg), slopes = given(slopes_arg);
+    int64_t offset, int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm, bool want_dbias) {
+  const Tensor bias = given(bias_arg), slopes = given(slopes_arg), cu_q = given(cu_q_arg), cu_k = given(cu_k_arg),
+               layout = given(layout_arg);
   const Rng rng{seed, offset};
-  const auto p = cache.get(
-      q, k, v, bias, slopes,
-      options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm));
-  const std::array<int64_t, 4> out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
-  const std::array<int64_t, 3> lse_shape{q.size(0), q.size(2), q.size(1)};
+  const auto p = cache.get(q, k, v, bias, slopes, cu_q, cu_k, layout,
+                           options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
+                                   block_q, block_k, deterministic, algorithm));
+  const std::vector<int64_t> out_shape = out_sizes(q, v), lse_shape = lse_sizes(q);
   check_like_q(out, q, "out");
   check_like_q(dout, q, "dout");
   TORCH_CHECK(out.sizes() == out_shape && dout.sizes() == out_shape, "flashattn_ext::bwd: out ", out.sizes(),
@@ -543,9 +679,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
               "flashattn_ext::bwd: lse must be float32 of shape ", at::IntArrayRef(lse_shape), " on q's device");
   TORCH_CHECK(!want_dbias || bias.defined(), "flashattn_ext::bwd: want_dbias needs a bias tensor");
   const Tensor o = with_strides(out, p->out), d_o = with_strides(dout, p->out), l = lse.contiguous();
-  Tensor dq = at::empty_strided(q.sizes(), p->dq, q.options());
-  Tensor dk = at::empty_strided(k.sizes(), p->dk, q.options());
-  Tensor dv = at::empty_strided(v.sizes(), p->dv, q.options());
+  Tensor dq = at::empty_strided(q.sizes(), tail(p->dq, q.dim()), q.options());
+  Tensor dk = at::empty_strided(k.sizes(), tail(p->dk, k.dim()), q.options());
+  Tensor dv = at::empty_strided(v.sizes(), tail(p->dv, v.dim()), q.options());
   Tensor dbias = want_dbias ? at::empty_strided(bias.sizes(), p->bias, q.options()) : at::empty({0}, q.options());
   const flashattn_bwd_args_t a{.struct_size = sizeof(flashattn_bwd_args_t),
                                .q = q.data_ptr(),
@@ -559,7 +695,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
                                .dv = dv.data_ptr(),
                                .bias = ptr_or_null(bias),
                                .dbias = want_dbias ? dbias.data_ptr() : nullptr,
-                               .alibi_slopes = slopes_ptr(slopes)};
+                               .alibi_slopes = slopes_ptr(slopes),
+                               .cu_seqlens_q = offsets_ptr(cu_q),
+                               .cu_seqlens_k = offsets_ptr(cu_k)};
   run(*p, p->ws_bwd, q, rng, "flashattn_bwd",
       [&](void* ws, size_t n, CUstream_st* s) { return api().bwd(p->handle, &a, ws, n, s); });
   return {dq, dk, dv, dbias};
@@ -592,14 +730,18 @@ const auto& attention_op() {
 
 struct Attention : torch::autograd::Function<Attention> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes, const Options& o,
-                        const Rng& rng) {
+                        const std::optional<Tensor>& bias, const std::optional<Tensor>& slopes,
+                        const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k,
+                        const std::optional<Tensor>& layout, const Options& o, const Rng& rng) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [out, lse] =
-        fwd_op().call(q, k, v, bias, slopes, o.window_left, o.window_right, o.bottom_right, o.scale, o.softcap,
-                      o.alibi_symmetric, o.dropout_p, rng.seed, rng.offset, o.deterministic, o.algorithm);
-    ctx->save_for_backward({q, k, v, out, lse, given(bias), given(slopes)});
+        fwd_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, o.max_seqlen_q, o.max_seqlen_k, o.window_left,
+                      o.window_right, o.bottom_right, o.scale, o.softcap, o.alibi_symmetric, o.dropout_p, rng.seed,
+                      rng.offset, o.block_q, o.block_k, o.deterministic, o.algorithm);
+    ctx->save_for_backward({q, k, v, out, lse, given(bias), given(slopes), given(cu_q), given(cu_k), given(layout)});
     auto& d = ctx->saved_data;  // the backward's dropout mask is the forward's: its seed and offset are kept
+    d["max_q"] = o.max_seqlen_q;
+    d["max_k"] = o.max_seqlen_k;
     d["left"] = o.window_left;
     d["right"] = o.window_right;
     d["bottom_right"] = o.bottom_right;
@@ -609,6 +751,8 @@ struct Attention : torch::autograd::Function<Attention> {
     d["dropout_p"] = o.dropout_p;
     d["seed"] = rng.seed;
     d["offset"] = rng.offset;
+    d["block_q"] = o.block_q;
+    d["block_k"] = o.block_k;
     d["deterministic"] = o.deterministic;
     d["algorithm"] = o.algorithm;
     return out;
@@ -619,47 +763,60 @@ struct Attention : torch::autograd::Function<Attention> {
     const auto s = ctx->get_saved_variables();
     auto& d = ctx->saved_data;
     const bool want_dbias = s[5].defined() && ctx->needs_input_grad(3);  // edges: q, k, v, bias if given
-    auto [dq, dk, dv, dbias] =
-        bwd_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], opt(s[5]), opt(s[6]), d["left"].toInt(),
-                      d["right"].toInt(), d["bottom_right"].toBool(), d["scale"].toDouble(), d["softcap"].toDouble(),
-                      d["alibi_symmetric"].toBool(), d["dropout_p"].toDouble(), d["seed"].toInt(), d["offset"].toInt(),
-                      d["deterministic"].toBool(), d["algorithm"].toInt(), want_dbias);
-    return {dq, dk, dv, want_dbias ? dbias : Tensor(), Tensor(), Tensor(), Tensor()};
+    auto [dq, dk, dv, dbias] = bwd_op().call(
+        grads[0], s[0], s[1], s[2], s[3], s[4], opt(s[5]), opt(s[6]), opt(s[7]), opt(s[8]), opt(s[9]),
+        d["max_q"].toInt(), d["max_k"].toInt(), d["left"].toInt(), d["right"].toInt(), d["bottom_right"].toBool(),
+        d["scale"].toDouble(), d["softcap"].toDouble(), d["alibi_symmetric"].toBool(), d["dropout_p"].toDouble(),
+        d["seed"].toInt(), d["offset"].toInt(), d["block_q"].toInt(), d["block_k"].toInt(), d["deterministic"].toBool(),
+        d["algorithm"].toInt(), want_dbias);
+    // q, k, v, bias, slopes, cu_seqlens_q, cu_seqlens_k, block_layout, options, rng
+    return {dq, dk, dv, want_dbias ? dbias : Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 // flashattn_ext::attention with autograd: the Function when a gradient is wanted, else
 // the kernel below autograd.
 Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
-                          const std::optional<Tensor>& slopes, int64_t left, int64_t right, bool bottom_right,
-                          double scale, double softcap, bool alibi_symmetric, double dropout_p, int64_t seed,
-                          int64_t offset, bool deterministic, int64_t algorithm) {
+                          const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
+                          const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout, int64_t max_q,
+                          int64_t max_k, int64_t left, int64_t right, bool bottom_right, double scale, double softcap,
+                          bool alibi_symmetric, double dropout_p, int64_t seed, int64_t offset, int64_t block_q,
+                          int64_t block_k, bool deterministic, int64_t algorithm) {
   const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() || bias_grad)) {
-    return Attention::apply(
-        q, k, v, bias, slopes,
-        options(left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p, deterministic, algorithm),
-        Rng{seed, offset});
+    return Attention::apply(q, k, v, bias, slopes, cu_q, cu_k, layout,
+                            options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
+                                    block_q, block_k, deterministic, algorithm),
+                            Rng{seed, offset});
   }
   at::AutoDispatchBelowADInplaceOrView below;
-  return attention_op().call(q, k, v, bias, slopes, left, right, bottom_right, scale, softcap, alibi_symmetric,
-                             dropout_p, seed, offset, deterministic, algorithm);
+  return attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, max_q, max_k, left, right, bottom_right, scale,
+                             softcap, alibi_symmetric, dropout_p, seed, offset, block_q, block_k, deterministic,
+                             algorithm);
 }
 
 // ------------------------------------------------------------------ the Python entry
 
-bool servable(const Tensor& t, const Tensor& q) {
-  return t.dim() == 4 && t.layout() == at::kStrided && t.scalar_type() == q.scalar_type() && t.device() == q.device() &&
-         t.stride(3) == 1 && t.numel() > 0;
+bool servable(const Tensor& t, const Tensor& q, int64_t rank) {
+  return t.dim() == rank && t.layout() == at::kStrided && t.scalar_type() == q.scalar_type() &&
+         t.device() == q.device() && t.stride(-1) == 1 && t.numel() > 0;
 }
 
 // A bias the Python path would run with, not refuse in Python (flashattn._plan's
 // bias_strides_from and _check_bias): q's dtype and device, broadcastable, its key stride
 // 0 or 1.
-bool bias_servable(const Tensor& bias, const Tensor& q, const Tensor& k) {
+bool bias_servable(const Tensor& bias, const Tensor& q, const Dims& d) {
   Strides st;
   return bias.dim() == 4 && bias.layout() == at::kStrided && bias.scalar_type() == q.scalar_type() &&
-         bias.device() == q.device() && bias_strides(bias, q, k, st) && (k.size(1) == 1 || st[3] == 0 || st[3] == 1);
+         bias.device() == q.device() && bias_strides(bias, d, st) && (d.seqlen_k == 1 || st[3] == 0 || st[3] == 1);
+}
+
+// Offsets the Python path would run with (flashattn._plan.make_plan and _check_vector):
+// both or neither, cu_seqlens_q (batch + 1) with batch >= 1, both fitting.
+bool offsets_servable(const std::optional<Tensor>& cu_q, const std::optional<Tensor>& cu_k, const Tensor& q) {
+  if (!cu_q && !cu_k) return true;
+  return cu_q && cu_k && cu_q->dim() == 1 && cu_q->size(0) >= 2 && cu_fits(*cu_q, q, cu_q->size(0) - 1) &&
+         cu_fits(*cu_k, q, cu_q->size(0) - 1);
 }
 
 // The (seed, offset) of flashattn._torch._dropout_rng's host int64 tensor; false for
@@ -673,26 +830,36 @@ bool read_rng(const std::optional<Tensor>& t, Rng& rng) {
 
 // The op's result for a call it serves; None for one the Python path must take
 // (flashattn._torch_ops.run): other ranks, dtypes, devices or layouts, shapes that
-// disagree, a bias or slopes it would refuse, whose errors that path words. bias is the
-// 4-D additive bias flashattn._torch made of bias and masks; with dropout, rng is the
-// (seed, offset) tensor the Python path would run with.
+// disagree, offsets, a bias or slopes it would refuse, whose errors that path words. bias
+// is the 4-D additive bias flashattn._torch made of bias and masks; with cu_seqlens, q, k,
+// v are packed (tokens, heads, dim) and max_q, max_k the lengths the plan is made for;
+// a block-sparse layout is served on the host (uint8, 2-D or 3-D); with dropout, rng is
+// the (seed, offset) tensor the Python path would run with.
 py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& bias,
-                     const std::optional<Tensor>& slopes, const std::optional<Tensor>& rng_tensor, int64_t left,
-                     int64_t right, bool bottom_right, double scale, double softcap, bool alibi_symmetric,
-                     double dropout_p, bool deterministic, int64_t algorithm) {
+                     const std::optional<Tensor>& slopes, const std::optional<Tensor>& cu_q,
+                     const std::optional<Tensor>& cu_k, const std::optional<Tensor>& layout,
+                     const std::optional<Tensor>& rng_tensor, int64_t max_q, int64_t max_k, int64_t left, int64_t right,
+                     bool bottom_right, double scale, double softcap, bool alibi_symmetric, double dropout_p,
+                     int64_t block_q, int64_t block_k, bool deterministic, int64_t algorithm) {
   const auto dt = q.scalar_type();
+  const int64_t rank = cu_q || cu_k ? 3 : 4;
   Rng rng;
   if (!(dt == at::kHalf || dt == at::kBFloat16 || dt == at::kFloat) || !(q.is_cpu() || q.is_cuda()) ||
-      !servable(q, q) || !servable(k, q) || !servable(v, q) || !k_fits_q(k, q) || !v_fits_k(v, k) || (bias && slopes) ||
-      (bias && !bias_servable(*bias, q, k)) || (slopes && !slopes_fit(*slopes, q)) ||
+      !servable(q, q, rank) || !servable(k, q, rank) || !servable(v, q, rank) || !offsets_servable(cu_q, cu_k, q) ||
+      !k_fits_q(k, q) || !v_fits_k(v, k) || (bias && slopes) || (layout && !layout_fits(*layout)) ||
       (dropout_p != 0 && !read_rng(rng_tensor, rng))) {
     return py::none();
   }
+  const Options o = options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
+                            block_q, block_k, deterministic, algorithm);
+  const Dims d = dims_of(q, k, cu_q ? *cu_q : Tensor(), o);
+  if ((bias && !bias_servable(*bias, q, d)) || (slopes && !slopes_fit(*slopes, q, d))) return py::none();
   Tensor out;
   {
     py::gil_scoped_release no_gil;
-    out = attention_op().call(q, k, v, bias, slopes, left, right, bottom_right, scale, softcap, alibi_symmetric,
-                              dropout_p, rng.seed, rng.offset, deterministic, algorithm);
+    out = attention_op().call(q, k, v, bias, slopes, cu_q, cu_k, layout, max_q, max_k, left, right, bottom_right, scale,
+                              softcap, alibi_symmetric, dropout_p, rng.seed, rng.offset, block_q, block_k,
+                              deterministic, algorithm);
   }
   return py::cast(out);
 }
@@ -701,17 +868,26 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const st
 
 TORCH_LIBRARY(flashattn_ext, m) {
   m.def(
-      "attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
+      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
+      "window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
+      "block_q, int block_k, "
       "bool deterministic, int algorithm) -> Tensor");
   m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, int window_left, int window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, "
+      "fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
+      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
+      "window_right, "
+      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
+      "block_q, int block_k, "
       "bool deterministic, int algorithm) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, Tensor? alibi_slopes, "
-      "int window_left, int window_right, bool bottom_right, float scale, float softcap, bool alibi_symmetric, "
-      "float dropout_p, int seed, int offset, bool deterministic, int algorithm, bool want_dbias) "
+      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, "
+      "int window_left, int "
+      "window_right, bool bottom_right, float scale, float softcap, bool alibi_symmetric, "
+      "float dropout_p, int seed, int offset, int block_q, int block_k, bool deterministic, int algorithm, bool "
+      "want_dbias) "
       "-> (Tensor, Tensor, Tensor, Tensor)");
 }
 
