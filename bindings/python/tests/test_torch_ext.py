@@ -467,6 +467,27 @@ def test_direct_op_calls_refuse_inputs_of_mismatched_extents(ext):
     assert ext.cache_size() == n, "a refused call made a plan"
 
 
+def test_a_direct_call_with_an_expanded_bias_gets_its_gradient(ext):
+    """A bias that requires grad, expanded over heads and keys (stride 0): the direct op
+    materializes it (as flashattn.attention does), so its gradient is that of the same bias
+    materialized by the caller; the direct bwd refuses to write dbias through stride 0."""
+    q, k, v = _randn(2, 7, 4, 16, seed=1), _randn(2, 9, 4, 16, seed=2), _randn(2, 9, 4, 16, seed=3)
+    do = _randn(2, 7, 4, 16, seed=5)
+    scalars = (None, None, None, 0, 0, -1, -1, False, 0.0, 0.0, False, 0.0, 0, 0, 0, 0, False, 0)
+    grads = []
+    for materialize in (False, True):
+        base = _randn(2, 1, 7, 1, seed=4).requires_grad_()
+        bias = base.expand(2, 4, 7, 9)
+        out = torch.ops.flashattn_ext.attention(q, k, v, bias.clone() if materialize else bias, None, *scalars)
+        out.backward(do)
+        grads.append(base.grad)
+    assert torch.equal(grads[0], grads[1])
+    bias = _randn(2, 1, 7, 1, seed=4).expand(2, 4, 7, 9)
+    out, lse = torch.ops.flashattn_ext.fwd(q, k, v, bias, None, *scalars)
+    with pytest.raises(RuntimeError, match="want_dbias needs a bias without expanded dims"):
+        torch.ops.flashattn_ext.bwd(do, q, k, v, out, lse, bias, None, *scalars, True)
+
+
 # Bias, masks and ALiBi as flashattn.attention takes them, made for (batch, seqlen_q, heads_q,
 # seqlen_k) = (2, 7, 4, 9); the bias tensors are leaves that require a gradient, or views
 # of such leaves, unless named "no grad".

@@ -324,6 +324,14 @@ bool bias_strides(const Tensor& bias, const Dims& d, Strides& st) {
   return true;
 }
 
+// Whether t has a dim of size > 1 with stride 0 (an expand): one element stands for many,
+// so a gradient written through t's strides would land on one address.
+bool expanded(const Tensor& t) {
+  for (int64_t i = 0; i < t.dim(); ++i)
+    if (t.size(i) > 1 && t.stride(i) == 0) return true;
+  return false;
+}
+
 // ALiBi slopes as the plan reads them: fp32 on q's device, (heads_q) or (batch, heads_q),
 // heads contiguous (flashattn._plan's _check_vector and _check_slopes_per_batch).
 bool slopes_fit(const Tensor& s, const Tensor& q, const Dims& d) {
@@ -678,6 +686,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
   TORCH_CHECK(lse.sizes() == lse_shape && lse.scalar_type() == at::kFloat && lse.device() == q.device(),
               "flashattn_ext::bwd: lse must be float32 of shape ", at::IntArrayRef(lse_shape), " on q's device");
   TORCH_CHECK(!want_dbias || bias.defined(), "flashattn_ext::bwd: want_dbias needs a bias tensor");
+  TORCH_CHECK(!want_dbias || !expanded(bias), "flashattn_ext::bwd: want_dbias needs a bias without expanded dims; got ",
+              "sizes ", bias.sizes(), ", strides ", bias.strides());
   const Tensor o = with_strides(out, p->out), d_o = with_strides(dout, p->out), l = lse.contiguous();
   Tensor dq = at::empty_strided(q.sizes(), tail(p->dq, q.dim()), q.options());
   Tensor dk = at::empty_strided(k.sizes(), tail(p->dk, k.dim()), q.options());
@@ -784,7 +794,11 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, con
                           int64_t block_k, bool deterministic, int64_t algorithm) {
   const bool bias_grad = bias.has_value() && bias->defined() && bias->requires_grad();
   if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() || bias_grad)) {
-    return Attention::apply(q, k, v, bias, slopes, cu_q, cu_k, layout,
+    // An expanded bias dim (stride 0, size > 1) cannot carry a per-element gradient in the
+    // library's dbias: materialized, as flashattn._torch._combined_bias does, so that
+    // autograd sums the gradient through the expand.
+    const std::optional<Tensor> b = bias_grad && expanded(*bias) ? std::optional<Tensor>(bias->contiguous()) : bias;
+    return Attention::apply(q, k, v, b, slopes, cu_q, cu_k, layout,
                             options(max_q, max_k, left, right, bottom_right, scale, softcap, alibi_symmetric, dropout_p,
                                     block_q, block_k, deterministic, algorithm),
                             Rng{seed, offset});
