@@ -881,28 +881,19 @@ py::object attention(const Tensor& q, const Tensor& k, const Tensor& v, const st
 }  // namespace
 
 TORCH_LIBRARY(flashattn_ext, m) {
-  m.def(
-      "attention(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
-      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
-      "window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
-      "block_q, int block_k, "
-      "bool deterministic, int algorithm) -> Tensor");
-  m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, "
-      "Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, int window_left, int "
-      "window_right, "
-      "bool bottom_right, float scale, float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int "
-      "block_q, int block_k, "
-      "bool deterministic, int algorithm) -> (Tensor, Tensor)");
-  m.def(
-      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, Tensor? alibi_slopes, "
-      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? block_layout, int max_seqlen_q, int max_seqlen_k, "
-      "int window_left, int "
-      "window_right, bool bottom_right, float scale, float softcap, bool alibi_symmetric, "
-      "float dropout_p, int seed, int offset, int block_q, int block_k, bool deterministic, int algorithm, bool "
-      "want_dbias) "
-      "-> (Tensor, Tensor, Tensor, Tensor)");
+  // The inputs and options every op takes in this order (bwd with its extra tensors around
+  // q, k, v and want_dbias last); the kernels above take them as C++ arguments likewise.
+  const std::string qkv = "Tensor q, Tensor k, Tensor v, ";
+  const std::string opts =
+      "Tensor? bias, Tensor? alibi_slopes, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? block_layout, "
+      "int max_seqlen_q, int max_seqlen_k, int window_left, int window_right, bool bottom_right, float scale, "
+      "float softcap, bool alibi_symmetric, float dropout_p, int seed, int offset, int block_q, int block_k, "
+      "bool deterministic, int algorithm";
+  m.def(("attention(" + qkv + opts + ") -> Tensor").c_str());
+  m.def(("fwd(" + qkv + opts + ") -> (Tensor, Tensor)").c_str());
+  m.def(("bwd(Tensor dout, " + qkv + "Tensor out, Tensor lse, " + opts +
+         ", bool want_dbias) -> (Tensor, Tensor, Tensor, Tensor)")
+            .c_str());
 }
 
 TORCH_LIBRARY_IMPL(flashattn_ext, CPU, m) {
