@@ -54,8 +54,8 @@ cudaError_t set_split_smem() {
   static std::atomic<uint64_t> attr_done{0};
   return once_per_device(attr_done, [](int) {
     constexpr int bytes = BwdTile<D, true>::smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(bwd_dkdv_kernel<D, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         bytes);
+    cudaError_t e =
+        cudaFuncSetAttribute(bwd_dkdv_kernel<D, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e == cudaSuccess)
       e = cudaFuncSetAttribute(bwd_dkdv_kernel<D, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     return e;

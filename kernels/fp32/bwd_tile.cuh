@@ -100,8 +100,7 @@ __device__ __forceinline__ void tile_grads(const AttnParams& p, const SeqCtx& c,
   if constexpr (kSplitKV)  // dP
     warp_gemm_split<true, false>(ds, reinterpret_cast<const uint32_t*>(s.dout), T::d_pitch, s.vs, T::kv_pitch, w.m0,
                                  w.n0, kdv);
-  else
-    warp_gemm<false, true>(ds, s.dout, T::d_pitch, s.v, T::d_pitch, w.m0, w.n0, kdv);
+  else warp_gemm<false, true>(ds, s.dout, T::d_pitch, s.v, T::d_pitch, w.m0, w.n0, kdv);
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -110,8 +109,7 @@ __device__ __forceinline__ void tile_grads(const AttnParams& p, const SeqCtx& c,
   if constexpr (kSplitKV)  // S
     warp_gemm_split<true, false>(z, reinterpret_cast<const uint32_t*>(s.q), T::d_pitch, s.ks, T::kv_pitch, w.m0, w.n0,
                                  kd);
-  else
-    warp_gemm<false, true>(z, s.q, T::d_pitch, s.k, T::d_pitch, w.m0, w.n0, kd);
+  else warp_gemm<false, true>(z, s.q, T::d_pitch, s.k, T::d_pitch, w.m0, w.n0, kd);
   finish_scores<kCapGrad>(p, c, z, ds, i0 + w.m0, j0 + w.n0, partial);
 #pragma unroll
   for (int n = 0; n < NT; ++n)
