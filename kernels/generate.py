@@ -271,13 +271,13 @@ def fp32_units(spec):
     files = {}
     for d in dims:
         for kind, args in (("fwd", "const AttnParams& p, int smem_limit, cudaStream_t stream"),
-                           ("bwd", "const AttnParams& p, float* delta, cudaStream_t stream")):
+                           ("bwd", "const AttnParams& p, float* delta, int smem_limit, cudaStream_t stream")):
             files[f"{fam}/instances/{kind}_d{d}.cu"] = (
                 f"{gen}#include \"{fam}/{kind}_launch.cuh\"\n\nnamespace flashattn {{\nnamespace {fam} {{\n"
                 f"template LaunchResult launch_{kind}<{d}>({args});\n}}  // namespace {fam}\n"
                 f"}}  // namespace flashattn\n")
     ext = "\n".join(f"extern template LaunchResult launch_fwd<{d}>(const AttnParams&, int, cudaStream_t);\n"
-                    f"extern template LaunchResult launch_bwd<{d}>(const AttnParams&, float*, cudaStream_t);"
+                    f"extern template LaunchResult launch_bwd<{d}>(const AttnParams&, float*, int, cudaStream_t);"
                     for d in dims)
     rows = ",\n    ".join(f"{{{d}, &launch_fwd<{d}>, &launch_bwd<{d}>, FwdTile<{d}>::smem_bytes, "
                           f"BwdTile<{d}>::smem_bytes}}" for d in dims)
@@ -296,9 +296,9 @@ namespace {fam} {{
 struct Bucket {{
   int d;  // head_dim_qk and head_dim_v run padded to d
   LaunchResult (*fwd)(const AttnParams&, int, cudaStream_t);
-  LaunchResult (*bwd)(const AttnParams&, float*, cudaStream_t);
+  LaunchResult (*bwd)(const AttnParams&, float*, int, cudaStream_t);
   // Dynamic shared memory per block of the forward (its narrow instance, which every served
-  // device runs) and the backward kernels.
+  // device runs) and the backward kernels (their fp32 instances, the same).
   int fwd_smem, bwd_smem;
 }};
 // Ascending: a run takes the first bucket that holds both of its head dims.

@@ -6,7 +6,8 @@
 // With kAtomicDq it also adds scale * dS K into dQ (zeroed by bwd_prep_kernel unless the
 // run accumulates into dQ) with fp32 atomics: the non-deterministic mode. The
 // deterministic mode computes dQ in bwd_dq_kernel instead. Key blocks past a sequence's
-// end write nothing; a block that no query reaches writes zeros.
+// end write nothing; a block that no query reaches writes zeros. The split instance
+// (kSplitKV, traits.h) splits K and V once, before the loop, for every pair's S and dP.
 #pragma once
 #include <stdint.h>
 
@@ -16,17 +17,17 @@ namespace flashattn {
 namespace fp32 {
 
 // dQ [Br x D] of the current tile pair: acc += dS K (WarpGrid<Br, D>).
-template <int D, int NT>
-__device__ __forceinline__ void pair_dq(float (&acc)[NT][4], const BwdSmem<D>& s) {
+template <int D, bool kSplitKV, int NT>
+__device__ __forceinline__ void pair_dq(float (&acc)[NT][4], const BwdSmem<D, kSplitKV>& s) {
   using T = BwdTile<D>;
   const WarpTile<T::Br, D, T::kThreads / 32> w;
   warp_gemm<false, false>(acc, s.ds, T::s_pitch, s.k, T::d_pitch, w.m0, w.n0, T::Bc);
 }
 
 // scale * dS K of the current tile pair into dQ rows [i0, i0 + nq) with atomics.
-template <int D>
-__device__ __forceinline__ void add_dq_atomic(const AttnParams& p, const SeqCtx& c, const BwdSmem<D>& s, int64_t i0,
-                                              int nq) {
+template <int D, bool kSplitKV>
+__device__ __forceinline__ void add_dq_atomic(const AttnParams& p, const SeqCtx& c, const BwdSmem<D, kSplitKV>& s,
+                                              int64_t i0, int nq) {
   using T = BwdTile<D>;
   constexpr int NT = WarpGrid<T::Br, D, T::kThreads / 32>::NT;
   const WarpTile<T::Br, D, T::kThreads / 32> w;
@@ -49,12 +50,13 @@ __device__ __forceinline__ void add_dq_atomic(const AttnParams& p, const SeqCtx&
   }
 }
 
-template <int D, bool kAtomicDq>
-__global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dkdv_kernel(const AttnParams p, const float* delta) {
-  using T = BwdTile<D>;
+template <int D, bool kAtomicDq, bool kSplitKV>
+__global__ void __launch_bounds__(BwdTile<D, kSplitKV>::kThreads)
+    bwd_dkdv_kernel(const AttnParams p, const float* delta) {
+  using T = BwdTile<D, kSplitKV>;
   constexpr int kWarps = T::kThreads / 32, NT = WarpGrid<T::Bc, D, kWarps>::NT;
   extern __shared__ float4 smem4[];
-  const BwdSmem<D> s(reinterpret_cast<float*>(smem4));
+  const BwdSmem<D, kSplitKV> s(reinterpret_cast<float*>(smem4));
 
   const int64_t n_kb = (p.seqlen_k + T::Bc - 1) / T::Bc;
   const int64_t kb = static_cast<int64_t>(blockIdx.x) % n_kb, bhk = static_cast<int64_t>(blockIdx.x) / n_kb;
@@ -64,6 +66,12 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dkdv_kernel(const At
   if (j0 >= ck.len_k) return;
   const int nk = static_cast<int>(ck.len_k - j0 < T::Bc ? ck.len_k - j0 : T::Bc);
   load_key_side(p, ck, s, j0, nk);
+  if constexpr (kSplitKV) {
+    copy_wait<0>();
+    __syncthreads();  // K and V are in
+    split_rows<T::Bc, D, T::d_pitch, T::kv_pitch, T::kThreads>(s.ks, s.k);
+    split_rows<T::Bc, D, T::d_pitch, T::kv_pitch, T::kThreads>(s.vs, s.v);
+  }
 
   const WarpTile<T::Bc, D, kWarps> w;
   float dk[NT][4], dv[NT][4];
@@ -75,7 +83,7 @@ __global__ void __launch_bounds__(BwdTile<D>::kThreads) bwd_dkdv_kernel(const At
       const int nq = static_cast<int>(c.len_q - i0 < T::Br ? c.len_q - i0 : T::Br);
       const TileKind kind = classify_tile(p, h, c.shift, i0, nq, j0, nk);
       if (kind == kTileSkip) continue;
-      __syncthreads();  // the previous pair's products are done with the query-side tiles
+      __syncthreads();  // the previous pair's products are done with the query-side tiles (and V's staging)
       load_query_side(p, c, s, delta, i0, nq);
       pair_grads(p, c, s, i0, j0, kind);
       warp_gemm<true, false>(dv, s.z, T::s_pitch, s.dout, T::d_pitch, w.m0, w.n0, T::Br);

@@ -9,18 +9,18 @@ namespace flashattn {
 namespace fp32 {
 
 extern template LaunchResult launch_fwd<64>(const AttnParams&, int, cudaStream_t);
-extern template LaunchResult launch_bwd<64>(const AttnParams&, float*, cudaStream_t);
+extern template LaunchResult launch_bwd<64>(const AttnParams&, float*, int, cudaStream_t);
 extern template LaunchResult launch_fwd<128>(const AttnParams&, int, cudaStream_t);
-extern template LaunchResult launch_bwd<128>(const AttnParams&, float*, cudaStream_t);
+extern template LaunchResult launch_bwd<128>(const AttnParams&, float*, int, cudaStream_t);
 extern template LaunchResult launch_fwd<256>(const AttnParams&, int, cudaStream_t);
-extern template LaunchResult launch_bwd<256>(const AttnParams&, float*, cudaStream_t);
+extern template LaunchResult launch_bwd<256>(const AttnParams&, float*, int, cudaStream_t);
 
 struct Bucket {
   int d;  // head_dim_qk and head_dim_v run padded to d
   LaunchResult (*fwd)(const AttnParams&, int, cudaStream_t);
-  LaunchResult (*bwd)(const AttnParams&, float*, cudaStream_t);
+  LaunchResult (*bwd)(const AttnParams&, float*, int, cudaStream_t);
   // Dynamic shared memory per block of the forward (its narrow instance, which every served
-  // device runs) and the backward kernels.
+  // device runs) and the backward kernels (their fp32 instances, the same).
   int fwd_smem, bwd_smem;
 };
 // Ascending: a run takes the first bucket that holds both of its head dims.

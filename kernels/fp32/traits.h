@@ -83,24 +83,32 @@ struct FwdTile {
 
 // Backward: one CTA of 8 warps per (key block of Bc keys, kv head, sequence) for dK/dV,
 // per (query block, query head, sequence) for a deterministic dQ, per dBias tile for
-// dBias; query blocks of Br rows.
-template <int D>
+// dBias; query blocks of Br rows. All tiles fp32, their fragments split as the products
+// read them, except in the dK/dV kernel's split instance (kSplitKV, where a block may have
+// an H100's 227 KB: bwd_launch.cuh): there K and V are also held as split tiles (B with k
+// along their rows), split once per CTA, for S = Q K^T and dP = dO V^T; V's fp32 tile is
+// then only the staging of that split, in the place of Q and dO, and K's stays for dQ.
+template <int D, bool kSplitKV = false>
 struct BwdTile {
   static constexpr int kThreads = 256;
   static constexpr int Br = D <= 64 ? 64 : 32;
   static constexpr int Bc = D <= 128 ? 64 : 32;
-  // K, V [Bc x D]; Q, dO [Br x D]; Z (dropped P), dS [Br x Bc]; LSE, Delta [Br]
-  static constexpr int d_pitch = kpitch(D), s_pitch = npitch(Bc);
+  // K, V [Bc x D]; Q, dO [Br x D]; Z (dropped P), dS [Br x Bc]; LSE, Delta [Br]; split K, V
+  static constexpr int d_pitch = kpitch(D), s_pitch = npitch(Bc), kv_pitch = pair_pitch(D);
   static constexpr int k_off = 0;
   static constexpr int v_off = k_off + Bc * d_pitch;
-  static constexpr int q_off = v_off + Bc * d_pitch;
+  static constexpr int q_off = kSplitKV ? v_off : v_off + Bc * d_pitch;
   static constexpr int do_off = q_off + Br * d_pitch;
   static constexpr int z_off = do_off + Br * d_pitch;
   static constexpr int ds_off = z_off + Br * s_pitch;
   static constexpr int lse_off = ds_off + Br * s_pitch;
   static constexpr int delta_off = lse_off + Br;
-  static constexpr int floats = delta_off + Br;
+  static constexpr int ks_off = delta_off + Br;
+  static constexpr int vs_off = ks_off + Bc * kv_pitch;
+  static constexpr int floats = kSplitKV ? vs_off + Bc * kv_pitch : ks_off;
   static constexpr int smem_bytes = floats * 4;
+  static_assert(!kSplitKV || (2 * Br >= Bc && ks_off % 4 == 0 && smem_bytes <= kSm90SmemPerBlock),
+                "split instance: V stages where Q and dO go, split tiles 16-byte aligned, an H100's block");
 };
 
 }  // namespace fp32

@@ -1,5 +1,6 @@
 // Host side of the fp32 backward: its workspace (the Delta vector), and the launcher
-// of the run's head-dim bucket (kernels/fp32/launchers.h; the steps: bwd_launch.cuh).
+// of the run's head-dim bucket (kernels/fp32/launchers.h; the steps: bwd_launch.cuh) with
+// the shared memory the device allows (smem_limit).
 #include <stdint.h>
 
 #include "cuda/launch.hpp"
@@ -22,13 +23,21 @@ flashattn_status_t fp32_bwd(const AttnParams& p, void* workspace, size_t workspa
     return s;
   float* delta = reinterpret_cast<float*>(ws);
   const fp32::Bucket& k = fp32::kBuckets[fp32_bucket(p)];  // fp32_check found one
-  const fp32::LaunchResult r = k.bwd(p, delta, stream);
+  int dev = 0, optin = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fp32 backward: querying the shared memory limit failed: %s (%s)",
+                cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  const fp32::LaunchResult r = k.bwd(p, delta, smem_limit(optin), stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   (void)cudaGetLastError();
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
               "fp32 backward, %s kernel (head-dim bucket %d, %d bytes of shared memory, stream %p): launch "
               "failed: %s (%s)",
-              r.step, k.d, k.bwd_smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
+              r.step, k.d, r.smem, static_cast<void*>(stream), cudaGetErrorName(r.err), cudaGetErrorString(r.err));
 }
 
 }  // namespace flashattn

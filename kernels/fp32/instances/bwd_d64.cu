@@ -3,6 +3,6 @@
 
 namespace flashattn {
 namespace fp32 {
-template LaunchResult launch_bwd<64>(const AttnParams& p, float* delta, cudaStream_t stream);
+template LaunchResult launch_bwd<64>(const AttnParams& p, float* delta, int smem_limit, cudaStream_t stream);
 }  // namespace fp32
 }  // namespace flashattn
