@@ -66,12 +66,31 @@ def _header_dir():
     raise FileNotFoundError("flashattn.h not found (looked in %s)" % ", ".join(dirs))
 
 
+def _link_flags():
+    """The C++ runtime this process runs (torch's libraries need it), named by its path so
+    that the extension links that shared library. Left to the compiler driver, some hosts
+    link a static copy of the runtime into the extension (seen with Ubuntu 24.04's g++ 13
+    beside torch 2.11: no libstdc++ among its needed libraries, the runtime's symbols
+    exported by the module); that copy's stream locale is never set up, so formatting a
+    number into an error message crashed the process. Empty where the process shows no
+    libstdc++ (not Linux, or a runtime of another name)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libstdc++.so" in line}
+    except OSError:
+        return []
+    paths = sorted(p for p in paths if os.path.basename(p).startswith("libstdc++.so") and os.path.isfile(p))
+    return paths[:1]
+
+
 def _source_digest():
-    """A digest of what the build compiles: the op's source and the flashattn.h it includes."""
+    """A digest of what the build compiles and links: the op's source, the flashattn.h it
+    includes and the link flags."""
     h = hashlib.sha256()
     for path in (SOURCE, os.path.join(_header_dir(), "flashattn.h")):
         with open(path, "rb") as f:
             h.update(f.read())
+    h.update(repr(_link_flags()).encode())
     return h.hexdigest()[:12]
 
 
@@ -106,7 +125,7 @@ def build(verbose=False):
     if _built_file(folder) is None:
         os.makedirs(folder, exist_ok=True)
         mod = cpp.load(name=_module_name(), sources=[SOURCE], extra_include_paths=[_header_dir()],
-                       extra_cflags=["-O2"], build_directory=folder, verbose=verbose,
+                       extra_cflags=["-O2"], extra_ldflags=_link_flags(), build_directory=folder, verbose=verbose,
                        is_python_module=True)
         _activate(_built_file(folder), mod)
     else:

@@ -349,6 +349,22 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
     assert lines[5] == "InvalidArgumentError " + ascii((message, "FAKE_STATUS_\ufffd", "flashattn_plan_create"))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+                    reason="the dynamic section is read with readelf, on Linux")
+def test_the_op_links_the_processs_cpp_runtime_and_formats_numbers(ext):
+    """The module needs the shared libstdc++ the process runs rather than carrying a
+    static copy, whose stream locale is never set up (where a host's compiler driver
+    linked one, formatting a number into a refusal's message crashed the process)."""
+    dynamic = subprocess.run(["readelf", "-d", torch_ext.status()["path"]], capture_output=True, text=True,
+                             check=True).stdout
+    needed = [line.rsplit("[", 1)[-1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert any(n.startswith("libstdc++.so") for n in needed), needed
+    q = _randn(2, 5, 4, 16)
+    with pytest.raises(RuntimeError, match=r"flashattn_ext: q, k, v must be 4-D .*\[5, 4, 16\]"):
+        torch.ops.flashattn_ext.fwd(q[0], q, q, None, None, None, None, None, 0, 0, -1, -1, False, 0.0, 0.0, False,
+                                    0.0, 0, 0, 0, 0, False, 0)
+
+
 def test_threads_sharing_the_ops_cache_get_the_python_paths_results(ext):
     cases = ["plain", "causal", "window", "mqa", "bhsd_strides", "dropout", "dropout_other_seed"]
 
