@@ -155,18 +155,19 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
 
 TEST_CASE("forward paths: causal tiles over several L2 sections of heads, the last one smaller", "[gpu][fwd]") {
   REQUIRE_PATH();
-  // fa3 numbers causal tiles in sections of the heads whose K and V fit 32 MB: at 6000 keys
+  // fa3 numbers causal tiles in sections of the heads whose K and V fit 16 MB: at 3000 keys
   // 10 heads at d = 128 and 5 at d = 256, so 3 sequences x 4 heads make sections of 10 + 2 and
   // 5 + 5 + 2; every tile must be computed once.
   uint64_t seed = 9550;
   for (const HeadDims d : {HeadDims{128, 128}, HeadDims{256, 256}}) {
     ++seed;
-    gpu_check(causal_case("paths causal sections", 130, 6000, d, kGpuDtypes[seed % 2], seed, 3, 4, 2));
+    gpu_check(causal_case("paths causal sections", 130, 3000, d, kGpuDtypes[seed % 2], seed, 3, 4, 2));
   }
   // Sections, the tile counter and three consumer warpgroups at once: at d = 64 and 3000
-  // keys a section holds 43 heads, so 3 sequences x 48 heads (GQA 6:1) make 43 + 43 + 43 +
-  // 15; their 144 tiles of 130 rows (the third consumer holds 2 of them) outnumber the SMs,
-  // so the persistent CTAs claim tiles from the counter across section boundaries.
+  // keys a section holds 21 heads, so 3 sequences x 48 heads (GQA 6:1) make six sections of
+  // 21 and one of 18; their 144 tiles of 130 rows (the third consumer holds 2 of them)
+  // outnumber the SMs, so the persistent CTAs claim tiles from the counter across section
+  // boundaries.
   gpu_check(
       causal_case("paths causal sections, tiles > SMs", 130, 3000, {64, 64}, FLASHATTN_DTYPE_BF16, 9560, 3, 48, 8));
 }
