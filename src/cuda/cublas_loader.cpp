@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -95,6 +96,19 @@ const Loaded& loaded() {
   return result;
 }
 
+// Set when the process exits (an atexit handler registered with the first handle, so it
+// runs before the CUDA runtime's and cuBLAS's teardown, which were set up earlier). A
+// thread that ends while the process exits (torch's autograd threads do) must not call
+// into a runtime that may be gone: its handles go with the process.
+std::atomic<bool> g_process_exiting{false};
+
+void mark_process_exiting() { g_process_exiting.store(true); }
+
+void watch_process_exit() {
+  static std::once_flag once;
+  std::call_once(once, [] { (void)atexit(mark_process_exiting); });
+}
+
 // One handle per (thread, device): a cuBLAS handle must not be used by two threads at
 // once, and a per-thread handle needs no lock on the run path.
 struct ThreadHandles {
@@ -104,6 +118,7 @@ struct ThreadHandles {
   };
   std::vector<Entry> entries;
   ~ThreadHandles() {
+    if (entries.empty() || g_process_exiting.load()) return;
     const Loaded& l = loaded();
     if (!l.ok) return;
     for (const Entry& e : entries) {
@@ -144,6 +159,7 @@ flashattn_status_t thread_handle(int device, Handle* handle) {
   } catch (const std::bad_alloc&) {
     return fail_allocation("the calling thread's table of cuBLAS handles", capacity * sizeof(ThreadHandles::Entry));
   }
+  watch_process_exit();
   Handle h = nullptr;
   const Status st = api->create(&h);
   if (st != kSuccess) {
