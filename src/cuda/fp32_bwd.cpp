@@ -23,15 +23,9 @@ flashattn_status_t fp32_bwd(const AttnParams& p, void* workspace, size_t workspa
     return s;
   float* delta = reinterpret_cast<float*>(ws);
   const fp32::Bucket& k = fp32::kBuckets[fp32_bucket(p)];  // fp32_check found one
-  int dev = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fp32 backward: querying the shared memory limit failed: %s (%s)",
-                cudaGetErrorName(err), cudaGetErrorString(err));
-  }
-  const fp32::LaunchResult r = k.bwd(p, delta, smem_limit(optin), stream);
+  int dev = 0, limit = 0;
+  if (const flashattn_status_t s = device_smem_limit("fp32 backward", &dev, &limit)) return s;
+  const fp32::LaunchResult r = k.bwd(p, delta, limit, stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   (void)cudaGetLastError();
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,

@@ -11,15 +11,9 @@ namespace flashattn {
 flashattn_status_t fp32_fwd(const AttnParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return FLASHATTN_STATUS_SUCCESS;
   const fp32::Bucket& k = fp32::kBuckets[fp32_bucket(p)];  // fp32_check found one
-  int dev = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(FLASHATTN_STATUS_CUDA_ERROR, "fp32 forward: querying the shared memory limit failed: %s (%s)",
-                cudaGetErrorName(err), cudaGetErrorString(err));
-  }
-  const fp32::LaunchResult r = k.fwd(p, smem_limit(optin), stream);
+  int dev = 0, limit = 0;
+  if (const flashattn_status_t s = device_smem_limit("fp32 forward", &dev, &limit)) return s;
+  const fp32::LaunchResult r = k.fwd(p, limit, stream);
   if (r.err == cudaSuccess) return FLASHATTN_STATUS_SUCCESS;
   (void)cudaGetLastError();
   return fail(FLASHATTN_STATUS_LAUNCH_FAILED,

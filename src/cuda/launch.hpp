@@ -18,8 +18,8 @@
 namespace flashattn {
 
 // The opt-in shared memory per block that the fa2 backward chooses its kernel for, the fp32
-// forward its instance for and the decode kernel sizes its ring for, on a device that
-// allows `optin` bytes.
+// forward and backward their instances for and the decode kernel sizes its ring for, on a
+// device that allows `optin` bytes.
 // FLASHATTN_CUDA_SMEM_LIMIT (testing knob): a positive decimal byte count below optin
 // caps it (e.g. 101376 takes the sm_86/sm_89 paths on an H100); unset or invalid (not a
 // whole positive number): no cap. Read at every call, so a process may change it between
@@ -33,6 +33,10 @@ inline int smem_limit(int optin) {
   if (end == env || *end != '\0' || errno != 0 || v <= 0 || v >= optin) return optin;
   return static_cast<int>(v);
 }
+
+// *device = the calling thread's device, *limit = smem_limit() of its opt-in shared memory
+// per block (src/cuda/smem_limit.cpp); CUDA_ERROR naming `who` when a query fails.
+flashattn_status_t device_smem_limit(const char* who, int* device, int* limit);
 
 // ---- the workspace of every CUDA path (src/cuda/workspace.cpp) ----
 // *at = the workspace's first 256-byte boundary, where need bytes of buffers begin (null

@@ -18,7 +18,8 @@ path's error), and every call under torch.compile take the Python path (the cust
 
 Nothing is compiled at import: :func:`build` compiles the extension with
 torch.utils.cpp_extension (a C++ compiler and ninja needed) into a folder keyed by the
-torch version, the Python ABI, the library's version, the source and flashattn.h, under
+torch version, the Python ABI, the library's version, the source, flashattn.h and the
+link flags (the path of the process's libstdc++), under
 ``$FLASHATTN_TORCH_EXT_DIR`` (default ``$XDG_CACHE_HOME/flashattn/torch_ext``, i.e.
 ``~/.cache/flashattn/torch_ext``). The torch path loads a matching build from there at its
 first call; ``FLASHATTN_TORCH_EXT=0`` turns that off (an explicit :func:`build` or
@@ -73,7 +74,9 @@ def _link_flags():
     beside torch 2.11: no libstdc++ among its needed libraries, the runtime's symbols
     exported by the module); that copy's stream locale is never set up, so formatting a
     number into an error message crashed the process. Empty where the process shows no
-    libstdc++ (not Linux, or a runtime of another name)."""
+    libstdc++ (not Linux, or a runtime of another name). torch is imported first: its
+    libraries map the runtime, so the answer does not depend on what ran before."""
+    import torch  # noqa: F401
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "/libstdc++.so" in line}

@@ -351,7 +351,7 @@ def test_the_op_binds_once_and_refuses_to_run_before(ext, tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("readelf") is None,
                     reason="the dynamic section is read with readelf, on Linux")
-def test_the_op_links_the_processs_cpp_runtime_and_formats_numbers(ext):
+def test_the_op_links_the_cpp_runtime_of_the_process_and_formats_numbers(ext):
     """The module needs the shared libstdc++ the process runs rather than carrying a
     static copy, whose stream locale is never set up (where a host's compiler driver
     linked one, formatting a number into a refusal's message crashed the process)."""
