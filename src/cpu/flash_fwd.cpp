@@ -198,8 +198,9 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
-  gemm_panels(nj, nc, dqk, w.k, dqk, st.q, w.s, kBr, false);
-  transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr);
+  const bool scaled = p.softcap <= 0.f;     // the score scale is applied as the GEMM stores S^T
+  gemm_panels(nj, nc, dqk, w.k, dqk, st.q, w.s, kBr, scaled ? p.scale : 1.f);
+  transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr, scaled);
   if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
   online_softmax_cols(w.s, kBr, nj, nc, st.m, st.l, w.alpha, st.acc, dvp, dvp);
   if (w.drop)
