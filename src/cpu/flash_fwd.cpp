@@ -29,12 +29,12 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-// A task covers kSub consecutive query tiles (kFwdBlockRows rows) that share each
-// converted K/V tile: the conversion (and the K panel packing) is paid once per
-// kFwdBlockRows query rows while the mask/sparsity skipping stays at kBr x kBc
-// granularity. 4 (256 rows) halves the share of the packing against 2 (profiled: from
-// ~20% of a d=64 forward to ~10%). Blocks of at most kDotRows rows compute their scores as
-// dot products (cpu_impl.hpp).
+// A block covers kSub consecutive query tiles (kFwdBlockRows rows) that share each
+// converted K/V tile (a task takes one or two blocks: task_tiles): the conversion (and
+// the K panel packing) is paid once per block while the mask/sparsity skipping stays at
+// kBr x kBc granularity. 4 (256 rows) halves the share of the packing against 2
+// (profiled: from ~20% of a d=64 forward to ~10%). Blocks of at most kDotRows rows compute
+// their scores as dot products (cpu_impl.hpp).
 constexpr int kSub = static_cast<int>(kFwdBlockRows / kBr);
 
 // Query tiles of one task: two blocks (2 kSub tiles) where head dims of at most 64 leave
