@@ -14,14 +14,18 @@ under a causal mask) and 3.5 times that for forward+backward, for both libraries
 usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
                    [--dtypes fp32,bf16] [--passes fwd,fwd+bwd] [--repeats R]
-                   [--no-standard] [--csv PATH] [--host NAME]
+                   [--no-standard] [--csv PATH] [--host NAME] [--budget SECONDS]
   --tiny  instead of the sweep: microseconds per forward of b=1, one query, 128 keys (and
           larger key counts) with 1 and 2 threads: the small-problem cutoff's check.
-Inputs are BSHD for the library and BHSD (torch's own layout) for torch; bf16 runs use
-bf16 inputs in both. --heads-kv (default: --heads) gives K and V fewer heads than Q
-(grouped-query attention; torch runs it with enable_gqa); the rows' host column then
-ends in "/gqa<H>:<HK>" so they never mix with rows of equal heads. Needs torch; the library is found as the Python binding finds it
-(FLASHATTN_LIBRARY, or --lib).
+Each row is appended (and flushed) as soon as it is measured, so a run stopped at a time
+limit keeps the rows it finished; --budget stops starting new cases once that many
+seconds have passed (the cases left are listed). Inputs are BSHD for the library and
+BHSD (torch's own layout) for torch; bf16 runs use bf16 inputs in both. --heads-kv
+(default: --heads) gives K and V fewer heads than Q (grouped-query attention; torch runs
+it with enable_gqa); the rows' host column then ends in "/gqa<H>:<HK>" so they never mix
+with rows of equal heads. Needs torch; the library is found as the Python binding finds
+it (FLASHATTN_LIBRARY, or --lib). Outside a git checkout (a copied tree), name the commit
+in FLASHATTN_COMMIT.
 """
 import argparse
 import ctypes
@@ -148,9 +152,10 @@ def time_torch(x, causal, passname, repeats):
     return best_seconds(step, repeats)
 
 
-def sweep(fa, lib, o):
+def sweep(fa, lib, o, emit):
+    """Measures the cases of o and passes each row to emit as soon as it is measured."""
     torch.set_num_threads(o.threads)
-    rows = []
+    start = time.monotonic()
     cases = []
     for dt in o.dtypes:
         for d in o.dims:
@@ -163,7 +168,11 @@ def sweep(fa, lib, o):
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     print("%-5s %4s %6s %6s %-8s %10s %10s %10s %6s" % ("dtype", "d", "N", "causal", "pass", "ours", "standard",
                                                          "torch", "ratio"))
-    for dt, d, nq0, n, causal, p in cases:
+    for index, (dt, d, nq0, n, causal, p) in enumerate(cases):
+        if o.budget is not None and time.monotonic() - start > o.budget:
+            left = ["%s d=%d N=%d causal=%d %s" % (c[0], c[1], c[3], c[4], c[5]) for c in cases[index:]]
+            print("budget of %g s spent: %d cases not run: %s" % (o.budget, len(left), "; ".join(left)))
+            break
         torch_dtype, code = DTYPES[dt]
         nq = 1 if p == "decode" else n
         b, h, hkv = o.batch, o.heads, o.heads_kv
@@ -180,10 +189,9 @@ def sweep(fa, lib, o):
               flush=True)
         host = o.host if hkv == h else "%s/gqa%d:%d" % (o.host, h, hkv)
         base = [host, o.threads, dt, d, n, int(causal)]
-        rows.append(base + [p, "%.3f" % ours, "%.3f" % ref, o.commit, stamp])
+        emit(base + [p, "%.3f" % ours, "%.3f" % ref, o.commit, stamp])
         if std is not None:
-            rows.append(base + [p + ":standard", "%.3f" % std, "%.3f" % ref, o.commit, stamp])
-    return rows
+            emit(base + [p + ":standard", "%.3f" % std, "%.3f" % ref, o.commit, stamp])
 
 
 def tiny(fa, lib, o):
@@ -213,6 +221,7 @@ def main():
     ap.add_argument("--no-standard", dest="standard", action="store_false")
     ap.add_argument("--csv", default=os.path.join(REPO, "bench", "results", "cpu.csv"))
     ap.add_argument("--host", default=socket.gethostname())
+    ap.add_argument("--budget", type=float, default=None)
     ap.add_argument("--tiny", action="store_true")
     o = ap.parse_args()
     if o.heads_kv is None:
@@ -224,13 +233,18 @@ def main():
     if o.tiny:
         tiny(fa, lib, o)
         return
-    rows = sweep(fa, lib, o)
     new = not os.path.exists(o.csv)
     with open(o.csv, "a") as f:
         if new:
             f.write(COLUMNS + "\n")
-        for r in rows:
-            f.write(",".join(str(c) for c in r) + "\n")
+        rows = []
+
+        def emit(row):
+            f.write(",".join(str(c) for c in row) + "\n")
+            f.flush()
+            rows.append(row)
+
+        sweep(fa, lib, o, emit)
     print("appended %d rows to %s" % (len(rows), o.csv))
 
 

@@ -22,12 +22,12 @@ namespace cpu {
 constexpr int64_t kBr = 64;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
-// The forward takes a sequence's query rows kFwdBlockRows at a time (flash_fwd.cpp); a
-// block of at most kDotRows rows (decode, short chunks, a short last block) computes its
-// scores as dot products (dot_rows) rather than GEMM tiles: transposing a K tile costs
-// more than the GEMM saves when few rows share it. The two sum in different orders, so the
-// backward recomputes each row's scores by the path the forward took, and P = exp(S - LSE)
-// sees the S that the LSE was computed from.
+// The forward takes a sequence's query rows in blocks of kFwdBlockRows (a task takes one
+// or two: flash_fwd.cpp); a block of at most kDotRows rows (decode, short chunks, a short
+// last block) computes its scores as dot products (dot_rows) rather than GEMM tiles:
+// transposing a K tile costs more than the GEMM saves when few rows share it. The two sum
+// in different orders, so the backward recomputes each row's scores by the path the
+// forward took, and P = exp(S - LSE) sees the S that the LSE was computed from.
 constexpr int64_t kFwdBlockRows = 4 * kBr;
 constexpr int64_t kDotRows = 8;
 

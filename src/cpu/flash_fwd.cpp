@@ -1,6 +1,6 @@
 // Tiled FlashAttention forward (Dao et al., Algorithm 1 with the FA2 loop order).
 //
-// One task = one (sequence b, query head h, block of kSub query tiles of kBr rows). The
+// One task = one (sequence b, query head h, block of task_tiles query tiles of kBr rows). The
 // task keeps its Q tiles, the running row max m, the running (pre-dropout) row sum l and
 // the unnormalized output accumulators in its thread's slot, and streams the key tiles
 // of the sequence through them; tiles that the band mask or the block-sparse layout
@@ -29,13 +29,22 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-// A task covers kSub consecutive query tiles (kFwdBlockRows rows) that share each
-// converted K/V tile: the conversion (and the K panel packing) is paid once per
-// kFwdBlockRows query rows while the mask/sparsity skipping stays at kBr x kBc
-// granularity. 4 (256 rows) halves the share of the packing against 2 (profiled: from
-// ~20% of a d=64 forward to ~10%). Blocks of at most kDotRows rows compute their scores as
-// dot products (cpu_impl.hpp).
+// A block covers kSub consecutive query tiles (kFwdBlockRows rows) that share each
+// converted K/V tile (a task takes one or two blocks: task_tiles): the conversion (and
+// the K panel packing) is paid once per block while the mask/sparsity skipping stays at
+// kBr x kBc granularity. 4 (256 rows) halves the share of the packing against 2
+// (profiled: from ~20% of a d=64 forward to ~10%). Blocks of at most kDotRows rows compute
+// their scores as dot products (cpu_impl.hpp).
 constexpr int kSub = static_cast<int>(kFwdBlockRows / kBr);
+
+// Query tiles of one task: two blocks (2 kSub tiles) where head dims of at most 64 leave
+// room in L2 for 8 tiles' Q panels and accumulators (256 KiB), halving the K/V tile loads
+// per query row; a block for the rest (and for split, KV-cache, decode and AMX runs).
+constexpr int kMaxSub = 2 * kSub;
+int task_tiles(const AttnParams& p) {
+  const bool small = p.head_dim_qk <= 64 && p.head_dim_v <= 64;
+  return small && !p.kv_enabled && !decode_schedule(p) && !amx_products(p) ? kMaxSub : kSub;
+}
 
 struct RowState {
   float* q;      // [kBr x dqk] row-major (dot blocks), or kBr / kTileN panels of [dqk x kTileN]
@@ -46,14 +55,14 @@ struct RowState {
 };
 
 struct FwdSlot {
-  RowState sub[kSub];
-  float* qrows;  // [kBr x dqk]   Q rows staged for the panels
-  float* k;      // [kBc x dqk]   K tile, row-major
-  float* v;      // [kBc x dvp]
-  float* s;      // [kBc x kBr]   scores S^T, then probabilities (dot blocks: S, [kBr x kBc])
-  float* drop;   // [kBc x kBr]   dropout multipliers, laid out as s (dropout only)
-  float* alpha;  // [kBr]         rescale factors
-  float* tmp;    // [dvp]         output row staging
+  RowState sub[kMaxSub];  // task_tiles(p) of them carved
+  float* qrows;           // [kBr x dqk]   Q rows staged for the panels
+  float* k;               // [kBc x dqk]   K tile, row-major
+  float* v;               // [kBc x dvp]
+  float* s;               // [kBc x kBr]   scores S^T, then probabilities (dot blocks: S, [kBr x kBc])
+  float* drop;            // [kBc x kBr]   dropout multipliers, laid out as s (dropout only)
+  float* alpha;           // [kBr]         rescale factors
+  float* tmp;             // [dvp]         output row staging
   // amx_products runs only: the tile operands (amx.hpp) of the GEMM blocks
   uint32_t* kt;  // [qwords x kBc]   K^T, pairs of head dims (B of S = Q K^T)
   uint32_t* vp;  // [kBc / 2 x dvp]  V, pairs of keys (B of P V)
@@ -76,7 +85,8 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   FwdSlot s;
   const bool amx = amx_products(p);
   const int64_t qwords = amx_q_words(p);
-  for (RowState& r : s.sub) {
+  for (int sb = 0; sb < task_tiles(p); ++sb) {
+    RowState& r = s.sub[sb];
     r.q = cv.floats(kBr, dqk);
     r.acc = cv.floats(kBr, dvp);
     r.m = cv.floats(kBr);
@@ -198,8 +208,9 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
-  gemm_panels(nj, nc, dqk, w.k, dqk, st.q, w.s, kBr, false);
-  transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr);
+  const bool scaled = p.softcap <= 0.f;     // the score scale is applied as the GEMM stores S^T
+  gemm_panels(nj, nc, dqk, w.k, dqk, st.q, w.s, kBr, scaled ? p.scale : 1.f);
+  transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr, scaled);
   if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
   online_softmax_cols(w.s, kBr, nj, nc, st.m, st.l, w.alpha, st.acc, dvp, dvp);
   if (w.drop)
@@ -248,21 +259,23 @@ void start_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, f
   memset(st.acc, 0, sizeof(float) * static_cast<size_t>(n_clear * dvp));
 }
 
-// Query rows [i0, i0 + kSub * kBr) of context c (clipped to the sequence) against keys
+// Query rows [i0, i0 + n_sub * kBr) of context c (clipped to the sequence) against keys
 // [j_begin, j_end) (j_begin a multiple of kBc). Writes O and LSE, or with parts (split
-// s of a split-KV run) the normalized partial O and LSE of those keys.
-void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end, const FwdSlot& w,
-                   const SplitParts* parts, int64_t s) {
+// s of a split-KV run) the normalized partial O and LSE of those keys. Rows of a block of
+// at most kDotRows rows are dot blocks (cpu_impl.hpp): the caller hands over such a block
+// alone (forward_task).
+void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int n_sub, int64_t j_begin, int64_t j_end,
+                   const FwdSlot& w, const SplitParts* parts, int64_t s) {
   const int64_t dqk = p.head_dim_qk;
-  int64_t rows[kSub];
+  int64_t rows[kMaxSub];
   int64_t block_rows = 0;
-  for (int sb = 0; sb < kSub; ++sb) {
+  for (int sb = 0; sb < n_sub; ++sb) {
     const int64_t start = i0 + sb * kBr;
     rows[sb] = start >= c.len_q ? 0 : (c.len_q - start < kBr ? c.len_q - start : kBr);
     block_rows += rows[sb];
   }
   const bool dots = block_rows <= kDotRows;
-  for (int sb = 0; sb < kSub; ++sb) {
+  for (int sb = 0; sb < n_sub; ++sb) {
     if (rows[sb] == 0) continue;
     const int64_t start = i0 + sb * kBr;
     const RowState& st = w.sub[sb];
@@ -280,9 +293,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
 
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
     const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
-    TileKind kind[kSub];
+    TileKind kind[kMaxSub];
     bool any = false;
-    for (int sb = 0; sb < kSub; ++sb) {
+    for (int sb = 0; sb < n_sub; ++sb) {
       kind[sb] = rows[sb] ? classify_tile(p, c, i0 + sb * kBr, rows[sb], j0, nj) : kTileSkip;
       any |= kind[sb] != kTileSkip;
     }
@@ -290,20 +303,36 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_
 #if FA_HAVE_X86_BUILDS
     if (!dots && w.kt != nullptr) {
       pack_key_tile_amx(p, c, j0, nj, w);
-      for (int sb = 0; sb < kSub; ++sb)
+      for (int sb = 0; sb < n_sub; ++sb)
         if (kind[sb] != kTileSkip)
           update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], false, KeyTile{}, w.sub[sb], w);
       continue;
     }
 #endif
     const KeyTile kt = load_key_tile(p, c, j0, nj, dots, w);
-    for (int sb = 0; sb < kSub; ++sb) {
+    for (int sb = 0; sb < n_sub; ++sb) {
       if (kind[sb] != kTileSkip) update_rows(p, c, i0 + sb * kBr, rows[sb], j0, nj, kind[sb], dots, kt, w.sub[sb], w);
     }
   }
 
   const float keep = !dots && w.kt != nullptr && w.drop != nullptr ? p.rp_keep : 1.f;
-  for (int sb = 0; sb < kSub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s, keep);
+  for (int sb = 0; sb < n_sub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s, keep);
+}
+
+// Query rows [i0, i0 + task_tiles(p) * kBr) of context c: one forward_block, or with two
+// blocks of which the second is a dot block (at most kDotRows rows, the sequence's last:
+// cpu_impl.hpp's first_dot_row) one per block, so that every row takes the path the
+// backward expects.
+void forward_task(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t j_begin, int64_t j_end, const FwdSlot& w,
+                  const SplitParts* parts, int64_t s) {
+  const int n_sub = task_tiles(p);
+  const int64_t second = i0 + kFwdBlockRows;  // the second block's first row (n_sub == kMaxSub)
+  if (n_sub == kMaxSub && second < c.len_q && c.len_q - second <= kDotRows) {
+    forward_block(p, c, i0, kSub, j_begin, j_end, w, parts, s);
+    forward_block(p, c, second, kSub, j_begin, j_end, w, parts, s);
+    return;
+  }
+  forward_block(p, c, i0, n_sub, j_begin, j_end, w, parts, s);
 }
 
 // The keys [*j_begin, *j_end) of split s of n_splits over len_k keys: whole kBc tiles, the
@@ -425,7 +454,8 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
   // head, block of query rows, split). A decode's rows are one block (at most kDotRows).
   const int64_t heads_per_task = decode ? decode_heads_per_task(p) : 1;
   const int64_t n_ht = ceil_div(p.heads_q, heads_per_task);
-  const int64_t n_qt = ceil_div(p.seqlen_q, kFwdBlockRows);
+  const int64_t task_rows = task_tiles(p) * kBr;
+  const int64_t n_qt = ceil_div(p.seqlen_q, task_rows);
   const int64_t n_tasks = p.batch * n_ht * n_qt * n_splits;
   const size_t slot_bytes = static_cast<size_t>(flash_fwd_slot_bytes(p).value());
   const int team = team_size(threads, n_tasks, attention_work(p));
@@ -455,10 +485,10 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
         continue;
       }
       const HeadCtx c = make_head_ctx(p, b, h0);
-      if (qt * kFwdBlockRows >= c.len_q) continue;  // varlen: past this sequence's end
+      if (qt * task_rows >= c.len_q) continue;  // varlen: past this sequence's end
       int64_t j_begin, j_end;
       split_range(c.len_k, n_splits, s, &j_begin, &j_end);
-      forward_block(p, c, qt * kFwdBlockRows, j_begin, j_end, w, out, s);
+      forward_task(p, c, qt * task_rows, j_begin, j_end, w, out, s);
     }
   });
   if (n_splits > 1) combine_split_parts(p, parts, threads);

@@ -48,15 +48,17 @@ inline void band_interval(const AttnParams& p, const HeadCtx& c, int64_t i0, int
 //   s = scale * qk;  softcap: s = cap * tanh(s / cap);  s += bias | ALiBi;  masked -> -inf.
 // Padding (inner index in [n_inner, inner_pad)) is set to -inf so row reductions can
 // run over the padded width. If cap_grad is given (backward with softcap) it receives
-// ds_final/ds_capped-input = 1 - tanh^2 in the same layout.
+// ds_final/ds_capped-input = 1 - tanh^2 in the same layout. scaled: s holds scale * qk
+// already (the forward's gemm_panels; only without softcap).
 template <bool kTransposed>
 inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, int64_t ld, int64_t i0, int64_t ni,
-                             int64_t j0, int64_t nj, int64_t inner_pad, bool partial, float* cap_grad) {
+                             int64_t j0, int64_t nj, int64_t inner_pad, bool partial, float* cap_grad,
+                             bool scaled = false) {
   const int64_t n_outer = kTransposed ? nj : ni;
   const int64_t n_inner = kTransposed ? ni : nj;
   const float scale = p.scale;
   const float cap = p.softcap;
-  if (cap <= 0.f) scale_rows(s, ld, n_outer, inner_pad, scale);  // vectorized; the padding is overwritten below
+  if (cap <= 0.f && !scaled) scale_rows(s, ld, n_outer, inner_pad, scale);  // the padding is overwritten below
   for (int64_t o = 0; o < n_outer; ++o) {
     float* row = s + o * ld;
     if (cap > 0.f) {

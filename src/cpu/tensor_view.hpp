@@ -100,9 +100,19 @@ inline void load_rows_t(const AttnParams& p, const void* base, const Strides4& s
 }
 
 // Keys [j0, j0+n) of context c from K or V -> dst[r*ld + c] (transposed: dst[c*ld + r]).
+// Each row asks the caches for the row kAhead keys on: key rows of one head are a stride
+// apart (heads * head_dim elements in BSHD), which the hardware prefetchers do not follow,
+// and the 16-bit conversion loop kept few rows' loads in flight (bf16 d = 128: a key
+// tile's K and V 36-45k TSC ticks, 13-17k with the prefetch; fp32 memcpy rows unchanged).
 inline void load_key_rows(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
                           int64_t n, int64_t dim, float* dst, int64_t ld, bool transposed) {
+  constexpr int64_t kAhead = 8;
+  const int64_t bytes = dim * static_cast<int64_t>(dtype_size(p.dtype));
   for (int64_t r = 0; r < n; ++r) {
+    if (r + kAhead < n) {
+      const char* next = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r + kAhead));
+      for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(next + x, 0, 3);
+    }
     const char* src = elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r));
     if (transposed) {
       row_to_float_strided(src, p.dtype, dst + r, ld, dim);

@@ -44,36 +44,62 @@ FA_TARGET FA_ALWAYS_INLINE float lane_sum(const vf& v) {
 // two pipes: a minimum for the upper clamp and a bitwise clear for the lower one instead
 // of three compare-and-selects took a 64 x 64 online_softmax_cols from 7.2k to 4.3k TSC
 // ticks (with col_max below), with the same bits on every input.
-FA_TARGET FA_ALWAYS_INLINE void expv(const vf& x, vf& out) {
-  const vf lo = vf{} - 87.3f, hi = vf{} + 88.f;
-  const vi under = x < lo;
+//
+// expv_n computes N exponentials step by step over all of them (N independent chains in
+// the order the pipes can overlap them), with the same operations on every lane as N
+// calls of expv. kClampHigh false leaves out the upper clamp, for callers whose inputs are
+// at most 0 (or NaN), where it changes nothing.
+
+// Lanes above 88 set to 88 (NaN stays NaN).
+FA_TARGET FA_ALWAYS_INLINE void clamp_high(const vf& x, vf& xc) {
+  const vf hi = vf{} + 88.f;
 #if defined(FA_ISA_F16C) && FA_LANES == 16
   // MINPS gives its second operand unless the first is less; the zero-masked form, as GCC 12
   // warns that the unmasked one reads an undefined vector.
-  const vf xc = (vf)_mm512_maskz_min_ps(0xffff, (__m512)hi, (__m512)x);
+  xc = (vf)_mm512_maskz_min_ps(0xffff, (__m512)hi, (__m512)x);
 #elif defined(FA_ISA_F16C)
-  const vf xc = (vf)_mm256_min_ps((__m256)hi, (__m256)x);
+  xc = (vf)_mm256_min_ps((__m256)hi, (__m256)x);
 #else
   const vi over = x > hi;
-  const vf xc = FA_SELECT(over, hi, x);
+  xc = FA_SELECT(over, hi, x);
 #endif
+}
+
+template <int N, bool kClampHigh>
+FA_TARGET FA_ALWAYS_INLINE void expv_n(const vf* x, vf* out) {
+  const vf lo = vf{} - 87.3f;
   const vf shift = vf{} + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const vf t = xc * 1.44269504088896341f + shift;
-  const vf n = t - shift;
-  vf r = xc - n * 0.693145751953125f;
-  r = r - n * 1.42860682030941723212e-6f;
-  vf q = vf{} + 1.f / 5040.f;
-  q = q * r + 1.f / 720.f;
-  q = q * r + 1.f / 120.f;
-  q = q * r + 1.f / 24.f;
-  q = q * r + 1.f / 6.f;
-  q = q * r + 0.5f;
-  q = q * r + 1.f;
-  q = q * r + 1.f;
-  // The low mantissa bits of t hold n; (n + 127) << 23 is the fp32 bit pattern of 2^n.
-  const vu bits = ((vu)t + 127u) << 23;
-  const vf e = q * (vf)bits;
-  out = (vf)((vi)e & ~under);
+  vi under[N];
+  vf xc[N], t[N], r[N], q[N];
+  for (int i = 0; i < N; ++i) {
+    under[i] = x[i] < lo;
+    xc[i] = x[i];
+    if (kClampHigh) clamp_high(x[i], xc[i]);
+  }
+  for (int i = 0; i < N; ++i) t[i] = xc[i] * 1.44269504088896341f + shift;
+  for (int i = 0; i < N; ++i) {
+    const vf n = t[i] - shift;
+    r[i] = xc[i] - n * 0.693145751953125f;
+    r[i] = r[i] - n * 1.42860682030941723212e-6f;
+  }
+  for (int i = 0; i < N; ++i) q[i] = (vf{} + 1.f / 5040.f) * r[i] + 1.f / 720.f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 1.f / 120.f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 1.f / 24.f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 1.f / 6.f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 0.5f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 1.f;
+  for (int i = 0; i < N; ++i) q[i] = q[i] * r[i] + 1.f;
+  for (int i = 0; i < N; ++i) {
+    // The low mantissa bits of t hold n; (n + 127) << 23 is the fp32 bit pattern of 2^n.
+    const vu bits = ((vu)t[i] + 127u) << 23;
+    const vf e = q[i] * (vf)bits;
+    out[i] = (vf)((vi)e & ~under[i]);
+  }
+}
+
+template <bool kClampHigh = true>
+FA_TARGET FA_ALWAYS_INLINE void expv(const vf& x, vf& out) {
+  expv_n<1, kClampHigh>(&x, &out);
 }
 
 // a > m ? a : m on every lane: m keeps its value where a is NaN (the maximum skips NaN
@@ -248,10 +274,10 @@ FA_TARGET FA_ALWAYS_INLINE void prefetch_row(const T* p, int64_t n) {
 // 32). Each C element sums k in increasing order. kAT: A is stored transposed, element
 // (r, k) at A[k * lda + r] (broadcasts read any layout at the same cost). NV: vectors per
 // row (wider tiles for few rows, wide_tiles); kSrc: B's elements (load_src); kAhead: ask
-// for B's row kRowsAhead ahead at each k.
-template <int MR, bool kAT, int NV = kVecs, int kSrc = kSrcF32, bool kAhead = false>
+// for B's row kRowsAhead ahead at each k; kScale: C is stored times scale.
+template <int MR, bool kAT, int NV = kVecs, int kSrc = kSrcF32, bool kAhead = false, bool kScale = false>
 FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t lda, const src_t<kSrc>* B, int64_t ldb,
-                                           float* C, int64_t ldc, bool accumulate) {
+                                           float* C, int64_t ldc, bool accumulate, float scale = 1.f) {
   vacc c[MR][NV];
   for (int r = 0; r < MR; ++r) {
     for (int v = 0; v < NV; ++v) {
@@ -272,8 +298,25 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
       for (int v = 0; v < NV; ++v) fma_acc(c[r][v], a, b[v]);
     }
   }
-  for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) store_acc(C + r * ldc + v * kLanes, c[r][v]);
+  if (!kScale) {
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) store_acc(C + r * ldc + v * kLanes, c[r][v]);
+    return;
+  }
+  // The sum rounded to fp32, then times scale in fp32: the bits of a separate scale pass.
+  // The broadcast comes after the k loop: hoisted above it (as GCC otherwise does), it
+  // takes a register from the loop, and a B vector was reloaded from the stack instead.
+  float sc = scale;
+  __asm__ volatile("" : "+m"(sc));
+  vf sv;
+  splat(sv, sc);
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      vf f = __builtin_convertvector(c[r][v], vf);
+      f = f * sv;
+      storev(C + r * ldc + v * kLanes, f);
+    }
+  }
 }
 
 // Rows [i, M) (fewer than 4) of a row-major B product: register tiles 8 / MR vectors wide
@@ -298,11 +341,12 @@ FA_TARGET FA_ALWAYS_INLINE void wide_tiles(int64_t kc, const float* A, int64_t l
 // k stays in increasing order (each micro tile reloads C and continues), so blocking
 // does not change results. Flash tiles fit in one block. kPanels: B is packed in
 // kTileN-column panels ([N / kTileN][K][kTileN], ldb unused), else row-major. kAT: A is
-// stored transposed (micro_tile).
+// stored transposed (micro_tile). Panel products store C times scale (after the last K
+// block).
 template <bool kPanels, bool kAT, int kSrc = kSrcF32>
 FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                                             const src_t<kSrc>* B, int64_t ldb, float* C, int64_t ldc,
-                                             bool accumulate) {
+                                             const src_t<kSrc>* B, int64_t ldb, float* C, int64_t ldc, bool accumulate,
+                                             float scale = 1.f) {
   constexpr int64_t kKBlock = 256, kNBlock = 256;
   if (K == 0) {
     if (!accumulate) {
@@ -314,6 +358,7 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
   for (int64_t kb = 0; kb < K; kb += kKBlock) {
     const int64_t kc = K - kb < kKBlock ? K - kb : kKBlock;
     const bool acc = accumulate || kb > 0;
+    const float sc = kb + kc < K ? 1.f : scale;
     for (int64_t jb = 0; jb < N; jb += kNBlock) {
       const int64_t je = N - jb < kNBlock ? N : jb + kNBlock;
       auto panel = [&](int64_t j) { return kPanels ? B + (j / kTileN) * K * kTileN + kb * kTileN : B + kb * ldb + j; };
@@ -321,23 +366,27 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
       int64_t i = 0;
       for (; i + FA_MR <= M; i += FA_MR) {
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<FA_MR, kAT, kVecs, kSrc>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<FA_MR, kAT, kVecs, kSrc, false, kPanels>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc,
+                                                              acc, sc);
         }
       }
       for (; i + 4 <= M; i += 4) {  // a 64-row tile: 10 tiles of 6 rows, then one of 4
         for (int64_t j = jb; j < je; j += kTileN) {
-          micro_tile<4, kAT, kVecs, kSrc>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+          micro_tile<4, kAT, kVecs, kSrc, false, kPanels>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc,
+                                                          sc);
         }
       }
       if constexpr (kPanels) {
         for (; i + 2 <= M; i += 2) {
           for (int64_t j = jb; j < je; j += kTileN) {
-            micro_tile<2, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+            micro_tile<2, kAT, kVecs, kSrcF32, false, true>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc,
+                                                            sc);
           }
         }
         for (; i < M; ++i) {
           for (int64_t j = jb; j < je; j += kTileN) {
-            micro_tile<1, kAT>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc);
+            micro_tile<1, kAT, kVecs, kSrcF32, false, true>(kc, rows(i), lda, panel(j), ldp, C + i * ldc + j, ldc, acc,
+                                                            sc);
           }
         }
       } else {
@@ -369,8 +418,8 @@ FA_TARGET void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t
 }
 
 FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,
-                           int64_t ldc, bool accumulate) {
-  gemm_blocked<true, false>(M, N, K, A, lda, Bp, 0, C, ldc, accumulate);
+                           int64_t ldc, float scale) {
+  gemm_blocked<true, false>(M, N, K, A, lda, Bp, 0, C, ldc, false, scale);
 }
 
 FA_TARGET float row_max(const float* x, int64_t n) {
@@ -464,16 +513,21 @@ FA_TARGET void online_softmax(float* s, int64_t lds, int64_t rows, int64_t n, fl
 
 // Merges the maxima of rows [0, rows) of NV vectors of columns of s into mx: NV
 // independent chains per row (one pass per kTileN columns had two, each a compare and a
-// select per row, bound by their latency).
+// select per row, bound by their latency). Not inlined: inside online_softmax_cols, whose
+// exponential constants GCC keeps in registers, three of the eight chains of the AVX2
+// build were kept on the stack (a store and a reload per row).
 template <int NV>
-FA_TARGET FA_ALWAYS_INLINE void col_max(const float* s, int64_t lds, int64_t rows, vf* mx) {
+FA_TARGET __attribute__((noinline)) void col_max(const float* s, int64_t lds, int64_t rows, vf* mx) {
+  vf c[NV];
+  for (int v = 0; v < NV; ++v) c[v] = mx[v];
   for (int64_t r = 0; r < rows; ++r) {
     for (int v = 0; v < NV; ++v) {
       vf a;
       loadv(a, s + r * lds + v * kLanes);
-      max_skip_nan(mx[v], a);
+      max_skip_nan(c[v], a);
     }
   }
+  for (int v = 0; v < NV; ++v) mx[v] = c[v];
 }
 
 // The columns [c0, c0 + kTileN) of online_softmax_cols once their maxima mx are known.
@@ -495,12 +549,33 @@ FA_TARGET FA_ALWAYS_INLINE void softmax_cols_exp(float* s, int64_t lds, int64_t 
     storev(m + c0 + v * kLanes, mx[v]);
     sum[v] = vf{};
   }
-  for (int64_t r = 0; r < rows; ++r) {
+  // kStep rows (4 vectors) at a time, their exponentials interleaved step by step (expv_n):
+  // one vector at a time, each exponential's chain of ~13 dependent operations filled the
+  // scheduler and left the two FMA pipes idle. The sums add the rows in order, as before.
+  constexpr int kStep = 4 / kVecs > 1 ? 4 / kVecs : 1;
+  int64_t r = 0;
+  for (; r + kStep <= rows; r += kStep) {
+    vf a[kStep * kVecs], e[kStep * kVecs];
+    for (int k = 0; k < kStep; ++k) {
+      for (int v = 0; v < kVecs; ++v) {
+        loadv(a[k * kVecs + v], s + (r + k) * lds + c0 + v * kLanes);
+        a[k * kVecs + v] = a[k * kVecs + v] - ref[v];
+      }
+    }
+    expv_n<kStep * kVecs, false>(a, e);  // x <= 0 or NaN: no upper clamp needed
+    for (int k = 0; k < kStep; ++k) {
+      for (int v = 0; v < kVecs; ++v) {
+        storev(s + (r + k) * lds + c0 + v * kLanes, e[k * kVecs + v]);
+        sum[v] += e[k * kVecs + v];
+      }
+    }
+  }
+  for (; r < rows; ++r) {
     for (int v = 0; v < kVecs; ++v) {
       vf a, e;
       loadv(a, s + r * lds + c0 + v * kLanes);
       a = a - ref[v];
-      expv(a, e);
+      expv<false>(a, e);
       storev(s + r * lds + c0 + v * kLanes, e);
       sum[v] += e;
     }

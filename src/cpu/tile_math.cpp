@@ -124,8 +124,8 @@ void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, cons
   kernels().gemm_at(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
 }
 void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                 bool accumulate) {
-  kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, accumulate);
+                 float scale) {
+  kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, scale);
 }
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }

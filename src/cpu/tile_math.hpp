@@ -32,11 +32,12 @@ void gemm_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
 void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb, float* C,
              int64_t ldc, bool accumulate);
 
-// The same with B packed in kTileN-column panels: Bp[j / kTileN][k][j % kTileN] (the
-// layout pack_key_panels writes), so that sweeping a panel reads consecutive cache lines.
-// Same results as gemm on the unpacked B.
+// C = scale * (A Bp) with B packed in kTileN-column panels: Bp[j / kTileN][k][j % kTileN]
+// (the layout pack_panels writes), so that sweeping a panel reads consecutive cache lines.
+// Each element is the sum gemm computes on the unpacked B, rounded, times scale, rounded:
+// the bits of gemm followed by scale_rows.
 void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                 bool accumulate);
+                 float scale);
 
 // The vector loops below require n % kTileN == 0 unless stated.
 
