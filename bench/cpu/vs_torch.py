@@ -9,7 +9,9 @@ bench/results/cpu.csv:
   host,threads,dtype,d,N,causal,pass,ours_gflops,torch_gflops,commit,date
 pass is fwd, fwd+bwd or decode (1 query against N keys, forward), with ":standard"
 appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half of it
-under a causal mask) and 3.5 times that for forward+backward, for both libraries.
+under a causal mask) and 3.5 times that for forward+backward, for both libraries. Each
+figure is the fastest of --repeats calls (after a warm-up), the implementations' calls
+alternated round by round, so a burst of other load on a shared machine falls on both.
 
 usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
@@ -97,16 +99,20 @@ class Plan:
         self.lib.flashattn_plan_destroy(self.plan)
 
 
-def best_seconds(fn, repeats):
-    """Fastest of `repeats` timed calls after a warm-up: on a shared machine the other
-    load only ever adds time, so the minimum is the least disturbed estimate."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+def best_seconds(fns, repeats):
+    """Fastest of `repeats` timed calls of each of fns after a warm-up, the calls
+    alternated round by round (ours, torch, ours, ...) so that a burst of other load on
+    a shared machine falls on both sides alike; the other load only ever adds time, so
+    the minimum is the least disturbed estimate."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, t_fn in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            t_fn.append(time.perf_counter() - t)
+    return [min(t_fn) for t_fn in times]
 
 
 def flops(b, h, nq, nk, d, causal, passname):
@@ -116,7 +122,8 @@ def flops(b, h, nq, nk, d, causal, passname):
     return f * 3.5 if passname == "fwd+bwd" else f
 
 
-def time_ours(fa, lib, args, algorithm, x, passname, repeats):
+def ours_step(fa, lib, args, algorithm, x, passname):
+    """(one call of the library's pass, a function that frees its plan)."""
     b, h, hkv, nq, nk, d, dtype_code, causal, threads = args
     plan = Plan(fa, lib, threads, b, h, hkv, nq, nk, d, dtype_code, causal, algorithm)
     q, k, v, do = x
@@ -129,13 +136,11 @@ def time_ours(fa, lib, args, algorithm, x, passname, repeats):
     else:
         def step():
             plan.fwd(q, k, v, o, lse)
-    try:
-        return best_seconds(step, repeats)
-    finally:
-        plan.close()
+    return step, plan.close
 
 
-def time_torch(x, causal, passname, repeats):
+def torch_step(x, causal, passname):
+    """One call of torch's CPU SDPA on the same inputs (BHSD copies)."""
     q, k, v, do = (t.transpose(1, 2).contiguous() for t in x)  # BSHD -> BHSD
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     sdpa = lambda *a, **kw: torch.nn.functional.scaled_dot_product_attention(*a, **kw, **gqa)  # noqa: E731
@@ -149,7 +154,20 @@ def time_torch(x, causal, passname, repeats):
         def step():
             with torch.no_grad():
                 sdpa(q, k, v, is_causal=causal)
-    return best_seconds(step, repeats)
+    return step
+
+
+def time_case(fa, lib, args, x, passname, o):
+    """Seconds of (ours, the standard algorithm or None, torch), timed alternately."""
+    made = [ours_step(fa, lib, args, FLASH, x, passname)]
+    if o.standard:
+        made.append(ours_step(fa, lib, args, STANDARD, x, passname))
+    try:
+        times = best_seconds([step for step, _ in made] + [torch_step(x, args[7], passname)], o.repeats)
+    finally:
+        for _, close in made:
+            close()
+    return times[0], (times[1] if o.standard else None), times[-1]
 
 
 def sweep(fa, lib, o, emit):
@@ -181,9 +199,9 @@ def sweep(fa, lib, o, emit):
         passname = "fwd" if p == "decode" else p
         args = (b, h, hkv, nq, n, d, code, causal, o.threads)
         f = flops(b, h, nq, n, d, causal, passname)
-        ours = f / time_ours(fa, lib, args, FLASH, x, passname, o.repeats) / 1e9
-        std = f / time_ours(fa, lib, args, STANDARD, x, passname, o.repeats) / 1e9 if o.standard else None
-        ref = f / time_torch(x, causal, passname, o.repeats) / 1e9
+        t_ours, t_std, t_ref = time_case(fa, lib, args, x, passname, o)
+        ours, ref = f / t_ours / 1e9, f / t_ref / 1e9
+        std = f / t_std / 1e9 if t_std is not None else None
         print("%-5s %4d %6d %6s %-8s %10.2f %10s %10.2f %6.2f" % (dt, d, n, causal, p, ours,
                                                                    "%.2f" % std if std else "-", ref, ours / ref),
               flush=True)
@@ -199,8 +217,12 @@ def tiny(fa, lib, o):
     print("%6s %10s %10s" % ("keys", "1 thread", "2 threads"))
     for nk in (128, 512, 2048, 8192):
         x = tuple(torch.randn(1, s, o.heads, 64) for s in (1, nk, nk, 1))
-        us = [time_ours(fa, lib, (1, o.heads, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd", o.repeats) * 1e6
-              for t in (1, 2)]
+        made = [ours_step(fa, lib, (1, o.heads, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd") for t in (1, 2)]
+        try:
+            us = [t * 1e6 for t in best_seconds([step for step, _ in made], o.repeats)]
+        finally:
+            for _, close in made:
+                close()
         print("%6d %10.1f %10.1f" % (nk, us[0], us[1]), flush=True)
 
 
