@@ -257,16 +257,24 @@ FA_TARGET FA_ALWAYS_INLINE float fma_f32(float c, float a, float b) {
 // rows below 4) ask the caches for. Their B rows are keys of one head, a stride apart in
 // the inputs (heads * head_dim elements in BSHD), which the hardware prefetchers do not
 // follow: each row's loads waited for memory. Asking 8 rows ahead took a bf16 decode of
-// 16 heads at d = 64 from 7.9 to 5.4 ms, fp32 from 4.6 to 3.8 ms (1 thread, EPYC).
-constexpr int64_t kRowsAhead = 8;
+// 16 heads at d = 64 from 7.9 to 5.4 ms, fp32 from 4.6 to 3.8 ms (1 thread, EPYC). 16-bit
+// rows ask twice as many rows ahead, the same bytes as fp32's: a bf16 decode of 4 heads,
+// 32k keys at d = 64 went 1.11-1.19x faster than with 8 rows, fp32 at 16 rows did not
+// change (docs/internals/cpu-decode.md).
+template <int kSrc>
+constexpr int64_t kRowsAhead = kSrc == kSrcF32 ? 8 : 16;
 
-// Asks the caches for the cache lines of n elements at p.
+// Asks the caches for the cache lines of the n elements `rows` rows of ld elements past
+// p. The rows may lie past the caller's last: those of a tile are followed by the next
+// tile's, read next (the first rows of each tile waited for memory when only the tile's
+// own rows were asked for), and prefetches never fault, so the address is computed as an
+// integer rather than as a pointer past B.
 template <class T>
-FA_TARGET FA_ALWAYS_INLINE void prefetch_row(const T* p, int64_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
+FA_TARGET FA_ALWAYS_INLINE void prefetch_row(const T* p, int64_t rows, int64_t ld, int64_t n) {
+  const uintptr_t c = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(rows * ld) * sizeof(T);
   const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(c + x, 0, 3);
-  __builtin_prefetch(c + bytes - 1, 0, 3);
+  for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(reinterpret_cast<const char*>(c + x), 0, 3);
+  __builtin_prefetch(reinterpret_cast<const char*>(c + bytes - 1), 0, 3);
 }
 
 // MR x kTileN register tile of C: MR * kVecs accumulators, kVecs B vectors and one
@@ -289,7 +297,7 @@ FA_TARGET FA_ALWAYS_INLINE void micro_tile(int64_t K, const float* A, int64_t ld
     }
   }
   for (int64_t k = 0; k < K; ++k) {
-    if (kAhead && k + kRowsAhead < K) prefetch_row(B + (k + kRowsAhead) * ldb, NV * kLanes);
+    if (kAhead) prefetch_row(B, k + kRowsAhead<kSrc>, ldb, NV * kLanes);
     vacc b[NV];
     for (int v = 0; v < NV; ++v) load_src_acc<kSrc>(b[v], B + k * ldb + v * kLanes);
     for (int r = 0; r < MR; ++r) {
@@ -634,7 +642,7 @@ FA_TARGET FA_ALWAYS_INLINE void dot_rows_src(int64_t M, int64_t N, int64_t K, co
                                              const src_t<kSrc>* B, int64_t ldb, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
-      if (i == 0 && j + kRowsAhead < N) prefetch_row(B + (j + kRowsAhead) * ldb, K);
+      if (i == 0) prefetch_row(B, j + kRowsAhead<kSrc>, ldb, K);
       C[i * ldc + j] = dot_body<kSrc>(A + i * lda, B + j * ldb, K);
     }
   }
