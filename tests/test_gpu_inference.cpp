@@ -377,6 +377,29 @@ TEST_CASE("gpu kvcache: copy-engine and gathered tiles give bitwise equal result
     }
 }
 
+// A decode of a 1000-row cache (three sequences using 1000, 0 and 517 rows) split `splits`
+// ways, run on one plan captured into a CUDA graph and replayed, and eagerly: the graph
+// first where graph_first (the split count's first run is then the captured one).
+struct GraphAndEager {
+  KvResult graph, eager;
+};
+GraphAndEager graph_and_eager(const char* name, int64_t page, int64_t d, uint64_t seed, flashattn_dtype_t t,
+                              int64_t splits, bool graph_first) {
+  KvCase c = gpu_decode_case(name, page, d, seed);
+  c.dtype = t;
+  c.cap = 1000;
+  c.used = {1000, 0, 517};
+  c.num_splits = splits;
+  const KvRun r = make_kv_run(c);
+  flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
+  GraphAndEager out;
+  if (graph_first) out.graph = run_kv_gpu(r, plan, nullptr, true);
+  out.eager = run_kv_gpu(r, plan);
+  if (!graph_first) out.graph = run_kv_gpu(r, plan, nullptr, true);
+  flashattn_plan_destroy(plan);
+  return out;
+}
+
 // A split decode (its combine launched as a programmatic dependent on Hopper) captured into a
 // CUDA graph and replayed gives the eager run's bits.
 TEST_CASE("gpu kvcache: a split decode captured in a CUDA graph gives the eager bits", "[gpu][kvcache]") {
@@ -384,16 +407,8 @@ TEST_CASE("gpu kvcache: a split decode captured in a CUDA graph gives the eager 
   for (int64_t d : {64, 128})
     for (int64_t page : {0, 16})
       for (int64_t splits : {3, 7}) {
-        KvCase c = gpu_decode_case("graph", page, d, static_cast<uint64_t>(40 + d + page + splits));
-        c.dtype = FLASHATTN_DTYPE_BF16;
-        c.cap = 1000;
-        c.used = {1000, 0, 517};
-        c.num_splits = splits;
-        const KvRun r = make_kv_run(c);
-        flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
-        const KvResult eager = run_kv_gpu(r, plan);
-        const KvResult graph = run_kv_gpu(r, plan, nullptr, true);
-        flashattn_plan_destroy(plan);
+        const auto [graph, eager] = graph_and_eager("graph", page, d, static_cast<uint64_t>(40 + d + page + splits),
+                                                    FLASHATTN_DTYPE_BF16, splits, false);
         INFO("d=" << d << " page=" << page << " splits=" << splits << ": " << graph.error);
         REQUIRE(eager.status == FLASHATTN_STATUS_SUCCESS);
         REQUIRE(graph.status == FLASHATTN_STATUS_SUCCESS);
@@ -412,16 +427,8 @@ TEST_CASE("gpu kvcache: a split count first run inside a CUDA graph capture", "[
   for (int64_t d : {64, 128})
     for (flashattn_dtype_t t : {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16})
       for (int64_t splits : {5, 11}) {
-        KvCase c = gpu_decode_case("graph first", 0, d, static_cast<uint64_t>(70 + d + splits + t));
-        c.dtype = t;
-        c.cap = 1000;
-        c.used = {1000, 0, 517};
-        c.num_splits = splits;
-        const KvRun r = make_kv_run(c);
-        flashattn_plan_t plan = make_kv_plan(r, FLASHATTN_BACKEND_CUDA);
-        const KvResult graph = run_kv_gpu(r, plan, nullptr, true);
-        const KvResult eager = run_kv_gpu(r, plan);
-        flashattn_plan_destroy(plan);
+        const auto [graph, eager] =
+            graph_and_eager("graph first", 0, d, static_cast<uint64_t>(70 + d + splits + t), t, splits, true);
         INFO("d=" << d << " dtype=" << t << " splits=" << splits << ": " << graph.error << eager.error);
         REQUIRE(graph.status == FLASHATTN_STATUS_SUCCESS);
         REQUIRE(eager.status == FLASHATTN_STATUS_SUCCESS);
