@@ -10,7 +10,8 @@ identical tensors:
     seqlen 512..16k at 16k tokens per batch (b = 16384/sq, h = 2048/d), forward and
     backward; TFLOP/s with
     the peers' convention (fwd 4*b*h*sq*sk*d, halved for causal; bwd 2.5x the forward),
-    CUDA events around each call, warm-up, median of many runs;
+    CUDA events around each call, warm-up, median of many runs, the implementations of
+    a configuration timed together in rounds (the same power and clock state for each);
   * peak memory of flash vs standard attention (and PyTorch) at a long sequence length;
   * block-sparse runtime against layout density (seqlen 8k, blocks 128x128).
 --verify checks the library's CUDA results first: against the fp64 reference

@@ -5,7 +5,7 @@ import glob
 import os
 import sys
 
-from .timing import short, time_cuda
+from .timing import short, time_cuda_rounds
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,20 +86,29 @@ class LibCase:
         return call
 
 
-def bench_lib(fa, torch, algo, q, k, v, do, causal, dtype, directions, opts=None):
-    """Times the library's passes in `directions` on one problem; a refused backward is
-    reported in res["errors"] while the forward's timing stands."""
+def lib_calls(fa, torch, algo, q, k, v, do, causal, dtype, directions, opts=None):
+    """The library's passes in `directions` on one problem, each checked once through the
+    package: (case, {direction: function}, errors); a refused backward is in errors["bwd"]
+    while the forward stands. The case holds the buffers: keep it while timing."""
     c = LibCase(fa, torch, algo, q, k, v, do, causal, dtype, "bwd" in directions, opts)
-    res = {"ws_fwd": c.ws_fwd, "ws_bwd": c.ws_bwd, "errors": {}}
     c.check_fwd()  # surface a library error before timing
+    calls, errors = {}, {}
     if "fwd" in directions:
-        res["fwd"] = time_cuda(torch, c.fwd)
+        calls["fwd"] = c.fwd
     if "bwd" in directions:
         try:
             c.check_bwd()
-            res["bwd"] = time_cuda(torch, c.bwd)
+            calls["bwd"] = c.bwd
         except fa.FlashAttnError as e:
-            res["errors"]["bwd"] = "library " + short(e)
+            errors["bwd"] = "library " + short(e)
+    return c, calls, errors
+
+
+def bench_lib(fa, torch, algo, q, k, v, do, causal, dtype, directions, opts=None):
+    """Times the library's passes in `directions` on one problem (see lib_calls)."""
+    c, calls, errors = lib_calls(fa, torch, algo, q, k, v, do, causal, dtype, directions, opts)
+    res = time_cuda_rounds(torch, calls) if calls else {}
+    res.update(ws_fwd=c.ws_fwd, ws_bwd=c.ws_bwd, errors=errors)
     return res
 
 

@@ -2,8 +2,8 @@
 block-sparse runtime against layout density."""
 import random
 
-from .library import LibCase, bench_lib, std_fits
-from .timing import SDPA, bench_torch, flops, hdim_label, sdpa_backend, short
+from .library import LibCase, bench_lib, lib_calls, std_fits
+from .timing import SDPA, flops, hdim_label, sdpa_backend, short, time_cuda_rounds, torch_calls
 
 # The library's implementations: name -> (algorithm, plan options). lib-flash-det is the FLASH
 # algorithm in deterministic mode (flashattn_plan_set_deterministic), to measure its cost.
@@ -11,12 +11,20 @@ LIB_IMPLS = {"lib-flash": ("flash", None), "lib-flash-det": ("flash", {"determin
              "lib-standard": ("standard", None)}
 
 
+# The implementations whose O(N^2) memory would crowd the others' out: each is timed alone,
+# after the cell's other implementations.
+ALONE = ("lib-standard", "math")
+
+
 def run_sweep(args, fa, torch, on_row):
     """Every (dtype, head dim, causal, seqlen, impl, direction) of args; on_row(row) gets
-    each row as soon as it is measured."""
+    each cell's rows as soon as the cell is measured. A cell's O(N)-memory implementations
+    are timed together, in rounds (timing.time_cuda_rounds), so each runs in the same power
+    and clock state as its peers; lib-standard and math each alone after them."""
     dev = torch.device("cuda")
     directions = ["fwd"] if args.no_bwd else ["fwd", "bwd"]
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    impls = [n for n in list(LIB_IMPLS) + SDPA if n in args.impls]
     for dtype in args.dtypes:
         for d, dv in args.hdims:
             for causal in (False, True):
@@ -26,48 +34,80 @@ def run_sweep(args, fa, torch, on_row):
                     g = torch.Generator(device=dev).manual_seed(sq * 1000 + d)
                     q, k, v, do = (torch.randn(b, sq, h, w, device=dev, dtype=tdt[dtype], generator=g)
                                    for w in (d, d, dv, dv))
-                    for impl, (algo, opts) in list(LIB_IMPLS.items()) + [(n, (None, None)) for n in SDPA]:
-                        if impl not in args.impls:
-                            continue
-                        dirs = list(directions)
-                        res, err = {}, ""
-                        try:
-                            if impl == "lib-standard":
-                                # The O(N^2) workspace: drop what does not fit (bwd needs twice fwd's).
-                                fits_bwd, need_bwd = std_fits(torch, b, h, sq, sq, True)
-                                fits_fwd, need_fwd = std_fits(torch, b, h, sq, sq, False)
-                                if "bwd" in dirs and not fits_bwd:
-                                    dirs = [x for x in dirs if x != "bwd"]
-                                    err = f"bwd skipped: workspace {need_bwd / 2**30:.1f} GiB does not fit"
-                                if "fwd" in dirs and not fits_fwd:
-                                    raise MemoryError(f"skipped: workspace {need_fwd / 2**30:.1f} GiB does not fit")
-                            if algo is not None:
-                                res = bench_lib(fa, torch, algo, q, k, v, do, causal, dtype, dirs, opts)
-                            else:
-                                if impl == "math" and b * h * sq * sq * 12 > 0.8 * torch.cuda.mem_get_info()[0]:
-                                    raise MemoryError("skipped: the math backend's N^2 tensors do not fit")
-                                res = bench_torch(torch, impl, q, k, v, do, causal, dirs)
-                        except fa.FlashAttnError as e:
-                            err = "library " + short(e)
-                        except MemoryError as e:
-                            err = short(e)
-                        except Exception as e:  # noqa: BLE001 (torch raises many kinds)
-                            err = f"{type(e).__name__}: {short(e)}"
-                            if "out of memory" in str(e).lower():
-                                err = "OOM"
-                        torch.cuda.empty_cache()
+                    res = time_group(fa, torch, [n for n in impls if n not in ALONE], q, k, v, do, causal, dtype,
+                                     directions)
+                    for impl in impls:
+                        if impl in ALONE:
+                            res.update(time_group(fa, torch, [impl], q, k, v, do, causal, dtype, directions))
+                    for impl in impls:
+                        r = res[impl]
                         for direction in directions:
-                            ms = res.get(direction)
+                            ms = r.get(direction)
                             tf = flops(b, h, sq, sq, d, causal, direction, dv) / (ms * 1e-3) / 1e12 if ms else None
-                            derr = res.get("errors", {}).get(direction, err)
+                            derr = r["errors"].get(direction, r["err"])
                             on_row(dict(base, impl=impl, direction=direction, ms=round(ms, 4) if ms else None,
                                         tflops=round(tf, 1) if tf else None, error=derr if not ms else ""))
-                        msg = " ".join(f"{k_}={res[k_]:.3f}ms" for k_ in ("fwd", "bwd") if k_ in res)
-                        err = " ".join([err] + list(res.get("errors", {}).values())).strip()
+                        msg = " ".join(f"{k_}={r[k_]:.3f}ms" for k_ in ("fwd", "bwd") if k_ in r)
+                        err = " ".join([r["err"]] + list(r["errors"].values())).strip()
                         print(f"  {dtype} d={base['hdim']} causal={int(causal)} sq={sq} {impl:13s} {msg} {err}",
                               flush=True)
                     del q, k, v, do
                     torch.cuda.empty_cache()
+
+
+def time_group(fa, torch, names, q, k, v, do, causal, dtype, directions):
+    """Times implementations `names` on one problem, together in rounds: impl -> {direction:
+    ms, "errors": {direction: message}, "err": message}. Each implementation's calls run once
+    on their own first, so a failure is reported against the implementation that failed."""
+    out, calls, keep = {}, {}, []
+    for impl in names:
+        r = out[impl] = {"errors": {}, "err": ""}
+        try:
+            got = impl_calls(fa, torch, impl, q, k, v, do, causal, dtype, directions, r, keep)
+            for fn in got.values():
+                fn()
+            torch.cuda.synchronize()
+            calls.update({(impl, direction): fn for direction, fn in got.items()})
+        except fa.FlashAttnError as e:
+            r["err"] = "library " + short(e)
+        except MemoryError as e:
+            r["err"] = short(e)
+        except Exception as e:  # noqa: BLE001 (torch raises many kinds)
+            r["err"] = "OOM" if "out of memory" in str(e).lower() else f"{type(e).__name__}: {short(e)}"
+    try:
+        for (impl, direction), ms in (time_cuda_rounds(torch, calls) if calls else {}).items():
+            out[impl][direction] = ms
+    except Exception as e:  # noqa: BLE001
+        for impl, _ in calls:
+            out[impl]["err"] = "OOM" if "out of memory" in str(e).lower() else f"{type(e).__name__}: {short(e)}"
+    del calls, keep
+    torch.cuda.empty_cache()
+    return out
+
+
+def impl_calls(fa, torch, impl, q, k, v, do, causal, dtype, directions, r, keep):
+    """Implementation `impl`'s timed calls on one problem: direction -> function; what it
+    cannot run goes to r["err"] or r["errors"], the buffers to hold while timing to keep."""
+    b, sq, h, _ = q.shape
+    dirs = list(directions)
+    if impl == "lib-standard":
+        # The O(N^2) workspace: drop what does not fit (bwd needs twice fwd's).
+        fits_bwd, need_bwd = std_fits(torch, b, h, sq, sq, True)
+        fits_fwd, need_fwd = std_fits(torch, b, h, sq, sq, False)
+        if "bwd" in dirs and not fits_bwd:
+            dirs.remove("bwd")
+            r["err"] = f"bwd skipped: workspace {need_bwd / 2**30:.1f} GiB does not fit"
+        if "fwd" in dirs and not fits_fwd:
+            raise MemoryError(f"skipped: workspace {need_fwd / 2**30:.1f} GiB does not fit")
+    if impl in LIB_IMPLS:
+        algo, opts = LIB_IMPLS[impl]
+        case, calls, errors = lib_calls(fa, torch, algo, q, k, v, do, causal, dtype, dirs, opts)
+        keep.append(case)
+        r["errors"].update(errors)
+        return calls
+    if impl == "math" and b * h * sq * sq * 12 > 0.8 * torch.cuda.mem_get_info()[0]:
+        raise MemoryError("skipped: the math backend's N^2 tensors do not fit")
+    return torch_calls(torch, impl, q, k, v, do, causal, dirs)
 
 
 def run_memory(args, fa, torch):

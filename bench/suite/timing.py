@@ -40,22 +40,43 @@ def hdim_order(label):
 
 def time_cuda(torch, fn, min_iters=5, max_iters=50, target_s=0.4):
     """Median milliseconds of fn over back-to-back CUDA-event-bracketed calls."""
-    fn()  # warm-up (also lazy init: cuBLAS, cuDNN plans)
+    return time_cuda_rounds(torch, {"": fn}, min_iters, max_iters, target_s)[""]
+
+
+def time_cuda_rounds(torch, fns, min_iters=5, max_iters=50, target_s=0.4):
+    """Median milliseconds of each of fns (name -> function of no arguments), timed in
+    rounds: every round calls each function once, each call between two CUDA events, and
+    each round starts at the next function. So every implementation of a comparison runs
+    in the same power and clock state: timed one after the other, the one timed after a
+    pause (a peer building its plan on its first call) ran at a higher clock than the one
+    timed under sustained load (docs/internals/measurement-method.md). Each function gets
+    about target_s of timed calls, min_iters..max_iters of them."""
+    names = list(fns)
+    est = {}
+    for n in names:
+        fns[n]()  # warm-up (also lazy init: cuBLAS, cuDNN plans)
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
+    for n in names:
+        t0 = time.perf_counter()
+        fns[n]()
+        torch.cuda.synchronize()
+        est[n] = max(time.perf_counter() - t0, 1e-5)
+    per_round = sum(est.values())
+    for _ in range(2 if per_round < 0.05 * len(names) else 0):
+        for n in names:
+            fns[n]()
+    iters = int(min(max_iters, max(min_iters, target_s * len(names) / per_round)))
+    evs = {n: [] for n in names}
+    for i in range(iters):
+        for j in range(len(names)):
+            n = names[(i + j) % len(names)]
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fns[n]()
+            e1.record()
+            evs[n].append((e0, e1))
     torch.cuda.synchronize()
-    est = max(time.perf_counter() - t0, 1e-5)
-    for _ in range(2 if est < 0.05 else 0):
-        fn()
-    iters = int(min(max_iters, max(min_iters, target_s / est)))
-    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for e0, e1 in evs:
-        e0.record()
-        fn()
-        e1.record()
-    torch.cuda.synchronize()
-    return statistics.median(e0.elapsed_time(e1) for e0, e1 in evs)
+    return {n: statistics.median(e0.elapsed_time(e1) for e0, e1 in evs[n]) for n in names}
 
 
 def short(e, n=150):
@@ -85,12 +106,16 @@ def sdpa_call(torch, q, k, v, do, causal, direction):
     return lambda: torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
 
 
-def bench_torch(torch, name, q, k, v, do, causal, directions):
-    """Times SDPA backend `name` on BSHD q, k, v, do (see sdpa_call)."""
+def torch_calls(torch, name, q, k, v, do, causal, directions):
+    """SDPA backend `name`'s passes in `directions` on BSHD q, k, v, do (see sdpa_call):
+    direction -> function of no arguments, each call made under that backend."""
     from torch.nn.attention import sdpa_kernel
-    res = {}
-    with sdpa_kernel([sdpa_backend(torch, name)]):
-        for direction in ("fwd", "bwd"):
-            if direction in directions:
-                res[direction] = time_cuda(torch, sdpa_call(torch, q, k, v, do, causal, direction))
-    return res
+    backend = [sdpa_backend(torch, name)]
+
+    def under(fn):
+        def call():
+            with sdpa_kernel(backend):
+                fn()
+        return call
+    with sdpa_kernel(backend):
+        return {d: under(sdpa_call(torch, q, k, v, do, causal, d)) for d in ("fwd", "bwd") if d in directions}
