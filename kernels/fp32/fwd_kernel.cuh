@@ -6,9 +6,11 @@
 // of the block whole, so the softmax reductions stay within a quad of lanes. Operands are
 // split once per CTA (split_tile.cuh): Q into a split tile at the start (where the
 // instance's shared memory holds none, Q stays fp32 and splits as Q K^T reads it: traits.h,
-// FwdTile), each K and V tile
-// of Bc keys when its copy into the staging tile has landed; the copy of V_j overlaps
-// Q K_j^T and the softmax, that of K_j+1 the product P V_j. Tiles that the band mask or
+// FwdTile), each K and V tile of Bc keys when its copy into a staging tile has landed:
+// with one staging tile the copy of V_j overlaps Q K_j^T and the softmax, that of K_j+1
+// the product P V_j, each split between two barriers; with two (FwdTile::kTwoStages) the
+// copies of V_j+1 and K_j+2 overlap P V_j, Q K_j+1^T and the softmax, and both split in
+// one pass between two barriers, two per key tile instead of four. Tiles that the band mask or
 // the block-sparse layout remove entirely are skipped. P stays fp32 in the registers that
 // the softmax leaves it in, which under mma.cuh's relabelling of k are its A fragments of
 // P V, and is split there (it is never infinite: no guard). Per row, the same invariants as
@@ -79,18 +81,35 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&m)[2], f
 
 // acc += P V for the warp's 16 rows: P in the C layout of the scores (s[n] holds keys
 // [8n, 8n + 8)), which is the A fragment of k-step n with a1, a2 exchanged; V a split tile
-// with k = key down its columns.
+// with k = key down its columns, read at fixed offsets from the lane's base. Two k-steps
+// (16 keys) run into the same fresh zeros before their one fp32 addition to acc (mma.cuh:
+// the tensor cores' truncation acts on sums of 16 keys, small against acc): half the
+// additions, and the compiler keeps more products in flight (docs/internals/kernels-fp32.md,
+// "Forward: two staging tiles").
 template <int NS, int NO>
 __device__ __forceinline__ void pv_product(float (&acc)[NO][4], const float (&s)[NS][4], const uint32_t* v, int ldv) {
+  const uint32_t* const v_lane = v + lane_t() * ldv + 4 * lane_g();
 #pragma unroll
-  for (int n = 0; n < NS; ++n) {
-    const Split a[4] = {split_probability(s[n][0]), split_probability(s[n][2]), split_probability(s[n][1]),
-                        split_probability(s[n][3])};
+  for (int n = 0; n < NS; n += 2) {
+    Split a[2][4];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      a[x][0] = split_probability(s[n + x][0]);
+      a[x][1] = split_probability(s[n + x][2]);
+      a[x][2] = split_probability(s[n + x][1]);
+      a[x][3] = split_probability(s[n + x][3]);
+    }
 #pragma unroll
     for (int o = 0; o < NO; ++o) {
-      Split b[2];
-      load_b_split<false>(b, v, ldv, 8 * n, 8 * o);
-      mma3(acc[o], a, b);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        Split b[2];
+        load_b_split_rows(b, v_lane, ldv, 8 * (n + x), 8 * o);
+        mma3_into(d, a[x], b);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[o][e] += d[e];
     }
   }
 }
@@ -127,9 +146,9 @@ __global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>
               *v = static_cast<const float*>(p.v);
   const bool qc = chunked(q, p.q_stride), kc = chunked(k, p.k_stride), vc = chunked(v, p.v_stride);
   // Starts the copy of Bc rows of a tensor (row(st, r): the element offset of row r) into
-  // the staging tile, zeros past n rows and dim columns, and commits it.
-  const auto stage_rows = [&](const float* src, const Strides4& st, bool ch, int n, int dim, auto row) {
-    load_tile<T::Bc, D, T::stage_pitch, kThreads>(stage, src, n, dim, ch, [&](int r) { return row(st, r); });
+  // the staging tile dst, zeros past n rows and dim columns, and commits it.
+  const auto stage_rows = [&](float* dst, const float* src, const Strides4& st, bool ch, int n, int dim, auto row) {
+    load_tile<T::Bc, D, T::stage_pitch, kThreads>(dst, src, n, dim, ch, [&](int r) { return row(st, r); });
     copy_commit();
   };
   const auto key_rows = [&](int64_t j0) {
@@ -140,7 +159,7 @@ __global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>
   // Q: split, in pieces of Bc rows through the staging tile; or as it is.
   if constexpr (T::kSplitQ) {
     for (int r0 = 0; r0 < T::Br; r0 += T::Bc) {
-      stage_rows(q, p.q_stride, qc, nq - r0, dqk,
+      stage_rows(stage, q, p.q_stride, qc, nq - r0, dqk,
                  [&](const Strides4& st, int r) { return q_row(p, c, st, i0 + r0 + r); });
       copy_wait<0>();
       __syncthreads();  // the piece is in; the previous piece's split is done with the staging tile
@@ -154,24 +173,12 @@ __global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>
     copy_wait<0>();
     __syncthreads();
   }
-  // The first K tile split, the copy of its V tile in flight.
-  int64_t j0 = next_tile<T::Bc>(p, c, i0, nq, 0);
-  if (j0 < c.len_k) {
-    stage_rows(k, p.k_stride, kc, keys_in(j0), dqk, key_rows(j0));
-    copy_wait<0>();
-    __syncthreads();
-    split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
-    __syncthreads();
-    stage_rows(v, p.v_stride, vc, keys_in(j0), dv, key_rows(j0));
-  }
-
   const int m0 = 16 * warp_id();
   float acc[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   zero(acc);
-  while (j0 < c.len_k) {
-    const int nk = keys_in(j0);
-    const bool partial = classify_tile(p, c.h, c.shift, i0, nq, j0, nk) == kTilePartial;
-    float s[NS][4];
+  // P_j of the warp's rows in s: S_j = Q K_j^T (K_j split in sk), the softmax step, dropout.
+  const auto probabilities = [&](float(&s)[NS][4], int64_t j0) {
+    const bool partial = classify_tile(p, c.h, c.shift, i0, nq, j0, keys_in(j0)) == kTilePartial;
     zero(s);
     warp_gemm_split<true, T::kSplitQ>(s, sq, T::q_pitch, sk, T::k_pitch, m0, 0, kd);
     finish_scores<false>(p, c, s, s, i0 + m0, j0, partial);
@@ -184,21 +191,73 @@ __global__ void __launch_bounds__(FwdTile<D, kWide>::kThreads, FwdTile<D, kWide>
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] *= dm[n][e];
     }
-    copy_wait<0>();
-    __syncthreads();  // V_j is in; every warp is done with K_j and with V_j-1
-    split_columns<T::Bc, D, T::stage_pitch, T::v_pitch, kThreads>(sv, stage);
-    __syncthreads();  // V_j is split; the staging tile is free
-    const int64_t jn = next_tile<T::Bc>(p, c, i0, nq, j0 + T::Bc);
-    if (jn < c.len_k) stage_rows(k, p.k_stride, kc, keys_in(jn), dqk, key_rows(jn));
-    pv_product(acc, s, sv, T::v_pitch);
-    if (jn < c.len_k) {
-      copy_wait<0>();
-      __syncthreads();  // K_j+1 is in
+  };
+  const auto next = [&](int64_t j0) { return next_tile<T::Bc>(p, c, i0, nq, j0); };
+
+  int64_t j0 = next(0);
+  if constexpr (T::kTwoStages) {
+    // Both staging tiles in flight under each tile's products: V_j and K_j+1 land while
+    // S_j and P_j V_j-1 run and split in one pass, two barriers per key tile.
+    float* const vstage = sm + T::vstage_off;
+    int64_t jn = c.len_k;
+    if (j0 < c.len_k) {
+      stage_rows(stage, k, p.k_stride, kc, keys_in(j0), dqk, key_rows(j0));
+      stage_rows(vstage, v, p.v_stride, vc, keys_in(j0), dv, key_rows(j0));
+      copy_wait<1>();
+      __syncthreads();  // K_j0 is in
       split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
-      __syncthreads();  // K_j+1 is split; the staging tile is free
-      stage_rows(v, p.v_stride, vc, keys_in(jn), dv, key_rows(jn));
+      __syncthreads();  // K_j0 is split; its staging tile is free
+      jn = next(j0 + T::Bc);
+      if (jn < c.len_k) stage_rows(stage, k, p.k_stride, kc, keys_in(jn), dqk, key_rows(jn));
     }
-    j0 = jn;
+    while (j0 < c.len_k) {
+      float s[NS][4];
+      probabilities(s, j0);
+      copy_wait<0>();
+      __syncthreads();  // V_j and K_j+1 are in; every warp is done with K_j and V_j-1
+      split_columns<T::Bc, D, T::stage_pitch, T::v_pitch, kThreads>(sv, vstage);
+      if (jn < c.len_k) split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
+      __syncthreads();  // V_j and K_j+1 are split; both staging tiles are free
+      int64_t jn2 = c.len_k;
+      if (jn < c.len_k) {
+        stage_rows(vstage, v, p.v_stride, vc, keys_in(jn), dv, key_rows(jn));
+        jn2 = next(jn + T::Bc);
+        if (jn2 < c.len_k) stage_rows(stage, k, p.k_stride, kc, keys_in(jn2), dqk, key_rows(jn2));
+      }
+      pv_product(acc, s, sv, T::v_pitch);
+      j0 = jn;
+      jn = jn2;
+    }
+  } else {
+    // One staging tile: V_j's copy overlaps S_j, K_j+1's P_j V_j, each split between two
+    // barriers.
+    if (j0 < c.len_k) {
+      stage_rows(stage, k, p.k_stride, kc, keys_in(j0), dqk, key_rows(j0));
+      copy_wait<0>();
+      __syncthreads();
+      split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
+      __syncthreads();
+      stage_rows(stage, v, p.v_stride, vc, keys_in(j0), dv, key_rows(j0));
+    }
+    while (j0 < c.len_k) {
+      float s[NS][4];
+      probabilities(s, j0);
+      copy_wait<0>();
+      __syncthreads();  // V_j is in; every warp is done with K_j and with V_j-1
+      split_columns<T::Bc, D, T::stage_pitch, T::v_pitch, kThreads>(sv, stage);
+      __syncthreads();  // V_j is split; the staging tile is free
+      const int64_t jn = next(j0 + T::Bc);
+      if (jn < c.len_k) stage_rows(stage, k, p.k_stride, kc, keys_in(jn), dqk, key_rows(jn));
+      pv_product(acc, s, sv, T::v_pitch);
+      if (jn < c.len_k) {
+        copy_wait<0>();
+        __syncthreads();  // K_j+1 is in
+        split_rows<T::Bc, D, T::stage_pitch, T::k_pitch, kThreads>(sk, stage);
+        __syncthreads();  // K_j+1 is split; the staging tile is free
+        stage_rows(stage, v, p.v_stride, vc, keys_in(jn), dv, key_rows(jn));
+      }
+      j0 = jn;
+    }
   }
 
   // O = acc / l (0 for a fully masked row), LSE = m + log(l) (-inf).

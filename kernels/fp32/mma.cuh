@@ -66,13 +66,18 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// c += a b in 3xTF32: the two small cross products first, then big * big, into zeros;
-// then one fp32 addition per element.
-__device__ __forceinline__ void mma3(float (&c)[4], const Split (&a)[4], const Split (&b)[2]) {
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+// d += a b in 3xTF32 on the tensor cores (their rounding): the two small cross products
+// first, then big * big. For a d that holds no more than a few k-steps of the product,
+// which the caller then adds to its accumulator in fp32.
+__device__ __forceinline__ void mma3_into(float (&d)[4], const Split (&a)[4], const Split (&b)[2]) {
   mma_tf32(d, a[0].small, a[1].small, a[2].small, a[3].small, b[0].big, b[1].big);
   mma_tf32(d, a[0].big, a[1].big, a[2].big, a[3].big, b[0].small, b[1].small);
   mma_tf32(d, a[0].big, a[1].big, a[2].big, a[3].big, b[0].big, b[1].big);
+}
+// c += a b in 3xTF32: one k-step into zeros, then one fp32 addition per element.
+__device__ __forceinline__ void mma3(float (&c)[4], const Split (&a)[4], const Split (&b)[2]) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  mma3_into(d, a, b);
 #pragma unroll
   for (int e = 0; e < 4; ++e) c[e] += d[e];
 }

@@ -11,8 +11,9 @@
 //   n, the same 4 words, at word (k / 2) * pitch + 4n (pair_row_pitch).
 // - A (Q of Q K^T: element (m, k)), in fragments of 16 rows: rows m and m + 8 (m % 16 < 8)
 //   share a tile row, m / 16 * 8 + m % 8, where pair k / 2 takes 8 words at 4k: the big
-//   terms of a0..a3 ((m, k), (m + 8, k), (m, k + 1), (m + 8, k + 1)), then the small ones
-//   (a_pitch).
+//   terms of a0..a3 ((m, k), (m + 8, k), (m, k + 1), (m + 8, k + 1)), then the small ones;
+//   in odd tile rows the small ones first (a_pitch: the rows are unpadded, and this puts
+//   the two rows of a phase's lanes 4 banks apart).
 #pragma once
 #include <stdint.h>
 
@@ -51,10 +52,11 @@ __device__ __forceinline__ void split_a_rows(uint32_t* dst, const float* src) {
                  y = *reinterpret_cast<const float4*>(src + (r + 8) * SP + c);
     const Split s[8] = {split(x.x), split(y.x), split(x.y), split(y.y), split(x.z), split(y.z), split(x.w), split(y.w)};
     uint4* d = reinterpret_cast<uint4*>(dst + tr * DP + 4 * c);
-    d[0] = make_uint4(s[0].big, s[1].big, s[2].big, s[3].big);
-    d[1] = make_uint4(s[0].small, s[1].small, s[2].small, s[3].small);
-    d[2] = make_uint4(s[4].big, s[5].big, s[6].big, s[7].big);
-    d[3] = make_uint4(s[4].small, s[5].small, s[6].small, s[7].small);
+    const int odd = tr & 1;
+    d[odd] = make_uint4(s[0].big, s[1].big, s[2].big, s[3].big);
+    d[1 - odd] = make_uint4(s[0].small, s[1].small, s[2].small, s[3].small);
+    d[2 + odd] = make_uint4(s[4].big, s[5].big, s[6].big, s[7].big);
+    d[3 - odd] = make_uint4(s[4].small, s[5].small, s[6].small, s[7].small);
   }
 }
 
@@ -80,8 +82,9 @@ __device__ __forceinline__ uint4 load_quad(const uint32_t* at) { return *reinter
 // The A fragment of rows [m0, m0 + 16) (m0 a multiple of 16) and k-step [k0, k0 + 8) of an
 // A split tile (pitch words).
 __device__ __forceinline__ void load_a_split(Split (&f)[4], const uint32_t* a, int pitch, int m0, int k0) {
+  const int odd = lane_g() & 1;  // m0 / 2 is even
   const uint32_t* at = a + (m0 / 2 + lane_g()) * pitch + 4 * k0 + 8 * lane_t();
-  const uint4 big = load_quad(at), small = load_quad(at + 4);
+  const uint4 big = load_quad(at + 4 * odd), small = load_quad(at + 4 - 4 * odd);
   f[0] = Split{big.x, small.x};
   f[1] = Split{big.y, small.y};
   f[2] = Split{big.z, small.z};
@@ -95,6 +98,14 @@ template <bool kKMajor>
 __device__ __forceinline__ void load_b_split(Split (&f)[2], const uint32_t* b, int pitch, int k0, int n0) {
   const int n = n0 + lane_g(), u = k0 / 2 + lane_t();
   const uint4 x = load_quad(kKMajor ? b + n * pitch + 4 * u : b + u * pitch + 4 * n);
+  f[0] = Split{x.x, x.z};
+  f[1] = Split{x.y, x.w};
+}
+// The same fragments of a B split tile with k down its columns, read at fixed offsets
+// from the lane's base v_lane = b + lane_t() * pitch + 4 * lane_g() (k0 and n0 known at
+// compile time: one instruction a load, no address arithmetic).
+__device__ __forceinline__ void load_b_split_rows(Split (&f)[2], const uint32_t* v_lane, int pitch, int k0, int n0) {
+  const uint4 x = load_quad(v_lane + k0 / 2 * pitch + 4 * n0);
   f[0] = Split{x.x, x.z};
   f[1] = Split{x.y, x.w};
 }

@@ -13,7 +13,9 @@
 // head-dim-wide ones. Split tiles (split_tile.cuh, read 8 lanes x 16 bytes a phase; pitches
 // in 4-byte words) take pair_pitch as B with k along their rows (rows 16 banks apart),
 // pair_row_pitch as B with k down their columns (rows 8 banks apart) and a_pitch as A
-// (rows 4 banks apart, each lane's 16 bytes 8 words after its neighbour's).
+// (unpadded: each lane's 16 bytes 8 words after its neighbour's, and odd rows hold their
+// small quads first, so that the two rows a phase reads sit 4 banks apart). Staging tiles
+// (forward) are unpadded: they are read and written a row of 16-byte chunks at a time.
 #pragma once
 #include "common/hostdevice.h"
 
@@ -32,7 +34,7 @@ FA_HD constexpr int kpitch(int width) { return width + 8; }
 FA_HD constexpr int npitch(int width) { return width + 4; }
 FA_HD constexpr int pair_pitch(int width) { return 2 * width + 16; }
 FA_HD constexpr int pair_row_pitch(int width) { return 4 * width + 8; }
-FA_HD constexpr int a_pitch(int width) { return 4 * width + 4; }
+FA_HD constexpr int a_pitch(int width) { return 4 * width; }
 
 // Warps of a CTA of `warps` on an M x N product: M / 16 along the rows, the rest along the
 // columns, each warp a 16 x (N / cols) tile of NT fragments of 8 columns.
@@ -56,20 +58,25 @@ struct WarpGrid {
 // - wide (kWide = true), where a block may have an H100's 227 KB (fwd_launch.cuh says
 //   when it runs): Br = 128 (8 warps, one CTA per SM), Bc = 64 at D = 64, 32 at D = 128,
 //   16 at 256, Q split up to D = 128; each K/V copy, split and barrier serves twice the
-//   query rows and, up to D = 128, twice the keys of the narrow instance.
+//   query rows and, up to D = 128, twice the keys of the narrow instance. Up to D = 128
+//   it stages K and V in two tiles (kTwoStages), so that V_j and K_j+1 split in one pass
+//   between two barriers per key tile (fwd_kernel.cuh).
 template <int D, bool kWide = false>
 struct FwdTile {
   static constexpr int Br = kWide ? 128 : 64;
   static constexpr int kThreads = Br / 16 * 32;
   static constexpr int Bc = D <= 64 ? (kWide ? 64 : 32) : D <= 128 && kWide ? 32 : 16;
   static constexpr bool kSplitQ = D <= (kWide ? 128 : 64);
+  static constexpr bool kTwoStages = kWide && D <= 128;
   static constexpr int q_pitch = kSplitQ ? a_pitch(D) : kpitch(D), k_pitch = pair_pitch(D), v_pitch = pair_row_pitch(D),
-                       stage_pitch = npitch(D);
+                       stage_pitch = D;
   static constexpr int q_off = 0;
   static constexpr int k_off = q_off + (kSplitQ ? Br / 2 : Br) * q_pitch;
   static constexpr int v_off = k_off + Bc * k_pitch;
+  // K's staging tile (also Q's, in pieces), then V's (with two stages).
   static constexpr int stage_off = v_off + Bc / 2 * v_pitch;
-  static constexpr int floats = stage_off + Bc * stage_pitch;
+  static constexpr int vstage_off = stage_off + (kTwoStages ? Bc * stage_pitch : 0);
+  static constexpr int floats = vstage_off + Bc * stage_pitch;
   static constexpr int smem_bytes = floats * 4;
   // CTAs per SM the kernel is compiled for (__launch_bounds__): two leave 255 registers
   // per thread of 4 warps.
