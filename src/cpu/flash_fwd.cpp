@@ -70,7 +70,7 @@ struct FwdSlot {
   float* orow;   // [dvp]                     an output row gathered from O^T
 };
 
-// Words per row of the AMX Q rows (and pair rows of K^T): head_dim_qk in bf16 pairs,
+// Words per row of the AMX K rows (and pair rows of Q^T): head_dim_qk in bf16 pairs,
 // padded with zero pairs to whole tile rows.
 int64_t amx_q_words(const AttnParams& p) {
 #if FA_HAVE_X86_BUILDS
