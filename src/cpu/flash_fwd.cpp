@@ -164,6 +164,23 @@ void pack_key_tile_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_
 }
 #endif
 
+// The online softmax and P V of rows [i0, i0 + ni) of a dot block whose scores s (row
+// stride kBc) against key tile [j0, j0 + nj) are computed (update_rows).
+void update_dot_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                     bool partial, const KeyTile& kt, const RowState& st, const FwdSlot& w, float* s) {
+  const int64_t dvp = round_up(p.head_dim_v, kTileN);
+  transform_scores<false>(p, c, s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
+  if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
+  online_softmax(s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+  if (w.drop)
+    for (int64_t r = 0; r < ni; ++r) mul_row(s + r * kBc, w.drop + r * kBc, kBc);
+  if (kt.vh != nullptr) {
+    gemm_h(ni, dvp, nj, s, kBc, kt.vh, kt.ldv, st.acc, dvp, p.dtype == kBf16);
+  } else {
+    gemm(ni, dvp, nj, s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
+  }
+}
+
 // One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
 // acc = acc * exp(m - m') + dropout(P) V.
@@ -203,16 +220,7 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     } else {
       dot_rows(ni, nj, dqk, st.q, dqk, kt.k, kt.ldk, w.s, kBc);
     }
-    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
-    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-    online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
-    if (w.drop)
-      for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
-    if (kt.vh != nullptr) {
-      gemm_h(ni, dvp, nj, w.s, kBc, kt.vh, kt.ldv, st.acc, dvp, p.dtype == kBf16);
-    } else {
-      gemm(ni, dvp, nj, w.s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
-    }
+    update_dot_rows(p, c, i0, ni, j0, nj, partial, kt, st, w, w.s);
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
@@ -366,6 +374,52 @@ void split_range(int64_t len_k, int64_t n_splits, int64_t s, int64_t* j_begin, i
 // every key (measured: 2x the time of the same bytes read contiguously).
 constexpr int64_t kDecodeWindow = 4 * kBc;
 
+// Whether a decode task's scores read the key rows of all its kv heads at once, in memory
+// order (decode_rows_in_order): one query row per head, more than one kv head, keys in
+// place (no pages), and the kv heads' slices of a key row within that row (BSHD).
+bool row_order_scores(const AttnParams& p, const HeadCtx* ctx, int64_t nh, int64_t rows) {
+  const int64_t nkv = ctx[nh - 1].hk - ctx[0].hk + 1;
+  return rows == 1 && nkv > 1 && p.kv_block_table == nullptr && p.k_stride.h > 0 &&
+         (nkv - 1) * p.k_stride.h + p.head_dim_qk <= p.k_stride.s;
+}
+
+// Keys [j_begin, j_end) of the decode task of query heads ctx[0, nh) (one row each): per
+// key tile, the scores of all heads by dot_heads, reading each key row's kv head slices in
+// memory order, then each head's online softmax and P V. Same bits as the tiles of
+// decode_task's loop. Reading the keys of 4 heads of d = 64 row by row instead of one
+// head at a time (rows 1 KiB apart) took fp32 decodes of 8k-32k keys 1.1-1.3x faster (1
+// thread, EPYC; docs/internals/cpu-decode.md).
+void decode_rows_in_order(const AttnParams& p, const HeadCtx* ctx, const RowState* st, int64_t nh, int64_t j_begin,
+                          int64_t j_end, const FwdSlot& w) {
+  const float* q[kBr];
+  int64_t boff[kBr];
+  for (int64_t e = 0; e < nh; ++e) {
+    q[e] = st[e].q;
+    boff[e] = key_row_offset(p, p.k_stride, ctx[e], 0) - key_row_offset(p, p.k_stride, ctx[0], 0);
+  }
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
+    const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
+    TileKind kind[kBr];
+    bool any = false;
+    for (int64_t e = 0; e < nh; ++e) {
+      kind[e] = classify_tile(p, ctx[e], 0, 1, j0, nj);
+      any |= kind[e] != kTileSkip;
+    }
+    if (!any) continue;
+    const KeyTile kt = load_key_tile(p, ctx[0], j0, nj, true, w);
+    if (kt.kh != nullptr) {
+      dot_heads_h(nh, nj, p.head_dim_qk, q, kt.kh, kt.ldk, boff, w.s, kBc, p.dtype == kBf16);
+    } else {
+      dot_heads(nh, nj, p.head_dim_qk, q, kt.k, kt.ldk, boff, w.s, kBc);
+    }
+    for (int64_t e = 0; e < nh; ++e) {
+      if (kind[e] == kTileSkip) continue;
+      const KeyTile ke = ctx[e].hk == ctx[0].hk ? kt : load_key_tile(p, ctx[e], j0, nj, true, w);
+      update_dot_rows(p, ctx[e], 0, 1, j0, nj, kind[e] == kTilePartial, ke, st[e], w, w.s + e * kBc);
+    }
+  }
+}
+
 // Query heads [h0, h0 + nh) of sequence b (every row of each: a decode schedule has at
 // most kDotRows per head, and nh * rows <= kBr) against split s of the keys. Each kv head
 // of the range loads each K and V tile once for all of its query heads in the range (GQA
@@ -387,6 +441,11 @@ void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t
   if (rows == 0) return;  // varlen: an empty sequence
   int64_t j_begin, j_end;
   split_range(ctx[0].len_k, n_splits, s, &j_begin, &j_end);
+  if (row_order_scores(p, ctx, nh, rows)) {
+    decode_rows_in_order(p, ctx, st, nh, j_begin, j_end, w);
+    for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s, 1.f, false);
+    return;
+  }
   for (int64_t w0 = j_begin; w0 < j_end; w0 += kDecodeWindow) {
     const int64_t w1 = j_end - w0 < kDecodeWindow ? j_end : w0 + kDecodeWindow;
     for (int64_t e0 = 0; e0 < nh;) {
