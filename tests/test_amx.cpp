@@ -32,19 +32,30 @@ float small(int64_t i, int64_t j, int seed) { return static_cast<float>((i * 7 +
 
 }  // namespace
 
-TEST_CASE("amx: the packers lay out rows, transposed words and row pairs, zeros past the data", "[amx]") {
+TEST_CASE("amx: the packers lay out rows, transposed pairs and scaled columns, zeros past the data", "[amx]") {
   REQUIRE_AMX();
   const int64_t rows = 37, n = 45, ld = 50, rows_out = 48, words = 32;
   std::vector<float> x(rows * ld);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t k = 0; k < ld; ++k) x[r * ld + k] = 0.37f * small(r, k, 1) + 0.011f * static_cast<float>(k);
-  std::vector<uint32_t> a(rows_out * words, 0xdeadbeefu);
-  amx_rows(x.data(), ld, rows, n, rows_out, words, a.data());
+  // Rounding ties (to even, down and up), a NaN, zeros and the smallest normal number.
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808001u, 0x7fc00001u,
+                              0x00000000u, 0x80000000u, 0x00800000u};
+  for (int64_t i = 0; i < 7; ++i) x[(3 * i + 1) * ld + 5 * i + 2] = bits_f32(special[i]);
   const auto bf = [&](int64_t r, int64_t k) -> uint16_t {
     return r < rows && k < n ? float_to_bf16(x[r * ld + k]) : 0;
   };
-  for (int64_t r = 0; r < rows_out; ++r)
-    for (int64_t t = 0; t < words; ++t) REQUIRE(a[r * words + t] == pair(bf(r, 2 * t), bf(r, 2 * t + 1)));
+  const int64_t ldo = 48;
+  std::vector<uint32_t> qt(words * ldo, 0xdeadbeefu);
+  amx_rows_t(x.data(), ld, rows, n, words, qt.data(), ldo);
+  for (int64_t t = 0; t < words; ++t)
+    for (int64_t j = 0; j < ldo; ++j) REQUIRE(qt[t * ldo + j] == pair(bf(j, 2 * t), bf(j, 2 * t + 1)));
+
+  const int64_t pairs = 20;
+  std::vector<uint32_t> pf(pairs * ldo, 0xdeadbeefu);
+  amx_pairs_f(x.data(), ld, rows, n, pairs, pf.data(), ldo);
+  for (int64_t t = 0; t < pairs; ++t)
+    for (int64_t j = 0; j < ldo; ++j) REQUIRE(pf[t * ldo + j] == pair(bf(2 * t, j), bf(2 * t + 1, j)));
 
   std::vector<std::vector<uint16_t>> src(rows, std::vector<uint16_t>(n));
   std::vector<const uint16_t*> ptr(rows);
@@ -53,17 +64,27 @@ TEST_CASE("amx: the packers lay out rows, transposed words and row pairs, zeros 
     ptr[r] = src[r].data();
   }
   const auto el = [&](int64_t r, int64_t k) -> uint16_t { return r < rows && k < n ? src[r][k] : 0; };
-  const int64_t ldo = 48;
-  std::vector<uint32_t> t_out(words * ldo, 0xdeadbeefu);
-  amx_words_t(ptr.data(), rows, n, words, t_out.data(), ldo);
-  for (int64_t t = 0; t < words; ++t)
-    for (int64_t j = 0; j < ldo; ++j) REQUIRE(t_out[t * ldo + j] == pair(el(j, 2 * t), el(j, 2 * t + 1)));
+  std::vector<uint32_t> a(rows_out * words, 0xdeadbeefu);
+  amx_copy_rows(ptr.data(), rows, n, rows_out, words, a.data());
+  for (int64_t r = 0; r < rows_out; ++r)
+    for (int64_t t = 0; t < words; ++t) REQUIRE(a[r * words + t] == pair(el(r, 2 * t), el(r, 2 * t + 1)));
 
-  const int64_t pairs = 20;
-  std::vector<uint32_t> p_out(pairs * ldo, 0xdeadbeefu);
-  amx_pairs(ptr.data(), rows, n, pairs, p_out.data(), ldo);
-  for (int64_t t = 0; t < pairs; ++t)
-    for (int64_t e = 0; e < ldo; ++e) REQUIRE(p_out[t * ldo + e] == pair(el(2 * t, e), el(2 * t + 1, e)));
+  const int64_t ldt = 24;  // pairs of rows: 19 of the 37, the last with one row
+  std::vector<uint32_t> vt(rows_out * ldt, 0xdeadbeefu);
+  amx_pairs_t(ptr.data(), rows, n, rows_out, vt.data(), ldt);
+  for (int64_t e = 0; e < rows_out; ++e)
+    for (int64_t t = 0; t < ldt; ++t) REQUIRE(vt[e * ldt + t] == pair(el(2 * t, e), el(2 * t + 1, e)));
+
+  const int64_t cols = 32, ldy = 40;
+  std::vector<float> y(rows * ldy), alpha(cols, 1.f);
+  for (int64_t i = 0; i < rows * ldy; ++i) y[i] = 0.5f * static_cast<float>(i % 11);
+  std::vector<float> y0 = y;
+  amx_scale_cols(y.data(), ldy, rows, cols, alpha.data());
+  REQUIRE(y == y0);
+  alpha[17] = 0.25f;
+  amx_scale_cols(y.data(), ldy, rows, cols, alpha.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ldy; ++c) REQUIRE(y[r * ldy + c] == (c < cols ? alpha[c] : 1.f) * y0[r * ldy + c]);
 }
 
 TEST_CASE("amx: the tile product is A B over pairs of k, and accumulates", "[amx]") {

@@ -28,12 +28,13 @@ bool amx_active() {
 
 }  // namespace
 
-// The AMX products' edges: odd head dims (a last pair with a zero half, Q rows and K^T
-// padded to 32 head dims), dv off the 16-column unit, partial key tiles (V's last pair with
-// one key, P's padding columns), query tiles of 1-37 rows (32-row tile pairs), several
-// 64-row tiles and 256-row blocks, head dim 256, GQA, and the backward (fp32 kernels)
-// recomputing P from the LSE of the tile products, under every option that touches the
-// scores or P. Each is checked against the fp64 reference under the suite's 1x bound.
+// The AMX products' edges: odd head dims (a last pair with a zero half, K rows and Q^T
+// padded to 32 head dims), dv off the 16-column unit (O^T's rows padded to 32), partial
+// key tiles (V^T's last pair with one key, P^T's padding rows and columns), query tiles
+// of 1-37 rows (32-row tile pairs), several 64-row tiles and 256-row blocks, head dim
+// 256, GQA, and the backward (fp32 kernels) recomputing P from the LSE of the tile
+// products, under every option that touches the scores or P. Each is checked against the
+// fp64 reference under the suite's 1x bound.
 TEST_CASE("bf16 forward on AMX tiles on awkward shapes", "[fwd][bwd]") {
   if (!amx_active())
     FA_SKIP_TEST("no AMX-BF16 here (or FLASHATTN_CPU_ISA picks another set): bf16 runs use the fp32 kernels");

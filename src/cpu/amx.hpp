@@ -1,5 +1,5 @@
-// AMX-BF16 tile products of the amx instruction set (isa.hpp): the bf16 forward's Q K^T and
-// P V (flash_fwd.cpp), and the packers that lay their operands out for the tiles.
+// AMX-BF16 tile products of the amx instruction set (isa.hpp): the bf16 forward's K Q^T and
+// V^T P^T (flash_fwd.cpp), and the packers that lay their operands out for the tiles.
 //
 // Operands are 32-bit words, each holding one pair of bf16 elements along the product's
 // inner index k (element 2t in the low half, 2t + 1 in the high half):
@@ -48,19 +48,31 @@ class AmxTiles {
 void amx_gemm(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
               float* C, int64_t ldc, bool accumulate);
 
-// A operand from fp32 rows: out[r * words + t] = (x(r, 2t), x(r, 2t + 1)) rounded to bf16
-// (nearest even), x(r, k) = x[r * ld + k] for r < rows and k < n, else 0; r < rows_out,
-// t < words (2 words >= n).
-void amx_rows(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t rows_out, int64_t words, uint32_t* out);
+// The packers below read rows given as pointers (row j at rows[j], n elements), or fp32
+// rows x(r, k) = x[r * ld + k], and write zeros wherever a row or element is past the data.
+// bf(f) is f rounded to bf16 (nearest even, float_to_bf16).
 
-// B operand transposed from bf16 rows (row j at rows[j], n elements): out[t * ldo + j] =
-// word t of row j (an odd n's last word with a zero high half) for j < nrows and
-// t < ceil(n / 2), else 0; t < words, j < ldo.
-void amx_words_t(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t words, uint32_t* out, int64_t ldo);
+// A operand copied from bf16 rows: out[r * words + t] = word t of row r (an odd n's last
+// word with a zero high half) for r < nrows, else 0; r < rows_out, t < words.
+void amx_copy_rows(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t rows_out, int64_t words,
+                   uint32_t* out);
 
-// B operand from pairs of bf16 rows: out[t * ldo + e] = (row 2t [e], row 2t + 1 [e]) with
-// row j at rows[j] for j < nrows and e < n, else 0; t < pairs, e < ldo.
-void amx_pairs(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t pairs, uint32_t* out, int64_t ldo);
+// A operand transposed from pairs of bf16 rows: out[e * ldo + t] = (row 2t [e], row 2t + 1 [e])
+// for e < n, else 0; e < rows_out, t < ldo.
+void amx_pairs_t(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t rows_out, uint32_t* out, int64_t ldo);
+
+// B operand transposed from fp32 rows: out[t * ldo + j] = (bf(x(j, 2t)), bf(x(j, 2t + 1)))
+// for j < rows and k < n; t < words, j < ldo.
+void amx_rows_t(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t words, uint32_t* out, int64_t ldo);
+
+// B operand from pairs of fp32 rows: out[t * ldo + j] = (bf(x(2t, j)), bf(x(2t + 1, j))) for
+// rows below `rows` and j < n; t < pairs, j < ldo. Subnormal x count as 0 (probabilities
+// P are 0 or normal: softmax weights below exp(-87.3) are 0).
+void amx_pairs_f(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t pairs, uint32_t* out, int64_t ldo);
+
+// y[r * ld + c] *= a[c] for r < rows, c < n, unless every a[c] is 1 (the rescale of
+// transposed accumulators by the online softmax's factors).
+void amx_scale_cols(float* y, int64_t ld, int64_t rows, int64_t n, const float* a);
 
 }  // namespace cpu
 }  // namespace flashattn

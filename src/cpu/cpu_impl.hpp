@@ -86,8 +86,8 @@ struct Carver {
 };
 
 // Whether forward run p multiplies on AMX tiles (amx.hpp): bf16 inputs without rotary
-// embedding on the amx set. Its GEMM blocks then compute S = Q K^T and P V with bf16
-// operands and fp32 sums (P rounded to bf16, as torch's CPU attention and the GPU kernels
+// embedding on the amx set. Its GEMM blocks then compute S^T = K Q^T and O^T = V^T P^T with
+// bf16 operands and fp32 sums (P rounded to bf16, as torch's CPU attention and the GPU kernels
 // do); dot blocks (decode) keep their fp32 products.
 bool amx_products(const AttnParams& p);
 

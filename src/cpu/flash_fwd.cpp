@@ -48,10 +48,10 @@ int task_tiles(const AttnParams& p) {
 
 struct RowState {
   float* q;      // [kBr x dqk] row-major (dot blocks), or kBr / kTileN panels of [dqk x kTileN]
-  float* acc;    // [kBr x dvp]
+  float* acc;    // [kBr x dvp], or in AMX GEMM blocks O^T: [amx_v_rows x kBr]
   float* m;      // [kBr]
   float* l;      // [kBr]
-  uint32_t* qa;  // amx_products runs only: [kBr x qwords] Q rows as bf16 pairs (amx.hpp's A)
+  uint32_t* qt;  // amx_products runs only: [qwords x kBr] Q^T, pairs of head dims (B of S^T = K Q^T)
 };
 
 struct FwdSlot {
@@ -64,12 +64,13 @@ struct FwdSlot {
   float* alpha;           // [kBr]         rescale factors
   float* tmp;             // [dvp]         output row staging
   // amx_products runs only: the tile operands (amx.hpp) of the GEMM blocks
-  uint32_t* kt;  // [qwords x kBc]   K^T, pairs of head dims (B of S = Q K^T)
-  uint32_t* vp;  // [kBc / 2 x dvp]  V, pairs of keys (B of P V)
-  uint32_t* pa;  // [kBr x kBc / 2]  P rows rounded to bf16 (A of P V)
+  uint32_t* ka;  // [kBc x qwords]            K rows, pairs of head dims (A of S^T = K Q^T)
+  uint32_t* vt;  // [amx_v_rows x kBc / 2]    V^T, pairs of keys (A of O^T += V^T P^T)
+  uint32_t* pt;  // [kBc / 2 x kBr]           P^T rounded to bf16, pairs of keys (B of O^T)
+  float* orow;   // [dvp]                     an output row gathered from O^T
 };
 
-// Words per row of the AMX Q rows (and pair rows of K^T): head_dim_qk in bf16 pairs,
+// Words per row of the AMX K rows (and pair rows of Q^T): head_dim_qk in bf16 pairs,
 // padded with zero pairs to whole tile rows.
 int64_t amx_q_words(const AttnParams& p) {
 #if FA_HAVE_X86_BUILDS
@@ -80,6 +81,10 @@ int64_t amx_q_words(const AttnParams& p) {
 #endif
 }
 
+// Rows of the AMX O^T accumulators and V^T words: head_dim_v padded to whole 32-row tile
+// pairs (amx_gemm's M unit).
+int64_t amx_v_rows(const AttnParams& p) { return round_up(round_up(p.head_dim_v, kTileN), 32); }
+
 FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   FwdSlot s;
@@ -88,10 +93,10 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   for (int sb = 0; sb < task_tiles(p); ++sb) {
     RowState& r = s.sub[sb];
     r.q = cv.floats(kBr, dqk);
-    r.acc = cv.floats(kBr, dvp);
+    r.acc = cv.floats(kBr, amx ? amx_v_rows(p) : dvp);
     r.m = cv.floats(kBr);
     r.l = cv.floats(kBr);
-    r.qa = amx ? cv.words(kBr, qwords) : nullptr;
+    r.qt = amx ? cv.words(qwords, kBr) : nullptr;
   }
   s.qrows = cv.floats(kBr, dqk);
   s.k = cv.floats(kBc, dqk);
@@ -100,9 +105,10 @@ FwdSlot carve_fwd(const AttnParams& p, Carver& cv) {
   s.drop = dropout_active(p.drop_threshold) ? cv.floats(kBr, kBc) : nullptr;
   s.alpha = cv.floats(kBr);
   s.tmp = cv.floats(dvp);
-  s.kt = amx ? cv.words(qwords, kBc) : nullptr;
-  s.vp = amx ? cv.words(kBc / 2, dvp) : nullptr;
-  s.pa = amx ? cv.words(kBr, kBc / 2) : nullptr;
+  s.ka = amx ? cv.words(kBc, qwords) : nullptr;
+  s.vt = amx ? cv.words(amx_v_rows(p), kBc / 2) : nullptr;
+  s.pt = amx ? cv.words(kBc / 2, kBr) : nullptr;
+  s.orow = amx ? cv.floats(dvp) : nullptr;
   return s;
 }
 
@@ -144,19 +150,36 @@ KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t
 }
 
 #if FA_HAVE_X86_BUILDS
-// Packs the key tile [j0, j0 + nj) of c (bf16) for the AMX products: K^T's pairs of head
-// dims and V's pairs of keys, read from the inputs in place (rows through key_row_offset,
-// so pages too); keys past nj and head dims past the inputs' are zeros.
+// Packs the key tile [j0, j0 + nj) of c (bf16) for the AMX products: K's rows (pairs of
+// head dims) and V^T's pairs of keys, read from the inputs in place (rows through
+// key_row_offset, so pages too); keys past nj and head dims past the inputs' are zeros.
 void pack_key_tile_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, const FwdSlot& w) {
   const uint16_t* rows[kBc];
   for (int64_t r = 0; r < nj; ++r)
     rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0 + r)));
-  amx_words_t(rows, nj, p.head_dim_qk, amx_q_words(p), w.kt, kBc);
+  amx_copy_rows(rows, nj, p.head_dim_qk, kBc, amx_q_words(p), w.ka);
   for (int64_t r = 0; r < nj; ++r)
     rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0 + r)));
-  amx_pairs(rows, nj, p.head_dim_v, kBc / 2, w.vp, round_up(p.head_dim_v, kTileN));
+  amx_pairs_t(rows, nj, p.head_dim_v, amx_v_rows(p), w.vt, kBc / 2);
 }
 #endif
+
+// The online softmax and P V of rows [i0, i0 + ni) of a dot block whose scores s (row
+// stride kBc) against key tile [j0, j0 + nj) are computed (update_rows).
+void update_dot_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                     bool partial, const KeyTile& kt, const RowState& st, const FwdSlot& w, float* s) {
+  const int64_t dvp = round_up(p.head_dim_v, kTileN);
+  transform_scores<false>(p, c, s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
+  if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
+  online_softmax(s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+  if (w.drop)
+    for (int64_t r = 0; r < ni; ++r) mul_row(s + r * kBc, w.drop + r * kBc, kBc);
+  if (kt.vh != nullptr) {
+    gemm_h(ni, dvp, nj, s, kBc, kt.vh, kt.ldv, st.acc, dvp, p.dtype == kBf16);
+  } else {
+    gemm(ni, dvp, nj, s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
+  }
+}
 
 // One kBr x kBc tile of the online softmax: scores, then
 // m' = max(m, rowmax S), P = exp(S - m'), l = l * exp(m - m') + rowsum P,
@@ -165,27 +188,29 @@ void pack_key_tile_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_
 // a column, so the softmax runs down columns in vector lanes, with no reduction across
 // lanes, and K needs no transposing. Dot blocks (few rows) work on S = Q K^T by dot
 // products, row by row. Both give every score the same sum in the same order. AMX runs
-// (amx_products) work on S = Q K^T as dot blocks do, with the two products on tiles: Q
-// rows and P rows (rounded to bf16) as A, K^T and V packed once per key tile as B.
+// (amx_products) work on S^T = K Q^T and the column softmax as GEMM blocks do, with the
+// two products on tiles: S^T from K's rows and Q^T, then O^T += V^T P^T from V^T (packed
+// once per key tile) and P^T rounded to bf16, into transposed accumulators.
 void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
                  bool dots, const KeyTile& kt, const RowState& st, const FwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dvp = round_up(p.head_dim_v, kTileN);
   const bool partial = kind == kTilePartial;
 #if FA_HAVE_X86_BUILDS
-  if (!dots && w.kt != nullptr) {
-    const int64_t mr = round_up(ni, 32);  // rows multiplied: whole 32-row tile pairs
-    amx_gemm(mr, kBc, amx_q_words(p), st.qa, amx_q_words(p), w.kt, kBc, w.s, kBc, false);
-    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
-    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-    online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
+  if (!dots && w.ka != nullptr) {
+    const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
+    amx_gemm(round_up(nj, 32), nc, amx_q_words(p), w.ka, amx_q_words(p), st.qt, kBr, w.s, kBr, false);
+    transform_scores<true>(p, c, w.s, kBr, i0, ni, j0, nj, nc, partial, nullptr);
+    if (w.drop) dropout_tile<true>(p, c, w.drop, kBr, i0, ni, j0, nj);
+    online_softmax_cols(w.s, kBr, nj, nc, st.m, st.l, w.alpha, st.acc, kBr, 0);
+    amx_scale_cols(st.acc, kBr, amx_v_rows(p), nc, w.alpha);  // O^T's columns are the rows
     // Dropout zeroes P where dropped and leaves 1 / (1 - p_drop) to finish_rows: P itself
     // is rounded to bf16 below, and a P of 1 (one visible key) stays exact that way.
     if (w.drop)
-      for (int64_t r = 0; r < ni; ++r)
-        for (int64_t x = 0; x < nj; ++x)
-          if (w.drop[r * kBc + x] == 0.f) w.s[r * kBc + x] = 0.f;
-    amx_rows(w.s, kBc, ni, kBc, mr, kBc / 2, w.pa);
-    amx_gemm(mr, dvp, kBc / 2, w.pa, kBc / 2, w.vp, dvp, st.acc, dvp, true);
+      for (int64_t x = 0; x < nj; ++x)
+        for (int64_t r = 0; r < ni; ++r)
+          if (w.drop[x * kBr + r] == 0.f) w.s[x * kBr + r] = 0.f;
+    amx_pairs_f(w.s, kBr, nj, nc, kBc / 2, w.pt, kBr);
+    amx_gemm(amx_v_rows(p), nc, kBc / 2, w.vt, kBc / 2, w.pt, kBr, st.acc, kBr, true);
     return;
   }
 #endif
@@ -195,16 +220,7 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
     } else {
       dot_rows(ni, nj, dqk, st.q, dqk, kt.k, kt.ldk, w.s, kBc);
     }
-    transform_scores<false>(p, c, w.s, kBc, i0, ni, j0, nj, kBc, partial, nullptr);
-    if (w.drop) dropout_tile<false>(p, c, w.drop, kBc, i0, ni, j0, nj);
-    online_softmax(w.s, kBc, ni, kBc, st.m, st.l, st.acc, dvp, dvp);
-    if (w.drop)
-      for (int64_t r = 0; r < ni; ++r) mul_row(w.s + r * kBc, w.drop + r * kBc, kBc);
-    if (kt.vh != nullptr) {
-      gemm_h(ni, dvp, nj, w.s, kBc, kt.vh, kt.ldv, st.acc, dvp, p.dtype == kBf16);
-    } else {
-      gemm(ni, dvp, nj, w.s, kBc, kt.v, kt.ldv, st.acc, dvp, true);
-    }
+    update_dot_rows(p, c, i0, ni, j0, nj, partial, kt, st, w, w.s);
     return;
   }
   const int64_t nc = round_up(ni, kTileN);  // query columns computed (padding: -inf scores)
@@ -221,10 +237,16 @@ void update_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
 // Writes O and LSE of rows [i0, i0 + ni) of context c from their state st, or with parts
 // (split s of a split run) the normalized partial O and LSE of the keys it covered. O is
 // acc * (keep / l): keep is 1, or 1 / (1 - p_drop) where update_rows left it out of P.
+// transposed: acc holds O^T (AMX GEMM blocks).
 void finish_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const RowState& st, const FwdSlot& w,
-                 const SplitParts* parts, int64_t s, float keep) {
+                 const SplitParts* parts, int64_t s, float keep, bool transposed) {
   const int64_t dv = p.head_dim_v, dvp = round_up(dv, kTileN);
   for (int64_t r = 0; r < ni; ++r) {
+    const float* acc = st.acc + r * dvp;
+    if (transposed) {
+      for (int64_t d = 0; d < dv; ++d) w.orow[d] = st.acc[d * kBr + r];
+      acc = w.orow;
+    }
     const int64_t i = i0 + r;
     // l = 0 exactly iff every probability was 0 (the row's maximum alone gives
     // exp(0) = 1): a fully masked row. A NaN l (a NaN or +inf score) is not empty and
@@ -236,10 +258,10 @@ void finish_rows(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, 
       const int64_t row = split_row(p, s, c.b, c.h, i);
       parts->lse[row] = lse;
       float* o = parts->o + row * dv;
-      for (int64_t d = 0; d < dv; ++d) o[d] = st.acc[r * dvp + d] * inv;
+      for (int64_t d = 0; d < dv; ++d) o[d] = acc[d] * inv;
       continue;
     }
-    store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, st.acc + r * dvp, dvp, inv, w.tmp);
+    store_rows(p, p.o, p.o_stride, c.b, c.q0, c.h, i, 1, dv, acc, dvp, inv, w.tmp);
     if (p.lse) p.lse[lse_index(p, c, i)] = lse;
   }
 }
@@ -283,8 +305,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int n_sub,
     // Every row of the tile, the padding rows' too: the column softmax reads them all.
     start_rows(p, c, start, rows[sb], q, st, kBr);
 #if FA_HAVE_X86_BUILDS
-    if (!dots && st.qa != nullptr) {
-      amx_rows(q, dqk, rows[sb], dqk, kBr, amx_q_words(p), st.qa);
+    if (!dots && st.qt != nullptr) {
+      amx_rows_t(q, dqk, rows[sb], dqk, amx_q_words(p), st.qt, kBr);
+      memset(st.acc, 0, sizeof(float) * static_cast<size_t>(amx_v_rows(p) * kBr));
       continue;
     }
 #endif
@@ -301,7 +324,7 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int n_sub,
     }
     if (!any) continue;
 #if FA_HAVE_X86_BUILDS
-    if (!dots && w.kt != nullptr) {
+    if (!dots && w.ka != nullptr) {
       pack_key_tile_amx(p, c, j0, nj, w);
       for (int sb = 0; sb < n_sub; ++sb)
         if (kind[sb] != kTileSkip)
@@ -315,8 +338,9 @@ void forward_block(const AttnParams& p, const HeadCtx& c, int64_t i0, int n_sub,
     }
   }
 
-  const float keep = !dots && w.kt != nullptr && w.drop != nullptr ? p.rp_keep : 1.f;
-  for (int sb = 0; sb < n_sub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s, keep);
+  const bool amx = !dots && w.ka != nullptr;
+  const float keep = amx && w.drop != nullptr ? p.rp_keep : 1.f;
+  for (int sb = 0; sb < n_sub; ++sb) finish_rows(p, c, i0 + sb * kBr, rows[sb], w.sub[sb], w, parts, s, keep, amx);
 }
 
 // Query rows [i0, i0 + task_tiles(p) * kBr) of context c: one forward_block, or with two
@@ -350,6 +374,52 @@ void split_range(int64_t len_k, int64_t n_splits, int64_t s, int64_t* j_begin, i
 // every key (measured: 2x the time of the same bytes read contiguously).
 constexpr int64_t kDecodeWindow = 4 * kBc;
 
+// Whether a decode task's scores read the key rows of all its kv heads at once, in memory
+// order (decode_rows_in_order): one query row per head, more than one kv head, keys in
+// place (no pages), and the kv heads' slices of a key row within that row (BSHD).
+bool row_order_scores(const AttnParams& p, const HeadCtx* ctx, int64_t nh, int64_t rows) {
+  const int64_t nkv = ctx[nh - 1].hk - ctx[0].hk + 1;
+  return rows == 1 && nkv > 1 && p.kv_block_table == nullptr && p.k_stride.h > 0 &&
+         (nkv - 1) * p.k_stride.h + p.head_dim_qk <= p.k_stride.s;
+}
+
+// Keys [j_begin, j_end) of the decode task of query heads ctx[0, nh) (one row each): per
+// key tile, the scores of all heads by dot_heads, reading each key row's kv head slices in
+// memory order, then each head's online softmax and P V. Same bits as the tiles of
+// decode_task's loop. Reading the keys of 4 heads of d = 64 row by row instead of one
+// head at a time (rows 1 KiB apart) took fp32 decodes of 8k-32k keys 1.1-1.3x faster (1
+// thread, EPYC; docs/internals/cpu-decode.md).
+void decode_rows_in_order(const AttnParams& p, const HeadCtx* ctx, const RowState* st, int64_t nh, int64_t j_begin,
+                          int64_t j_end, const FwdSlot& w) {
+  const float* q[kBr];
+  int64_t boff[kBr];
+  for (int64_t e = 0; e < nh; ++e) {
+    q[e] = st[e].q;
+    boff[e] = key_row_offset(p, p.k_stride, ctx[e], 0) - key_row_offset(p, p.k_stride, ctx[0], 0);
+  }
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBc) {
+    const int64_t nj = j_end - j0 < kBc ? j_end - j0 : kBc;
+    TileKind kind[kBr];
+    bool any = false;
+    for (int64_t e = 0; e < nh; ++e) {
+      kind[e] = classify_tile(p, ctx[e], 0, 1, j0, nj);
+      any |= kind[e] != kTileSkip;
+    }
+    if (!any) continue;
+    const KeyTile kt = load_key_tile(p, ctx[0], j0, nj, true, w);
+    if (kt.kh != nullptr) {
+      dot_heads_h(nh, nj, p.head_dim_qk, q, kt.kh, kt.ldk, boff, w.s, kBc, p.dtype == kBf16);
+    } else {
+      dot_heads(nh, nj, p.head_dim_qk, q, kt.k, kt.ldk, boff, w.s, kBc);
+    }
+    for (int64_t e = 0; e < nh; ++e) {
+      if (kind[e] == kTileSkip) continue;
+      const KeyTile ke = ctx[e].hk == ctx[0].hk ? kt : load_key_tile(p, ctx[e], j0, nj, true, w);
+      update_dot_rows(p, ctx[e], 0, 1, j0, nj, kind[e] == kTilePartial, ke, st[e], w, w.s + e * kBc);
+    }
+  }
+}
+
 // Query heads [h0, h0 + nh) of sequence b (every row of each: a decode schedule has at
 // most kDotRows per head, and nh * rows <= kBr) against split s of the keys. Each kv head
 // of the range loads each K and V tile once for all of its query heads in the range (GQA
@@ -371,6 +441,11 @@ void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t
   if (rows == 0) return;  // varlen: an empty sequence
   int64_t j_begin, j_end;
   split_range(ctx[0].len_k, n_splits, s, &j_begin, &j_end);
+  if (row_order_scores(p, ctx, nh, rows)) {
+    decode_rows_in_order(p, ctx, st, nh, j_begin, j_end, w);
+    for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s, 1.f, false);
+    return;
+  }
   for (int64_t w0 = j_begin; w0 < j_end; w0 += kDecodeWindow) {
     const int64_t w1 = j_end - w0 < kDecodeWindow ? j_end : w0 + kDecodeWindow;
     for (int64_t e0 = 0; e0 < nh;) {
@@ -392,7 +467,7 @@ void decode_task(const AttnParams& p, int64_t b, int64_t h0, int64_t nh, int64_t
       e0 = e1;
     }
   }
-  for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s, 1.f);
+  for (int64_t e = 0; e < nh; ++e) finish_rows(p, ctx[e], 0, rows, st[e], w, parts, s, 1.f, false);
 }
 
 // Query heads per decode task: whole GQA groups of kv heads while their rows fit one
@@ -464,7 +539,7 @@ void flash_forward(const AttnParams& p, char* workspace, int threads) {
     Carver cv{workspace + shared + static_cast<size_t>(me.id) * slot_bytes};
     const FwdSlot w = carve_fwd(p, cv);
 #if FA_HAVE_X86_BUILDS
-    const AmxTiles tiles(w.kt != nullptr);  // this member's tile configuration, for the run
+    const AmxTiles tiles(w.ka != nullptr);  // this member's tile configuration, for the run
 #endif
     // The P V GEMM reads V's columns past head_dim_v, which the loads leave as they are:
     // zero them once per run, so they stay finite. The scores of the Q panels' rows past a

@@ -653,6 +653,32 @@ FA_TARGET void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t
   dot_rows_src<kSrcF32>(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
+// The rows ahead are asked for whole, from the first head's slice to the end of the last.
+template <int kSrc>
+FA_TARGET FA_ALWAYS_INLINE void dot_heads_src(int64_t H, int64_t N, int64_t K, const float* const* A,
+                                              const src_t<kSrc>* B, int64_t ldb, const int64_t* boff, float* C,
+                                              int64_t ldc) {
+  const int64_t span = boff[H - 1] + K - boff[0];
+  for (int64_t j = 0; j < N; ++j) {
+    prefetch_row(B + boff[0], j + kRowsAhead<kSrc>, ldb, span);
+    for (int64_t e = 0; e < H; ++e) C[e * ldc + j] = dot_body<kSrc>(A[e], B + j * ldb + boff[e], K);
+  }
+}
+
+FA_TARGET void dot_heads(int64_t H, int64_t N, int64_t K, const float* const* A, const float* B, int64_t ldb,
+                         const int64_t* boff, float* C, int64_t ldc) {
+  dot_heads_src<kSrcF32>(H, N, K, A, B, ldb, boff, C, ldc);
+}
+
+FA_TARGET void dot_heads_h(int64_t H, int64_t N, int64_t K, const float* const* A, const uint16_t* B, int64_t ldb,
+                           const int64_t* boff, float* C, int64_t ldc, bool bf16) {
+  if (bf16) {
+    dot_heads_src<kSrcBf16>(H, N, K, A, B, ldb, boff, C, ldc);
+  } else {
+    dot_heads_src<kSrcF16>(H, N, K, A, B, ldb, boff, C, ldc);
+  }
+}
+
 FA_TARGET void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
                           float* C, int64_t ldc, bool bf16) {
   if (bf16) {

@@ -78,6 +78,8 @@ struct KernelTable {
   decltype(&isa_base::dot) dot;
   decltype(&isa_base::dot_rows) dot_rows;
   decltype(&isa_base::dot_rows_h) dot_rows_h;
+  decltype(&isa_base::dot_heads) dot_heads;
+  decltype(&isa_base::dot_heads_h) dot_heads_h;
   decltype(&isa_base::half_row_to_float) half_row_to_float;
   decltype(&isa_base::bf16_row_to_float) bf16_row_to_float;
   decltype(&isa_base::ds_rows) ds_rows;
@@ -88,8 +90,8 @@ struct KernelTable {
 #define FA_TABLE(ns)                                                                                               \
   KernelTable {                                                                                                    \
     ns::gemm, ns::gemm_h, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
-        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::dot_rows_h, ns::half_row_to_float, \
-        ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row                                               \
+        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::dot_rows_h, ns::dot_heads,         \
+        ns::dot_heads_h, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row       \
   }
 
 KernelTable pick_kernels() {
@@ -147,6 +149,14 @@ void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, cons
 void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
                 int64_t ldc, bool bf16) {
   kernels().dot_rows_h(M, N, K, A, lda, B, ldb, C, ldc, bf16);
+}
+void dot_heads(int64_t H, int64_t N, int64_t K, const float* const* A, const float* B, int64_t ldb, const int64_t* boff,
+               float* C, int64_t ldc) {
+  kernels().dot_heads(H, N, K, A, B, ldb, boff, C, ldc);
+}
+void dot_heads_h(int64_t H, int64_t N, int64_t K, const float* const* A, const uint16_t* B, int64_t ldb,
+                 const int64_t* boff, float* C, int64_t ldc, bool bf16) {
+  kernels().dot_heads_h(H, N, K, A, B, ldb, boff, C, ldc, bf16);
 }
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().half_row_to_float(src, dst, n); }
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n) { kernels().bf16_row_to_float(src, dst, n); }

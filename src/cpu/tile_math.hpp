@@ -84,6 +84,17 @@ void dot_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, cons
 void dot_rows_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
                 int64_t ldc, bool bf16);
 
+// The scores of one query row of each of H heads: C[e * ldc + j] = dot(A[e], B row j from
+// element boff[e]) over K elements, for e < H, j < N. B's rows hold the key rows of all the
+// heads' kv heads (boff ascending: BSHD), read in memory order, row by row, the heads in
+// turn. Each score has the bits of dot_rows on its head.
+void dot_heads(int64_t H, int64_t N, int64_t K, const float* const* A, const float* B, int64_t ldb, const int64_t* boff,
+               float* C, int64_t ldc);
+
+// dot_heads with B rows of 16-bit elements, bf16 (bf16 true) or fp16 (as dot_rows_h).
+void dot_heads_h(int64_t H, int64_t N, int64_t K, const float* const* A, const uint16_t* B, int64_t ldb,
+                 const int64_t* boff, float* C, int64_t ldc, bool bf16);
+
 // Exact conversions of n (any) elements to fp32.
 void half_row_to_float(const uint16_t* src, float* dst, int64_t n);
 void bf16_row_to_float(const uint16_t* src, float* dst, int64_t n);
