@@ -17,19 +17,28 @@
 namespace flashattn {
 namespace {
 
+// Whether instance i (head dim fa3::kBwdDims[i]) serves head dims (qk, v): fa3_serves_dim
+// with column blocks of the dQ reduce-adds' 32 columns (narrower than the tiles' or as
+// wide), so every box of every map holds columns of its tensor.
+constexpr bool serves(int i, int64_t qk, int64_t v) {
+  constexpr int kBlock = fa3::BwdTraits<64>::kDqBoxCols;
+  return fa3_serves_dim(qk, fa3::kBwdDims[i], kBlock) && fa3_serves_dim(v, fa3::kBwdDims[i], kBlock);
+}
+
 // fa3 serves no head dim that fa2 runs on zero-padded workspace copies (fa2_bwd_scratch
 // lays out the unstaged workspace).
 constexpr bool no_staged_dims() {
-  for (int d : fa3::kBwdDims)
-    if (fa2_staged_dim(d)) return false;
+  for (int d = 1; d <= 256; ++d)
+    for (int i = 0; i < fa3::kNumBwd; ++i)
+      if (fa2_staged_dim(d) && (serves(i, d, fa3::kBwdDims[i]) || serves(i, fa3::kBwdDims[i], d))) return false;
   return true;
 }
 static_assert(no_staged_dims(), "an fa3 backward head dim that fa2 stages: it must run on fa2, which stages it");
 
-// Index of p's head dim in fa3::kBwdDims, or -1.
+// Index in fa3::kBwdDims of the first (smallest) instance that serves p's head dims, or -1.
 int bwd_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumBwd; ++i)
-    if (p.head_dim_qk == fa3::kBwdDims[i] && p.head_dim_v == fa3::kBwdDims[i]) return i;
+    if (serves(i, p.head_dim_qk, p.head_dim_v)) return i;
   return -1;
 }
 
@@ -44,10 +53,11 @@ int64_t key_blocks(const AttnParams& p) {
 template <int D>
 bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::BwdTraits<D>;
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM},
-                         {"k", &m->k, p.k, p.k_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"v", &m->v, p.v, p.v_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"dout", &m->dout, p.dout, p.do_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
+  // The maps span the tensors' own head dims: the tiles' columns past them load as zeros.
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"dout", &m->dout, p.dout, p.do_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 // The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
@@ -79,7 +89,8 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
       return Fa3HeadDims{fa3::kBwdDims[i], fa3::kBwdDims[i]};
     });
     return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves the head dims (qk/v) %s",
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves multiples of 8 up to the head "
+                      "dims (qk/v) of an instance, %s, within its last 32 columns",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
   const int64_t blocks = kDimOps[cfg].blocks(p);

@@ -14,44 +14,56 @@
 namespace flashattn {
 namespace {
 
-// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
-// the workspace fa3 would use for its tile counter.
-constexpr bool no_staged_dims() {
-  for (const fa3::FwdDims& d : fa3::kFwdDims)
-    if (fa2_staged_dim(d.qk) || fa2_staged_dim(d.v)) return false;
-  return true;
-}
-static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
-
 template <int Dqk, int Dv>
 bool encode_maps(const AttnParams& p, fa3::FwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::FwdTraits<Dqk, Dv>;
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, Dqk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
-                         {"k", &m->k, p.k, p.k_stride, Dqk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"v", &m->v, p.v, p.v_stride, Dv, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"o", &m->o, p.o, p.o_stride, Dv, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
+  // The maps span the tensors' own head dims: the columns of the instance's tiles past them
+  // load as zeros (adding nothing to Q K^T; V's give O columns that are never stored).
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"o", &m->o, p.o, p.o_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 
 // What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, its
-// query tile rows, and whether O leaves through a buffer of its own (fa3/fwd_traits.h).
+// query tile rows, whether O leaves through a buffer of its own, and the columns of its
+// tiles' column blocks (fa3/fwd_traits.h).
 struct Config {
   bool (*encode)(const AttnParams&, fa3::FwdMaps*, char*, size_t);
   int block_m;
   bool own_o;
+  int cols;
 };
 template <size_t I>
 struct ConfigOf {
   static constexpr fa3::FwdDims kDims = fa3::kFwdDims[I];
   using Cfg = fa3::FwdTraits<kDims.qk, kDims.v>;
-  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, Cfg::kBlockM, Cfg::kOwnO};
+  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, Cfg::kBlockM, Cfg::kOwnO, Cfg::kCols};
 };
 constexpr auto kConfigs = fa3_table<ConfigOf>(std::make_index_sequence<fa3::kNumFwd>{});
 
-// Index of p's head dims in fa3::kFwdDims, or -1.
+// Whether instance i serves head dims (qk, v) (fa3_serves_dim).
+constexpr bool serves(int i, int64_t qk, int64_t v) {
+  return fa3_serves_dim(qk, fa3::kFwdDims[i].qk, kConfigs[i].cols) &&
+         fa3_serves_dim(v, fa3::kFwdDims[i].v, kConfigs[i].cols);
+}
+
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
+// the workspace fa3 would use for its tile counter.
+constexpr bool no_staged_dims() {
+  for (int d = 1; d <= 256; ++d)
+    for (int i = 0; i < fa3::kNumFwd; ++i)
+      if (fa2_staged_dim(d) && (serves(i, d, fa3::kFwdDims[i].v) || serves(i, fa3::kFwdDims[i].qk, d))) return false;
+  return true;
+}
+static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
+
+// Index in fa3::kFwdDims of the first (smallest) instance that serves p's head dims, or -1.
+// Its tiles hold the instance's head dims; the tensor maps, p's.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
-    if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
+    if (serves(i, p.head_dim_qk, p.head_dim_v)) return i;
   return -1;
 }
 
@@ -93,7 +105,8 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
       return Fa3HeadDims{fa3::kFwdDims[i].qk, fa3::kFwdDims[i].v};
     });
     return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves the head dims (qk/v) %s",
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves multiples of 8 up to the head dims "
+                      "(qk/v) of an instance, %s, within its last column block (64 columns, 32 at 96)",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
   const int64_t tiles = query_tiles(p, cfg);
