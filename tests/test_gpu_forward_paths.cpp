@@ -148,6 +148,32 @@ TEST_CASE("forward paths: head dims below an instance, awkward lengths, causal, 
   check_strided(strided, 9740);
 }
 
+TEST_CASE("forward paths: head dims not a multiple of 8 on zero-padded copies, causal, GQA, odd strides",
+          "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // fa3 (and fa2) run them on copies padded to a multiple of 8: 60 and 3/5 on the 64
+  // instance, 100, 111, 125/128 and 100/120 (Q, K copied, V, O direct) on 128, 190/125 on
+  // 192/128, 250 on 256.
+  const HeadDims staged[] = {{60, 60}, {3, 5}, {100, 100}, {111, 111}, {128, 125}, {100, 120}, {190, 125}, {250, 250}};
+  const int64_t pairs[][2] = {{1, 17}, {129, 17}, {300, 336}, {1000, 129}};
+  check_lengths(staged, pairs, 9800);
+  uint64_t seed = 9900;
+  for (const HeadDims d : {HeadDims{100, 100}, HeadDims{3, 5}, HeadDims{128, 125}})
+    for (int mask : {0, 2}) {
+      ++seed;
+      // GQA 4:1 over three sequences.
+      gpu_check(causal_case("paths staged, gqa", 300, 517, d, kGpuDtypes[seed % 2], seed, 3, 8, 2, mask));
+      // Odd element strides and 4-byte-aligned rows where every tensor is copied (the copies
+      // read and write element by element); else the padded layout of 16-byte rows.
+      Config c = causal_case("paths staged, padded layout", 257, 300, d, kGpuDtypes[seed % 2], seed, 2, 4, 2, mask);
+      c.layout = Layout::Padded;
+      c.pad16 = d.d % 8 == 0 || d.dv % 8 == 0;
+      gpu_check(c);
+    }
+  // Causal with more query tiles than SMs: fa3's tile counter after the copies.
+  gpu_check(causal_case("paths staged, tiles > SMs", 777, 1100, {60, 60}, FLASHATTN_DTYPE_BF16, 9920, 5, 8, 2));
+}
+
 TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]") {
   REQUIRE_PATH();
   Config c = fcase("paths no lse", 200, 333, {128, 128}, FLASHATTN_DTYPE_BF16, 9301);
@@ -162,19 +188,20 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
           "[gpu][fwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(false, 9403);
-  // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
-  // (the queried workspace), fa3 never.
-  cases.push_back(fcase("paths d60 staged", 100, 130, {60, 60}, FLASHATTN_DTYPE_FP16, 9410));
-  cases.push_back(fcase("paths d100 staged", 100, 130, {100, 100}, FLASHATTN_DTYPE_BF16, 9412));
-  // A varlen batch at a head dim below an instance's.
-  Config c = fcase("paths varlen d72", 1, 1, {72, 72}, FLASHATTN_DTYPE_BF16, 9413);
-  c.seqlens_q = {5, 130, 0};
-  c.seqlens_k = {17, 129, 40};
-  cases.push_back(c);
-  c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, {128, 125}, FLASHATTN_DTYPE_BF16, 9411);
+  // Head dims whose copies padded to a multiple of 8 no instance holds within its last
+  // column block (64/112; 104/64).
+  cases.push_back(fcase("paths dqk 59 dv 111 staged", 100, 130, {59, 111}, FLASHATTN_DTYPE_FP16, 9410));
+  Config c = fcase("paths dqk 100 dv 64 staged, causal", 100, 130, {100, 64}, FLASHATTN_DTYPE_BF16, 9411);
   c.band = true;
   c.wr = 0;
   cases.push_back(c);
+  // Varlen batches at a head dim below an instance's and at one copied.
+  for (const HeadDims d : {HeadDims{72, 72}, HeadDims{100, 100}}) {
+    c = fcase("paths varlen", 1, 1, d, FLASHATTN_DTYPE_BF16, 9413);
+    c.seqlens_q = {5, 130, 0};
+    c.seqlens_k = {17, 129, 40};
+    cases.push_back(c);
+  }
   // dv 64 on the 128/128 instance: a 64-column block of V and O wholly past the tensor.
   c = fcase("paths dqk 128 dv 64", 100, 130, {128, 64}, FLASHATTN_DTYPE_BF16, 9403);
   cases.push_back(c);

@@ -95,11 +95,18 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
 // The workspace fa3_fwd takes where its query tiles differ in length (under a band mask, or
 // where a sequence's last tile leaves a consumer warpgroup without rows): its tile counter, an
 // int at the workspace's first 4-byte boundary, kFa3FwdWorkspaceBytes. None elsewhere, and
-// none for head dims fa3 does not serve.
+// none for head dims fa3 does not serve. For head dims that are not a multiple of 8
+// (fa3_fwd_staged): fa2's zero-padded copies from the first 256-byte boundary, then that.
 constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
 size_t fa3_fwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+// A forward whose head dims are not both multiples of 8, on fa3 over fa2's zero-padded copies
+// (fa2_stage_in, fa3_fwd at the rounded dims, fa2_stage_out). False (and `why`) if fa3 does not
+// serve the rounded problem or cannot map a tensor that is not staged: then nothing was
+// written but workspace copies, and fa2 may run it. True once it ran: *status is the outcome.
+bool fa3_fwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                    flashattn_status_t* status, char* why, size_t why_size);
 
 // ---- generation 2 (kernels/fa3, sm_90a): the FA3-design backward ----
 // What fa3_bwd launches with: the tensor maps of Q, K, V and dO.
