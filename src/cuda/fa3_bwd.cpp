@@ -34,7 +34,7 @@ constexpr bool no_staged_dims() {
       if (fa2_staged_dim(d) && (serves(i, d, fa3::kBwdDims[i]) || serves(i, fa3::kBwdDims[i], d))) return false;
   return true;
 }
-static_assert(no_staged_dims(), "an fa3 backward head dim that fa2 stages: it must run on fa2, which stages it");
+static_assert(no_staged_dims(), "the fa3 backward serves a head dim fa2 stages directly: it must run on the copies");
 
 // Index in fa3::kBwdDims of the first (smallest) instance that serves p's head dims, or -1.
 int bwd_config(const AttnParams& p) {

@@ -59,7 +59,7 @@ constexpr bool no_staged_dims() {
       if (fa2_staged_dim(d) && (serves(i, d, fa3::kFwdDims[i].v) || serves(i, fa3::kFwdDims[i].qk, d))) return false;
   return true;
 }
-static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
+static_assert(no_staged_dims(), "fa3 serves a head dim fa2 stages directly: it must run on the copies");
 
 // Index in fa3::kFwdDims of the first (smallest) instance that serves p's head dims, or -1.
 // Its tiles hold the instance's head dims; the tensor maps, p's.
