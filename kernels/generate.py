@@ -203,6 +203,9 @@ def hopper_units(spec):
         dims = [tuple(x) for x in hop[key]] if pairs else [(d, d) for d in hop[key]]
         if len(set(dims)) != len(dims):
             sys.exit(f"generate: hopper {key} lists a head dim twice")
+        if dims != sorted(dims):
+            # the host takes the first instance that holds a problem's head dims
+            sys.exit(f"generate: hopper {key} must list its head dims smallest first")
         targs = [f"{d}, {dv}" if pairs else f"{d}" for d, dv in dims]
         fns = [[f"{fn}<{a}, {DTYPE_ENUM[dt]}>" for dt in spec["dtypes"]] for a in targs]
         for (d, dv), a in zip(dims, targs):
@@ -214,15 +217,15 @@ def hopper_units(spec):
         ext += [f"extern template {res} {f}({types});" for row in fns for f in row]
         rows = ",\n    ".join("{" + ", ".join(f"{macro}_FN({f})" for f in row) + "}" for row in fns)
         if pairs:
-            served = f"""// {key.capitalize()} head dims served (head_dim_qk, head_dim_v), exactly: a problem of other
-// head dims runs on fa2.
+            served = f"""// {key.capitalize()} instances (head_dim_qk, head_dim_v), smallest first: the first that holds a
+// problem's head dims serves it where src/cuda/fa3_{pre}.cpp allows (fa3_serves_dim); fa2 runs the rest.
 struct {tab}Dims {{
   int qk, v;
 }};
 inline constexpr {tab}Dims k{tab}Dims[] = {{{", ".join(f"{{{d}, {dv}}}" for d, dv in dims)}}};"""
         else:
-            served = f"""// {key.capitalize()} head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
-// head dim runs on fa2.
+            served = f"""// {key.capitalize()} instances (head_dim_qk = head_dim_v), smallest first: the first that holds a
+// problem's head dims serves it where src/cuda/fa3_{pre}.cpp allows (fa3_serves_dim); fa2 runs the rest.
 inline constexpr int k{tab}Dims[] = {{{", ".join(str(d) for d, _ in dims)}}};"""
         tables.append(f"""{served}
 inline constexpr int kNum{tab} = {len(dims)};

@@ -36,6 +36,11 @@ namespace {
 using Dims = std::vector<int64_t>;
 const Dims kFirstDims = {64, 128};
 const Dims kLaterDims = {96, 192, 256};
+// Head dims below an instance's that the fa3 backward serves on the smallest instance that
+// holds them (multiples of 8 within its last 32 columns, the dQ reduce-adds' boxes), the
+// tensor maps spanning the real head dims and the dK, dV stores skipping the columns past
+// them: 40 on 64, 72 on 96, 120 on 128, 176 and 232 on 192 and 256 (head-dim split).
+const Dims kBelowDims = {40, 72, 120, 176, 232};
 
 // The path this process was started with ("" when FLASHATTN_CUDA_BACKWARD is unset).
 std::string forced_path() { return forced_value("FLASHATTN_CUDA_BACKWARD"); }
@@ -180,6 +185,67 @@ TEST_CASE("backward paths: GQA and MQA at head dims 96, 192 and 256, several seq
   check_gqa(kLaterDims, 10600);
 }
 
+TEST_CASE("backward paths: head dims below an instance, awkward lengths, causal, GQA, strided", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  // Lengths off the tiles and whole ones, more queries than keys and fewer, every mask; and
+  // head_dim_qk 104 beside head_dim_v 120 on the 128 instance.
+  const int64_t pairs[][2] = {{1, 17}, {129, 17}, {300, 336}, {1000, 129}, {64, 384}};
+  uint64_t seed = 11500;
+  for (const int64_t dv : {int64_t{0}, int64_t{120}})
+    for (int64_t d : dv == 0 ? kBelowDims : Dims{104})
+      for (const auto& pr : pairs)
+        for (int mask = 0; mask < 3; ++mask) {
+          ++seed;
+          Config c = gbase("bwd paths below an instance", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
+          if (dv != 0) c.dv = dv;
+          set_causal(c, mask);
+          gpu_check(c);
+        }
+  check_gqa({72, 176}, 11600);
+  check_strided({72, 120}, 11700);
+}
+
+TEST_CASE("backward paths: head dims below an instance, deterministic and accumulating", "[gpu][bwd]") {
+  REQUIRE_PATH();
+  check_deterministic({120}, 11730);
+  check_accumulating({72, 232}, 11830);
+}
+
+TEST_CASE("backward paths: head dims not a multiple of 8 on zero-padded copies, causal, GQA, odd strides",
+          "[gpu][bwd]") {
+  REQUIRE_PATH();
+  // fa3 (and fa2) run them on copies padded to a multiple of 8: 60 on the 64 instance; 100,
+  // 111, 100/120 (Q, K, dQ, dK copied) and 128/125 (V, O, dO, dV copied) on 128; 190 and 250
+  // on 192 and 256.
+  const int64_t pairs[][2] = {{1, 17}, {129, 17}, {300, 336}, {1000, 129}};
+  const int64_t dims[][2] = {{60, 60}, {100, 100}, {111, 111}, {100, 120}, {128, 125}, {190, 190}, {250, 250}};
+  uint64_t seed = 12500;
+  for (const auto& d : dims)
+    for (const auto& pr : pairs)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = gbase("bwd paths staged", pr[0], pr[1], d[0], kGpuDtypes[seed % 2], seed);
+        c.dv = d[1];
+        set_causal(c, mask);
+        gpu_check(c);
+      }
+  check_gqa({100}, 12600);
+  // Odd element strides where every tensor is copied (the copies read and write element by
+  // element).
+  for (int mask : {0, 2}) {
+    Config c = gbase("bwd paths staged, odd strides", 257, 300, 100, kGpuDtypes[mask / 2], 12650 + mask);
+    c.batch = 2;
+    c.hq = 4;
+    c.hkv = 2;
+    c.layout = Layout::Padded;
+    c.pad16 = false;
+    set_causal(c, mask);
+    gpu_check(c);
+  }
+  check_deterministic({100}, 12660);
+  check_accumulating({60}, 12680);
+}
+
 TEST_CASE("backward paths: strided layouts, large inputs, an explicit scale", "[gpu][bwd]") {
   REQUIRE_PATH();
   check_strided(kFirstDims, 9700);
@@ -291,12 +357,24 @@ TEST_CASE("backward paths: what fa3 does not implement runs on fa2, or is refuse
           "[gpu][bwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(true, 9820);
+  // Head dims no instance holds within its last 32 columns (32 on 64, 136 on 192; 3 and
+  // 59/111 padded to 8 and 64/112), or a dv 64 on the 128 instance; varlen batches at 72
+  // and at 100 (copied).
   cases.push_back(gbase("bwd paths d32", 100, 130, 32, FLASHATTN_DTYPE_FP16, 9801));
-  cases.push_back(gbase("bwd paths d80", 100, 130, 80, FLASHATTN_DTYPE_BF16, 9802));
-  cases.push_back(gbase("bwd paths d60 staged", 100, 130, 60, FLASHATTN_DTYPE_FP16, 9803));
-  Config c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
+  cases.push_back(gbase("bwd paths d136", 100, 130, 136, FLASHATTN_DTYPE_BF16, 9802));
+  cases.push_back(gbase("bwd paths d3 staged", 100, 130, 3, FLASHATTN_DTYPE_FP16, 9803));
+  Config c = gbase("bwd paths dqk 59 dv 111 staged", 100, 130, 59, FLASHATTN_DTYPE_BF16, 9805);
+  c.dv = 111;
+  cases.push_back(c);
+  c = gbase("bwd paths dqk 128 dv 64", 100, 130, 128, FLASHATTN_DTYPE_BF16, 9804);
   c.dv = 64;
   cases.push_back(c);
+  for (int64_t d : {72, 100}) {
+    c = gbase("bwd paths varlen", 1, 1, d, FLASHATTN_DTYPE_FP16, 9806);
+    c.seqlens_q = {5, 130, 0};
+    c.seqlens_k = {17, 129, 40};
+    cases.push_back(c);
+  }
   c = gbase("bwd paths bias tensor", 150, 170, 64, FLASHATTN_DTYPE_BF16, 9809);
   c.bias = FLASHATTN_BIAS_TENSOR;
   cases.push_back(c);

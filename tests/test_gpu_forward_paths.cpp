@@ -24,6 +24,12 @@ struct HeadDims {
   int64_t d, dv;
 };
 constexpr HeadDims kServedDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+// Head dims below an instance's that fa3 serves on the smallest instance that holds them
+// (multiples of 8 within its last column block), the tensor maps spanning the real head
+// dims: 32 on 64, 72 and 80 on 96 (32-column blocks), 120 and 104/120 on 128, 176/120 on
+// 192/128, 136 on 192/192, 248 on 256.
+constexpr HeadDims kBelowDims[] = {{32, 32},   {72, 72},   {80, 80},   {120, 120},
+                                   {104, 120}, {176, 120}, {136, 136}, {248, 248}};
 
 // Forward only unless the case asks for the backward too (which then reads this path's O and LSE).
 Config fcase(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dtype_t t, uint64_t seed) {
@@ -33,15 +39,49 @@ Config fcase(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dty
   return c;
 }
 
-// A causal case (bottom-right) of `batch` sequences and hq query heads over hkv key heads.
+// A causal case (bottom-right; `mask` as set_causal's) of `batch` sequences and hq query
+// heads over hkv key heads.
 Config causal_case(const char* name, int64_t sq, int64_t sk, HeadDims d, flashattn_dtype_t t, uint64_t seed,
-                   int64_t batch, int64_t hq, int64_t hkv) {
+                   int64_t batch, int64_t hq, int64_t hkv, int mask = 2) {
   Config c = fcase(name, sq, sk, d, t, seed);
   c.batch = batch;
   c.hq = hq;
   c.hkv = hkv;
-  set_causal(c, 2);
+  set_causal(c, mask);
   return c;
+}
+
+// BHSD and padded layouts at each head dims of `dims`, GQA 2:1 over two sequences, causal,
+// with the backward on this path's O and LSE; seeds from seed + 1.
+template <size_t N>
+void check_strided(const HeadDims (&dims)[N], uint64_t seed) {
+  for (Layout lay : {Layout::BHSD, Layout::Padded})
+    for (const HeadDims& d : dims) {
+      ++seed;
+      Config c = gbase("paths strided", 257, 300, d.d, kGpuDtypes[seed % 2], seed);
+      c.dv = d.dv;
+      c.batch = 2;
+      c.hq = 4;
+      c.hkv = 2;
+      c.layout = lay;
+      c.band = true;
+      c.wr = 0;
+      gpu_check(c);
+    }
+}
+
+// Each (seqlen_q, seqlen_k) of `pairs` at each head dims of `dims`, unmasked and causal in
+// both alignments, the dtypes alternating; seeds from seed + 1.
+template <size_t N, size_t P>
+void check_lengths(const HeadDims (&dims)[N], const int64_t (&pairs)[P][2], uint64_t seed) {
+  for (const HeadDims& d : dims)
+    for (const auto& pr : pairs)
+      for (int mask = 0; mask < 3; ++mask) {
+        ++seed;
+        Config c = fcase("paths dense", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
+        set_causal(c, mask);
+        gpu_check(c);
+      }
 }
 
 }  // namespace
@@ -61,15 +101,7 @@ TEST_CASE("forward paths: awkward lengths at every served head dim, causal in bo
   const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},     {17, 129},    {129, 17},
                               {129, 129}, {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256},
                               {128, 384}, {384, 128},  {128, 224},  {300, 336},   {192, 320}};
-  uint64_t seed = 9000;
-  for (const HeadDims& d : kServedDims)
-    for (const auto& pr : pairs)
-      for (int mask = 0; mask < 3; ++mask) {
-        ++seed;
-        Config c = fcase("paths dense", pr[0], pr[1], d, kGpuDtypes[seed % 2], seed);
-        set_causal(c, mask);
-        gpu_check(c);
-      }
+  check_lengths(kServedDims, pairs, 9000);
 }
 
 TEST_CASE("forward paths: GQA and MQA, several sequences, causal and not", "[gpu][fwd]") {
@@ -93,20 +125,53 @@ TEST_CASE("forward paths: GQA and MQA, several sequences, causal and not", "[gpu
 
 TEST_CASE("forward paths: strided layouts and the backward on this path's O and LSE", "[gpu][fwd][bwd]") {
   REQUIRE_PATH();
-  uint64_t seed = 9200;
-  for (Layout lay : {Layout::BHSD, Layout::Padded})
-    for (const HeadDims& d : kServedDims) {
+  check_strided(kServedDims, 9200);
+}
+
+TEST_CASE("forward paths: head dims below an instance, awkward lengths, causal, GQA, strided", "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // Lengths off the tiles and whole ones, more queries than keys and fewer, every mask.
+  const int64_t pairs[][2] = {{1, 17}, {129, 17}, {300, 336}, {1000, 129}, {128, 384}};
+  check_lengths(kBelowDims, pairs, 9600);
+  // GQA and MQA over three sequences, unmasked and causal bottom-right.
+  uint64_t seed = 9730;
+  const int64_t heads[][2] = {{8, 2}, {6, 1}};
+  for (const auto& h : heads)
+    for (const HeadDims d : {HeadDims{72, 72}, HeadDims{120, 120}, HeadDims{176, 120}})
+      for (int mask : {0, 2}) {
+        ++seed;
+        gpu_check(
+            causal_case("paths below an instance, gqa", 300, 517, d, kGpuDtypes[seed % 2], seed, 3, h[0], h[1], mask));
+      }
+  // BHSD and padded layouts (the columns past the head dim in a padded row stay untouched).
+  const HeadDims strided[] = {{72, 72}, {104, 120}};
+  check_strided(strided, 9740);
+}
+
+TEST_CASE("forward paths: head dims not a multiple of 8 on zero-padded copies, causal, GQA, odd strides",
+          "[gpu][fwd]") {
+  REQUIRE_PATH();
+  // fa3 (and fa2) run them on copies padded to a multiple of 8: 60 and 3/5 on the 64
+  // instance, 100, 111, 125/128 and 100/120 (Q, K copied, V, O direct) on 128, 190/125 on
+  // 192/128, 250 on 256.
+  const HeadDims staged[] = {{60, 60}, {3, 5}, {100, 100}, {111, 111}, {128, 125}, {100, 120}, {190, 125}, {250, 250}};
+  const int64_t pairs[][2] = {{1, 17}, {129, 17}, {300, 336}, {1000, 129}};
+  check_lengths(staged, pairs, 9800);
+  uint64_t seed = 9900;
+  for (const HeadDims d : {HeadDims{100, 100}, HeadDims{3, 5}, HeadDims{128, 125}})
+    for (int mask : {0, 2}) {
       ++seed;
-      Config c = gbase("paths strided", 257, 300, d.d, kGpuDtypes[seed % 2], seed);
-      c.dv = d.dv;
-      c.batch = 2;
-      c.hq = 4;
-      c.hkv = 2;
-      c.layout = lay;
-      c.band = true;
-      c.wr = 0;
+      // GQA 4:1 over three sequences.
+      gpu_check(causal_case("paths staged, gqa", 300, 517, d, kGpuDtypes[seed % 2], seed, 3, 8, 2, mask));
+      // Odd element strides and 4-byte-aligned rows where every tensor is copied (the copies
+      // read and write element by element); else the padded layout of 16-byte rows.
+      Config c = causal_case("paths staged, padded layout", 257, 300, d, kGpuDtypes[seed % 2], seed, 2, 4, 2, mask);
+      c.layout = Layout::Padded;
+      c.pad16 = d.d % 8 == 0 || d.dv % 8 == 0;
       gpu_check(c);
     }
+  // Causal with more query tiles than SMs: fa3's tile counter after the copies.
+  gpu_check(causal_case("paths staged, tiles > SMs", 777, 1100, {60, 60}, FLASHATTN_DTYPE_BF16, 9920, 5, 8, 2));
 }
 
 TEST_CASE("forward paths: without an LSE output, and large inputs", "[gpu][fwd]") {
@@ -123,15 +188,21 @@ TEST_CASE("forward paths: what fa3 does not implement runs on fa2, or is refused
           "[gpu][fwd][errors]") {
   REQUIRE_PATH();
   std::vector<Config> cases = fa3_unserved_option_cases(false, 9403);
-  cases.push_back(fcase("paths d80", 100, 130, {80, 80}, FLASHATTN_DTYPE_FP16, 9401));
-  cases.push_back(fcase("paths d32", 100, 130, {32, 32}, FLASHATTN_DTYPE_BF16, 9402));
-  // Head dims that are not a multiple of 8: fa2 runs them on zero-padded workspace copies
-  // (the queried workspace), fa3 never.
-  cases.push_back(fcase("paths d60 staged", 100, 130, {60, 60}, FLASHATTN_DTYPE_FP16, 9410));
-  Config c = fcase("paths dqk 128 dv 125 staged, causal", 100, 130, {128, 125}, FLASHATTN_DTYPE_BF16, 9411);
+  // Head dims whose copies padded to a multiple of 8 no instance holds within its last
+  // column block (64/112; 104/64).
+  cases.push_back(fcase("paths dqk 59 dv 111 staged", 100, 130, {59, 111}, FLASHATTN_DTYPE_FP16, 9410));
+  Config c = fcase("paths dqk 100 dv 64 staged, causal", 100, 130, {100, 64}, FLASHATTN_DTYPE_BF16, 9411);
   c.band = true;
   c.wr = 0;
   cases.push_back(c);
+  // Varlen batches at a head dim below an instance's and at one copied.
+  for (const HeadDims d : {HeadDims{72, 72}, HeadDims{100, 100}}) {
+    c = fcase("paths varlen", 1, 1, d, FLASHATTN_DTYPE_BF16, 9413);
+    c.seqlens_q = {5, 130, 0};
+    c.seqlens_k = {17, 129, 40};
+    cases.push_back(c);
+  }
+  // dv 64 on the 128/128 instance: a 64-column block of V and O wholly past the tensor.
   c = fcase("paths dqk 128 dv 64", 100, 130, {128, 64}, FLASHATTN_DTYPE_BF16, 9403);
   cases.push_back(c);
   c = fcase("paths alibi per (batch, head), causal", 150, 170, {128, 128}, FLASHATTN_DTYPE_BF16, 9409);

@@ -182,8 +182,9 @@ __device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<
   const int key0 = w.n0 + bwd_wg_key<Cfg>(cw) + warp * 16 + lane / 4;
   constexpr int kCol0 = bwd_kv_first<Cfg>(kCw) * Cfg::kCols;
   const bool add = p.grad_accumulate != 0;
-  bwd_store_rows<T>(static_cast<T*>(p.dk) + kCol0, p.dk_stride, w, key0, acc.dk, p.scale, add, lane % 4);
-  bwd_store_rows<T>(static_cast<T*>(p.dv) + kCol0, p.dv_stride, w, key0, acc.dv, 1.f, add, lane % 4);
+  const int cols_k = static_cast<int>(p.head_dim_qk) - kCol0, cols_v = static_cast<int>(p.head_dim_v) - kCol0;
+  bwd_store_rows<T>(static_cast<T*>(p.dk) + kCol0, p.dk_stride, w, key0, cols_k, acc.dk, p.scale, add, lane % 4);
+  bwd_store_rows<T>(static_cast<T*>(p.dv) + kCol0, p.dv_stride, w, key0, cols_v, acc.dv, 1.f, add, lane % 4);
 }
 
 }  // namespace fa3

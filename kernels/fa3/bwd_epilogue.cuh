@@ -67,9 +67,10 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
 
 // acc * scale (keys key0, key0 + 8 x its 8 NV columns) into out (dK or dV of the CTA's key head, strides st), or with
 // `add` (flashattn_plan_set_grad_accumulate) its fp32 sum with the value stored there, rounded once; keys past len_k
+// and columns at or past `cols` (the tensor's head dim from out's first column on, a multiple of 8: whole n8 tiles)
 // are skipped. The host checks that out and its strides allow 4-byte stores.
 template <typename T, int NV>
-__device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0,
+__device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, const BwdWork& w, int key0, int cols,
                                                const float (&acc)[1][NV][4], float scale, bool add, int t) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -78,8 +79,9 @@ __device__ __forceinline__ void bwd_store_rows(void* out, const Strides4& st, co
     T* const row = static_cast<T*>(out) + w.b * st.b + static_cast<int64_t>(j) * st.s + w.kvh * st.h;
 #pragma unroll
     for (int nv = 0; nv < NV; ++nv)
-      fa2::store_grad2<T>(row + nv * 8 + 2 * t, __fmul_rn(acc[0][nv][2 * hh], scale),
-                          __fmul_rn(acc[0][nv][2 * hh + 1], scale), add);
+      if (nv * 8 < cols)
+        fa2::store_grad2<T>(row + nv * 8 + 2 * t, __fmul_rn(acc[0][nv][2 * hh], scale),
+                            __fmul_rn(acc[0][nv][2 * hh + 1], scale), add);
   }
 }
 

@@ -13,7 +13,9 @@
 //     (bwd_consumer.cuh).
 // A CTA whose keys no query sees (causal) writes dK = dV = 0.
 //
-// Serves: head_dim_qk = head_dim_v = D (kernels/instances.json), no varlen, bias, softcap, dropout or block-sparse
+// Serves: head_dim_qk and head_dim_v up to D (kernels/instances.json; the tensor maps span the
+// real head dims, whose columns past them load as zeros; the dQ reduce-adds clip them, the dK
+// and dV stores skip them), no varlen, bias, softcap, dropout or block-sparse
 // layout, band mask only causal (window_right 0, window_left unbounded) with either
 // alignment, GQA (the CTA walks every query head of its key head's group), gradients
 // written or accumulated, deterministic mode (the dQ adds of a query block in key-block

@@ -35,7 +35,9 @@
 // rows (16-bit) into the O buffer in shared memory (without a buffer of its own: over its Q
 // rows) and one thread stores them with TMA; LSE (fp32) by plain stores from registers.
 //
-// Serves: head_dim_qk = Dqk and head_dim_v = Dv (fa3/fwd_traits.h), no varlen, bias,
+// Serves: head_dim_qk up to Dqk and head_dim_v up to Dv (fa3/fwd_traits.h; the tensor maps
+// span the real head dims: the tiles' columns past them load as zeros, O's are not stored;
+// nothing else here reads a head dim), no varlen, bias,
 // softcap, dropout or block-sparse layout, band mask only causal (window_right 0,
 // window_left unbounded) with either alignment, GQA (key head = h / (heads_q / heads_kv)).
 // The host sends everything else to fa2.

@@ -42,8 +42,8 @@ extern template BwdLaunchResult run_bwd<256, kBf16>(const AttnParams&, const Bwd
 #endif
 inline constexpr bool kBuilt = FLASHATTN_FA3 != 0;
 
-// Forward head dims served (head_dim_qk, head_dim_v), exactly: a problem of other
-// head dims runs on fa2.
+// Forward instances (head_dim_qk, head_dim_v), smallest first: the first that holds a
+// problem's head dims serves it where src/cuda/fa3_fwd.cpp allows (fa3_serves_dim); fa2 runs the rest.
 struct FwdDims {
   int qk, v;
 };
@@ -58,8 +58,8 @@ inline constexpr FwdRunFn kFwdRun[kNumFwd][kNumDtypes] = {
     {FLASHATTN_FA3_FN(run_fwd<192, 192, kFp16>), FLASHATTN_FA3_FN(run_fwd<192, 192, kBf16>)},
     {FLASHATTN_FA3_FN(run_fwd<256, 256, kFp16>), FLASHATTN_FA3_FN(run_fwd<256, 256, kBf16>)}};
 
-// Backward head dims served (head_dim_qk = head_dim_v), exactly: a problem of another
-// head dim runs on fa2.
+// Backward instances (head_dim_qk = head_dim_v), smallest first: the first that holds a
+// problem's head dims serves it where src/cuda/fa3_bwd.cpp allows (fa3_serves_dim); fa2 runs the rest.
 inline constexpr int kBwdDims[] = {64, 96, 128, 192, 256};
 inline constexpr int kNumBwd = 5;
 using BwdRunFn = BwdLaunchResult (*)(const AttnParams&, const BwdMaps&, const BwdScratch&, cudaStream_t);

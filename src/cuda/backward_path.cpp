@@ -18,9 +18,14 @@ flashattn_status_t cuda_flash_bwd(const AttnParams& p, void* workspace, size_t w
   // every configuration of bf16, d 64/128, causal or not, 1k-16k
   // (docs/internals/kernels-fa3-backward.md).
   if (forced != ForcedPath::kFa2) {
-    Fa3Bwd fa3;
     char why[256];
-    if (fa3_bwd_prepare(p, &fa3, why, sizeof why)) return fa3_bwd(p, fa3, workspace, workspace_bytes, stream);
+    if (fa2_staging_bytes(p).value() > 0) {  // ok(): the API layer checked it
+      flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
+      if (fa3_bwd_staged(p, workspace, workspace_bytes, stream, &status, why, sizeof why)) return status;
+    } else {
+      Fa3Bwd fa3;
+      if (fa3_bwd_prepare(p, &fa3, why, sizeof why)) return fa3_bwd(p, fa3, workspace, workspace_bytes, stream);
+    }
     if (forced == ForcedPath::kFa3)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "FLASHATTN_CUDA_BACKWARD=fa3: the fa3 backward does not serve this run: %s", why);

@@ -597,6 +597,17 @@ fa2::WsLayout shared_ws_layout(const AttnParams& p) {
 }
 }  // namespace
 
+flashattn_status_t fa2_bwd_stage_in(const AttnParams& user, void* workspace, size_t workspace_bytes, AttnParams* kp,
+                                    cudaStream_t stream) {
+  const fa2::WsLayout wl = shared_ws_layout(*kp);
+  const size_t total = static_cast<size_t>((wl.total + fa2_staging_bytes(user)).value());  // ok(): the API layer
+  char* ws = nullptr;
+  if (const flashattn_status_t s =
+          workspace_at_boundary(workspace, workspace_bytes, total, "the CUDA backward needs", &ws))
+    return s;
+  return fa2_stage_in(user, ws + wl.total.value(), kp, stream);
+}
+
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out) {
   const fa2::WsLayout wl = shared_ws_layout(p);
   const size_t need = static_cast<size_t>(wl.total.value());  // ok(): checked by the API layer

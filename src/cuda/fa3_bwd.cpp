@@ -2,7 +2,8 @@
 // maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
 // fp32 dQ accumulator and, in deterministic mode, the dQ turn counters), the (head dim,
 // dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
-// (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters.
+// (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters, and for head dims that
+// are not a multiple of 8 the same zero-padded copies (fa2_bwd_stage_in).
 #include <stdint.h>
 
 #include <utility>
@@ -17,19 +18,28 @@
 namespace flashattn {
 namespace {
 
-// fa3 serves no head dim that fa2 runs on zero-padded workspace copies (fa2_bwd_scratch
-// lays out the unstaged workspace).
+// Whether instance i (head dim fa3::kBwdDims[i]) serves head dims (qk, v): fa3_serves_dim
+// with column blocks of the dQ reduce-adds' 32 columns (narrower than the tiles' or as
+// wide), so every box of every map holds columns of its tensor.
+constexpr bool serves(int i, int64_t qk, int64_t v) {
+  constexpr int kBlock = fa3::BwdTraits<64>::kDqBoxCols;
+  return fa3_serves_dim(qk, fa3::kBwdDims[i], kBlock) && fa3_serves_dim(v, fa3::kBwdDims[i], kBlock);
+}
+
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies directly: it runs
+// those only on the copies (fa3_bwd_staged), where fa2_bwd puts them.
 constexpr bool no_staged_dims() {
-  for (int d : fa3::kBwdDims)
-    if (fa2_staged_dim(d)) return false;
+  for (int d = 1; d <= 256; ++d)
+    for (int i = 0; i < fa3::kNumBwd; ++i)
+      if (fa2_staged_dim(d) && (serves(i, d, fa3::kBwdDims[i]) || serves(i, fa3::kBwdDims[i], d))) return false;
   return true;
 }
-static_assert(no_staged_dims(), "an fa3 backward head dim that fa2 stages: it must run on fa2, which stages it");
+static_assert(no_staged_dims(), "the fa3 backward serves a head dim fa2 stages directly: it must run on the copies");
 
-// Index of p's head dim in fa3::kBwdDims, or -1.
+// Index in fa3::kBwdDims of the first (smallest) instance that serves p's head dims, or -1.
 int bwd_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumBwd; ++i)
-    if (p.head_dim_qk == fa3::kBwdDims[i] && p.head_dim_v == fa3::kBwdDims[i]) return i;
+    if (serves(i, p.head_dim_qk, p.head_dim_v)) return i;
   return -1;
 }
 
@@ -44,10 +54,11 @@ int64_t key_blocks(const AttnParams& p) {
 template <int D>
 bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::BwdTraits<D>;
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM},
-                         {"k", &m->k, p.k, p.k_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"v", &m->v, p.v, p.v_stride, D, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"dout", &m->dout, p.dout, p.do_stride, D, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
+  // The maps span the tensors' own head dims: the tiles' columns past them load as zeros.
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"dout", &m->dout, p.dout, p.do_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 // The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
@@ -67,9 +78,9 @@ bool pairs_aligned(const void* base, const Strides4& s) {
   return reinterpret_cast<uintptr_t>(base) % 4 == 0 && s.b % 2 == 0 && s.s % 2 == 0 && s.h % 2 == 0;
 }
 
-}  // namespace
-
-bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
+// fa3_bwd_prepare but for the gradients' pointers and the tensor maps (the staged path checks
+// those once the copies' addresses are set): the options, head dims and 32-bit counts.
+bool check(const AttnParams& p, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
   if (!fa3_serves_options(p, why, why_size)) return false;
   const int cfg = bwd_config(p);
@@ -79,7 +90,8 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
       return Fa3HeadDims{fa3::kBwdDims[i], fa3::kBwdDims[i]};
     });
     return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves the head dims (qk/v) %s",
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 backward serves multiples of 8 up to the head "
+                      "dims (qk/v) of an instance, %s, within its last 32 columns",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
   const int64_t blocks = kDimOps[cfg].blocks(p);
@@ -93,11 +105,42 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
   if (p.seqlen_q == 0 || p.seqlen_k == 0)
     return fa3_refuse(why, why_size, "seqlen_q=%lld, seqlen_k=%lld: the fa3 backward needs queries and keys to load",
                       ll(p.seqlen_q), ll(p.seqlen_k));
+  return true;
+}
+
+// After check: the dK, dV pointers and strides, and the tensor maps (none where there is
+// nothing to launch).
+bool encode(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
+  if (p.batch == 0 || p.heads_q == 0) return true;
   if (!pairs_aligned(p.dk, p.dk_stride) || !pairs_aligned(p.dv, p.dv_stride))
     return fa3_refuse(why, why_size,
                       "dk or dv: the fa3 backward stores element pairs, so pointers must be 4-byte aligned and the "
                       "batch, sequence and head strides even");
-  return kDimOps[cfg].maps(p, &run->maps, why, why_size);
+  return kDimOps[bwd_config(p)].maps(p, &run->maps, why, why_size);
+}
+
+}  // namespace
+
+bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
+  return check(p, why, why_size) && encode(p, run, why, why_size);
+}
+
+bool fa3_bwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                    flashattn_status_t* status, char* why, size_t why_size) {
+  AttnParams kp = fa2_kernel_shape(p);
+  char rounded[200];
+  if (!check(kp, rounded, sizeof rounded))
+    return fa3_refuse(why, why_size, "head dims %lld/%lld run on copies padded to %lld/%lld: %s", ll(p.head_dim_qk),
+                      ll(p.head_dim_v), ll(kp.head_dim_qk), ll(kp.head_dim_v), rounded);
+  *status = fa2_bwd_stage_in(p, workspace, workspace_bytes, &kp, stream);
+  if (*status != FLASHATTN_STATUS_SUCCESS) return true;
+  // The copies are dense with 16-byte rows; a tensor that is not staged may still be one the
+  // copy engine or the gradient stores cannot address: then fa2 runs p (staging it again).
+  Fa3Bwd run;
+  if (!encode(kp, &run, why, why_size)) return false;
+  *status = fa3_bwd(kp, run, workspace, workspace_bytes, stream);
+  if (*status == FLASHATTN_STATUS_SUCCESS) *status = fa2_stage_out(p, kp, stream);
+  return true;
 }
 
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,

@@ -1,7 +1,9 @@
 // Host side of the FA3-design forward (kernels/fa3): which problems it serves, the TMA
-// maps of Q, K and V, and the launch of the (head dim, dtype) instance.
+// maps of Q, K and V, and the launch of the (head dim, dtype) instance, on fa2's zero-padded
+// copies for head dims that are not a multiple of 8.
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <utility>
 
@@ -14,44 +16,56 @@
 namespace flashattn {
 namespace {
 
-// fa3 serves no head dim that fa2 runs on zero-padded workspace copies: fa2 runs those, in
-// the workspace fa3 would use for its tile counter.
-constexpr bool no_staged_dims() {
-  for (const fa3::FwdDims& d : fa3::kFwdDims)
-    if (fa2_staged_dim(d.qk) || fa2_staged_dim(d.v)) return false;
-  return true;
-}
-static_assert(no_staged_dims(), "an fa3 head dim that fa2 stages: it must run on fa2, which stages it");
-
 template <int Dqk, int Dv>
 bool encode_maps(const AttnParams& p, fa3::FwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::FwdTraits<Dqk, Dv>;
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, Dqk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
-                         {"k", &m->k, p.k, p.k_stride, Dqk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"v", &m->v, p.v, p.v_stride, Dv, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"o", &m->o, p.o, p.o_stride, Dv, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
+  // The maps span the tensors' own head dims: the columns of the instance's tiles past them
+  // load as zeros (adding nothing to Q K^T; V's give O columns that are never stored).
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+                         {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
+                         {"o", &m->o, p.o, p.o_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 
 // What the host needs of each instance of fa3::kFwdDims, same index: its map encoder, its
-// query tile rows, and whether O leaves through a buffer of its own (fa3/fwd_traits.h).
+// query tile rows, whether O leaves through a buffer of its own, and the columns of its
+// tiles' column blocks (fa3/fwd_traits.h).
 struct Config {
   bool (*encode)(const AttnParams&, fa3::FwdMaps*, char*, size_t);
   int block_m;
   bool own_o;
+  int cols;
 };
 template <size_t I>
 struct ConfigOf {
   static constexpr fa3::FwdDims kDims = fa3::kFwdDims[I];
   using Cfg = fa3::FwdTraits<kDims.qk, kDims.v>;
-  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, Cfg::kBlockM, Cfg::kOwnO};
+  static constexpr Config value{&encode_maps<kDims.qk, kDims.v>, Cfg::kBlockM, Cfg::kOwnO, Cfg::kCols};
 };
 constexpr auto kConfigs = fa3_table<ConfigOf>(std::make_index_sequence<fa3::kNumFwd>{});
 
-// Index of p's head dims in fa3::kFwdDims, or -1.
+// Whether instance i serves head dims (qk, v) (fa3_serves_dim).
+constexpr bool serves(int i, int64_t qk, int64_t v) {
+  return fa3_serves_dim(qk, fa3::kFwdDims[i].qk, kConfigs[i].cols) &&
+         fa3_serves_dim(v, fa3::kFwdDims[i].v, kConfigs[i].cols);
+}
+
+// fa3 serves no head dim that fa2 runs on zero-padded workspace copies directly: it runs
+// those only on the copies (fa3_fwd_staged).
+constexpr bool no_staged_dims() {
+  for (int d = 1; d <= 256; ++d)
+    for (int i = 0; i < fa3::kNumFwd; ++i)
+      if (fa2_staged_dim(d) && (serves(i, d, fa3::kFwdDims[i].v) || serves(i, fa3::kFwdDims[i].qk, d))) return false;
+  return true;
+}
+static_assert(no_staged_dims(), "fa3 serves a head dim fa2 stages directly: it must run on the copies");
+
+// Index in fa3::kFwdDims of the first (smallest) instance that serves p's head dims, or -1.
+// Its tiles hold the instance's head dims; the tensor maps, p's.
 int fa3_config(const AttnParams& p) {
   for (int i = 0; i < fa3::kNumFwd; ++i)
-    if (p.head_dim_qk == fa3::kFwdDims[i].qk && p.head_dim_v == fa3::kFwdDims[i].v) return i;
+    if (serves(i, p.head_dim_qk, p.head_dim_v)) return i;
   return -1;
 }
 
@@ -69,14 +83,9 @@ bool uneven_tiles(const AttnParams& p, int cfg) {
   return p.has_band || (rest != 0 && rest <= block_m - 64);
 }
 
-}  // namespace
-
-size_t fa3_fwd_workspace_size(const AttnParams& p) {
-  const int cfg = fa3_config(p);
-  return cfg >= 0 && uneven_tiles(p, cfg) ? kFa3FwdWorkspaceBytes : 0;
-}
-
-bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
+// fa3_fwd_prepare without the tensor maps (the staged path encodes them once the copies'
+// addresses are set): the device, options, head dims and 32-bit counts.
+bool check(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
   constexpr int64_t kMaxIndex = 2147483647;
   if (!fa3_serves_options(p, why, why_size)) return false;
   int device = 0;
@@ -93,7 +102,8 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
       return Fa3HeadDims{fa3::kFwdDims[i].qk, fa3::kFwdDims[i].v};
     });
     return fa3_refuse(why, why_size,
-                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves the head dims (qk/v) %s",
+                      "head_dim_qk=%lld, head_dim_v=%lld: the fa3 forward serves multiples of 8 up to the head dims "
+                      "(qk/v) of an instance, %s, within its last column block (64 columns, 32 at 96)",
                       ll(p.head_dim_qk), ll(p.head_dim_v), dims);
   }
   const int64_t tiles = query_tiles(p, cfg);
@@ -104,7 +114,59 @@ bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_siz
                       ll(p.seqlen_q), ll(p.seqlen_k), ll(tiles), ll(p.heads_q), ll(p.batch));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;  // nothing to launch (fa3_fwd)
   if (p.seqlen_k == 0) return fa3_refuse(why, why_size, "seqlen_k=0: fa3 needs keys to load");
-  return kConfigs[cfg].encode(p, &run->maps, why, why_size);
+  return true;
+}
+
+// The tensor maps of p (after check): none where there is nothing to launch.
+bool encode(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return true;
+  return kConfigs[fa3_config(p)].encode(p, &run->maps, why, why_size);
+}
+
+}  // namespace
+
+// Head dims that are not a multiple of 8 run on fa2's zero-padded copies (fa2_staging.cu) at
+// the dims rounded up to 8 (fa2_kernel_shape, p itself where nothing is staged): the copies
+// first (from the workspace's first 256-byte boundary, hence 255 bytes of slack), then the
+// tile counter.
+size_t fa3_fwd_workspace_size(const AttnParams& p) {
+  const AttnParams kp = fa2_kernel_shape(p);
+  const int cfg = fa3_config(kp);
+  if (cfg < 0) return 0;
+  const size_t counter = uneven_tiles(kp, cfg) ? kFa3FwdWorkspaceBytes : 0;
+  const CheckedSize staging = fa2_staging_bytes(p);
+  if (!staging.ok() || staging.value() == 0) return counter;
+  return 255 + static_cast<size_t>(staging.value()) + counter;
+}
+
+bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size) {
+  return check(p, run, why, why_size) && encode(p, run, why, why_size);
+}
+
+bool fa3_fwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                    flashattn_status_t* status, char* why, size_t why_size) {
+  AttnParams kp = fa2_kernel_shape(p);
+  Fa3Fwd run;
+  char rounded[200];
+  if (!check(kp, &run, rounded, sizeof rounded))
+    return fa3_refuse(why, why_size, "head dims %lld/%lld run on copies padded to %lld/%lld: %s", ll(p.head_dim_qk),
+                      ll(p.head_dim_v), ll(kp.head_dim_qk), ll(kp.head_dim_v), rounded);
+  const size_t staging = static_cast<size_t>(fa2_staging_bytes(p).value());  // ok(): the API layer checked it
+  char who[96];
+  snprintf(who, sizeof who, "the fa3 forward's zero-padded copies (head dims %lld, %lld) need", ll(p.head_dim_qk),
+           ll(p.head_dim_v));
+  char* ws = nullptr;
+  *status = workspace_at_boundary(workspace, workspace_bytes, staging, who, &ws);
+  if (*status != FLASHATTN_STATUS_SUCCESS) return true;
+  *status = fa2_stage_in(p, ws, &kp, stream);
+  if (*status != FLASHATTN_STATUS_SUCCESS) return true;
+  // The copies are dense with 16-byte rows; a tensor that is not staged may still be one the
+  // copy engine cannot address: then fa2 runs p (staging it again).
+  if (!encode(kp, &run, why, why_size)) return false;
+  const size_t used = static_cast<size_t>(ws - static_cast<char*>(workspace)) + staging;
+  *status = fa3_fwd(kp, run, ws + staging, workspace_bytes - used, stream);
+  if (*status == FLASHATTN_STATUS_SUCCESS) *status = fa2_stage_out(p, kp, stream);
+  return true;
 }
 
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,

@@ -36,6 +36,14 @@ struct Fa3HeadDims {
   int qk, v;
 };
 
+// Whether an fa3 instance of head dim `inst`, whose tiles hold column blocks of `block`
+// columns, serves a tensor of head dim d: d at most inst, past inst - block (every column
+// block of a tile holds columns of the tensor: the copy engine zero-fills those past d on
+// loads and clips them on stores, and no box lies wholly outside the tensor), and a
+// multiple of 8 (16-byte rows for the copy engine; fa2 runs the others on zero-padded
+// copies, fa2_staged_dim).
+constexpr bool fa3_serves_dim(int64_t d, int inst, int block) { return d <= inst && d > inst - block && d % 8 == 0; }
+
 // The head dims (qk/v) of the n instances of an fa3 kernel list as a refusal names them,
 // "64/64, 96/96 and 192/128", into text (size bytes); dims(i) gives instance i's.
 void fa3_dims_text(char* text, size_t size, int n, Fa3HeadDims (*dims)(int));

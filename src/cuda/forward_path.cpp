@@ -23,9 +23,14 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
                 forced_path_value(PathVar::kForward));
   if (fp32_serves(p)) return fp32_fwd(p, stream);
   if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
-    Fa3Fwd fa3;
     char why[256];
-    if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, workspace, workspace_bytes, stream);
+    if (fa2_staging_bytes(p).value() > 0) {  // ok(): the API layer checked it
+      flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
+      if (fa3_fwd_staged(p, workspace, workspace_bytes, stream, &status, why, sizeof why)) return status;
+    } else {
+      Fa3Fwd fa3;
+      if (fa3_fwd_prepare(p, &fa3, why, sizeof why)) return fa3_fwd(p, fa3, workspace, workspace_bytes, stream);
+    }
     if (forced == ForcedPath::kFa3)
       return fail(FLASHATTN_STATUS_NOT_SUPPORTED,
                   "FLASHATTN_CUDA_FORWARD=fa3: the fa3 forward does not serve this run: %s", why);

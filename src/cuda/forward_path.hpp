@@ -20,8 +20,8 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
 // Workspace bytes of cuda_flash_fwd(p) whichever family runs it (the choice depends on the
 // device and FLASHATTN_CUDA_FORWARD, which the size must not): the larger of fa2's (the
 // zero-padded copies of head dims that are not a multiple of 8) and fa3's (its tile counter
-// where its tiles differ in length, fa3_fwd_workspace_size). fa3 never serves a head dim fa2
-// stages.
+// where its tiles differ in length, after the same copies where it runs on them:
+// fa3_fwd_workspace_size).
 CheckedSize cuda_flash_fwd_workspace_size(const AttnParams& p);
 
 }  // namespace flashattn

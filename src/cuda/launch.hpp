@@ -59,6 +59,10 @@ flashattn_status_t fa2_bwd(const AttnParams& p, void* workspace, size_t workspac
 // WORKSPACE_TOO_SMALL, naming both sizes, when it cannot hold them). p: a problem fa2 runs
 // without staged copies.
 flashattn_status_t fa2_bwd_scratch(const AttnParams& p, void* workspace, size_t workspace_bytes, fa3::BwdScratch* out);
+// Enqueues the copies of user's staged tensors (fa2_stage_in) where fa2_bwd puts them, after
+// the layout of fa2_bwd_scratch(*kp) (kp: fa2_kernel_shape(user)), and points kp at them.
+flashattn_status_t fa2_bwd_stage_in(const AttnParams& user, void* workspace, size_t workspace_bytes, AttnParams* kp,
+                                    cudaStream_t stream);
 // Enqueues Delta = rowsum(dO * O) and the zeroing of the dQ accumulator and of the turn
 // counters (one kernel).
 flashattn_status_t bwd_delta(const AttnParams& p, const fa3::BwdScratch& scratch, cudaStream_t stream);
@@ -89,17 +93,24 @@ struct Fa3Fwd {
 };
 // Whether fa3 serves p on the current device (then *run is ready for fa3_fwd); if not, `why`
 // (why_size bytes) says why: the device, an option or shape fa3 does not implement (ALiBi
-// with any batch stride, head dims fa2 stages among them), or tensors the copy engine
-// cannot address. Nothing launched.
+// with any batch stride, head dims fa2 stages among them: fa3_fwd_staged runs those), or
+// tensors the copy engine cannot address. Nothing launched.
 bool fa3_fwd_prepare(const AttnParams& p, Fa3Fwd* run, char* why, size_t why_size);
 // The workspace fa3_fwd takes where its query tiles differ in length (under a band mask, or
 // where a sequence's last tile leaves a consumer warpgroup without rows): its tile counter, an
 // int at the workspace's first 4-byte boundary, kFa3FwdWorkspaceBytes. None elsewhere, and
-// none for head dims fa3 does not serve.
+// none for head dims fa3 does not serve. For head dims that are not a multiple of 8
+// (fa3_fwd_staged): fa2's zero-padded copies from the first 256-byte boundary, then that.
 constexpr size_t kFa3FwdWorkspaceBytes = sizeof(int) + alignof(int) - 1;
 size_t fa3_fwd_workspace_size(const AttnParams& p);
 flashattn_status_t fa3_fwd(const AttnParams& p, const Fa3Fwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+// A forward whose head dims are not both multiples of 8, on fa3 over fa2's zero-padded copies
+// (fa2_stage_in, fa3_fwd at the rounded dims, fa2_stage_out). False (and `why`) if fa3 does not
+// serve the rounded problem or cannot map a tensor that is not staged: then nothing was
+// written but workspace copies, and fa2 may run it. True once it ran: *status is the outcome.
+bool fa3_fwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                    flashattn_status_t* status, char* why, size_t why_size);
 
 // ---- generation 2 (kernels/fa3, sm_90a): the FA3-design backward ----
 // What fa3_bwd launches with: the tensor maps of Q, K, V and dO.
@@ -115,6 +126,13 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
 // conversion, in fa2's workspace layout (fa2_bwd_scratch).
 flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+// A backward whose head dims are not both multiples of 8, on fa3 over fa2's zero-padded copies
+// (fa2_bwd_stage_in, fa3_bwd at the rounded dims, fa2_stage_out). False (and `why`) if fa3
+// does not serve the rounded problem or cannot map a tensor that is not staged: then nothing
+// was written but workspace copies, and fa2 may run it. True once it ran: *status is the
+// outcome.
+bool fa3_bwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                    flashattn_status_t* status, char* why, size_t why_size);
 
 // ---- fp32 flash attention (kernels/fp32, sm_80+): FA2 with 3xTF32 tensor-core products ----
 // Whether the fp32 family serves p's flash passes (fp32 tensors; fa2 and fa3 take fp16/bf16).
