@@ -412,9 +412,16 @@ void decode_rows_in_order(const AttnParams& p, const HeadCtx* ctx, const RowStat
     } else {
       dot_heads(nh, nj, p.head_dim_qk, q, kt.k, kt.ldk, boff, w.s, kBc);
     }
+    // The heads' kv heads ascend: each kv head's tile (V converted where it must be) is
+    // loaded once, when its first head comes.
+    KeyTile ke = kt;
+    int64_t ke_head = ctx[0].hk;
     for (int64_t e = 0; e < nh; ++e) {
       if (kind[e] == kTileSkip) continue;
-      const KeyTile ke = ctx[e].hk == ctx[0].hk ? kt : load_key_tile(p, ctx[e], j0, nj, true, w);
+      if (ctx[e].hk != ke_head) {
+        ke = load_key_tile(p, ctx[e], j0, nj, true, w);
+        ke_head = ctx[e].hk;
+      }
       update_dot_rows(p, ctx[e], 0, 1, j0, nj, kind[e] == kTilePartial, ke, st[e], w, w.s + e * kBc);
     }
   }
