@@ -18,7 +18,7 @@ flashattn_status_t cuda_flash_bwd(const AttnParams& p, void* workspace, size_t w
   // every configuration of bf16, d 64/128, causal or not, 1k-16k
   // (docs/internals/kernels-fa3-backward.md).
   if (forced != ForcedPath::kFa2) {
-    char why[256];
+    char why[384];
     if (fa2_staging_bytes(p).value() > 0) {  // ok(): the API layer checked it
       flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
       if (fa3_bwd_staged(p, workspace, workspace_bytes, stream, &status, why, sizeof why)) return status;

@@ -128,7 +128,7 @@ bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_siz
 bool fa3_bwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                     flashattn_status_t* status, char* why, size_t why_size) {
   AttnParams kp = fa2_kernel_shape(p);
-  char rounded[200];
+  char rounded[256];
   if (!check(kp, rounded, sizeof rounded))
     return fa3_refuse(why, why_size, "head dims %lld/%lld run on copies padded to %lld/%lld: %s", ll(p.head_dim_qk),
                       ll(p.head_dim_v), ll(kp.head_dim_qk), ll(kp.head_dim_v), rounded);

@@ -147,7 +147,7 @@ bool fa3_fwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes
                     flashattn_status_t* status, char* why, size_t why_size) {
   AttnParams kp = fa2_kernel_shape(p);
   Fa3Fwd run;
-  char rounded[200];
+  char rounded[256];
   if (!check(kp, &run, rounded, sizeof rounded))
     return fa3_refuse(why, why_size, "head dims %lld/%lld run on copies padded to %lld/%lld: %s", ll(p.head_dim_qk),
                       ll(p.head_dim_v), ll(kp.head_dim_qk), ll(kp.head_dim_v), rounded);

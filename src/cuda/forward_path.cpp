@@ -10,8 +10,13 @@ namespace {
 
 // Where both families serve a run, fa3 is faster except under the causal mask at head dim 64
 // with at most 1024 keys (0.89x of fa2 on an H100: five 192-row tiles and a third of one;
-// docs/internals/kernels-fa3-forward.md).
-bool fa2_is_faster(const AttnParams& p) { return p.has_band && p.head_dim_qk <= 64 && p.seqlen_k <= 1024; }
+// docs/internals/kernels-fa3-forward.md). Head dims up to 32 keep fa2's kernel of 32 columns:
+// fa3's smallest instance would run twice the products on zero columns (not measured; the
+// automatic choice stays what it was before fa3 served head dims below its instances).
+bool fa2_is_faster(const AttnParams& p) {
+  if (p.head_dim_qk <= 32 && p.head_dim_v <= 32) return true;
+  return p.has_band && p.head_dim_qk <= 64 && p.seqlen_k <= 1024;
+}
 
 }  // namespace
 
@@ -23,7 +28,7 @@ flashattn_status_t cuda_flash_fwd(const AttnParams& p, void* workspace, size_t w
                 forced_path_value(PathVar::kForward));
   if (fp32_serves(p)) return fp32_fwd(p, stream);
   if (forced == ForcedPath::kFa3 || (forced == ForcedPath::kAuto && !fa2_is_faster(p))) {
-    char why[256];
+    char why[384];
     if (fa2_staging_bytes(p).value() > 0) {  // ok(): the API layer checked it
       flashattn_status_t status = FLASHATTN_STATUS_SUCCESS;
       if (fa3_fwd_staged(p, workspace, workspace_bytes, stream, &status, why, sizeof why)) return status;
