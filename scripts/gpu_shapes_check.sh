@@ -5,7 +5,8 @@
 # the next instantiated kernel size on the same problem (same batch, heads, seqlens):
 #   72 -> 96 (the d=96 kernel, columns 72..95 zero-filled by its loaders; on compute
 #     capability 9.0 the fa3 kernels, by the copy engine),
-#   100 -> 128 (fa2 on zero-padded workspace copies of Q, K, V, O / dO, dQ, dK, dV at 104),
+#   100 -> 128 (zero-padded workspace copies of Q, K, V, O / dO, dQ, dK, dV at 104, run by
+#     the d=128 kernel: fa3 on compute capability 9.0, fa2 elsewhere),
 #   120 -> 128 (the d=128 kernel, fa3 on compute capability 9.0),
 # forward and backward, bf16, causal and not, seqlen 1k/4k/8k at 16k tokens per batch and
 # 16 heads. Target: each padded dim within 5% of the time of its next size up.

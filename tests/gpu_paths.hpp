@@ -54,9 +54,9 @@ inline void check_fa3_refuses(const Config& c, const char* var, bool backward,
 }
 
 // Q, K, V (and dO) shared by the 2 sequences of the batch (batch stride 0), which no TMA map
-// addresses (its strides are positive): with `var`=fa2 it runs (the forward, or with backward
-// both passes) and matches the reference; with `var`=fa3 the pass is refused naming q (the
-// first of fa3's maps) and its strides.
+// addresses (its strides are positive): with `var`=fa2 or unset it runs (the forward, or with
+// backward both passes) and matches the reference; with `var`=fa3 the pass is refused naming
+// q (the first of fa3's maps) and its strides.
 inline void check_fa3_unmappable(const char* var, bool backward, uint64_t seed) {
   Config c = gbase("paths inputs shared across the batch", 150, 170, 128, FLASHATTN_DTYPE_BF16, seed);
   c.batch = 2;
@@ -66,6 +66,23 @@ inline void check_fa3_unmappable(const char* var, bool backward, uint64_t seed) 
   c.backward = backward;
   if (forced_value(var) != "fa3") gpu_check(c);
   else check_fa3_refuses(c, var, backward, {"q=", "element strides (batch, seq, head) (0, 512, 128)"});
+}
+
+// The same with head dims 100 and 120: Q and K run on zero-padded copies (100 is no multiple of
+// 8), V stays the caller's, shared across the batch. fa3 stages the copies, then cannot map V:
+// unset, fa2 runs the pass (staging again) and it matches the reference; forced, the pass is
+// refused naming v, and no output is written.
+inline void check_fa3_unmappable_after_staging(const char* var, bool backward, uint64_t seed) {
+  Config c =
+      gbase("paths staged Q and K beside a V shared across the batch", 150, 170, 100, FLASHATTN_DTYPE_BF16, seed);
+  c.dv = 120;
+  c.batch = 2;
+  c.hq = 4;
+  c.hkv = 2;
+  c.layout = Layout::BcastBatch;
+  c.backward = backward;
+  if (forced_value(var) != "fa3") gpu_check(c);
+  else check_fa3_refuses(c, var, backward, {"v="});
 }
 
 // One case per option that neither fa3 pass implements (a window, softcap, ALiBi, dropout,

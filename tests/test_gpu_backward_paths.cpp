@@ -419,3 +419,9 @@ TEST_CASE("backward paths: inputs shared across the batch run on fa2; a forced f
   REQUIRE_PATH();
   check_fa3_unmappable("FLASHATTN_CUDA_BACKWARD", true, 9830);
 }
+
+TEST_CASE("backward paths: zero-padded copies beside a tensor fa3 cannot map run on fa2; a forced fa3 names it",
+          "[gpu][bwd][errors]") {
+  REQUIRE_PATH();
+  check_fa3_unmappable_after_staging("FLASHATTN_CUDA_BACKWARD", true, 9831);
+}

@@ -317,3 +317,9 @@ TEST_CASE("forward paths: inputs shared across the batch run on fa2; a forced fa
   REQUIRE_PATH();
   check_fa3_unmappable("FLASHATTN_CUDA_FORWARD", false, 9420);
 }
+
+TEST_CASE("forward paths: zero-padded copies beside a tensor fa3 cannot map run on fa2; a forced fa3 names it",
+          "[gpu][fwd][errors]") {
+  REQUIRE_PATH();
+  check_fa3_unmappable_after_staging("FLASHATTN_CUDA_FORWARD", false, 9421);
+}
