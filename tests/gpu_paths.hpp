@@ -53,34 +53,36 @@ inline void check_fa3_refuses(const Config& c, const char* var, bool backward,
   CHECK(g.outputs_untouched);
 }
 
-// Q, K, V (and dO) shared by the 2 sequences of the batch (batch stride 0), which no TMA map
-// addresses (its strides are positive): with `var`=fa2 or unset it runs (the forward, or with
-// backward both passes) and matches the reference; with `var`=fa3 the pass is refused naming
-// q (the first of fa3's maps) and its strides.
-inline void check_fa3_unmappable(const char* var, bool backward, uint64_t seed) {
-  Config c = gbase("paths inputs shared across the batch", 150, 170, 128, FLASHATTN_DTYPE_BF16, seed);
+// 2 sequences, 4 query heads on 2 KV heads, head dims d and dv, whose inputs Q, K, V (and
+// dO) are shared across the batch (batch stride 0, which no TMA map addresses: its strides
+// are positive); the backward too if `backward`.
+inline Config shared_inputs_case(const char* name, int64_t d, int64_t dv, bool backward, uint64_t seed) {
+  Config c = gbase(name, 150, 170, d, FLASHATTN_DTYPE_BF16, seed);
+  c.dv = dv;
   c.batch = 2;
   c.hq = 4;
   c.hkv = 2;
   c.layout = Layout::BcastBatch;
   c.backward = backward;
+  return c;
+}
+
+// Inputs shared across the batch at head dim 128: with `var`=fa2 or unset the pass runs and
+// matches the reference; with `var`=fa3 it is refused naming q (the first of fa3's maps)
+// and its strides.
+inline void check_fa3_unmappable(const char* var, bool backward, uint64_t seed) {
+  const Config c = shared_inputs_case("paths inputs shared across the batch", 128, 128, backward, seed);
   if (forced_value(var) != "fa3") gpu_check(c);
   else check_fa3_refuses(c, var, backward, {"q=", "element strides (batch, seq, head) (0, 512, 128)"});
 }
 
-// The same with head dims 100 and 120: Q and K run on zero-padded copies (100 is no multiple of
-// 8), V stays the caller's, shared across the batch. fa3 stages the copies, then cannot map V:
-// unset, fa2 runs the pass (staging again) and it matches the reference; forced, the pass is
-// refused naming v, and no output is written.
+// The same at head dims 100 and 120: Q and K run on zero-padded copies (100 is no multiple of
+// 8), V stays the caller's. fa3 stages the copies, then cannot map V: unset, fa2 runs the
+// pass (staging again) and it matches the reference; forced, the pass is refused naming v,
+// and no output is written.
 inline void check_fa3_unmappable_after_staging(const char* var, bool backward, uint64_t seed) {
-  Config c =
-      gbase("paths staged Q and K beside a V shared across the batch", 150, 170, 100, FLASHATTN_DTYPE_BF16, seed);
-  c.dv = 120;
-  c.batch = 2;
-  c.hq = 4;
-  c.hkv = 2;
-  c.layout = Layout::BcastBatch;
-  c.backward = backward;
+  const Config c =
+      shared_inputs_case("paths staged Q and K beside a V shared across the batch", 100, 120, backward, seed);
   if (forced_value(var) != "fa3") gpu_check(c);
   else check_fa3_refuses(c, var, backward, {"v="});
 }
