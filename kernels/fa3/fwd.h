@@ -10,8 +10,8 @@ namespace flashattn {
 namespace fa3 {
 
 // TMA maps of Q, K, V and O as 4-D tensors (head dim, seq, head, batch) over the plan's
-// strides, boxes of FwdTraits<Dqk, Dv>::kCols columns x kBlockM (Q), kBlockN (K, V) or
-// kOBoxRows (O) rows in the kSwizzle-byte swizzle; loads zero-fill rows past the sequence,
+// strides, boxes of FwdTraits<Dqk, Dv>::kCols columns x kBoxRows (Q, O) or kBlockN (K, V)
+// rows in the kSwizzle-byte swizzle; loads zero-fill rows past the sequence,
 // stores skip them (src/cuda/tensor_map.hpp encodes them).
 struct FwdMaps {
   TensorMap128 q, k, v, o;

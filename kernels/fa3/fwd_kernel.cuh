@@ -81,19 +81,25 @@ __device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q
 
 // The element mask of key block n (keys n kBlockN ..): keys past len_k and, causal, keys
 // j > i + shift of this thread's rows row0 and row0 + 8. Only the blocks that need it call it.
+// Each row's last visible key is taken relative to the thread's first column of the block
+// (n kBlockN + 2 t), so each element compares its column offset, a constant, with one limit
+// per row (FA3's form): an ISETP with an immediate and an FSEL per element, where the column
+// computed per element took an add and two compares more, and a register per column.
 template <class Cfg>
 __device__ __forceinline__ void mask_block(const AttnParams& p, float (&acc_s)[1][Cfg::kBlockN / 8][4], int n, int row0,
                                            int len_k, int shift) {
-  const int n0 = n * Cfg::kBlockN;
   const int t = static_cast<int>(threadIdx.x) % 4;
+  int lim[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int last = p.has_band ? min(len_k - 1, row0 + hh * 8 + shift) : len_k - 1;
+    lim[hh] = last - n * Cfg::kBlockN - 2 * t;
+  }
 #pragma unroll
   for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = n0 + nt * 8 + 2 * t + (e & 1);
-      const int i = row0 + (e >> 1) * 8;
-      if (j >= len_k || (p.has_band && j > i + shift)) acc_s[0][nt][e] = -INFINITY;
-    }
+    for (int e = 0; e < 4; ++e)
+      if (nt * 8 + (e & 1) > lim[e >> 1]) acc_s[0][nt][e] = -INFINITY;
 }
 
 // The most the running max of a row may grow (in log2 units of the scaled scores) before
@@ -159,6 +165,12 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][NV][4], const float 
 // Without a mask the tiles are as long (but for a sequence's last, which may leave warpgroups
 // idle), and a section is one head (its query blocks in turn, as the CTAs running at once then
 // read the K and V of one or two heads).
+// Under the causal mask the tiles are shifted up by the whole warpgroups (64 rows each) of the
+// last tile's rows past len_q, so that the partial tile is the first, whose rows see the fewest
+// keys: its m0 is negative, and its warpgroups whose rows all lie before row 0 stay idle (they
+// load no Q box and store no O box: the copy engine is never given a negative row). At the end,
+// the partial tile (d = 64 at 1k keys: 64 rows) would be the longest, most of its warpgroups
+// idle through all its key blocks (8 at 1k), and no other warpgroup's GEMMs to hide its softmax.
 struct Tile {
   int m0, h, b;
 };
@@ -172,7 +184,8 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
   const int in_section = min(section, heads - first);      // its heads (fewer in the last)
   const int r = tile - first * tiles_m;                    // the tile within the section
   const int m = tiles_m - 1 - r / in_section, hb = first + r % in_section;
-  return {m * Cfg::kBlockM, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
+  const int pad = p.has_band ? (tiles_m * Cfg::kBlockM - static_cast<int>(p.seqlen_q)) / 64 * 64 : 0;
+  return {m * Cfg::kBlockM - pad, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
 }
 
 // ---- epilogue of a tile: normalize; O through shared memory and a TMA store, LSE by plain
@@ -207,7 +220,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     const float sum = fa2::quad_sum(row_sum[hh]);
     inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
     const int i = row0 + hh * 8;
-    if (lse != nullptr && t == 0 && i < len_q)
+    if (lse != nullptr && t == 0 && i >= 0 && i < len_q)
       lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
   }
   // With three consumer warpgroups (160 registers), the base is made opaque here: ptxas would
@@ -227,10 +240,10 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
     }
   hopper::fence_proxy_async_smem();
   hopper::bar_sync(kBarEpilogue<Cfg> + cw, 128);
-  // One thread stores the warpgroup's kOBoxRows rows; the engine skips rows past len_q.
-  static_assert(Cfg::kOBoxRows == 64, "one O box per consumer warpgroup");
+  // One thread stores the warpgroup's kBoxRows rows; the engine skips rows past len_q.
+  static_assert(Cfg::kBoxRows == 64, "one O box per consumer warpgroup");
   const int r0 = tl.m0 + cw * 64;
-  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 < len_q) {
+  if (static_cast<int>(threadIdx.x) % 128 == 0 && r0 >= 0 && r0 < len_q) {
 #pragma unroll
     for (int cb = 0; cb < kDv / Cfg::kCols; ++cb)
       hopper::tma_store(&maps.o, so_wg + static_cast<uint32_t>(cb * kBlockM * kSw), cb * Cfg::kCols, r0, tl.h, tl.b);
@@ -345,10 +358,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       };
       if (n_blocks > 0) load(0, 0);
       name_tile();
-      hopper::mbar_expect(q_full, Cfg::kQBytes);
+      // A box of 64 rows per consumer warpgroup; none for those whose rows lie before row 0
+      // (causal, tile_at's first tile), which stay idle.
+      const int q_lo = tl.m0 < 0 ? -tl.m0 / 64 : 0;
+      hopper::mbar_expect(q_full, (Cfg::kConsumers - q_lo) * Cfg::kBoxRows * kDqk * 2);
+      for (int w = q_lo; w < Cfg::kConsumers; ++w)
 #pragma unroll
-      for (int c = 0; c < kDqk / kCols; ++c)
-        hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw), &maps.q, c * kCols, tl.m0, tl.h, tl.b, q_full);
+        for (int c = 0; c < kDqk / kCols; ++c)
+          hopper::tma_load(sq + static_cast<uint32_t>(c * kBlockM * kSw + w * Cfg::kBoxRows * kSw), &maps.q, c * kCols,
+                           tl.m0 + w * Cfg::kBoxRows, tl.h, tl.b, q_full);
       for (int it = 1; it < n_blocks; ++it) {
         load(0, it);
         load(1, it - 1);
@@ -385,17 +403,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
-    // Warpgroups with rows in the tile: fewer than kConsumers in a sequence's last tile where
-    // its rows end early (d = 64 at 1k: five 192-row tiles and one of 64 rows). One without
+    // Warpgroups with rows in the tile, lo .. hi - 1: fewer than kConsumers where a sequence's
+    // rows end early (without a mask, its last tile: d = 64 at 1k keys, five 192-row tiles and
+    // one of 64 rows) or, causal, begin late (its first tile, m0 < 0; tile_at). One without
     // computes nothing: it releases each stage once the stage is loaded (the producer cannot
     // then reload it before the others' release of its previous use), then runs as a tile of
     // no key blocks (no turns; an epilogue that stores no row). The test is a warp vote, which
     // ptxas knows to be uniform: from the thread index alone, `base` and the stage addresses
     // left the uniform registers (a tenth more instructions at d = 256, 0.82-0.92x); skipping
     // the epilogue too (a jump past the tile's code) spilled 44 bytes at d = 64.
-    const int active = min(Cfg::kConsumers, (len_q - m0 + 63) / 64);
+    const int lo = m0 < 0 ? -m0 / 64 : 0;
+    const int hi = min(Cfg::kConsumers, (len_q - m0 + 63) / 64);
     int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
-    if (__any_sync(0xffffffffu, cw >= active)) {
+    if (__any_sync(0xffffffffu, cw < lo || cw >= hi)) {
       for (int it = 0; it < n_blocks; ++it) {
         hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
         hopper::mbar_arrive(k_empty(stage(base + it)));
@@ -438,24 +458,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // by block it's alpha only once that GEMM is done. No accumulator or P register is touched
     // between a GEMM's issue and its wait.
     //
-    // Ping-pong between the consumer warpgroups: each step's GEMMs are issued in turn,
-    // warpgroup 0 first, then 1 (then 2), round robin over the tile's active ones (turn_wait
-    // .. turn_pass), so one warpgroup's softmax runs under the others' GEMMs. Turn barrier c
-    // completes when warpgroup c waits (128 threads) and the one before it has passed (128):
-    // warpgroup 0's first turn of a tile is passed by itself (alone in the tile, every turn),
-    // and the last active warpgroup skips its last pass (nobody waits for it), so every
-    // barrier ends every tile balanced. All active warpgroups walk the same n_blocks steps.
-    // Warpgroup 0 cannot start the next tile's turns before the others have taken their last
-    // ones: the next Q tile waits for every warpgroup's q_empty arrivals, which follow their
-    // last turns.
+    // Ping-pong between the consumer warpgroups: each step's GEMMs are issued in turn, round
+    // robin over the tile's active ones, lo first (turn_wait .. turn_pass), so one warpgroup's
+    // softmax runs under the others' GEMMs. Turn barrier c completes when warpgroup c waits
+    // (128 threads) and the one before it has passed (128): warpgroup lo's first turn of a
+    // tile is passed by itself (alone in the tile, every turn), and the last active warpgroup
+    // skips its last pass (nobody waits for it), so every barrier ends every tile balanced.
+    // All active warpgroups take the same n_blocks turns. Warpgroup lo cannot start the next
+    // tile's turns before the others have taken their last ones: the next Q tile waits for
+    // every warpgroup's q_empty arrivals, which follow their last turns.
     auto turn_wait = [&] { hopper::bar_sync(kBarTurn + cw, 256); };
     auto turn_pass = [&](int it) {
-      const bool last = cw + 1 == active;
-      if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (last ? 0 : cw + 1), 256);
+      const bool last = cw + 1 == hi;
+      if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (last ? lo : cw + 1), 256);
     };
     if (n_blocks == 0) q_done();
     if (n_blocks > 0) {
-      if (cw == 0) hopper::bar_arrive(kBarTurn, 256);
+      if (cw == lo) hopper::bar_arrive(kBarTurn + lo, 256);
       hopper::mbar_wait(k_full(stage(base)), parity(base));
       turn_wait();
       fa2::wg_fence();

@@ -45,10 +45,11 @@ struct FwdTraits {
   // Dynamic shared memory but the O buffer: the tiles start at the first 1024-byte boundary
   // (1024 bytes of slack).
   static constexpr int kSmemNoO = 1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes + kSlotBytes;
-  // O leaves through shared memory, one warpgroup's rows per TMA store: through a buffer of
-  // its own wherever one fits (d <= 128, 192/128), so the next tile's Q loads once the last S
-  // GEMM has read Q; else (192/192, 256/256) through the Q tile, once the tile is done.
-  static constexpr int kOBoxRows = 64;
+  // Q arrives and O leaves one consumer warpgroup's rows per TMA box. O leaves through shared
+  // memory: through a buffer of its own wherever one fits (d <= 128, 192/128), so the next
+  // tile's Q loads once the last S GEMM has read Q; else (192/192, 256/256) through the Q tile,
+  // once the tile is done.
+  static constexpr int kBoxRows = 64;
   static constexpr bool kOwnO = kSmemNoO + kBlockM * Dv * 2 <= hopper::kSmemLimit;
   static constexpr int kOBytes = kOwnO ? kBlockM * Dv * 2 : 0;
   static constexpr int kSmemBytes = kSmemNoO + kOBytes;

@@ -21,10 +21,10 @@ bool encode_maps(const AttnParams& p, fa3::FwdMaps* m, char* why, size_t why_siz
   using Cfg = fa3::FwdTraits<Dqk, Dv>;
   // The maps span the tensors' own head dims: the columns of the instance's tiles past them
   // load as zeros (adding nothing to Q K^T; V's give O columns that are never stored).
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBoxRows},
                          {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"o", &m->o, p.o, p.o_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kOBoxRows}};
+                         {"o", &m->o, p.o, p.o_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kBoxRows}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 
