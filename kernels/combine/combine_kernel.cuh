@@ -7,12 +7,9 @@
 //
 // One thread per output element (row, d): every thread of a row recomputes the row's
 // LSE from the num_splits partial LSEs (cached reads, tiny next to the O reads), so no
-// shared memory or synchronization is needed and any head_dim works. Each O_i element is
-// read exactly once. The parts are read in chunks of kChunk, every read of a chunk issued
-// before any is used (predicated past the last part), so a pass over S parts waits for
-// ceil(S / kChunk) round trips: a loop unrolled over a run-time count would leave the
-// S % 16 parts past its last whole step to a remainder loop of one round trip each (all of
-// them with 2-15 splits, the common counts).
+// shared memory or synchronization is needed and any head_dim works. Memory-bound:
+// each O_i element is read exactly once; the loops over the splits are unrolled so that a
+// thread's loads of 16 parts are in flight together (one round trip, not one per part).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,15 +20,6 @@
 
 namespace flashattn {
 namespace combine {
-
-constexpr int kChunk = 16;
-
-// Parts s0 .. s0 + kChunk - 1 of x (part s at x[s * stride]); `fill` past the last part.
-__device__ __forceinline__ void read_chunk(const float* x, int64_t stride, int64_t s0, int64_t splits, float fill,
-                                           float (&v)[kChunk]) {
-#pragma unroll
-  for (int j = 0; j < kChunk; ++j) v[j] = s0 + j < splits ? x[(s0 + j) * stride] : fill;
-}
 
 __global__ void combine_kernel(const CombineParams c) {
 #if __CUDA_ARCH__ >= 900
@@ -48,36 +36,29 @@ __global__ void combine_kernel(const CombineParams c) {
     const int64_t* os = c.o_partial_stride;
     const float* lse = c.lse_partial + b * ls[1] + h * ls[2] + i * ls[3];
     const float* o = c.o_partial + b * os[1] + i * os[2] + h * os[3] + d;
-    const int64_t splits = c.num_splits;
-    float l[kChunk], v[kChunk];
     float lse_max = -INFINITY;
     bool nan = false;
-    for (int64_t s0 = 0; s0 < splits; s0 += kChunk) {
-      read_chunk(lse, ls[0], s0, splits, -INFINITY, l);
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        nan |= l[j] != l[j];
-        if (l[j] > lse_max) lse_max = l[j];
-      }
+#pragma unroll 16
+    for (int64_t s = 0; s < c.num_splits; ++s) {
+      const float l = lse[s * ls[0]];
+      nan |= l != l;
+      if (l > lse_max) lse_max = l;
     }
     float out = 0.f, lse_out = -INFINITY;
     if (nan) {
       out = lse_out = NAN;
     } else if (lse_max != -INFINITY) {
       float sum = 0.f;
-      for (int64_t s0 = 0; s0 < splits; s0 += kChunk) {
-        read_chunk(lse, ls[0], s0, splits, -INFINITY, l);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j)
-          if (l[j] != -INFINITY) sum += expf(l[j] - lse_max);
+#pragma unroll 16
+      for (int64_t s = 0; s < c.num_splits; ++s) {
+        const float l = lse[s * ls[0]];
+        if (l != -INFINITY) sum += expf(l - lse_max);
       }
       lse_out = lse_max + logf(sum);
-      for (int64_t s0 = 0; s0 < splits; s0 += kChunk) {
-        read_chunk(lse, ls[0], s0, splits, -INFINITY, l);
-        read_chunk(o, os[0], s0, splits, 0.f, v);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j)
-          if (l[j] != -INFINITY) out += expf(l[j] - lse_out) * v[j];
+#pragma unroll 16
+      for (int64_t s = 0; s < c.num_splits; ++s) {
+        const float l = lse[s * ls[0]];
+        if (l != -INFINITY) out += expf(l - lse_out) * o[s * os[0]];
       }
     }
     const int64_t off = b * c.o_stride.b + i * c.o_stride.s + h * c.o_stride.h + d;

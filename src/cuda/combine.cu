@@ -42,12 +42,9 @@ bool combine_waits_for_its_grid() {
 // gap between its two kernels. A public flashattn_combine (anything may come before it on
 // the caller's stream) is a plain launch.
 flashattn_status_t combine_launch(const CombineParams& c, cudaStream_t stream, bool after_decode) {
-  // Blocks of 64 threads: a thread's work is a few round trips to memory, so small merges
-  // (batch 1: 4096 elements at 32 heads of 128) are latency-bound and gain from spreading
-  // over as many SMs as they can fill (64 blocks there, not 16). A grid-stride loop: enough
-  // blocks to fill any current GPU several times over.
-  const int threads = 64;
+  const int threads = 256;
   const int64_t n = c.batch * c.seqlen_q * c.heads * c.head_dim;
+  // A grid-stride loop: enough blocks to fill any current GPU several times over.
   const int64_t want = (n + threads - 1) / threads;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(want < 65536 ? want : 65536));
