@@ -9,13 +9,14 @@ namespace flashattn {
 namespace {
 
 // Where both families serve a run, fa3 is faster except under the causal mask at head dim 64
-// with at most 1024 keys (0.89x of fa2 on an H100: five 192-row tiles and a third of one;
-// docs/internals/kernels-fa3-forward.md). Head dims up to 32 keep fa2's kernel of 32 columns:
-// fa3's smallest instance would run twice the products on zero columns (not measured; the
-// automatic choice stays what it was before fa3 served head dims below its instances).
+// with at most 512 keys (0.98x of fa2 on an H100, three 192-row tiles; at 1024 keys 1.02-1.11x
+// since the causal tiles are shifted by whole warpgroups; docs/internals/kernels-fa3-forward.md).
+// Head dims up to 32 keep fa2's kernel of 32 columns: fa3's smallest instance would run twice
+// the products on zero columns (not measured; the automatic choice stays what it was before
+// fa3 served head dims below its instances).
 bool fa2_is_faster(const AttnParams& p) {
   if (p.head_dim_qk <= 32 && p.head_dim_v <= 32) return true;
-  return p.has_band && p.head_dim_qk <= 64 && p.seqlen_k <= 1024;
+  return p.has_band && p.head_dim_qk <= 64 && p.seqlen_k <= 512;
 }
 
 }  // namespace
