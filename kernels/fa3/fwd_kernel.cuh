@@ -66,14 +66,15 @@ constexpr int kBarTurn = 1;  // + consumer index c: warpgroup c may issue its GE
 template <class Cfg>         // + c: warpgroup c's O tile is in shared memory
 constexpr int kBarEpilogue = kBarTurn + Cfg::kConsumers;
 
-// Key blocks this query tile attends to: [0, return value). Producer and consumers call it
-// with the same arguments, so both walk the same blocks.
+// Key blocks that query rows r0 .. r0 + rows - 1 (those < len_q) attend to: [0, return value).
+// Producer and consumers call it for a tile (rows = kBlockM) with the same arguments, so both
+// walk the same blocks; a consumer warpgroup also for its own 64 rows.
 template <class Cfg>
-__device__ __forceinline__ int key_blocks(const AttnParams& p, int m0, int len_q, int len_k, int shift) {
+__device__ __forceinline__ int key_blocks(const AttnParams& p, int r0, int rows, int len_q, int len_k, int shift) {
   int end = len_k;
   if (p.has_band) {
-    // Causal: the tile's last row (i < len_q) sees keys j <= i + shift.
-    const int last = min(m0 + Cfg::kBlockM, len_q) - 1 + shift;
+    // Causal: the last row (i < len_q) sees keys j <= i + shift.
+    const int last = min(r0 + rows, len_q) - 1 + shift;
     end = last < 0 ? 0 : min(last + 1, len_k);
   }
   return (end + Cfg::kBlockN - 1) / Cfg::kBlockN;
@@ -337,8 +338,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
       // From p's fields, not the values above: in 24 registers, keeping those live spills.
-      const int n_blocks = key_blocks<Cfg>(p, tl.m0, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
-                                           p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
+      const int n_blocks =
+          key_blocks<Cfg>(p, tl.m0, kBlockM, static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k),
+                          p.align == 1 ? static_cast<int>(p.seqlen_k - p.seqlen_q) : 0);
       const int kvh = tl.h / kv_group;
       // Operand `which` (0 K, 1 V) of walk step it of this tile. A fresh barrier counts as
       // having completed the phase before its first: the first round through a ring does not
@@ -414,14 +416,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the epilogue too (a jump past the tile's code) spilled 44 bytes at d = 64.
     const int lo = m0 < 0 ? -m0 / 64 : 0;
     const int hi = min(Cfg::kConsumers, (len_q - m0 + 63) / 64);
-    int n_blocks = key_blocks<Cfg>(p, m0, len_q, len_k, shift);
+    int n_blocks = key_blocks<Cfg>(p, m0, kBlockM, len_q, len_k, shift);
+    // Walk step it's K and V stages, released as soon as they are loaded (waiting for the full
+    // barrier first, so the producer cannot reload a stage before the others released its
+    // previous use), by a warpgroup that has nothing to compute there.
+    auto release = [&](int it) {
+      hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
+      hopper::mbar_arrive(k_empty(stage(base + it)));
+      hopper::mbar_wait(v_full(stage(base + it)), parity(base + it));
+      hopper::mbar_arrive(v_empty(stage(base + it)));
+    };
     if (__any_sync(0xffffffffu, cw < lo || cw >= hi)) {
-      for (int it = 0; it < n_blocks; ++it) {
-        hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
-        hopper::mbar_arrive(k_empty(stage(base + it)));
-        hopper::mbar_wait(v_full(stage(base + it)), parity(base + it));
-        hopper::mbar_arrive(v_empty(stage(base + it)));
-      }
+      for (int it = 0; it < n_blocks; ++it) release(it);
       base += n_blocks;
       n_blocks = 0;
     }
@@ -472,9 +478,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const bool last = cw + 1 == hi;
       if (!last || it + 1 < n_blocks) hopper::bar_arrive(kBarTurn + (last ? lo : cw + 1), 256);
     };
-    if (n_blocks == 0) q_done();
     if (n_blocks > 0) {
       if (cw == lo) hopper::bar_arrive(kBarTurn + lo, 256);
+      // Causal: the tile's first steps (its last key blocks) may lie wholly above this
+      // warpgroup's diagonal (d = 64: one of a 192-row tile's blocks, for warpgroups 0 and 1;
+      // d = 256: one for warpgroup 0). It takes its turns there but issues nothing and releases
+      // the stages, then walks the rest as a tile of fewer blocks: the block of walk step it
+      // stays n_blocks - 1 - it. The count is a warp reduction, which ptxas knows to be uniform
+      // (base and the stage addresses stay in uniform registers); reduced under a branch on
+      // p.has_band instead, it got a divergent fallback path (BRA.DIV, a second copy of the
+      // softmax). Without a mask the count is 0.
+      const int own = key_blocks<Cfg>(p, m0 + cw * 64, 64, len_q, len_k, shift);
+      const int skip = __reduce_max_sync(0xffffffffu, p.has_band ? max(0, n_blocks - own) : 0);
+      for (int it = 0; it < skip; ++it) {
+        turn_wait();
+        turn_pass(it);
+        release(it);
+      }
+      base += skip;
+      n_blocks -= skip;
+    }
+    if (n_blocks == 0) q_done();
+    if (n_blocks > 0) {
       hopper::mbar_wait(k_full(stage(base)), parity(base));
       turn_wait();
       fa2::wg_fence();
