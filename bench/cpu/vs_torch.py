@@ -12,6 +12,8 @@ appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half 
 under a causal mask) and 3.5 times that for forward+backward, for both libraries. Each
 figure is the fastest of --repeats calls (after a warm-up), the implementations' calls
 alternated round by round, so a burst of other load on a shared machine falls on both.
+torch's OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE unless the environment sets
+it), so that they do not spin on the cores through the library's calls.
 
 usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
@@ -41,6 +43,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
+
+# torch's OpenMP threads spin for a while after each parallel region (libgomp's default wait
+# policy); with the calls alternated, they spun on the cores during the library's next call:
+# on the 16-core host the library's forward ran 1.1-1.9x faster with them passive, torch's
+# own times unchanged (docs/internals/cpu-bf16-amx.md). Set before torch loads its OpenMP
+# runtime; a value given in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 from suite import report  # noqa: E402
