@@ -12,12 +12,14 @@ appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half 
 under a causal mask) and 3.5 times that for forward+backward, for both libraries. Each
 figure is the fastest of --repeats calls (after a warm-up), the implementations' calls
 alternated round by round, so a burst of other load on a shared machine falls on both.
-torch's OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE unless the environment sets
-it), so that they do not spin on the cores through the library's calls.
+Each timed call starts --gap seconds (default 0.05) after the call before it: torch's
+OpenMP (libgomp) threads spin for a few milliseconds after each parallel region, and without
+the gap they spun on the cores through the library's next call (docs/internals/cpu-bf16-amx.md);
+torch keeps its default wait policy, under which its own calls run fastest.
 
 usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
-                   [--dtypes fp32,bf16] [--passes fwd,fwd+bwd] [--repeats R]
+                   [--dtypes fp32,bf16] [--passes fwd,fwd+bwd] [--repeats R] [--gap S]
                    [--no-standard] [--csv PATH] [--host NAME] [--budget SECONDS]
   --tiny  instead of the sweep: microseconds per forward of b=1, one query, 128 keys (and
           larger key counts) with 1 and 2 threads: the small-problem cutoff's check.
@@ -43,13 +45,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-
-# torch's OpenMP threads spin for a while after each parallel region (libgomp's default wait
-# policy); with the calls alternated, they spun on the cores during the library's next call:
-# on the 16-core host the library's forward ran 1.1-1.9x faster with them passive, torch's
-# own times unchanged (docs/internals/cpu-bf16-amx.md). Set before torch loads its OpenMP
-# runtime; a value given in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 from suite import report  # noqa: E402
@@ -108,16 +103,18 @@ class Plan:
         self.lib.flashattn_plan_destroy(self.plan)
 
 
-def best_seconds(fns, repeats):
+def best_seconds(fns, repeats, gap=0.05):
     """Fastest of `repeats` timed calls of each of fns after a warm-up, the calls
     alternated round by round (ours, torch, ours, ...) so that a burst of other load on
     a shared machine falls on both sides alike; the other load only ever adds time, so
-    the minimum is the least disturbed estimate."""
+    the minimum is the least disturbed estimate. Each timed call starts `gap` seconds after
+    the one before, once the other side's spinning threads have gone to sleep."""
     for fn in fns:
         fn()
     times = [[] for _ in fns]
     for _ in range(repeats):
         for fn, t_fn in zip(fns, times):
+            time.sleep(gap)
             t = time.perf_counter()
             fn()
             t_fn.append(time.perf_counter() - t)
@@ -172,7 +169,7 @@ def time_case(fa, lib, args, x, passname, o):
     if o.standard:
         made.append(ours_step(fa, lib, args, STANDARD, x, passname))
     try:
-        times = best_seconds([step for step, _ in made] + [torch_step(x, args[7], passname)], o.repeats)
+        times = best_seconds([step for step, _ in made] + [torch_step(x, args[7], passname)], o.repeats, o.gap)
     finally:
         for _, close in made:
             close()
@@ -228,7 +225,7 @@ def tiny(fa, lib, o):
         x = tuple(torch.randn(1, s, o.heads, 64) for s in (1, nk, nk, 1))
         made = [ours_step(fa, lib, (1, o.heads, o.heads, 1, nk, 64, 2, False, t), FLASH, x, "fwd") for t in (1, 2)]
         try:
-            us = [t * 1e6 for t in best_seconds([step for step, _ in made], o.repeats)]
+            us = [t * 1e6 for t in best_seconds([step for step, _ in made], o.repeats, 0.0)]
         finally:
             for _, close in made:
                 close()
@@ -249,6 +246,7 @@ def main():
     ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32", "bf16"])
     ap.add_argument("--passes", type=lambda s: s.split(","), default=["fwd", "fwd+bwd"])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--gap", type=float, default=0.05)
     ap.add_argument("--no-standard", dest="standard", action="store_false")
     ap.add_argument("--csv", default=os.path.join(REPO, "bench", "results", "cpu.csv"))
     ap.add_argument("--host", default=socket.gethostname())
