@@ -96,8 +96,9 @@ TEST_CASE("forward paths: awkward lengths at every served head dim, causal in bo
   REQUIRE_PATH();
   // Lengths off every tile, and whole tiles (192 x 128 at d = 64; 128 x 128; 128 x 112 at
   // head_dim_qk 192, 128 x 64 at d = 256): no key block then takes the element mask unless
-  // causal. Query tiles whose last consumer warpgroups hold few rows or none (17, 129, 300,
-  // 1000 rows in 192-row tiles).
+  // causal. Query tiles whose consumer warpgroups hold few rows or none (17, 129, 300, 1000
+  // rows in 192-row tiles: the last tile's last warpgroups without a mask, causal the first
+  // tile's first ones, its tiles shifted up by whole warpgroups).
   const int64_t pairs[][2] = {{1, 1},     {1, 17},     {17, 1},     {17, 129},    {129, 17},
                               {129, 129}, {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256},
                               {128, 384}, {384, 128},  {128, 224},  {300, 336},   {192, 320}};
@@ -269,8 +270,8 @@ TEST_CASE("forward paths: last query tiles that leave warpgroups idle, unmasked 
     c.hkv = 2;
     gpu_check(c);
   }
-  // Under the causal mask, bottom-right with fewer queries than keys, GQA: the last tile's
-  // idle warpgroups beside the band's uneven tiles.
+  // Under the causal mask, bottom-right with fewer queries than keys, GQA: the first tile's
+  // idle warpgroups (the tiles shifted up by whole warpgroups) beside the band's uneven tiles.
   gpu_check(causal_case("paths idle warpgroups causal d64", 1000, 1400, {64, 64}, FLASHATTN_DTYPE_FP16, 9580, 2, 8, 2));
   gpu_check(
       causal_case("paths idle warpgroups causal d128", 1030, 1500, {128, 128}, FLASHATTN_DTYPE_BF16, 9581, 2, 8, 2));

@@ -22,8 +22,8 @@
 
 using namespace fat;
 
-// 5 parts: one chunk of the kernel's reads, predicated past the last part; 37: two whole
-// chunks and a partial one, with a NaN part in the second chunk of one row.
+// 5 parts: only the remainder of the kernel's loops unrolled by 16; 37: two unrolled steps
+// and a remainder of 5, with a NaN part (split 20) in one row, which must come out NaN.
 TEST_CASE("gpu: combine matches the CPU combine, skipping -inf parts", "[gpu][combine]") {
   REQUIRE_GPU();
   for (const int64_t S : {int64_t{5}, int64_t{37}}) {
@@ -92,6 +92,13 @@ TEST_CASE("gpu: combine matches the CPU combine, skipping -inf parts", "[gpu][co
         bad_lse += !(lse_gpu[n] == lse_cpu[n] || fabs(lse_gpu[n] - lse_cpu[n]) <= 1e-5 * (1 + fabs(lse_cpu[n])) ||
                      (std::isnan(lse_gpu[n]) && std::isnan(lse_cpu[n])));
       CHECK(bad_lse == 0);
+      if (S > 20) {  // the NaN part's row: batch 0, head 1, query 1
+        CHECK(std::isnan(lse_gpu[5]));
+        size_t nan_o = 0;
+        for (int64_t d = 0; d < D; ++d)
+          nan_o += std::isnan(load_elem(t, &o_gpu[static_cast<size_t>(((0 * Q + 1) * H + 1) * D + d) * es]));
+        CHECK(nan_o == static_cast<size_t>(D));
+      }
       mem.release(d_part);
       mem.release(d_lse_part);
       mem.release(d_o);

@@ -12,10 +12,11 @@ appended for the STANDARD rows. GFLOP/s count 4*B*H*Nq*Nk*d for a forward (half 
 under a causal mask) and 3.5 times that for forward+backward, for both libraries. Each
 figure is the fastest of --repeats calls (after a warm-up), the implementations' calls
 alternated round by round, so a burst of other load on a shared machine falls on both.
-Each timed call starts --gap seconds (default 0.05) after the call before it: torch's
-OpenMP (libgomp) threads spin for a few milliseconds after each parallel region, and without
-the gap they spun on the cores through the library's next call (docs/internals/cpu-bf16-amx.md);
-torch keeps its default wait policy, under which its own calls run fastest.
+Each timed call of the sweep starts --gap seconds (default 0.05) after the call before it
+(--tiny times back to back): torch's OpenMP (libgomp) threads spin for a few milliseconds
+after each parallel region, and without the gap they spun on the cores through the
+library's next call (docs/internals/cpu-bf16-amx.md); torch keeps its default wait policy,
+under which its own calls run fastest.
 
 usage: vs_torch.py [--lib PATH] [--threads N] [--batch B] [--heads H] [--heads-kv HK] [--dims 64,128]
                    [--n 1024,2048,4096] [--decode 4096,8192,16384,32768]
@@ -235,6 +236,13 @@ def tiny(fa, lib, o):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
+
+    def non_negative(s):
+        v = float(s)
+        if not v >= 0:
+            raise argparse.ArgumentTypeError("--gap=%s: expected seconds >= 0" % s)
+        return v
+
     ap.add_argument("--lib")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch", type=int, default=2)
@@ -246,7 +254,7 @@ def main():
     ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32", "bf16"])
     ap.add_argument("--passes", type=lambda s: s.split(","), default=["fwd", "fwd+bwd"])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--gap", type=float, default=0.05)
+    ap.add_argument("--gap", type=non_negative, default=0.05)
     ap.add_argument("--no-standard", dest="standard", action="store_false")
     ap.add_argument("--csv", default=os.path.join(REPO, "bench", "results", "cpu.csv"))
     ap.add_argument("--host", default=socket.gethostname())

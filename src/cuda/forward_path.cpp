@@ -9,8 +9,10 @@ namespace flashattn {
 namespace {
 
 // Where both families serve a run, fa3 is faster except under the causal mask at head dim 64
-// with at most 512 keys (0.98x of fa2 on an H100, three 192-row tiles; at 1024 keys 1.02-1.11x
-// since the causal tiles are shifted by whole warpgroups; docs/internals/kernels-fa3-forward.md).
+// with at most 512 keys, where the two are level (three 192-row tiles; fa3 0.98-1.02x of fa2
+// on an H100), so fa2 keeps it; at 1024 keys fa3 runs 1.08x fa2 since its causal tiles are
+// shifted by whole warpgroups and skip blocks above each warpgroup's diagonal
+// (docs/internals/kernels-fa3-forward.md).
 // Head dims up to 32 keep fa2's kernel of 32 columns: fa3's smallest instance would run twice
 // the products on zero columns (not measured; the automatic choice stays what it was before
 // fa3 served head dims below its instances).
