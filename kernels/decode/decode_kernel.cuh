@@ -21,8 +21,12 @@
 // - Sm90a: one thread issues the tile as copy-engine boxes of 64 dims x box_rows keys
 //   (tensor maps of the K and V caches, BulkMaps: one box per 64 dims for a contiguous
 //   cache or pages of a multiple of 64 keys, one per page of 16 or 32 keys) into rows in
-//   the 128-byte swizzle, completing on the stage's mbarrier; the other threads issue
-//   only math.
+//   the 128-byte swizzle, completing on the stage's full mbarrier; the other threads
+//   issue only math. At head dims 128 and 256 that thread is lane 0 of a fifth warp, the
+//   producer (kProducer): it refills a stage once all 128 compute threads have arrived on
+//   the stage's empty mbarrier, so the refill is off the compute warps' path and they
+//   share no per-tile barrier. At head dim 64 thread 0 refills after each tile's CTA
+//   barrier: four CTAs per SM hide that, and a fifth warp's registers would cost one.
 //
 // Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
 // the CTA's 16 query rows are the M of every product, so GQA groups and several query
@@ -41,6 +45,7 @@
 #include "decode/cache.cuh"
 #include "fa2/arch.h"
 #include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
 
 namespace flashattn {
 namespace decode {
@@ -64,6 +69,29 @@ template <typename Arch, int D>
 constexpr int kStages = Arch::kSm90 || D > 64 ? 3 : 2;
 template <typename Arch, int D>
 constexpr int kMinBlocks = D <= 64 ? 4 : 2;
+
+// Sm90a at head dims 128 and 256: warp kWarps (threads kThreads .. kThreads + 31) is the
+// producer, which issues every tile; the kThreads compute threads (every loop over them
+// strides by kThreads) compute. Its registers are the kernel's (setmaxnreg takes whole
+// warpgroups): at d=128 two CTAs of 160 threads at 150 registers still fit an SM's 64k,
+// while at d=64 four CTAs would cap them at 102 against the 116 used. At d=256, 160 x 2
+// would cap them at 204 against 239: __launch_bounds__ budgets one CTA there, which is
+// all that shared memory holds anyway (the host's count stays kMinBlocks).
+template <typename Arch, int D>
+constexpr bool kProducer = Arch::kSm90&& D >= 128;
+template <typename Arch, int D>
+constexpr int kBlockThreads = kProducer<Arch, D> ? kThreads + 32 : kThreads;
+template <typename Arch, int D>
+constexpr int kBoundsMinBlocks = kProducer<Arch, D>&& D > 128 ? 1 : kMinBlocks<Arch, D>;
+// With a producer, the barrier of the compute threads alone (load_query, merge_store):
+// __syncthreads would also wait for the producer, which may be waiting for them on an
+// empty mbarrier. Id 0 is __syncthreads; no other barrier of this kernel uses 1.
+constexpr int kBarCompute = 1;
+template <typename Arch, int D>
+__device__ __forceinline__ void compute_sync() {
+  if constexpr (kProducer<Arch, D>) hopper::bar_sync(kBarCompute, kThreads);
+  else __syncthreads();
+}
 
 // The Sm90a kernel's tensor maps of the K and V caches: 4-D (dims, keys of a row or page,
 // kv heads, rows or pages), boxes of 64 dims x box_rows keys in the 128-byte swizzle,
@@ -108,11 +136,16 @@ struct SmemBase {
   float slope[kRows];
   int bad;
 };
-template <typename Arch, typename T, int D, int Stages, bool Bulk = Arch::kSm90>
+template <typename Arch, typename T, int D, int Stages, bool Bulk = Arch::kSm90, bool Producer = kProducer<Arch, D>>
 struct Smem : SmemBase<Arch, T, D, Stages> {};
 template <typename Arch, typename T, int D, int Stages>
-struct Smem<Arch, T, D, Stages, true> : SmemBase<Arch, T, D, Stages> {
+struct Smem<Arch, T, D, Stages, true, false> : SmemBase<Arch, T, D, Stages> {
   uint64_t full[Stages];  // mbarrier of each stage: its tile has landed
+};
+template <typename Arch, typename T, int D, int Stages>
+struct Smem<Arch, T, D, Stages, true, true> : SmemBase<Arch, T, D, Stages> {
+  uint64_t full[Stages];   // mbarrier of each stage: its tile has landed (the producer arms it)
+  uint64_t empty[Stages];  // mbarrier of each stage: every compute thread is done with its tile
 };
 
 // Alignment of the ring (the start of Smem) and the dynamic shared memory a launch needs:
@@ -290,7 +323,8 @@ __device__ __forceinline__ KeyRange split_keys(const AttnParams& p, const Sequen
 // rounded to T at the used length (+ i under a band mask), with each row's aligned
 // position and ALiBi slope. The row offsets come first (one division per row, not per
 // element), then every thread issues all its loads before its first store, so the query
-// costs one round trip rather than one per element. Ends with a barrier.
+// costs one round trip rather than one per element. Ends with a barrier of the compute
+// threads.
 template <typename Arch, typename T, int D, int Stages>
 __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t r0, int nr,
                            int64_t group, int64_t shift, Smem<Arch, T, D, Stages>& sm) {
@@ -301,7 +335,7 @@ __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, in
     sm.q_off[threadIdx.x] =
         static_cast<int>(threadIdx.x) < nr ? b * p.q_stride.b + i * p.q_stride.s + h * p.q_stride.h : -1;
   }
-  __syncthreads();
+  compute_sync<Arch, D>();
   constexpr int kPerThread = kRows * D / kThreads;
   const T* q = static_cast<const T*>(p.q);
   T x[kPerThread];
@@ -316,7 +350,7 @@ __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, in
     const int e = k * kThreads + static_cast<int>(threadIdx.x);
     sm.q[e / D][e % D] = x[k];
   }
-  __syncthreads();
+  compute_sync<Arch, D>();
   if (p.rotary != 0 && s.ok) {
     const int64_t half = p.rotary_dim / 2;
     for (int64_t e = threadIdx.x; e < nr * half; e += kThreads) {
@@ -330,7 +364,7 @@ __device__ void load_query(const AttnParams& p, const Sequence& s, int64_t b, in
       sm.q[r][db] = from_float<T>(xb);
     }
   }
-  __syncthreads();
+  compute_sync<Arch, D>();
 }
 
 // One warp's online softmax over its keys of every tile, in mma fragments (g = lane / 4,
@@ -516,7 +550,7 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // (Sm90a: no copy is left in flight, every tile's mbarrier was waited on.)
   if constexpr (!Arch::kSm90) fa2::cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the ring
+  compute_sync<Arch, D>();  // every warp is done with the ring
   auto& mg = sm.u.merge;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -539,7 +573,7 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
     mg.row[threadIdx.x] = dst.split * rows_total + (dst.b * p.heads_q + h) * dst.sq + i;
     mg.o_off[threadIdx.x] = dst.b * p.o_stride.b + i * p.o_stride.s + h * p.o_stride.h;
   }
-  __syncthreads();
+  compute_sync<Arch, D>();
   const bool bad = sm.bad != 0;
   for (int e = threadIdx.x; e < nr * D; e += kThreads) {
     const int r = e / D, d = e % D;
@@ -567,34 +601,71 @@ __device__ void merge_store(const AttnParams& p, const Parts& parts, const Dest&
   if constexpr (Cluster) cluster_merge<Arch, T, D, Stages>(p, dst, nr, rows_total, sm);
 }
 
-// Cluster: Sm90a, launched in clusters of `splits` CTAs (the splits of each row chunk),
-// which merge their parts (cluster_merge); a separate instance, so the others hold no
-// cluster instructions.
-template <typename Arch, typename T, int D, int Stages, bool Cluster>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
-    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec,
-                  const __grid_constant__ MapsOf<Arch> maps) {
-  constexpr bool kBulk = Arch::kSm90;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + kvAlign<Arch> - 1) & ~uintptr_t{kvAlign<Arch> - 1};
-  Smem<Arch, T, D, Stages>& sm = *reinterpret_cast<Smem<Arch, T, D, Stages>*>(base);
-  int64_t task = blockIdx.x;
+// One CTA's share of the run: its output rows (dst, nr: a row chunk of one KV head's
+// query rows, one split of its keys), their sequence and the alignment of its query rows
+// to the keys (shift), and the keys [kr.k0, kr.k1) of the split.
+struct CtaWork {
   Dest dst;
-  dst.splits = splits;
-  dst.split = static_cast<int>(task % splits);
+  int nr;
+  Sequence s;
+  int64_t shift;
+  KeyRange kr;
+};
+
+__device__ __forceinline__ CtaWork cta_work(const AttnParams& p, int splits, int row_chunks) {
+  CtaWork w;
+  int64_t task = blockIdx.x;
+  w.dst.splits = splits;
+  w.dst.split = static_cast<int>(task % splits);
   task /= splits;
   const int chunk = static_cast<int>(task % row_chunks);
   task /= row_chunks;
-  dst.hk = task % p.heads_kv;
-  dst.b = task / p.heads_kv;
-  dst.group = p.heads_q / p.heads_kv;
-  dst.sq = p.seqlen_q;
-  dst.r0 = static_cast<int64_t>(chunk) * kRows;
-  const int nr = static_cast<int>(dst.group * dst.sq - dst.r0 < kRows ? dst.group * dst.sq - dst.r0 : kRows);
-  const Sequence s = sequence(p, dst.b);
-  const int64_t shift = s.n - dst.sq;  // bottom-right: query row i is row i + shift of the keys
-  const KeyRange kr = split_keys(p, s, dst.r0 / dst.group, (dst.r0 + nr - 1) / dst.group, shift, dst.split, splits);
+  w.dst.hk = task % p.heads_kv;
+  w.dst.b = task / p.heads_kv;
+  w.dst.group = p.heads_q / p.heads_kv;
+  w.dst.sq = p.seqlen_q;
+  w.dst.r0 = static_cast<int64_t>(chunk) * kRows;
+  const int64_t rows = w.dst.group * w.dst.sq - w.dst.r0;
+  w.nr = static_cast<int>(rows < kRows ? rows : kRows);
+  w.s = sequence(p, w.dst.b);
+  w.shift = w.s.n - w.dst.sq;  // bottom-right: query row i is row i + shift of the keys
+  w.kr = split_keys(p, w.s, w.dst.r0 / w.dst.group, (w.dst.r0 + w.nr - 1) / w.dst.group, w.shift, w.dst.split, splits);
+  return w;
+}
+// The tiles of kTileK keys of a split (the last one partial where k1 - k0 is not a multiple).
+__device__ __forceinline__ int64_t tile_count(const KeyRange& kr) {
+  return kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
+}
 
+// A warp's state before its first tile (after load_query): nothing accumulated yet, the
+// aligned positions and ALiBi slopes of its rows.
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void init_state(const Smem<Arch, T, D, Stages>& sm, WarpState<D>& ws) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = static_cast<int>(threadIdx.x % 32) / 4 + 8 * h;
+    ws.m[h] = -INFINITY;
+    ws.l[h] = 0.f;
+    ws.ip[h] = sm.ip[r];
+    ws.slope[h] = sm.slope[r];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) ws.o[dt][0] = ws.o[dt][1] = ws.o[dt][2] = ws.o[dt][3] = 0.f;
+}
+
+// The CTA where a barrier of all its threads starts each tile, after which the tile
+// Stages - 1 ahead is issued into the stage every warp is done with: Sm80 (every thread
+// gathers) and Sm90a without a producer warp (d = 64: thread 0 issues).
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
+__device__ __forceinline__ void cta_with_barriers(const AttnParams& p, const Parts& parts, bool vec,
+                                                  const MapsOf<Arch>& maps, const CtaWork& w,
+                                                  Smem<Arch, T, D, Stages>& sm) {
+  constexpr bool kBulk = Arch::kSm90;
+  const Dest dst = w.dst;
+  const int nr = w.nr;
+  const Sequence s = w.s;
+  const int64_t shift = w.shift;
+  const KeyRange kr = w.kr;
   if (threadIdx.x == 0) sm.bad = s.ok ? 0 : 1;
   if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
     zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.k, p.head_dim_qk);
@@ -604,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     // zeros are written; the fence orders them before the proxy's later reads and writes.
     if constexpr (kBulk) hopper::fence_proxy_async_smem();
   }
-  const int64_t tiles = kr.k1 > kr.k0 ? (kr.k1 - kr.k0 + kTileK - 1) / kTileK : 0;
+  const int64_t tiles = tile_count(kr);
   // Tile t lives in stage t % Stages, in that stage's use t / Stages.
   auto fill = [&](int64_t t) {
     const int st = static_cast<int>(t % Stages);
@@ -627,16 +698,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
   load_query<Arch, T, D, Stages>(p, s, dst.b, dst.hk, dst.r0, nr, dst.group, shift, sm);
 
   WarpState<D> ws;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = static_cast<int>(threadIdx.x % 32) / 4 + 8 * h;
-    ws.m[h] = -INFINITY;
-    ws.l[h] = 0.f;
-    ws.ip[h] = sm.ip[r];
-    ws.slope[h] = sm.slope[r];
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) ws.o[dt][0] = ws.o[dt][1] = ws.o[dt][2] = ws.o[dt][3] = 0.f;
+  init_state<Arch, T, D, Stages>(sm, ws);
   if constexpr (!kBulk) {
 #pragma unroll
     for (int t = 0; t < Stages - 1; ++t) {
@@ -665,6 +727,94 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<Arch, D>)
     warp_pv<Arch, T, D, Stages>(sm, st, pa, ws);
   }
   merge_store<Arch, T, D, Stages, Cluster>(p, parts, dst, nr, sm, ws);
+}
+
+// The producer warp's loop: tile t into stage t % Stages (its use t / Stages) once every
+// compute thread has arrived on that stage's empty barrier after tile t - Stages (the
+// barrier's phase t / Stages - 1), so the first Stages tiles go out at once, beside
+// load_query. Lane 0 issues; the warp waits together, so it stays converged for the
+// cluster barriers after the loop.
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void produce(const AttnParams& p, const CtaWork& w, const BulkMaps& maps,
+                                        Smem<Arch, T, D, Stages>& sm) {
+  const int64_t tiles = tile_count(w.kr);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int st = static_cast<int>(t % Stages);
+    if (t >= Stages) hopper::mbar_wait(fa2::smem_u32(&sm.empty[st]), (static_cast<uint32_t>(t / Stages) & 1u) ^ 1u);
+    if (threadIdx.x == kThreads)
+      bulk_tile<Arch, T, D, Stages>(p, w.s, w.dst.b, w.dst.hk, w.kr.k0 + t * kTileK, w.kr.k1, maps, sm, st);
+  }
+}
+
+// The CTA with a producer warp (kProducer): warp kWarps issues every tile (produce), the
+// compute warps wait on each tile's full barrier and arrive on its empty barrier once
+// their reads of it are done. After the prologue no barrier spans the producer: the
+// compute warps' own are named (compute_sync), and under Cluster the producer takes its
+// part in cluster_merge's two cluster barriers. The same splits, tiles and arithmetic as
+// cta_with_barriers, so the same bits.
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
+__device__ __forceinline__ void cta_with_producer(const AttnParams& p, const Parts& parts, const BulkMaps& maps,
+                                                  const CtaWork& w, Smem<Arch, T, D, Stages>& sm) {
+  const bool producer = threadIdx.x >= kThreads;
+  if (producer) {
+    if (threadIdx.x == kThreads) {  // the thread that issues every tile owns sm.bad until merge_store
+      sm.bad = w.s.ok ? 0 : 1;
+      for (int st = 0; st < Stages; ++st) {
+        hopper::mbar_init(fa2::smem_u32(&sm.full[st]));
+        hopper::mbar_init(fa2::smem_u32(&sm.empty[st]), kThreads);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+  } else if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
+    zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.k, p.head_dim_qk);
+    zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.v, p.head_dim_v);
+    hopper::fence_proxy_async_smem();  // before the copy engine's writes to the other columns
+  }
+  // The combine, launched as this grid's programmatic dependent (src/cuda/combine.cu), may
+  // start once every CTA has: it waits for this grid's end before reading.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  __syncthreads();  // barriers initialized, sm.bad set, columns zeroed: the CTA's only barrier
+  if (producer) {
+    produce<Arch, T, D, Stages>(p, w, maps, sm);
+    if constexpr (Cluster) {
+      __syncwarp();
+      cluster_sync();  // cluster_merge's: every part is written
+      cluster_sync();  // and read
+    }
+    return;
+  }
+  load_query<Arch, T, D, Stages>(p, w.s, w.dst.b, w.dst.hk, w.dst.r0, w.nr, w.dst.group, w.shift, sm);
+  WarpState<D> ws;
+  init_state<Arch, T, D, Stages>(sm, ws);
+  const int64_t tiles = tile_count(w.kr);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int st = static_cast<int>(t % Stages);
+    const int64_t j0 = w.kr.k0 + t * kTileK + threadIdx.x / 32 * kWarpKeys;
+    hopper::mbar_wait(fa2::smem_u32(&sm.full[st]), static_cast<uint32_t>(t / Stages) & 1u);
+    if (j0 + kWarpKeys > w.kr.k1) zero_v_tail<Arch, T, D, Stages>(sm, st, j0, w.kr.k1);
+    ScoreFrag sc;
+    ProbFrag pa;
+    warp_qk<Arch, T, D, Stages>(sm, st, sc);
+    warp_softmax<T, D>(p, j0, w.kr.k1, sc, ws, pa);
+    warp_pv<Arch, T, D, Stages>(sm, st, pa, ws);
+    hopper::mbar_arrive(fa2::smem_u32(&sm.empty[st]));  // after this thread's last read of the stage
+  }
+  merge_store<Arch, T, D, Stages, Cluster>(p, parts, w.dst, w.nr, sm, ws);
+}
+
+// Cluster: Sm90a, launched in clusters of `splits` CTAs (the splits of each row chunk),
+// which merge their parts (cluster_merge); a separate instance, so the others hold no
+// cluster instructions. CTAs of kBlockThreads threads (160 with a producer warp).
+template <typename Arch, typename T, int D, int Stages, bool Cluster>
+__global__ void __launch_bounds__(kBlockThreads<Arch, D>, kBoundsMinBlocks<Arch, D>)
+    decode_kernel(const AttnParams p, const Parts parts, int splits, int row_chunks, bool vec,
+                  const __grid_constant__ MapsOf<Arch> maps) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + kvAlign<Arch> - 1) & ~uintptr_t{kvAlign<Arch> - 1};
+  Smem<Arch, T, D, Stages>& sm = *reinterpret_cast<Smem<Arch, T, D, Stages>*>(base);
+  const CtaWork w = cta_work(p, splits, row_chunks);
+  if constexpr (kProducer<Arch, D>) cta_with_producer<Arch, T, D, Stages, Cluster>(p, parts, maps, w, sm);
+  else cta_with_barriers<Arch, T, D, Stages, Cluster>(p, parts, vec, maps, w, sm);
 }
 
 }  // namespace decode

@@ -56,6 +56,13 @@ KernelFn<Arch> kernel_of(const AttnParams& p, const Launch<Arch>& l) {
                           : kernel_typed<Arch, __half>(l.dim, l.stages, l.cluster > 1);
 }
 
+// The threads of a CTA of the kernel of padded head dim `dim` (kBlockThreads: with the
+// producer warp, 160).
+template <typename Arch>
+constexpr unsigned block_threads(int dim) {
+  return dim == 64 ? kBlockThreads<Arch, 64> : dim == 128 ? kBlockThreads<Arch, 128> : kBlockThreads<Arch, 256>;
+}
+
 // Clusters of more than 8 CTAs (at most kMaxCluster on sm_90) are opted into per kernel.
 constexpr unsigned kPortableCluster = 8, kMaxCluster = 16;
 
@@ -74,7 +81,7 @@ template <typename Arch>
 cudaLaunchConfig_t launch_config(const Launch<Arch>& l, cudaStream_t st, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(l.blocks);
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(block_threads<Arch>(l.dim));
   cfg.dynamicSmemBytes = l.smem;
   cfg.stream = st;
   attr->id = cudaLaunchAttributeClusterDimension;
@@ -102,7 +109,7 @@ cudaError_t enqueue(const AttnParams& p, const Launch<Arch>& l, cudaStream_t st)
     const cudaLaunchConfig_t cfg = launch_config(l, st, &attr);
     return cudaLaunchKernelEx(&cfg, kernel_of(p, l), p, l.parts, l.splits, l.chunks, l.vec, l.maps);
   }
-  kernel_of(p, l)<<<l.blocks, kThreads, l.smem, st>>>(p, l.parts, l.splits, l.chunks, l.vec, l.maps);
+  kernel_of(p, l)<<<l.blocks, block_threads<Arch>(l.dim), l.smem, st>>>(p, l.parts, l.splits, l.chunks, l.vec, l.maps);
   return cudaGetLastError();
 }
 
