@@ -64,6 +64,39 @@ __device__ __forceinline__ KeySlot key_slot(const AttnParams& p, const Sequence&
   return {row, jj - lp * ps};
 }
 
+// The Sm90a producer warp's window on the block-table entries of one split's pages
+// (kernels/decode/decode_kernel.cuh, paged_tile): lane l holds the entry of page first + l
+// (cur) and of page first + 32 + l (nxt). Each 32 pages are one coalesced 128-byte read,
+// issued a window ahead of their use (32 pages: 8 tiles with pages of 16 keys), so no
+// tile waits on a table read. Pages at or past `end` (past the split's keys) are not
+// read: the entries read are those key_slot reads for the split's tiles.
+struct PageWindow {
+  const int32_t* table;  // the sequence's row of the block table
+  int32_t first, end;
+  int32_t cur, nxt;
+
+  __device__ __forceinline__ int32_t read(int32_t page) const { return page < end ? table[page] : 0; }
+  // The next window's entries become the current ones, and the window after it is read.
+  __device__ __forceinline__ void advance() {
+    first += 32;
+    cur = nxt;
+    nxt = read(first + 32 + static_cast<int32_t>(threadIdx.x % 32));
+  }
+};
+
+// The window of keys [k0, k1) of sequence b, at its first page (each lane: two reads).
+__device__ __forceinline__ PageWindow page_window(const AttnParams& p, int64_t b, int64_t k0, int64_t k1) {
+  const int64_t ps = p.kv_page_size;
+  const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
+  PageWindow w;
+  w.table = p.kv_block_table + b * p.kv_max_pages;
+  w.first = k1 > k0 ? static_cast<int32_t>(k0 / ps) : 0;
+  w.end = k1 > k0 ? static_cast<int32_t>((k1 + ps - 1) / ps) : 0;
+  w.cur = w.read(w.first + lane);
+  w.nxt = w.read(w.first + 32 + lane);
+  return w;
+}
+
 // Element offsets of key j (of kv head hk) in the K and V caches; both -1 when the
 // block-table entry of its page is outside the pool.
 struct KeyOffsets {

@@ -25,8 +25,10 @@
 //   issue only math. At head dims 128 and 256 that thread is lane 0 of a fifth warp, the
 //   producer (kProducer): it refills a stage once all 128 compute threads have arrived on
 //   the stage's empty mbarrier, so the refill is off the compute warps' path and they
-//   share no per-tile barrier. At head dim 64 thread 0 refills after each tile's CTA
-//   barrier: four CTAs per SM hide that, and a fifth warp's registers would cost one.
+//   share no per-tile barrier; the warp reads a paged cache's block table 32 pages at a
+//   time, a window ahead of the tiles (PageWindow, paged_tile). At head dim 64 thread 0
+//   refills after each tile's CTA barrier: four CTAs per SM hide that, and a fifth
+//   warp's registers would cost one.
 //
 // Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
 // the CTA's 16 query rows are the M of every product, so GQA groups and several query
@@ -100,6 +102,7 @@ struct BulkMaps {
   TensorMap128 k, v;
   int box_rows;  // 64, or the page size (16, 32) when pages are smaller
 };
+constexpr int kMaxBoxes = kTileK / 16;  // boxes of a tile (pages of 16 keys)
 struct NoMaps {};
 template <typename Arch>
 using MapsOf = std::conditional_t<Arch::kSm90, BulkMaps, NoMaps>;
@@ -235,7 +238,7 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, const Sequence& s
 template <typename Arch, typename T, int D, int Stages>
 __device__ __forceinline__ void bulk_tile(const AttnParams& p, const Sequence& s, int64_t b, int64_t hk, int64_t t0,
                                           int64_t k1, const BulkMaps& maps, Smem<Arch, T, D, Stages>& sm, int st) {
-  constexpr int kMaxBoxes = kTileK / 16, kBlockBytes = kTileK * 128;
+  constexpr int kBlockBytes = kTileK * 128;
   const int box = maps.box_rows;
   const int ck = static_cast<int>((p.head_dim_qk + 63) / 64), cv = static_cast<int>((p.head_dim_v + 63) / 64);
   KeySlot at[kMaxBoxes];
@@ -262,6 +265,73 @@ __device__ __forceinline__ void bulk_tile(const AttnParams& p, const Sequence& s
       if (c < ck) hopper::tma_load(k0 + c * kBlockBytes + dst, &maps.k, c * 64, slot, h, row, bar);
       if (c < cv) hopper::tma_load(v0 + c * kBlockBytes + dst, &maps.v, c * 64, slot, h, row, bar);
     }
+  }
+}
+
+// The producer warp's lane 0, paged cache: the boxes of keys [t0, t0 + kTileK) into stage
+// st from the slots of the tile's boxes (box i: keys t0 + i x box_rows ..; row -1: not
+// issued), completing on sm.full[st], armed here with the bytes of the boxes issued; as
+// bulk_tile's second half, which keeps its own copy (sharing this one changed the d = 64
+// kernel's register allocation, whose machine code is main's).
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void issue_boxes(const AttnParams& p, int64_t hk, const BulkMaps& maps,
+                                            const KeySlot (&at)[kMaxBoxes], Smem<Arch, T, D, Stages>& sm, int st) {
+  constexpr int kBlockBytes = kTileK * 128;
+  const int box = maps.box_rows;
+  const int ck = static_cast<int>((p.head_dim_qk + 63) / 64), cv = static_cast<int>((p.head_dim_v + 63) / 64);
+  uint32_t bytes = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxBoxes; ++i)
+    if (at[i].row >= 0) bytes += static_cast<uint32_t>((ck + cv) * box * 128);
+  const uint32_t bar = fa2::smem_u32(&sm.full[st]);
+  hopper::mbar_expect(bar, bytes);
+  const uint32_t k0 = fa2::smem_u32(sm.u.ring.k[st]), v0 = fa2::smem_u32(sm.u.ring.v[st]);
+#pragma unroll
+  for (int i = 0; i < kMaxBoxes; ++i) {
+    if (at[i].row < 0) continue;
+    const int slot = static_cast<int>(at[i].slot), row = static_cast<int>(at[i].row), h = static_cast<int>(hk);
+    const uint32_t dst = static_cast<uint32_t>(i * box * 128);
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      if (c < ck) hopper::tma_load(k0 + c * kBlockBytes + dst, &maps.k, c * 64, slot, h, row, bar);
+      if (c < cv) hopper::tma_load(v0 + c * kBlockBytes + dst, &maps.v, c * 64, slot, h, row, bar);
+    }
+  }
+}
+
+// The producer warp, paged cache: the tile of keys [t0, t0 + kTileK) into stage st
+// (issue_boxes), its boxes' entries taken from the warp's window of the block table
+// (PageWindow: read a window ahead, so no table read is on the tile's path). A tile's
+// pages lie in one window: a tile starts at a multiple of 64 keys, so with pages of 16 or
+// 32 (a box each) its first page is a multiple of 4 or 2 past the split's first, and
+// with pages of 64 keys or more it has one page (one box, from key t0 - page x ps of it).
+// Every lane tests its entry against the pool, and the ballot marks those outside; lane 0
+// sets sm.bad for one among the tile's before its mbar_expect, whose release the compute
+// warps' waits acquire (they read sm.bad after their last wait), and issues the boxes.
+template <typename Arch, typename T, int D, int Stages>
+__device__ __forceinline__ void paged_tile(const AttnParams& p, int64_t hk, int64_t t0, int64_t k1,
+                                           const BulkMaps& maps, PageWindow& win, Smem<Arch, T, D, Stages>& sm,
+                                           int st) {
+  const int32_t ps = static_cast<int32_t>(p.kv_page_size), j0 = static_cast<int32_t>(t0);
+  const int32_t page = j0 / ps, slot = j0 - page * ps;
+  if (page - win.first >= 32) win.advance();  // a tile moves on by at most 4 pages: one window
+  const int lane = static_cast<int>(threadIdx.x % 32), rel = page - win.first;
+  const unsigned outside =
+      __ballot_sync(0xffffffffu, win.first + lane < win.end && (win.cur < 0 || win.cur >= p.kv_num_rows));
+  const int box = maps.box_rows;
+  KeySlot at[kMaxBoxes];
+  bool bad = false;
+#pragma unroll
+  for (int i = 0; i < kMaxBoxes; ++i) {
+    const int32_t row = __shfl_sync(0xffffffffu, win.cur, (rel + i) & 31);  // box i: page + i, or unused
+    at[i] = KeySlot{-1, 0};
+    if (i * box >= kTileK || t0 + i * box >= k1) continue;
+    if ((outside >> (rel + i)) & 1u) bad = true;
+    else at[i] = KeySlot{row, slot};
+  }
+  if (lane == 0) {
+    if (bad) sm.bad = 1;
+    issue_boxes<Arch, T, D, Stages>(p, hk, maps, at, sm, st);
   }
 }
 
@@ -732,17 +802,20 @@ __device__ __forceinline__ void cta_with_barriers(const AttnParams& p, const Par
 // The producer warp's loop: tile t into stage t % Stages (its use t / Stages) once every
 // compute thread has arrived on that stage's empty barrier after tile t - Stages (the
 // barrier's phase t / Stages - 1), so the first Stages tiles go out at once, beside
-// load_query. Lane 0 issues; the warp waits together, so it stays converged for the
-// cluster barriers after the loop.
+// load_query. A paged cache's entries come from the warp's window (paged_tile); a
+// contiguous cache reads no table, and lane 0 issues (bulk_tile). The warp waits together,
+// so it stays converged for the shuffles and for the cluster barriers after the loop.
 template <typename Arch, typename T, int D, int Stages>
-__device__ __forceinline__ void produce(const AttnParams& p, const CtaWork& w, const BulkMaps& maps,
+__device__ __forceinline__ void produce(const AttnParams& p, const CtaWork& w, const BulkMaps& maps, PageWindow& win,
                                         Smem<Arch, T, D, Stages>& sm) {
   const int64_t tiles = tile_count(w.kr);
   for (int64_t t = 0; t < tiles; ++t) {
     const int st = static_cast<int>(t % Stages);
+    const int64_t t0 = w.kr.k0 + t * kTileK;
     if (t >= Stages) hopper::mbar_wait(fa2::smem_u32(&sm.empty[st]), (static_cast<uint32_t>(t / Stages) & 1u) ^ 1u);
-    if (threadIdx.x == kThreads)
-      bulk_tile<Arch, T, D, Stages>(p, w.s, w.dst.b, w.dst.hk, w.kr.k0 + t * kTileK, w.kr.k1, maps, sm, st);
+    if (p.kv_block_table != nullptr) paged_tile<Arch, T, D, Stages>(p, w.dst.hk, t0, w.kr.k1, maps, win, sm, st);
+    else if (threadIdx.x == kThreads)
+      bulk_tile<Arch, T, D, Stages>(p, w.s, w.dst.b, w.dst.hk, t0, w.kr.k1, maps, sm, st);
   }
 }
 
@@ -756,6 +829,7 @@ template <typename Arch, typename T, int D, int Stages, bool Cluster>
 __device__ __forceinline__ void cta_with_producer(const AttnParams& p, const Parts& parts, const BulkMaps& maps,
                                                   const CtaWork& w, Smem<Arch, T, D, Stages>& sm) {
   const bool producer = threadIdx.x >= kThreads;
+  PageWindow win{};
   if (producer) {
     if (threadIdx.x == kThreads) {  // the thread that issues every tile owns sm.bad until merge_store
       sm.bad = w.s.ok ? 0 : 1;
@@ -765,6 +839,9 @@ __device__ __forceinline__ void cta_with_producer(const AttnParams& p, const Par
       }
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    // The first two windows' entries are read before the barrier: they come in while the
+    // CTA meets it.
+    if (p.kv_block_table != nullptr) win = page_window(p, w.dst.b, w.kr.k0, w.kr.k1);
   } else if (p.head_dim_qk < D || p.head_dim_v < D) {  // dims past head_dim read as zeros
     zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.k, p.head_dim_qk);
     zero_uncopied_cols<Arch, T, D, Stages>(sm.u.ring.v, p.head_dim_v);
@@ -775,7 +852,7 @@ __device__ __forceinline__ void cta_with_producer(const AttnParams& p, const Par
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   __syncthreads();  // barriers initialized, sm.bad set, columns zeroed: the CTA's only barrier
   if (producer) {
-    produce<Arch, T, D, Stages>(p, w, maps, sm);
+    produce<Arch, T, D, Stages>(p, w, maps, win, sm);
     if constexpr (Cluster) {
       __syncwarp();
       cluster_sync();  // cluster_merge's: every part is written
