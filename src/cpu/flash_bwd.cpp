@@ -247,7 +247,7 @@ void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
         if (kind == kTileSkip) continue;
         const QuerySide qs{w.q_seq + i0 * dqkp, w.do_seq + i0 * dvp, w.lse_seq + i0, w.delta_seq + i0};
         pair_dkdv(p, c, i0, ni, j0, nj, kind, qs, w, w.dk_seq + j0 * dqkp, w.dv_seq + j0 * dvp);
-        gemm(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_seq + i0 * dqkp, dqkp, true);  // dQ += dS_raw K
+        gemm_slabs(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_seq + i0 * dqkp, dqkp, true, false);  // dQ += dS_raw K
       }
     }
     store_grad_rows(p, p.dq, p.dq_stride, b, c.q0, h, 0, len_q, dqk, w.dq_seq, dqkp, p.scale, w.tmp);
@@ -315,7 +315,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
       }
     }
     soften_ds<true>(ni, nj, w);
-    gemm_at(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true);  // dQ += dS K
+    gemm_slabs(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true, true);  // dQ += dS K
   }
   store_grad_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
 }

@@ -406,6 +406,37 @@ FA_TARGET FA_ALWAYS_INLINE void gemm_blocked(int64_t M, int64_t N, int64_t K, co
   }
 }
 
+// gemm_blocked's products in the other loop order: each kTileN-column slab of B through
+// every row block, so that the slab (K x kTileN) is read from L2 once and then from L1,
+// where the row-block order reads all of B once per row block. Same micro tiles, same
+// sums: the same bits as gemm_blocked. For the backward's dQ += dS K, whose A (dS) is hot
+// and whose B (the K tile, 32 KiB at d = 128) does not fit L1 beside it: 64 x 128 x 64 in
+// a loop of the one-pass schedule's GEMMs, 10th percentile 41k -> 30k TSC ticks with the
+// other core busy, 30k -> 28k on a quiet machine. Not for dV and dK: their B (dO and Q
+// rows, streamed from L3) went 27k -> 31k in this order.
+template <bool kAT>
+FA_TARGET FA_ALWAYS_INLINE void gemm_slab_order(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                                const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  constexpr int64_t kKBlock = 256;
+  if (K == 0) {
+    gemm_blocked<false, kAT>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return;
+  }
+  for (int64_t kb = 0; kb < K; kb += kKBlock) {
+    const int64_t kc = K - kb < kKBlock ? K - kb : kKBlock;
+    const bool acc = accumulate || kb > 0;
+    auto rows = [&](int64_t i) { return kAT ? A + kb * lda + i : A + i * lda + kb; };
+    for (int64_t j = 0; j < N; j += kTileN) {
+      const float* Bj = B + kb * ldb + j;
+      int64_t i = 0;
+      for (; i + FA_MR <= M; i += FA_MR) micro_tile<FA_MR, kAT>(kc, rows(i), lda, Bj, ldb, C + i * ldc + j, ldc, acc);
+      for (; i + 4 <= M; i += 4) micro_tile<4, kAT>(kc, rows(i), lda, Bj, ldb, C + i * ldc + j, ldc, acc);
+      for (; i + 2 <= M; i += 2) micro_tile<2, kAT>(kc, rows(i), lda, Bj, ldb, C + i * ldc + j, ldc, acc);
+      for (; i < M; ++i) micro_tile<1, kAT>(kc, rows(i), lda, Bj, ldb, C + i * ldc + j, ldc, acc);
+    }
+  }
+}
+
 FA_TARGET void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                     int64_t ldc, bool accumulate) {
   gemm_blocked<false, false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
@@ -423,6 +454,15 @@ FA_TARGET void gemm_h(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 FA_TARGET void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, const float* B, int64_t ldb,
                        float* C, int64_t ldc, bool accumulate) {
   gemm_blocked<false, true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
+}
+
+FA_TARGET void gemm_slabs(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                          float* C, int64_t ldc, bool accumulate, bool a_transposed) {
+  if (a_transposed) {
+    gemm_slab_order<true>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  } else {
+    gemm_slab_order<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  }
 }
 
 FA_TARGET void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C,

@@ -69,6 +69,7 @@ struct KernelTable {
   decltype(&isa_base::gemm_h) gemm_h;
   decltype(&isa_base::gemm_at) gemm_at;
   decltype(&isa_base::gemm_panels) gemm_panels;
+  decltype(&isa_base::gemm_slabs) gemm_slabs;
   decltype(&isa_base::row_max) row_max;
   decltype(&isa_base::exp_sub_sum) exp_sub_sum;
   decltype(&isa_base::exp_sub) exp_sub;
@@ -89,9 +90,10 @@ struct KernelTable {
 
 #define FA_TABLE(ns)                                                                                               \
   KernelTable {                                                                                                    \
-    ns::gemm, ns::gemm_h, ns::gemm_at, ns::gemm_panels, ns::row_max, ns::exp_sub_sum, ns::exp_sub, ns::scale_rows, \
-        ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::dot_rows_h, ns::dot_heads,         \
-        ns::dot_heads_h, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile, ns::mul_row       \
+    ns::gemm, ns::gemm_h, ns::gemm_at, ns::gemm_panels, ns::gemm_slabs, ns::row_max, ns::exp_sub_sum, ns::exp_sub, \
+        ns::scale_rows, ns::online_softmax, ns::online_softmax_cols, ns::dot, ns::dot_rows, ns::dot_rows_h,        \
+        ns::dot_heads, ns::dot_heads_h, ns::half_row_to_float, ns::bf16_row_to_float, ns::ds_rows, ns::ds_tile,    \
+        ns::mul_row                                                                                                \
   }
 
 KernelTable pick_kernels() {
@@ -128,6 +130,10 @@ void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, cons
 void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
                  float scale) {
   kernels().gemm_panels(M, N, K, A, lda, Bp, C, ldc, scale);
+}
+void gemm_slabs(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                int64_t ldc, bool accumulate, bool a_transposed) {
+  kernels().gemm_slabs(M, N, K, A, lda, B, ldb, C, ldc, accumulate, a_transposed);
 }
 float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
 float exp_sub_sum(float* x, int64_t n, float m) { return kernels().exp_sub_sum(x, n, m); }

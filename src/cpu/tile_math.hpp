@@ -39,6 +39,12 @@ void gemm_at(int64_t M, int64_t N, int64_t K, const float* At, int64_t lda, cons
 void gemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
                  float scale);
 
+// gemm (a_transposed false) or gemm_at (true) with the loops in the other order: each
+// kTileN-column slab of B through all M rows before the next. The same bits; faster where
+// A is small and hot and B does not fit L1 beside it (the backward's dQ += dS K).
+void gemm_slabs(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                int64_t ldc, bool accumulate, bool a_transposed);
+
 // The vector loops below require n % kTileN == 0 unless stated.
 
 // max over x[0..n), n % kTileN == 0; -inf for an all -inf row.
