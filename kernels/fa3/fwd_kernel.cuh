@@ -326,13 +326,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int tile = static_cast<int>(blockIdx.x);
     for (int tc = 0;; ++tc) {  // tc: the CTA's tiles so far
       // The consumers read the slot as the Q tile's full barrier completes, and are done with
-      // it once they release the Q tile (q_empty).
-      auto name_tile = [&] {
+      // it once they release the Q tile (q_empty). It carries the tile decoded (tile_at's
+      // divisions done once, here, off the consumers' path from the barrier to their first
+      // GEMM).
+      auto name_tile = [&](const Tile& t) {
         hopper::mbar_wait(q_empty, static_cast<uint32_t>(tc & 1) ^ 1u);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(tile) : "memory");
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile_slot), "r"(tile), "r"(t.m0), "r"(t.h),
+                     "r"(t.b)
+                     : "memory");
       };
       if (tile >= num_tiles()) {  // no tile left: the barrier completes with no bytes
-        name_tile();
+        name_tile(Tile{0, 0, 0});
         hopper::mbar_arrive(q_full);
         return;
       }
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                              n * kBlockN, kvh, tl.b, full);
       };
       if (n_blocks > 0) load(0, 0);
-      name_tile();
+      name_tile(tl);
       // A box of 64 rows per consumer warpgroup; none for those whose rows lie before row 0
       // (causal, tile_at's first tile), which stay idle.
       const int q_lo = tl.m0 < 0 ? -tl.m0 / 64 : 0;
@@ -396,13 +400,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int tc = 0;; ++tc) {
     hopper::mbar_wait(q_full, static_cast<uint32_t>(tc & 1));
     int tile;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
+    Tile tl;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(tile), "=r"(tl.m0), "=r"(tl.h), "=r"(tl.b)
+                 : "r"(tile_slot)
+                 : "memory");
     if (tile >= num_tiles()) {
       // The CTA's shared memory outlives its last O store's read of it.
       if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
       return;
     }
-    const Tile tl = tile_at<Cfg>(p, tile, tiles_m());
     const int m0 = tl.m0;
     const int row0 = m0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
     // Warpgroups with rows in the tile, lo .. hi - 1: fewer than kConsumers where a sequence's

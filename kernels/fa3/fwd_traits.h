@@ -39,9 +39,10 @@ struct FwdTraits {
   static constexpr int kKBytes = kBlockN * Dqk * 2;  // one K tile
   static constexpr int kVBytes = kBlockN * Dv * 2;   // one V tile
   // Barriers: Q full, Q empty, then K full, V full, K empty, V empty x kStages each (8 bytes
-  // each); after them the slot through which the producer names the consumers' next tile.
+  // each); after them the slot through which the producer names the consumers' next tile
+  // (its index, first row, head and sequence: 16 bytes).
   static constexpr int kBarBytes = 8 * (2 + 4 * kStages);
-  static constexpr int kSlotBytes = 8;
+  static constexpr int kSlotBytes = 16;
   // Dynamic shared memory but the O buffer: the tiles start at the first 1024-byte boundary
   // (1024 bytes of slack).
   static constexpr int kSmemNoO = 1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes + kSlotBytes;
