@@ -189,10 +189,27 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
   return {m * Cfg::kBlockM - pad, hb % static_cast<int>(p.heads_q), hb / static_cast<int>(p.heads_q)};
 }
 
-// ---- epilogue of a tile: normalize; O through shared memory and a TMA store, LSE by plain
-// stores ----
+// ---- end of a tile's walk: the rows' sums, their reciprocals and the LSE (plain stores) ----
 // sum = 0 exactly iff every score of the row was masked (or it saw no key block): O = 0,
-// LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. O goes to so_wg: the
+// LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. Called between issuing the
+// last O += P V and waiting for it: the shuffles, the reciprocal, the logarithm and the stores
+// run under that GEMM instead of after it, on the path to the tile's O store.
+__device__ __forceinline__ void finalize(const AttnParams& p, const Tile& tl, int row0, int t, const float (&row_max)[2],
+                                         const float (&row_sum)[2], float sl2, float (&inv)[2]) {
+  const int len_q = static_cast<int>(p.seqlen_q);
+  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = fa2::quad_sum(row_sum[hh]);
+    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
+    const int i = row0 + hh * 8;
+    if (lse != nullptr && t == 0 && i >= 0 && i < len_q)
+      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
+  }
+}
+
+// ---- epilogue of a tile: O, scaled by inv, through shared memory and a TMA store ----
+// O goes to so_wg: the
 // warpgroup's rows of the O buffer, or (without a buffer of its own) of the Q tile (its S
 // GEMMs, the only readers, are done), in the layout of a TMA load: column block cb at
 // cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^ x with
@@ -202,27 +219,17 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // O buffer of its own, by the storing thread at the warpgroup's next epilogue (or as the CTA
 // ends), so the store runs under the next tile's first blocks; through the Q tile, at once.
 template <class Cfg, typename T, int kNV>
-__device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int row0, int cw,
-                                         int warp, int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
-                                         const float (&row_max)[2], const float (&row_sum)[2], float sl2) {
+__device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int cw, int warp,
+                                         int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
+                                         const float (&inv)[2]) {
   constexpr int kBlockM = Cfg::kBlockM, kDv = Cfg::kDv, kSw = Cfg::kSwizzle;
   constexpr int kChunks = kSw / 16;  // 16-byte chunks of a row of a column block
   const int len_q = static_cast<int>(p.seqlen_q);
-  float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waits for
   // that here, a tile after issuing it, so the store ran under this tile's GEMMs).
   if constexpr (Cfg::kOwnO) {
     if (static_cast<int>(threadIdx.x) % 128 == 0) hopper::bulk_wait_read_all();
     hopper::bar_sync(kBarEpilogue<Cfg> + cw, 128);
-  }
-  float inv[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = fa2::quad_sum(row_sum[hh]);
-    inv[hh] = sum != 0.f ? 1.f / sum : 0.f;
-    const int i = row0 + hh * 8;
-    if (lse != nullptr && t == 0 && i >= 0 && i < len_q)
-      lse[i] = sum != 0.f ? (row_max[hh] * sl2 + __log2f(sum)) * kLn2 : -INFINITY;
   }
   // With three consumer warpgroups (160 registers), the base is made opaque here: ptxas would
   // otherwise compute the kNV x 2 addresses below once, before the walk, and spill them.
@@ -556,17 +563,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (__any_sync(0xffffffffu, moved)) rescale_o(acc_o, alpha);
       hopper::pack_a<T>(pa, acc_s);
     }
+    float inv[2];
     if (n_blocks > 0) {
       hopper::mbar_wait(v_full(stage(base + n_blocks - 1)), parity(base + n_blocks - 1));
       fa2::wg_fence();
       issue_pv(n_blocks - 1);
       fa2::wg_commit();
+      finalize(p, tl, row0, t, row_max, row_sum, sl2, inv);
       fa2::wg_wait<0>();
       fa2::wg_hold(acc_o);
       hopper::mbar_arrive(v_empty(stage(base + n_blocks - 1)));
+    } else {
+      finalize(p, tl, row0, t, row_max, row_sum, sl2, inv);
     }
     base += n_blocks;
-    epilogue<Cfg, T>(p, maps, tl, row0, cw, warp, g, t, so_wg, acc_o, row_max, row_sum, sl2);
+    epilogue<Cfg, T>(p, maps, tl, cw, warp, g, t, so_wg, acc_o, inv);
     // O through the Q tile: Q is free once this warpgroup's O store has read it.
     if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
   }
