@@ -3,8 +3,9 @@
 # library and test_gpu, runs the GPU cases of every head dim 1..256 (dqk and dv
 # independent) and of ALiBi slopes per (batch, head), then times padded head dims against
 # the next instantiated kernel size on the same problem (same batch, heads, seqlens):
-#   72 -> 96 (the d=96 kernel, columns 72..95 zero-filled by its loaders; on compute
-#     capability 9.0 the fa3 kernels, by the copy engine),
+#   72, 80, 88 -> 96 (the d=96 kernel, columns past the dim zero-filled by its loaders; on
+#     compute capability 9.0 the fa3 kernels, by the copy engine, where the forward of 72
+#     runs the d=128 instance: src/cuda/fa3_fwd.cpp, fa3_config),
 #   100 -> 128 (zero-padded workspace copies of Q, K, V, O / dO, dQ, dK, dV at 104, run by
 #     the d=128 kernel: fa3 on compute capability 9.0, fa2 elsewhere),
 #   120 -> 128 (the d=128 kernel, fa3 on compute capability 9.0),
@@ -68,7 +69,7 @@ import torch
 from suite import library
 
 fa = library.load()
-pairs = [(72, 96), (100, 128), (120, 128)]
+pairs = [(72, 96), (80, 96), (88, 96), (100, 128), (120, 128)]
 rows, worst = [], 0.0
 print("%-5s %-5s %-6s %-5s %-4s %9s %9s %7s" % ("d", "next", "causal", "sq", "dir", "ms(d)", "ms(next)", "ratio"))
 for causal in (False, True):

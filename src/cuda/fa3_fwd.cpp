@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "cuda/fa3_serves.hpp"
@@ -62,10 +63,17 @@ constexpr bool no_staged_dims() {
 static_assert(no_staged_dims(), "fa3 serves a head dim fa2 stages directly: it must run on the copies");
 
 // Index in fa3::kFwdDims of the first (smallest) instance that serves p's head dims, or -1.
-// Its tiles hold the instance's head dims; the tensor maps, p's.
+// Its tiles hold the instance's head dims; the tensor maps, p's. An instance of 32-column
+// boxes (96) is passed over where more than half a box of its columns would be padding: at
+// head dim 72 its last box reads 8 columns of 144-byte rows, and its forward ran L2-bound,
+// 1.11-1.25x slower than on the 128 instance's 64-column boxes; at 80 and 88 the 96 instance
+// stays as fast or faster (docs/internals/head-dims.md).
 int fa3_config(const AttnParams& p) {
-  for (int i = 0; i < fa3::kNumFwd; ++i)
-    if (serves(i, p.head_dim_qk, p.head_dim_v)) return i;
+  for (int i = 0; i < fa3::kNumFwd; ++i) {
+    const int64_t pad = std::max<int64_t>(fa3::kFwdDims[i].qk - p.head_dim_qk, fa3::kFwdDims[i].v - p.head_dim_v);
+    const bool narrow = kConfigs[i].cols == 32 && pad > kConfigs[i].cols / 2;
+    if (!narrow && serves(i, p.head_dim_qk, p.head_dim_v)) return i;
+  }
   return -1;
 }
 
