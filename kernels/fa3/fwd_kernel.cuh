@@ -194,8 +194,9 @@ __device__ __forceinline__ Tile tile_at(const AttnParams& p, int tile, int tiles
 // LSE = -inf. A NaN score makes the sum NaN, and O and LSE with it. Called between issuing the
 // last O += P V and waiting for it: the shuffles, the reciprocal, the logarithm and the stores
 // run under that GEMM instead of after it, on the path to the tile's O store.
-__device__ __forceinline__ void finalize(const AttnParams& p, const Tile& tl, int row0, int t, const float (&row_max)[2],
-                                         const float (&row_sum)[2], float sl2, float (&inv)[2]) {
+__device__ __forceinline__ void finalize(const AttnParams& p, const Tile& tl, int row0, int t,
+                                         const float (&row_max)[2], const float (&row_sum)[2], float sl2,
+                                         float (&inv)[2]) {
   const int len_q = static_cast<int>(p.seqlen_q);
   float* const lse = p.lse != nullptr ? p.lse + (static_cast<int64_t>(tl.b) * p.heads_q + tl.h) * p.seqlen_q : nullptr;
 #pragma unroll
