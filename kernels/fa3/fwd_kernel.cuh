@@ -210,15 +210,15 @@ __device__ __forceinline__ void finalize(const AttnParams& p, const Tile& tl, in
 }
 
 // ---- epilogue of a tile: O, scaled by inv, through shared memory and a TMA store ----
-// O goes to so_wg: the
-// warpgroup's rows of the O buffer, or (without a buffer of its own) of the Q tile (its S
-// GEMMs, the only readers, are done), in the layout of a TMA load: column block cb at
-// cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^ x with
-// x = (r kSwizzle / 128) % (kSwizzle / 16): r % 8 = g in the 128-byte swizzle, (r / 2) % 4 =
-// g / 2 in the 64-byte one. Either way the 4-byte stores of a warp hit 32 distinct banks.
-// The store's read of shared memory is waited for where the memory is next needed: with an
-// O buffer of its own, by the storing thread at the warpgroup's next epilogue (or as the CTA
-// ends), so the store runs under the next tile's first blocks; through the Q tile, at once.
+// O goes to so_wg: the warpgroup's rows of the O buffer, or (without a buffer of its own) of
+// the Q tile (its S GEMMs, the only readers, are done), in the layout of a TMA load: column
+// block cb at cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^
+// x with x = (r kSwizzle / 128) % (kSwizzle / 16): r % 8 = g in the 128-byte swizzle, (r / 2)
+// % 4 = g / 2 in the 64-byte one. Either way the 4-byte stores of a warp hit 32 distinct
+// banks. The store's read of shared memory is waited for where the memory is next needed: with
+// an O buffer of its own, by the storing thread at the warpgroup's next epilogue (or as the
+// CTA ends), so the store runs under the next tile's first blocks; through the Q tile, at
+// once.
 template <class Cfg, typename T, int kNV>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int cw, int warp,
                                          int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
