@@ -47,21 +47,44 @@ flashattn_plan_t cpu_plan(const char* threads) {
   return plan;
 }
 
-// B x S x H x D fp32 attention with a dBias-producing bias tensor (broadcast over batch),
-// a causal mask, dropout and softcap: every per-thread buffer of both algorithms.
+// Bits of x rounded toward zero to bf16 (the inputs need only be deterministic).
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+template <typename E>
+std::vector<E> ramp_of(size_t n, float step) {
+  const std::vector<float> f = ramp(n, step);
+  if constexpr (sizeof(E) == 4) {
+    return f;
+  } else {
+    std::vector<E> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = to_bf16(f[i]);
+    return out;
+  }
+}
+
+// B x S x H x D attention in E (float: fp32, uint16_t: bf16) with a dBias-producing bias
+// tensor (broadcast over batch), a causal mask, dropout and softcap: every per-thread buffer
+// of both algorithms (bf16: the conversions' too, and the amx set's tiles where the host
+// has it).
+template <typename E>
 struct Dense {
   static constexpr int64_t B = 2, S = 150, H = 2, D = 40;
-  std::vector<float> q = ramp(B * S * H * D, 0.37f), k = ramp(B * S * H * D, 0.21f), v = ramp(B * S * H * D, 0.13f),
-                     dout = ramp(B * S * H * D, 0.05f), bias = ramp(H * S * S, 0.011f);
+  std::vector<E> q = ramp_of<E>(B * S * H * D, 0.37f), k = ramp_of<E>(B * S * H * D, 0.21f),
+                 v = ramp_of<E>(B * S * H * D, 0.13f), dout = ramp_of<E>(B * S * H * D, 0.05f),
+                 bias = ramp_of<E>(H * S * S, 0.011f);
   flashattn_plan_t plan;
   std::vector<char> ws;
   struct Out {
-    std::vector<float> o = std::vector<float>(B * S * H * D), lse = std::vector<float>(B * H * S),
-                       dq = std::vector<float>(B * S * H * D), dk = dq, dv = dq, dbias = std::vector<float>(H * S * S);
+    std::vector<E> o = std::vector<E>(B * S * H * D), dq = o, dk = o, dv = o, dbias = std::vector<E>(H * S * S);
+    std::vector<float> lse = std::vector<float>(B * H * S);
   };
   explicit Dense(flashattn_algorithm_t alg) : plan(cpu_plan("2")) {
+    const flashattn_dtype_t dtype = sizeof(E) == 4 ? FLASHATTN_DTYPE_FP32 : FLASHATTN_DTYPE_BF16;
     REQUIRE(flashattn_plan_set_shape(plan, B, S, S, H, H, D, D) == FLASHATTN_STATUS_SUCCESS);
-    REQUIRE(flashattn_plan_set_dtype(plan, FLASHATTN_DTYPE_FP32) == FLASHATTN_STATUS_SUCCESS);
+    REQUIRE(flashattn_plan_set_dtype(plan, dtype) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(flashattn_plan_set_algorithm(plan, alg) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(flashattn_plan_set_band_mask(plan, FLASHATTN_ALIGN_TOP_LEFT, -1, 0) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(flashattn_plan_set_dropout(plan, 0.2f, 99, 0) == FLASHATTN_STATUS_SUCCESS);
@@ -91,22 +114,13 @@ struct Dense {
 // Decode against a paged bf16 cache of 4 splits, appending one rotated token per sequence.
 struct Decode {
   static constexpr int64_t B = 2, SK = 1024, HQ = 8, HKV = 2, D = 64, PAGE = 64, PAGES = SK / PAGE;
-  std::vector<uint16_t> q = bf16(B * HQ * D, 0.3f), kc = bf16(B * PAGES * PAGE * HKV * D, 0.7f), vc = kc,
-                        knew = bf16(B * HKV * D, 0.9f), vnew = knew, cos_t = bf16(SK * D / 2, 0.01f),
-                        sin_t = bf16(SK * D / 2, 0.02f);
+  std::vector<uint16_t> q = ramp_of<uint16_t>(B * HQ * D, 0.3f),
+                        kc = ramp_of<uint16_t>(B * PAGES * PAGE * HKV * D, 0.7f), vc = kc,
+                        knew = ramp_of<uint16_t>(B * HKV * D, 0.9f), vnew = knew,
+                        cos_t = ramp_of<uint16_t>(SK * D / 2, 0.01f), sin_t = ramp_of<uint16_t>(SK * D / 2, 0.02f);
   std::vector<int32_t> used = {700, 1000}, table;
   flashattn_plan_t plan;
   std::vector<char> ws;
-  static std::vector<uint16_t> bf16(size_t n, float step) {
-    std::vector<uint16_t> out(n);
-    const std::vector<float> f = ramp(n, step);
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t u;
-      memcpy(&u, &f[i], 4);
-      out[i] = static_cast<uint16_t>(u >> 16);
-    }
-    return out;
-  }
   Decode() : plan(cpu_plan("2")) {
     for (int64_t i = 0; i < B * PAGES; ++i) table.push_back(static_cast<int32_t>((i * 7) % (B * PAGES)));
     REQUIRE(flashattn_plan_set_shape(plan, B, 1, SK, HQ, HKV, D, D) == FLASHATTN_STATUS_SUCCESS);
@@ -139,12 +153,12 @@ struct Decode {
 
 }  // namespace
 
-TEST_CASE("CPU forward and backward runs allocate nothing, both algorithms", "[oom][alloc]") {
-  FA_REQUIRE_INJECTION();
+template <typename E>
+void dense_allocates_nothing() {
   for (auto alg : {FLASHATTN_ALGORITHM_FLASH, FLASHATTN_ALGORITHM_STANDARD}) {
     INFO("algorithm " << alg);
-    Dense d(alg);
-    Dense::Out want, got;
+    Dense<E> d(alg);
+    typename Dense<E>::Out want, got;
     REQUIRE(d.fwd(want) == FLASHATTN_STATUS_SUCCESS);
     REQUIRE(d.bwd(want) == FLASHATTN_STATUS_SUCCESS);
     allocates_nothing([&] { return d.fwd(got); });
@@ -156,6 +170,12 @@ TEST_CASE("CPU forward and backward runs allocate nothing, both algorithms", "[o
     CHECK(got.dv == want.dv);
     CHECK(got.dbias == want.dbias);
   }
+}
+
+TEST_CASE("CPU forward and backward runs allocate nothing, both algorithms", "[oom][alloc]") {
+  FA_REQUIRE_INJECTION();
+  SECTION("fp32") { dense_allocates_nothing<float>(); }
+  SECTION("bf16") { dense_allocates_nothing<uint16_t>(); }
 }
 
 TEST_CASE("CPU KV-cache runs (paged, appending, rotary, split) allocate nothing", "[oom][alloc][kvcache]") {
