@@ -385,9 +385,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         load(0, it);
         load(1, it - 1);
       }
+      // The next tile is claimed before the wait for the last V stage, so that the counter's
+      // round trip runs under that wait rather than on the path to the next tile's first loads.
+      const int next = claim(tile);
       if (n_blocks > 0) load(1, n_blocks - 1);
       base += n_blocks;
-      tile = claim(tile);
+      tile = next;
     }
   }
 
