@@ -101,10 +101,16 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   float acc_s[1][kNT][4], acc_dp[1][kNT][4];
 
   hopper::mbar_wait(sm.q_full(s), bwd_parity<Cfg>(it));
-  if constexpr (Cfg::kSeparateDo) hopper::mbar_wait(sm.do_full(sd), bwd_parity<Cfg, Cfg::kDoStages>(it));
   fa2::wg_fence();
   fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true, kSw>(acc_s, sm.k() + krows, sm.q(s) + qrows);
   fa2::wg_commit();
+  if constexpr (Cfg::kSeparateDo) {
+    // d = 256's one dO stage loads while the step before runs its pieces and dK: S^T, which
+    // does not read dO, runs while it may still arrive. The fence after the wait loop keeps
+    // ptxas from serializing the GEMMs (C7520: "WG.AR in divergent path" without it).
+    hopper::mbar_wait(sm.do_full(sd), bwd_parity<Cfg, Cfg::kDoStages>(it));
+    fa2::wg_fence();
+  }
   fa2::wg_gemm<T, kNT, kD, 0, kBlockN, kBlockM, true, kSw>(acc_dp, sm.v() + krows, sm.dout(sd) + qrows);
   fa2::wg_commit();
   fa2::wg_wait<1>();  // S^T done; dP^T may still run
