@@ -46,16 +46,18 @@ CheckedSize parts_bytes(const AttnParams& p, int64_t splits) {
 
 // The per-policy, per-head-dim constants the host sizes a decode launch by: the kernel's
 // dynamic shared memory with its full ring (kStages tiles) and with two, the full ring's
-// depth, and the CTAs per SM its registers are budgeted for (the same for fp16 and bf16).
+// depth, the CTAs per SM its registers are budgeted for (the same for fp16 and bf16), and
+// whether a producer warp issues its tiles (decode_kernel.cuh, kProducer).
 struct DimPlan {
   size_t smem_full, smem_two;
   int full_stages;
   int64_t min_blocks;
+  bool producer;
 };
 template <typename Arch, int D>
 constexpr DimPlan dim_plan() {
   return {decode::smem_size<Arch, __half, D, decode::kStages<Arch, D>>(), decode::smem_size<Arch, __half, D, 2>(),
-          decode::kStages<Arch, D>, decode::kMinBlocks<Arch, D>};
+          decode::kStages<Arch, D>, decode::kMinBlocks<Arch, D>, decode::kProducer<Arch, D>};
 }
 template <typename Arch>
 const DimPlan& plan_for(const AttnParams& p) {
@@ -118,21 +120,25 @@ int64_t heuristic_splits(const AttnParams& p, int64_t slots) {
 // The copy-engine kernel's split count for p with `per_sm` resident CTAs per SM and a ring
 // of `stages` tiles: the fewest splits that keep enough tile bytes in flight on every SM,
 // as the sweep in docs/internals/kernels-decode.md measured: 64 KiB from a contiguous
-// cache, 128 KiB from a paged one (a tile's boxes wait on its block-table reads). A CTA
-// holds stages - 1 tiles in flight, so w CTAs per SM carry those bytes (rounded up, at most
-// per_sm), and splits = w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to a
-// split per kMinSplitTiles tiles and at most kMaxChosenSplits. Each further CTA only adds
-// its start, its merge and a part to combine, which short caches (4k keys) feel below four
-// tiles per split.
+// cache, 128 KiB from a paged one where thread 0 refills (d = 64: a tile's boxes wait on
+// its block-table reads), 64 KiB from a paged one where a producer warp does (d >= 128:
+// it reads the table a window of 32 pages ahead, so a paged tile goes out as a contiguous
+// one does, and one CTA per SM at d = 128 leaves its 16 splits of a batch-1 32k cache to
+// the cluster's merge instead of 33 to the combine). A CTA holds stages - 1 tiles in
+// flight, so w CTAs per SM carry those bytes (rounded up, at most per_sm), and splits =
+// w x SMs / CTAs (rounded down: one wave of equal CTAs), from 1 to a split per
+// kMinSplitTiles tiles and at most kMaxChosenSplits. Each further CTA only adds its start,
+// its merge and a part to combine, which short caches (4k keys) feel below four tiles per
+// split.
 constexpr int64_t kMinSplitTiles = 4;
 constexpr int64_t kInFlightContiguous = 64 << 10, kInFlightPaged = 128 << 10;
-int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, const cudaDeviceProp& prop) {
+int64_t bulk_splits(const AttnParams& p, int stages, int64_t per_sm, bool producer, const cudaDeviceProp& prop) {
   const int64_t ctas = p.batch * p.heads_kv * row_chunks(p);
   int64_t most = (p.seqlen_k + decode::kTileK - 1) / decode::kTileK / kMinSplitTiles;
   if (most > kMaxChosenSplits) most = kMaxChosenSplits;
   const int64_t in_flight =
       int64_t{stages - 1} * 2 * decode::kTileK * padded_dim(p) * int64_t{sizeof(uint16_t)};  // K, V
-  const int64_t want = p.kv_page_size > 0 ? kInFlightPaged : kInFlightContiguous;
+  const int64_t want = p.kv_page_size > 0 && !producer ? kInFlightPaged : kInFlightContiguous;
   int64_t w = (want + in_flight - 1) / in_flight;
   if (w > per_sm) w = per_sm;
   const int64_t splits = w * prop.multiProcessorCount / ctas;
@@ -161,7 +167,7 @@ KernelFit fit_of(const AttnParams& p, const cudaDeviceProp& prop, size_t cap) {
   }
   const int64_t fit = static_cast<int64_t>(prop.sharedMemPerMultiprocessor / (f.smem + prop.reservedSharedMemPerBlock));
   const int64_t per_sm = fit < 1 ? 1 : fit > dp.min_blocks ? dp.min_blocks : fit;
-  f.splits = Arch::kSm90 ? bulk_splits(p, f.stages, per_sm, prop)
+  f.splits = Arch::kSm90 ? bulk_splits(p, f.stages, per_sm, dp.producer, prop)
                          : heuristic_splits(p, per_sm * static_cast<int64_t>(prop.multiProcessorCount));
   return f;
 }
