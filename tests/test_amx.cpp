@@ -5,6 +5,7 @@
 // wrong layout, a wrong pair order or a lost tile shows as a wrong element.
 #include <stdint.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,22 @@ TEST_CASE("amx: the packers lay out rows, transposed pairs and scaled columns, z
   amx_rows_t(x.data(), ld, rows, n, words, qt.data(), ldo);
   for (int64_t t = 0; t < words; ++t)
     for (int64_t j = 0; j < ldo; ++j) REQUIRE(qt[t * ldo + j] == pair(bf(j, 2 * t), bf(j, 2 * t + 1)));
+
+  const int64_t wrows = 44, wwords = 24;  // rows past the data, and words past it (n = 45: a last odd one)
+  std::vector<uint32_t> wf(wrows * wwords, 0xdeadbeefu), wl(wrows * wwords, 0xdeadbeefu);
+  amx_words_f(x.data(), ld, rows, n, wrows, wwords, wf.data());
+  for (int64_t r = 0; r < wrows; ++r)
+    for (int64_t t = 0; t < wwords; ++t) REQUIRE(wf[r * wwords + t] == pair(bf(r, 2 * t), bf(r, 2 * t + 1)));
+  const auto res = [&](int64_t r, int64_t k) -> uint16_t {  // bf(x - bf(x)): the exact residual, rounded
+    return r < rows && k < n ? float_to_bf16(x[r * ld + k] - bf16_to_float(float_to_bf16(x[r * ld + k]))) : 0;
+  };
+  std::fill(wf.begin(), wf.end(), 0xdeadbeefu);
+  amx_words_f(x.data(), ld, rows, n, wrows, wwords, wf.data(), wl.data());
+  for (int64_t r = 0; r < wrows; ++r)
+    for (int64_t t = 0; t < wwords; ++t) {
+      REQUIRE(wf[r * wwords + t] == pair(bf(r, 2 * t), bf(r, 2 * t + 1)));
+      REQUIRE(wl[r * wwords + t] == pair(res(r, 2 * t), res(r, 2 * t + 1)));
+    }
 
   const int64_t pairs = 20;
   std::vector<uint32_t> pf(pairs * ldo, 0xdeadbeefu);

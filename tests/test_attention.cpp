@@ -26,31 +26,38 @@ bool amx_active() {
   return env != nullptr ? strcmp(env, "amx") == 0 : cpu_isa_usable("amx");
 }
 
+// A shape of the AMX tests, and its bf16 configuration.
+struct AmxShape {
+  int64_t sq, sk, dqk, dv, hq, hkv;
+};
+
+Config amx_config(const char* name, const AmxShape& sh, uint64_t seed) {
+  Config c = base_config(name, sh.sq, sh.sk, sh.dqk, FLASHATTN_DTYPE_BF16, seed);
+  c.dv = sh.dv;
+  c.hq = sh.hq;
+  c.hkv = sh.hkv;
+  return c;
+}
+
 }  // namespace
 
 // The AMX products' edges: odd head dims (a last pair with a zero half, K rows and Q^T
 // padded to 32 head dims), dv off the 16-column unit (O^T's rows padded to 32), partial
 // key tiles (V^T's last pair with one key, P^T's padding rows and columns), query tiles
 // of 1-37 rows (32-row tile pairs), several 64-row tiles and 256-row blocks, head dim
-// 256, GQA, and the backward (fp32 kernels) recomputing P from the LSE of the tile
+// 256, GQA, and the backward (on tiles too) recomputing P from the LSE of the tile
 // products, under every option that touches the scores or P. Each is checked against the
 // fp64 reference under the suite's 1x bound.
 TEST_CASE("bf16 forward on AMX tiles on awkward shapes", "[fwd][bwd]") {
   if (!amx_active())
     FA_SKIP_TEST("no AMX-BF16 here (or FLASHATTN_CPU_ISA picks another set): bf16 runs use the fp32 kernels");
-  struct S {
-    int64_t sq, sk, dqk, dv, hq, hkv;
-  };
-  const S shapes[] = {{37, 77, 33, 20, 2, 1},     {130, 1, 16, 16, 2, 2},   {100, 129, 64, 64, 4, 2},
-                      {300, 301, 128, 128, 2, 1}, {70, 65, 256, 256, 1, 1}, {9, 200, 1, 7, 3, 1},
-                      {33, 64, 31, 128, 1, 1}};
+  const AmxShape shapes[] = {{37, 77, 33, 20, 2, 1},     {130, 1, 16, 16, 2, 2},   {100, 129, 64, 64, 4, 2},
+                             {300, 301, 128, 128, 2, 1}, {70, 65, 256, 256, 1, 1}, {9, 200, 1, 7, 3, 1},
+                             {33, 64, 31, 128, 1, 1}};
   uint64_t seed = 1700;
-  for (const S& sh : shapes)
+  for (const AmxShape& sh : shapes)
     for (int variant = 0; variant < 3; ++variant) {
-      Config c = base_config("amx", sh.sq, sh.sk, sh.dqk, FLASHATTN_DTYPE_BF16, ++seed);
-      c.dv = sh.dv;
-      c.hq = sh.hq;
-      c.hkv = sh.hkv;
+      Config c = amx_config("amx", sh, ++seed);
       if (variant == 1) {
         set_causal(c, 2);
         c.softcap = 4.f;
@@ -65,6 +72,60 @@ TEST_CASE("bf16 forward on AMX tiles on awkward shapes", "[fwd][bwd]") {
       }
       run_and_check_cpu(c);
     }
+}
+
+// The AMX backward's edges (flash_bwd.cpp: every tile pair on S^T, its five products on
+// tiles, Z and dS rounded to bf16): one query row or key, lengths off every tile (dQ, dK
+// and dV written in whole 32-row blocks, Z^T and dS^T padded with zeros, dS transposed
+// from a partial key tile), seqlen_q != seqlen_k under both causal alignments, odd head
+// dims and dqk != dv, GQA (dK and dV summed over the group), the dot rows of a short last
+// block (257 = 256 + 1 rows: their scores recomputed by dot products), dropout (Z without
+// 1 / (1 - p), which scales dZ and dV), softcap, windows, ALiBi, a broadcast bias tensor
+// with dBias (the two-pass schedule: dQ per query tile, dK and dV per key tile), strided
+// layouts and varlen. Each is checked against the fp64 reference under the suite's 1x
+// bound. (Gradient accumulation: test_grad_accumulate, run per set as cpu_isa.<set>.*.)
+TEST_CASE("bf16 backward on AMX tiles on awkward shapes", "[bwd]") {
+  if (!amx_active())
+    FA_SKIP_TEST("no AMX-BF16 here (or FLASHATTN_CPU_ISA picks another set): bf16 runs use the fp32 kernels");
+  const AmxShape shapes[] = {{1, 1, 16, 16, 1, 1},   {1, 200, 64, 64, 2, 1},     {200, 1, 32, 48, 2, 2},
+                             {65, 63, 40, 24, 4, 2}, {127, 129, 128, 128, 2, 1}, {257, 70, 72, 72, 3, 1},
+                             {33, 97, 31, 17, 2, 1}};
+  uint64_t seed = 2700;
+  for (const AmxShape& sh : shapes)
+    for (int variant = 0; variant < 5; ++variant) {
+      Config c = amx_config("amx bwd", sh, ++seed);
+      if (variant == 1) {
+        set_causal(c, 1);
+        c.p_drop = 0.3f;
+        c.seed = 9;
+      } else if (variant == 2) {
+        set_causal(c, 2);
+        c.wl = 40;
+        c.softcap = 3.f;
+        c.layout = Layout::BHSD;
+      } else if (variant == 3) {
+        c.bias = FLASHATTN_BIAS_TENSOR;
+        c.bias_bcast[2] = sh.sq % 2 == 1;  // a broadcast row of dBias: summed over the query tiles
+        c.batch = 2;
+      } else if (variant == 4) {
+        c.bias = FLASHATTN_BIAS_ALIBI;
+        c.band = true;
+        c.wl = 50;
+        c.wr = 7;
+        c.p_drop = 0.2f;
+        c.seed = 3;
+        c.layout = Layout::Padded;
+      }
+      run_and_check_cpu(c);
+    }
+  Config c = base_config("amx bwd varlen", 1, 1, 40, FLASHATTN_DTYPE_BF16, 2800);
+  c.seqlens_q = {70, 0, 1, 129};
+  c.seqlens_k = {33, 5, 64, 130};
+  c.batch = 4;
+  c.hq = 4;
+  c.hkv = 2;
+  set_causal(c, 2);
+  run_and_check_cpu(c);
 }
 
 TEST_CASE("dense attention on lengths that are not multiples of any tile", "[fwd][bwd]") {

@@ -149,6 +149,24 @@ TEST_CASE("CPU decode forward is bitwise independent of the thread count", "[thr
   }
 }
 
+namespace {
+
+// Runs c at 1, 2, 3 and 5 threads: the same bits each time.
+void require_thread_independent(const fat::Config& c) {
+  INFO(c.name);
+  const fat::Problem pr = fat::make_problem(c);
+  std::vector<fat::LibResult> runs;
+  for (const char* threads : {"1", "2", "3", "5"}) {
+    INFO("threads " << threads);
+    REQUIRE(setenv("FLASHATTN_CPU_THREADS", threads, 1) == 0);
+    runs.push_back(fat::run_cpu(pr));
+    fat::require_same_bits(runs.front(), runs.back());
+  }
+  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+}
+
+}  // namespace
+
 // bf16 forward and backward (16-bit tiles converted as they load) do not depend on the
 // thread count either: 2 sequences x 2 kv heads, so 1-4 threads take the backward's one
 // pass and 5 the two passes.
@@ -164,13 +182,27 @@ TEST_CASE("CPU bf16 forward and backward are bitwise independent of the thread c
   c.softcap = 5.f;
   c.p_drop = 0.2f;
   c.seed = 11;
-  const fat::Problem pr = fat::make_problem(c);
-  std::vector<fat::LibResult> runs;
-  for (const char* threads : {"1", "2", "3", "5"}) {
-    INFO("threads " << threads);
-    REQUIRE(setenv("FLASHATTN_CPU_THREADS", threads, 1) == 0);
-    runs.push_back(fat::run_cpu(pr));
-    fat::require_same_bits(runs.front(), runs.back());
-  }
-  REQUIRE(unsetenv("FLASHATTN_CPU_THREADS") == 0);
+  require_thread_independent(c);
+}
+
+// The bf16 backward's partial tiles (odd head dims, dqk != dv, lengths off every tile, the
+// dot rows of a 257-row sequence) and its two-pass schedule with dBias (a bias tensor, rows
+// broadcast) give the same bits for any thread count too: on the amx set they run on AMX
+// tiles (cpu_isa.amx.threads), elsewhere on the fp32 kernels.
+TEST_CASE("CPU bf16 backward on partial tiles and with dBias is bitwise independent of the thread count",
+          "[threads][bwd]") {
+  fat::Config one = fat::base_config("bf16 threads, partial tiles", 257, 95, 33, FLASHATTN_DTYPE_BF16, 62);
+  one.dv = 20;
+  one.batch = 2;
+  one.hq = 4;
+  one.hkv = 1;
+  one.p_drop = 0.1f;
+  one.seed = 4;
+  fat::Config two = fat::base_config("bf16 threads, dBias", 130, 77, 40, FLASHATTN_DTYPE_BF16, 63);
+  two.bias = FLASHATTN_BIAS_TENSOR;
+  two.bias_bcast[2] = true;
+  two.hq = 3;
+  two.hkv = 3;
+  require_thread_independent(one);
+  require_thread_independent(two);
 }

@@ -189,32 +189,67 @@ FA_AMX_TARGET inline v16u bf16_lanes(const v16u& u) {
   return (nan & ((u >> 16) | 0x0040u)) | (~nan & rounded);
 }
 
+typedef float v16f __attribute__((vector_size(64)));
+
+// 32 elements of an fp32 row, as bits in a (0-15) and b (16-31): elements from n on are 0.
+FA_AMX_TARGET inline void load32(const float* x, int64_t n, v16u& a, v16u& b) {
+  if (n >= 32) {
+    memcpy(&a, x, sizeof a);
+    memcpy(&b, x + 16, sizeof b);
+    return;
+  }
+  float f[32] = {};
+  if (n > 0) memcpy(f, x, sizeof(float) * static_cast<size_t>(n));
+  memcpy(&a, f, sizeof a);
+  memcpy(&b, f + 16, sizeof b);
+}
+
+// The 16 words (bf(e[2t]), bf(e[2t + 1])) of the 32 fp32 elements e in a, b.
+FA_AMX_TARGET inline v16u words16(const v16u& a, const v16u& b) {
+  const v16u ra = bf16_lanes(a), rb = bf16_lanes(b);
+  return __builtin_shufflevector(ra, rb, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) |
+         __builtin_shufflevector(ra, rb, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31) << 16;
+}
+
+// e - bf(e) on 16 lanes of fp32 bits (exact: the residual of a rounding to 8 bits).
+FA_AMX_TARGET inline v16u residual16(const v16u& e) { return (v16u)((v16f)e - (v16f)(bf16_lanes(e) << 16)); }
+
+// 16 words (bf(x[2t]), bf(x[2t + 1])) of an fp32 row, t < 16: elements from n on are 0.
+FA_AMX_TARGET inline v16u row_words16(const float* x, int64_t n) {
+  v16u a, b;
+  load32(x, n, a, b);
+  return words16(a, b);
+}
+
 FA_AMX_TARGET void amx_rows_t(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t words, uint32_t* out,
                               int64_t ldo) {
   memset(out, 0, sizeof(uint32_t) * static_cast<size_t>(words * ldo));
   for (int64_t j0 = 0; j0 < rows; j0 += 16) {
     for (int64_t t0 = 0; 2 * t0 < n; t0 += 16) {  // 16 rows x 16 words, transposed
       v16u w[16];
-      for (int j = 0; j < 16; ++j) {
-        float f[32] = {};
-        if (j0 + j < rows) {
-          const int64_t k = n - 2 * t0 < 32 ? n - 2 * t0 : 32;
-          memcpy(f, x + (j0 + j) * ld + 2 * t0, sizeof(float) * static_cast<size_t>(k));
-        }
-        v16u a, b;
-        memcpy(&a, f, sizeof a);
-        memcpy(&b, f + 16, sizeof b);
-        a = bf16_lanes(a);
-        b = bf16_lanes(b);
-        w[j] = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) |
-               __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31) << 16;
-      }
+      for (int j = 0; j < 16; ++j) w[j] = j0 + j < rows ? row_words16(x + (j0 + j) * ld + 2 * t0, n - 2 * t0) : v16u{};
       if (t0 + 16 <= words && j0 + 16 <= ldo) {
         transpose16(w, out + t0 * ldo + j0, ldo);
       } else {
         for (int j = 0; j < 16 && j0 + j < ldo; ++j)
           for (int t = 0; t < 16 && t0 + t < words; ++t) out[(t0 + t) * ldo + j0 + j] = w[j][t];
       }
+    }
+  }
+}
+
+FA_AMX_TARGET void amx_words_f(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t rows_out, int64_t words,
+                               uint32_t* out, uint32_t* lo) {
+  for (int64_t r = 0; r < rows_out; ++r) {
+    for (int64_t t0 = 0; t0 < words; t0 += 16) {
+      const size_t bytes = sizeof(uint32_t) * static_cast<size_t>(words - t0 < 16 ? words - t0 : 16);
+      v16u a{}, b{};
+      if (r < rows) load32(x + r * ld + 2 * t0, n - 2 * t0, a, b);
+      const v16u w = words16(a, b);
+      memcpy(out + r * words + t0, &w, bytes);
+      if (lo == nullptr) continue;
+      const v16u wl = words16(residual16(a), residual16(b));
+      memcpy(lo + r * words + t0, &wl, bytes);
     }
   }
 }

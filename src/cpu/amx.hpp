@@ -1,5 +1,6 @@
 // AMX-BF16 tile products of the amx instruction set (isa.hpp): the bf16 forward's K Q^T and
-// V^T P^T (flash_fwd.cpp), and the packers that lay their operands out for the tiles.
+// V^T P^T (flash_fwd.cpp), the bf16 backward's K Q^T, V dO^T, Z^T dO, dS^T Q and dS K
+// (flash_bwd.cpp), and the packers that lay their operands out for the tiles.
 //
 // Operands are 32-bit words, each holding one pair of bf16 elements along the product's
 // inner index k (element 2t in the low half, 2t + 1 in the high half):
@@ -23,6 +24,10 @@ namespace flashattn {
 namespace cpu {
 
 constexpr int64_t kAmxWords = 16;  // words per tile row: the k step of one tdpbf16ps (32 bf16)
+
+// Words of an operand row holding n elements of k: n in bf16 pairs, padded with zero pairs
+// to whole tile rows (a multiple of kAmxWords, amx_gemm's K2 unit).
+inline int64_t amx_words(int64_t n) { return (n + 2 * kAmxWords - 1) / (2 * kAmxWords) * kAmxWords; }
 
 void amx_tiles_begin();
 void amx_tiles_end();
@@ -56,6 +61,14 @@ void amx_gemm(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t lda, 
 // word with a zero high half) for r < nrows, else 0; r < rows_out, t < words.
 void amx_copy_rows(const uint16_t* const* rows, int64_t nrows, int64_t n, int64_t rows_out, int64_t words,
                    uint32_t* out);
+
+// A operand rounded from fp32 rows: out[r * words + t] = (bf(x(r, 2t)), bf(x(r, 2t + 1))) for
+// r < rows and k < n, else 0; r < rows_out, t < words. Its bf16 rows (word t of row r holds
+// elements 2t, 2t + 1) are also rows for amx_pairs_t. With lo, the residuals too, laid out
+// the same: lo's elements bf(x - bf(x)), so that bf(x) + lo carries 16 significant bits of x
+// (two products, out's and lo's, give the fp32 operand's product to about 2^-17).
+void amx_words_f(const float* x, int64_t ld, int64_t rows, int64_t n, int64_t rows_out, int64_t words, uint32_t* out,
+                 uint32_t* lo = nullptr);
 
 // A operand transposed from pairs of bf16 rows: out[e * ldo + t] = (row 2t [e], row 2t + 1 [e])
 // for e < n, else 0; e < rows_out, t < ldo.

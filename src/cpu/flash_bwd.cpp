@@ -25,12 +25,21 @@
 //           pass-2 task covers all the (b, h, query tile) that share its dBias elements,
 //           in a fixed order, and sums them in an fp32 slot buffer.
 //   Pass 2 recomputes S and dP: 7 tile GEMMs per (q, k) tile pair.
+//
+// bf16 runs on the amx set (amx_products) take the same schedules with every tile pair on
+// S^T (the two-pass schedule's pass-2 layout, and the forward's) and its GEMMs on AMX tiles
+// (amx.hpp): S^T = K Q^T and dZ^T = V dO^T from the bf16 inputs (exact), dK += dS^T Q and
+// dQ += dS K with dS rounded to bf16, dV += Z^T dO with Z as two bf16 parts (its rounding and
+// the residual's: 16 bits), sums in fp32. Z is P times the keep mask: the dropout scale
+// 1 / (1 - p) multiplies dZ before dS and dV as it is stored (docs/internals/cpu-bf16-amx.md).
 #include <math.h>
 #include <string.h>
 
 #include <utility>
 
+#include "cpu/amx.hpp"
 #include "cpu/cpu_impl.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/scores.hpp"
 #include "cpu/tensor_view.hpp"
 #include "cpu/thread_pool.hpp"
@@ -39,6 +48,16 @@
 namespace flashattn {
 namespace cpu {
 namespace {
+
+// The query side's B operands of the AMX products (amx.hpp) for ld query rows (a multiple
+// of kBr): a query tile's (two passes) or a head's whole sequence (one pass).
+struct QueryPack {
+  uint32_t* qt;   // [amx_words(dqk) x ld]  Q^T, pairs of head dims (B of S^T = K Q^T)
+  uint32_t* dot;  // [amx_words(dv) x ld]   dO^T, pairs of head dims (B of dZ^T = V dO^T)
+  uint32_t* qp;   // [ld / 2 x dqkp]        Q, pairs of queries (B of dK += dS^T Q)
+  uint32_t* dop;  // [ld / 2 x dvp]         dO, pairs of queries (B of dV += Z^T dO)
+  int64_t ld;
+};
 
 struct BwdSlot {
   // pass 1 (key tile fixed)
@@ -72,6 +91,17 @@ struct BwdSlot {
   float* lse;    // [kBr]  +inf for rows without any kept key
   float* delta;  // [kBr]
   float* tmp;    // [max(dqkp, dvp)]
+  // amx_products runs only (null otherwise; they carve no kt, vt, qt, dot, v): the tile
+  // operands of a tile pair on S^T (amx.hpp)
+  uint32_t* ka;     // [kBc x amx_words(dqk)]  K rows, pairs of head dims (A of S^T = K Q^T)
+  uint32_t* va;     // [kBc x amx_words(dv)]   V rows, pairs of head dims (A of dZ^T = V dO^T)
+  uint32_t* kp;     // [kBc / 2 x dqkp]        K, pairs of keys (B of dQ += dS K)
+  uint32_t* za;     // [kBc x kBr / 2]         Z^T rounded, pairs of queries (A of dV += Z^T dO)
+  uint32_t* zl;     // [kBc x kBr / 2]         Z^T's rounding residuals, laid out as za (the same)
+  uint32_t* dsa;    // [kBc x kBr / 2]         dS^T rounded, pairs of queries (A of dK += dS^T Q)
+  uint32_t* dsq;    // [kBr x kBc / 2]         dS, pairs of keys (A of dQ += dS K)
+  QueryPack qtile;  // ld kBr (two passes)
+  QueryPack qseq;   // ld round_up(seqlen_q, kBr) (one pass)
   // The bytes of the buffers above but the one-pass ones, which come last in the slot.
   size_t tile_bytes;
 };
@@ -79,17 +109,53 @@ struct BwdSlot {
 int64_t dbias_ld(const AttnParams& p) { return p.bias_stride[3] != 0 ? round_up(p.seqlen_k, kTileN) : 1; }
 int64_t dbias_rows(const AttnParams& p) { return p.bias_stride[2] != 0 ? kBr : 1; }
 
+// The AMX products' query operands for ld rows (none on builds without the amx set).
+QueryPack carve_query_pack(const AttnParams& p, Carver& cv, int64_t ld) {
+  QueryPack q{nullptr, nullptr, nullptr, nullptr, ld};
+#if FA_HAVE_X86_BUILDS
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN), dvp = round_up(p.head_dim_v, kTileN);
+  q.qt = cv.words(amx_words(p.head_dim_qk), ld);
+  q.dot = cv.words(amx_words(p.head_dim_v), ld);
+  q.qp = cv.words(ld / 2, dqkp);
+  q.dop = cv.words(ld / 2, dvp);
+#else
+  (void)p;
+  (void)cv;
+#endif
+  return q;
+}
+
+// The AMX products' tile-pair operands (amx_products runs; none on builds without the set).
+void carve_tile_operands(const AttnParams& p, Carver& cv, BwdSlot& s) {
+#if FA_HAVE_X86_BUILDS
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN);
+  s.ka = cv.words(kBc, amx_words(p.head_dim_qk));
+  s.va = cv.words(kBc, amx_words(p.head_dim_v));
+  s.kp = cv.words(kBc / 2, dqkp);
+  s.za = cv.words(kBc, kBr / 2);
+  s.zl = cv.words(kBc, kBr / 2);
+  s.dsa = cv.words(kBc, kBr / 2);
+  s.dsq = cv.words(kBr, kBc / 2);
+  s.qtile = carve_query_pack(p, cv, kBr);
+#else
+  (void)p;
+  (void)cv;
+  (void)s;
+#endif
+}
+
 BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
-  BwdSlot s;
-  s.v = cv.floats(kBc, dv);
-  s.qt = cv.floats(dqk, kBr);
-  s.dot = cv.floats(dv, kBr);
+  const bool amx = amx_products(p);
+  BwdSlot s{};
+  s.v = amx ? nullptr : cv.floats(kBc, dv);
+  s.qt = amx ? nullptr : cv.floats(dqk, kBr);
+  s.dot = amx ? nullptr : cv.floats(dv, kBr);
   s.dk_acc = cv.floats(kBc, dqkp);
   s.dv_acc = cv.floats(kBc, dvp);
-  s.kt = cv.floats(dqk, kBc);
-  s.vt = cv.floats(dv, kBc);
+  s.kt = amx ? nullptr : cv.floats(dqk, kBc);
+  s.vt = amx ? nullptr : cv.floats(dv, kBc);
   s.dq_acc = cv.floats(kBr, dqkp);
   s.dbias = p.bias_kind == kBiasTensor ? cv.floats(dbias_rows(p), dbias_ld(p)) : nullptr;
   s.q = cv.floats(kBr, dqkp);
@@ -102,17 +168,26 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   s.lse = cv.floats(kBr);
   s.delta = cv.floats(kBr);
   s.tmp = cv.floats(dqkp > dvp ? dqkp : dvp);
+  if (amx) carve_tile_operands(p, cv, s);
   s.tile_bytes = static_cast<size_t>(cv.used.value());
   const bool one_pass = p.bias_kind != kBiasTensor;
-  s.dq_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
-  s.dk_seq = one_pass ? cv.floats(p.seqlen_k, dqkp) : nullptr;
-  s.dv_seq = one_pass ? cv.floats(p.seqlen_k, dvp) : nullptr;
+  // AMX products write whole 32-row blocks of dQ, dK and dV, and the S^T tiles read the
+  // LSE and Delta of whole query tiles: the sequences are padded to whole tiles.
+  const int64_t nq = amx ? round_up(p.seqlen_q, kBr) : p.seqlen_q, nk = amx ? round_up(p.seqlen_k, kBc) : p.seqlen_k;
+  s.dq_seq = one_pass ? cv.floats(nq, dqkp) : nullptr;
+  s.dk_seq = one_pass ? cv.floats(nk, dqkp) : nullptr;
+  s.dv_seq = one_pass ? cv.floats(nk, dvp) : nullptr;
   s.q_seq = one_pass ? cv.floats(p.seqlen_q, dqkp) : nullptr;
   s.do_seq = one_pass ? cv.floats(p.seqlen_q, dvp) : nullptr;
-  s.lse_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
-  s.delta_seq = one_pass ? cv.floats(p.seqlen_q) : nullptr;
+  s.lse_seq = one_pass ? cv.floats(nq) : nullptr;
+  s.delta_seq = one_pass ? cv.floats(nq) : nullptr;
+  if (one_pass && amx) s.qseq = carve_query_pack(p, cv, nq);
   return s;
 }
+
+// The scale dV's sums are stored with: 1, or 1 / (1 - p_drop) where the AMX products left
+// it out of Z.
+float dv_scale(const AttnParams& p, const BwdSlot& w) { return w.ka != nullptr && w.drop != nullptr ? p.rp_keep : 1.f; }
 
 // The query side of a query tile as the tile pairs read it: Q and dO rows (row strides
 // dqkp, dvp), and per row the LSE and Delta.
@@ -139,15 +214,20 @@ void load_query_side(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t 
   }
 }
 
+// LSE and Delta of rows [from, to) of qs past the data: +inf and 0, so that P = 0 there.
+void pad_query_rows(const QuerySide& qs, int64_t from, int64_t to) {
+  for (int64_t r = from; r < to; ++r) {
+    qs.lse[r] = INFINITY;
+    qs.delta[r] = 0.f;
+  }
+}
+
 // The two-pass schedule's query tile: loaded into the slot's tile buffers, the LSE and
 // Delta of rows past ni padded (+inf, 0) for the transposed tiles' per-column reads.
 QuerySide load_query_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, const BwdSlot& w) {
   const QuerySide qs{w.q, w.dout, w.lse, w.delta};
   load_query_side(p, c, i0, ni, qs, w.tmp);
-  for (int64_t r = ni; r < kBr; ++r) {
-    w.lse[r] = INFINITY;
-    w.delta[r] = 0.f;
-  }
+  pad_query_rows(qs, ni, kBr);
   return qs;
 }
 
@@ -156,6 +236,24 @@ QuerySide load_query_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, int
 int64_t dot_rows_from(const HeadCtx& c, int64_t i0, int64_t ni) {
   const int64_t d = first_dot_row(c.len_q) - i0;
   return d < 0 ? 0 : (d > ni ? ni : d);
+}
+
+// From the raw scores q.k in w.s and dZ in w.dp (layouts as tile_ds): the scores
+// (transform_scores), P = exp(S - LSE), Z = dropout(P) in w.s and dS = P * (dZ * D - Delta)
+// in w.dp. unscaled_z (AMX products): Z = P * keep mask, without 1 / (1 - p_drop), which
+// multiplies dZ first (the same dS) and dV as it is stored (dv_scale).
+template <bool kT>
+void scores_to_ds(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+                  const QuerySide& qs, const BwdSlot& w, bool unscaled_z) {
+  const int64_t ld = kT ? kBr : kBc;  // row stride of the score tiles
+  const int64_t rows = kT ? nj : ni, cols = round_up(kT ? ni : nj, kTileN);
+  transform_scores<kT>(p, c, w.s, ld, i0, ni, j0, nj, ld, kind == kTilePartial, w.capg);
+  if (w.drop) {
+    dropout_tile<kT>(p, c, w.drop, ld, i0, ni, j0, nj, unscaled_z);
+    if (unscaled_z) scale_rows(w.dp, ld, rows, cols, p.rp_keep);
+  }
+  // Only the valid entries are read after (the GEMMs that take dS and Z sum over ni or nj).
+  ds_tile(w.s, w.dp, w.drop, ld, rows, cols, qs.lse, qs.delta, kT);
 }
 
 // One (query tile [i0, i0+ni), key tile [j0, j0+nj)) pair of context c: recomputes S,
@@ -170,24 +268,17 @@ void tile_ds(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int6
              const float* k_rows, int64_t ldk, const QuerySide& qs, const BwdSlot& w) {
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
-  const int64_t ld = kT ? kBr : kBc;  // row stride of the score tiles
   const int64_t d0 = dot_rows_from(c, i0, ni);
   if (kT) {
     gemm(nj, kBr, dqk, k_rows, ldk, w.qt, kBr, w.s, kBr, false);
     if (d0 < ni) dot_rows(nj, ni - d0, dqk, k_rows, ldk, qs.q + d0 * dqkp, dqkp, w.s + d0, kBr);
+    gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
   } else {
     gemm(ni, kBc, dqk, qs.q, dqkp, w.kt, kBc, w.s, kBc, false);
     if (d0 < ni) dot_rows(ni - d0, nj, dqk, qs.q + d0 * dqkp, dqkp, k_rows, ldk, w.s + d0 * kBc, kBc);
-  }
-  transform_scores<kT>(p, c, w.s, ld, i0, ni, j0, nj, ld, kind == kTilePartial, w.capg);
-  if (kT) {
-    gemm(nj, kBr, dv, w.v, dv, w.dot, kBr, w.dp, kBr, false);
-  } else {
     gemm(ni, kBc, dv, qs.dout, dvp, w.vt, kBc, w.dp, kBc, false);
   }
-  if (w.drop) dropout_tile<kT>(p, c, w.drop, ld, i0, ni, j0, nj);
-  // Only the valid entries are read after (the GEMMs that take dS and Z sum over ni or nj).
-  ds_tile(w.s, w.dp, w.drop, ld, kT ? nj : ni, round_up(kT ? ni : nj, kTileN), qs.lse, qs.delta, kT);
+  scores_to_ds<kT>(p, c, i0, ni, j0, nj, kind, qs, w, false);
 }
 
 // dS_raw = dS * (1 - tanh^2) on the tile tile_ds left in w.dp (softcap only).
@@ -220,6 +311,146 @@ void pair_dkdv(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, in
   gemm_at(nj, dqkp, ni, w.dp, kBc, qs.q, dqkp, dk_acc, dqkp, true);
 }
 
+#if FA_HAVE_X86_BUILDS
+// ---- AMX products (amx_products runs): tile pairs on S^T ----
+
+// Packs rows [0, n) of the query side qs (fp32, exact bf16 values) into pk's operands;
+// rows past n and head dims past the data are zeros.
+void pack_query_side(const AttnParams& p, const QuerySide& qs, int64_t n, const QueryPack& pk) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqkp = round_up(dqk, kTileN), dvp = round_up(dv, kTileN);
+  amx_rows_t(qs.q, dqkp, n, dqk, amx_words(dqk), pk.qt, pk.ld);
+  amx_rows_t(qs.dout, dvp, n, dv, amx_words(dv), pk.dot, pk.ld);
+  amx_pairs_f(qs.q, dqkp, n, dqkp, pk.ld / 2, pk.qp, dqkp);
+  amx_pairs_f(qs.dout, dvp, n, dvp, pk.ld / 2, pk.dop, dvp);
+}
+
+// Loads key tile [j0, j0+nj) of c's kv head: K row-major in fp32 (w.kr: the dot rows'
+// scores, and K's pairs of keys), K and V rows read in place as the A operands (w.ka,
+// w.va), K's pairs of keys (w.kp); keys past nj are zeros.
+void load_key_side_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v, dqkp = round_up(dqk, kTileN);
+  load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kr, dqkp);
+  const uint16_t* rows[kBc] = {};
+  key_rows_h(p, p.k, p.k_stride, c, j0, nj, rows);
+  amx_copy_rows(rows, nj, dqk, kBc, amx_words(dqk), w.ka);
+  key_rows_h(p, p.v, p.v_stride, c, j0, nj, rows);
+  amx_copy_rows(rows, nj, dv, kBc, amx_words(dv), w.va);
+  amx_pairs_f(w.kr, dqkp, nj, dqkp, kBc / 2, w.kp, dqkp);
+}
+
+// tile_ds<true> with the products on tiles: S^T = K Q^T and dZ^T = V dO^T from w.ka, w.va
+// and pk (at the tile's first query), the dot rows' scores as tile_ds computes them, and
+// Z without the dropout scale (scores_to_ds).
+void tile_ds_amx(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+                 const QuerySide& qs, const QueryPack& pk, const BwdSlot& w) {
+  const int64_t dqk = p.head_dim_qk, dqkp = round_up(dqk, kTileN);
+  const int64_t qw = amx_words(dqk), vw = amx_words(p.head_dim_v);
+  const int64_t mk = round_up(nj, 32), nc = round_up(ni, kTileN);  // key rows, query columns computed
+  amx_gemm(mk, nc, qw, w.ka, qw, pk.qt, pk.ld, w.s, kBr, false);
+  const int64_t d0 = dot_rows_from(c, i0, ni);
+  if (d0 < ni) dot_rows(nj, ni - d0, dqk, w.kr, dqkp, qs.q + d0 * dqkp, dqkp, w.s + d0, kBr);
+  amx_gemm(mk, nc, vw, w.va, vw, pk.dot, pk.ld, w.dp, kBr, false);
+  scores_to_ds<true>(p, c, i0, ni, j0, nj, kind, qs, w, true);
+}
+
+// Rounds dS_raw^T (w.dp) and with z Z^T (w.s) of a tile pair on S^T to bf16 rows: the A
+// operands w.dsa, and w.za with Z's residuals in w.zl, pairs of queries, queries past ni and
+// keys past nj zeros.
+void round_pair_amx(int64_t ni, int64_t nj, bool z, const BwdSlot& w) {
+  if (z) amx_words_f(w.s, kBr, nj, ni, round_up(nj, 32), kBr / 2, w.za, w.zl);
+  amx_words_f(w.dp, kBr, nj, ni, round_up(nj, 32), kBr / 2, w.dsa);
+}
+
+// dV += Z^T dO (Z as its rounding plus the residual's: two products) and dK += dS_raw^T Q
+// over the tile pair's queries (whole 32-row blocks of the key tile's accumulator rows: the
+// rows past nj add zeros).
+void add_dkdv_amx(const AttnParams& p, int64_t ni, int64_t nj, const QueryPack& pk, const BwdSlot& w, float* dk_acc,
+                  float* dv_acc) {
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN), dvp = round_up(p.head_dim_v, kTileN);
+  const int64_t mk = round_up(nj, 32), k2 = round_up(ni, 32) / 2;
+  amx_gemm(mk, dvp, k2, w.za, kBr / 2, pk.dop, dvp, dv_acc, dvp, true);
+  amx_gemm(mk, dvp, k2, w.zl, kBr / 2, pk.dop, dvp, dv_acc, dvp, true);
+  amx_gemm(mk, dqkp, k2, w.dsa, kBr / 2, pk.qp, dqkp, dk_acc, dqkp, true);
+}
+
+// dQ += dS_raw K over the tile pair's keys, dS's pairs of keys transposed from the bf16
+// rows of dS^T (w.dsa) into w.dsq (whole 32-row blocks of dq_acc: the rows past ni add
+// zeros).
+void add_dq_amx(const AttnParams& p, int64_t ni, int64_t nj, const BwdSlot& w, float* dq_acc) {
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN);
+  const uint16_t* rows[kBc] = {};
+  for (int64_t x = 0; x < nj; ++x) rows[x] = reinterpret_cast<const uint16_t*>(w.dsa + x * (kBr / 2));
+  amx_pairs_t(rows, nj, ni, round_up(ni, 32), w.dsq, kBc / 2);
+  amx_gemm(round_up(ni, 32), dqkp, round_up(nj, 32) / 2, w.dsq, kBc / 2, w.kp, dqkp, dq_acc, dqkp, true);
+}
+
+// pair_dkdv and, with dq_acc, the one pass's dQ += dS_raw K, on tiles: the same sums over
+// the same tiles in both schedules (pk at the tile's first query).
+void pair_grads_amx(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                    TileKind kind, const QuerySide& qs, const QueryPack& pk, const BwdSlot& w, float* dk_acc,
+                    float* dv_acc, float* dq_acc) {
+  tile_ds_amx(p, c, i0, ni, j0, nj, kind, qs, pk, w);
+  soften_ds<true>(ni, nj, w);
+  round_pair_amx(ni, nj, true, w);
+  add_dkdv_amx(p, ni, nj, pk, w, dk_acc, dv_acc);
+  if (dq_acc != nullptr) add_dq_amx(p, ni, nj, w, dq_acc);
+}
+#endif
+
+// ---- both paths: the schedules' steps, on tiles where the run has the AMX operands ----
+
+bool amx_slot(const BwdSlot& w) { return w.ka != nullptr; }
+
+// pk's operands from query rows [i0, ...): Q^T and dO^T from column i0, the pairs of
+// queries from pair row i0 / 2 (i0 a multiple of kBr); pk itself where it is not carved.
+QueryPack query_pack_at(const AttnParams& p, const QueryPack& pk, int64_t i0) {
+  if (pk.qt == nullptr) return pk;
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN), dvp = round_up(p.head_dim_v, kTileN);
+  return QueryPack{pk.qt + i0, pk.dot + i0, pk.qp + i0 / 2 * dqkp, pk.dop + i0 / 2 * dvp, pk.ld};
+}
+
+// Key tile [j0, j0+nj) of c's kv head, as the path's tile pairs read it.
+void load_keys(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, const BwdSlot& w) {
+#if FA_HAVE_X86_BUILDS
+  if (amx_slot(w)) return load_key_side_amx(p, c, j0, nj, w);
+#endif
+  load_key_side(p, c.b, c.hk, j0, nj, w);
+}
+
+// After the query side qs (rows [0, n) of its buffers, padded to `rows` of LSE and Delta)
+// is loaded: the AMX path packs it into pk (the fp32 path reads qs as it is).
+void pack_queries(const AttnParams& p, const QuerySide& qs, int64_t n, int64_t rows, const QueryPack& pk,
+                  const BwdSlot& w) {
+  pad_query_rows(qs, n, rows);
+#if FA_HAVE_X86_BUILDS
+  if (amx_slot(w)) pack_query_side(p, qs, n, pk);
+#else
+  (void)p;
+  (void)pk;
+  (void)w;
+#endif
+}
+
+// One tile pair of the one pass (dq_acc: the tile's dQ rows) or of pass 1 (dq_acc null):
+// dV, dK and dQ from the same dS.
+void pair_grads(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+                const QuerySide& qs, const QueryPack& pk, const BwdSlot& w, float* dk_acc, float* dv_acc,
+                float* dq_acc) {
+#if FA_HAVE_X86_BUILDS
+  if (amx_slot(w)) return pair_grads_amx(p, c, i0, ni, j0, nj, kind, qs, pk, w, dk_acc, dv_acc, dq_acc);
+#else
+  (void)pk;
+#endif
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN);
+  pair_dkdv(p, c, i0, ni, j0, nj, kind, qs, w, dk_acc, dv_acc);
+  if (dq_acc != nullptr) gemm_slabs(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, dq_acc, dqkp, true, false);  // dQ += dS_raw K
+}
+
+// Rows of the dQ, dK, dV accumulators a run clears for n rows of data: whole tiles where
+// the AMX products write whole 32-row blocks.
+int64_t acc_rows(int64_t n, int64_t tile, const BwdSlot& w) { return amx_slot(w) ? round_up(n, tile) : n; }
+
 // ---- one pass: dQ, dK, dV of kv head hk of sequence b and its GQA group ----
 // The sums are pass 1's and pass 2's, in their order: dK and dV of a key tile over (query
 // head, query tile), dQ of a query tile over key tiles, from the same dS. Each head's query
@@ -231,29 +462,32 @@ void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
   const int64_t group = p.heads_q / p.heads_kv;
   const int64_t len_k = seq_len_k(p, b), len_q = seq_len_q(p, b);
   const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
-  memset(w.dk_seq, 0, sizeof(float) * static_cast<size_t>(len_k * dqkp));
-  memset(w.dv_seq, 0, sizeof(float) * static_cast<size_t>(len_k * dvp));
+  const int64_t rows_q = acc_rows(len_q, kBr, w), rows_k = acc_rows(len_k, kBc, w);
+  memset(w.dk_seq, 0, sizeof(float) * static_cast<size_t>(rows_k * dqkp));
+  memset(w.dv_seq, 0, sizeof(float) * static_cast<size_t>(rows_k * dvp));
 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const HeadCtx c = make_head_ctx(p, b, h);
-    memset(w.dq_seq, 0, sizeof(float) * static_cast<size_t>(len_q * dqkp));
-    load_query_side(p, c, 0, len_q, QuerySide{w.q_seq, w.do_seq, w.lse_seq, w.delta_seq}, w.tmp);
+    memset(w.dq_seq, 0, sizeof(float) * static_cast<size_t>(rows_q * dqkp));
+    const QuerySide seq{w.q_seq, w.do_seq, w.lse_seq, w.delta_seq};
+    load_query_side(p, c, 0, len_q, seq, w.tmp);
+    pack_queries(p, seq, len_q, rows_q, w.qseq, w);
     for (int64_t j0 = 0; j0 < len_k; j0 += kBc) {
       const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
-      load_key_side(p, b, hk, j0, nj, w);
+      load_keys(p, c, j0, nj, w);
       for (int64_t i0 = 0; i0 < len_q; i0 += kBr) {
         const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
         const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
         if (kind == kTileSkip) continue;
         const QuerySide qs{w.q_seq + i0 * dqkp, w.do_seq + i0 * dvp, w.lse_seq + i0, w.delta_seq + i0};
-        pair_dkdv(p, c, i0, ni, j0, nj, kind, qs, w, w.dk_seq + j0 * dqkp, w.dv_seq + j0 * dvp);
-        gemm_slabs(ni, dqkp, nj, w.dp, kBc, w.kr, dqkp, w.dq_seq + i0 * dqkp, dqkp, true, false);  // dQ += dS_raw K
+        pair_grads(p, c, i0, ni, j0, nj, kind, qs, query_pack_at(p, w.qseq, i0), w, w.dk_seq + j0 * dqkp,
+                   w.dv_seq + j0 * dvp, w.dq_seq + i0 * dqkp);
       }
     }
     store_grad_rows(p, p.dq, p.dq_stride, b, c.q0, h, 0, len_q, dqk, w.dq_seq, dqkp, p.scale, w.tmp);
   }
   store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, 0, len_k, dqk, w.dk_seq, dqkp, p.scale, w.tmp);
-  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, 0, len_k, dv, w.dv_seq, dvp, 1.f, w.tmp);
+  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, 0, len_k, dv, w.dv_seq, dvp, dv_scale(p, w), w.tmp);
 }
 
 // ---- pass 1: dK, dV of key tile [j0, j0+nj) of kv head hk, sequence b ----
@@ -265,9 +499,9 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
   const int64_t k0 = p.varlen ? p.cu_seqlens_k[b] : 0;
   const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
 
-  load_key_side(p, b, hk, j0, nj, w);
-  memset(w.dk_acc, 0, sizeof(float) * static_cast<size_t>(nj * dqkp));
-  memset(w.dv_acc, 0, sizeof(float) * static_cast<size_t>(nj * dvp));
+  load_keys(p, make_head_ctx(p, b, hk * group), j0, nj, w);
+  memset(w.dk_acc, 0, sizeof(float) * static_cast<size_t>(acc_rows(nj, kBc, w) * dqkp));
+  memset(w.dv_acc, 0, sizeof(float) * static_cast<size_t>(acc_rows(nj, kBc, w) * dvp));
 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const HeadCtx c = make_head_ctx(p, b, h);
@@ -275,16 +509,53 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       const int64_t ni = len_q - i0 < kBr ? len_q - i0 : kBr;
       const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
       if (kind == kTileSkip) continue;
-      pair_dkdv(p, c, i0, ni, j0, nj, kind, load_query_tile(p, c, i0, ni, w), w, w.dk_acc, w.dv_acc);
+      const QuerySide qs = load_query_tile(p, c, i0, ni, w);
+      pack_queries(p, qs, ni, kBr, w.qtile, w);
+      pair_grads(p, c, i0, ni, j0, nj, kind, qs, w.qtile, w, w.dk_acc, w.dv_acc, nullptr);
     }
   }
   store_grad_rows(p, p.dk, p.dk_stride, b, k0, hk, j0, nj, dqk, w.dk_acc, dqkp, p.scale, w.tmp);
-  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, dv, w.dv_acc, dvp, 1.f, w.tmp);
+  store_grad_rows(p, p.dv, p.dv_stride, b, k0, hk, j0, nj, dv, w.dv_acc, dvp, dv_scale(p, w), w.tmp);
 }
 
 // ---- pass 2: dQ of query tile [i0, i0+ni) of (b, h); dS into the dBias accumulator ----
+
+// The query tile qs as pass 2's pairs read it: Q^T and dO^T (the AMX path: its operands).
+void prepare_query_tile_t(const AttnParams& p, const QuerySide& qs, int64_t ni, const BwdSlot& w) {
+  if (amx_slot(w)) return pack_queries(p, qs, ni, kBr, w.qtile, w);
+  transpose_tile(qs.q, round_up(p.head_dim_qk, kTileN), ni, p.head_dim_qk, w.qt, kBr);
+  transpose_tile(qs.dout, round_up(p.head_dim_v, kTileN), ni, p.head_dim_v, w.dot, kBr);
+}
+
+// Pass 2's tile pair up to dS^T (tile_ds<true>), with the key tile loaded.
+void pair_ds_t(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t ni, int64_t j0, int64_t nj, TileKind kind,
+               const QuerySide& qs, const BwdSlot& w) {
+#if FA_HAVE_X86_BUILDS
+  if (amx_slot(w)) {
+    load_key_side_amx(p, c, j0, nj, w);
+    return tile_ds_amx(p, c, i0, ni, j0, nj, kind, qs, w.qtile, w);
+  }
+#endif
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN);
+  load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, p.head_dim_qk, w.kr, dqkp);
+  load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, p.head_dim_v, w.v, p.head_dim_v);
+  tile_ds<true>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, qs, w);
+}
+
+// dQ += dS_raw K of pass 2's tile pair (dS_raw^T in w.dp).
+void add_dq_t(const AttnParams& p, int64_t ni, int64_t nj, const BwdSlot& w) {
+  const int64_t dqkp = round_up(p.head_dim_qk, kTileN);
+#if FA_HAVE_X86_BUILDS
+  if (amx_slot(w)) {
+    round_pair_amx(ni, nj, false, w);
+    return add_dq_amx(p, ni, nj, w, w.dq_acc);
+  }
+#endif
+  gemm_slabs(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true, true);  // dQ += dS K
+}
+
 void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w) {
-  const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
+  const int64_t dqk = p.head_dim_qk;
   const int64_t dqkp = round_up(dqk, kTileN);
   const int64_t ni = c.len_q - i0 < kBr ? c.len_q - i0 : kBr;
   const bool want_dbias = p.dbias != nullptr && w.dbias != nullptr;
@@ -292,18 +563,14 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
   const bool db_rows = p.bias_stride[2] != 0, db_cols = p.bias_stride[3] != 0;
 
   const QuerySide qs = load_query_tile(p, c, i0, ni, w);
-  transpose_tile(w.q, dqkp, ni, dqk, w.qt, kBr);
-  transpose_tile(w.dout, round_up(dv, kTileN), ni, dv, w.dot, kBr);
-  memset(w.dq_acc, 0, sizeof(float) * static_cast<size_t>(ni * dqkp));
+  prepare_query_tile_t(p, qs, ni, w);
+  memset(w.dq_acc, 0, sizeof(float) * static_cast<size_t>(acc_rows(ni, kBr, w) * dqkp));
 
   for (int64_t j0 = 0; j0 < c.len_k; j0 += kBc) {
     const int64_t nj = c.len_k - j0 < kBc ? c.len_k - j0 : kBc;
     const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
     if (kind == kTileSkip) continue;
-    load_rows(p, p.k, p.k_stride, c.b, c.k0, c.hk, j0, nj, dqk, w.kr, dqkp);
-    load_rows(p, p.v, p.v_stride, c.b, c.k0, c.hk, j0, nj, dv, w.v, dv);
-
-    tile_ds<true>(p, c, i0, ni, j0, nj, kind, w.kr, dqkp, qs, w);
+    pair_ds_t(p, c, i0, ni, j0, nj, kind, qs, w);
     if (want_dbias) {
       for (int64_t r = 0; r < ni; ++r) {
         float* acc = w.dbias + (db_rows ? r : 0) * db_ld;
@@ -315,7 +582,7 @@ void dq_tile(const AttnParams& p, const HeadCtx& c, int64_t i0, const BwdSlot& w
       }
     }
     soften_ds<true>(ni, nj, w);
-    gemm_slabs(ni, dqkp, nj, w.dp, kBr, w.kr, dqkp, w.dq_acc, dqkp, true, true);  // dQ += dS K
+    add_dq_t(p, ni, nj, w);
   }
   store_grad_rows(p, p.dq, p.dq_stride, c.b, c.q0, c.h, i0, ni, dqk, w.dq_acc, dqkp, p.scale, w.tmp);
 }
@@ -376,6 +643,9 @@ void flash_backward(const AttnParams& p, char* workspace, int threads) {
     char* slot = workspace + static_cast<size_t>(me.id) * slot_bytes;
     Carver cv{slot};
     const BwdSlot w = carve_bwd(p, cv);
+#if FA_HAVE_X86_BUILDS
+    const AmxTiles tiles(amx_slot(w));  // this member's tile configuration, for the run
+#endif
     // GEMM padding columns must be finite; a two-pass run never touches the one-pass
     // buffers (sequence-long: 5 N d floats), so only the tiles are cleared for it.
     memset(slot, 0, one_pass ? slot_bytes : w.tile_bytes);

@@ -74,7 +74,7 @@ struct FwdSlot {
 // padded with zero pairs to whole tile rows.
 int64_t amx_q_words(const AttnParams& p) {
 #if FA_HAVE_X86_BUILDS
-  return round_up(ceil_div(p.head_dim_qk, 2), kAmxWords);
+  return amx_words(p.head_dim_qk);
 #else
   (void)p;
   return 0;
@@ -154,12 +154,10 @@ KeyTile load_key_tile(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t
 // head dims) and V^T's pairs of keys, read from the inputs in place (rows through
 // key_row_offset, so pages too); keys past nj and head dims past the inputs' are zeros.
 void pack_key_tile_amx(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, const FwdSlot& w) {
-  const uint16_t* rows[kBc];
-  for (int64_t r = 0; r < nj; ++r)
-    rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.k, p.dtype, key_row_offset(p, p.k_stride, c, j0 + r)));
+  const uint16_t* rows[kBc] = {};
+  key_rows_h(p, p.k, p.k_stride, c, j0, nj, rows);
   amx_copy_rows(rows, nj, p.head_dim_qk, kBc, amx_q_words(p), w.ka);
-  for (int64_t r = 0; r < nj; ++r)
-    rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(p.v, p.dtype, key_row_offset(p, p.v_stride, c, j0 + r)));
+  key_rows_h(p, p.v, p.v_stride, c, j0, nj, rows);
   amx_pairs_t(rows, nj, p.head_dim_v, amx_v_rows(p), w.vt, kBc / 2);
 }
 #endif

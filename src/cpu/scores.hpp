@@ -98,12 +98,14 @@ inline void transform_scores(const AttnParams& p, const HeadCtx& c, float* s, in
   }
 }
 
-// Dropout multipliers of a tile: rp_keep where kept, 0 where dropped (philox.h keying:
-// b = sequence, h = query head, i/j = positions within the sequence). One Philox call
-// yields the 16-bit values of eight consecutive columns. Layout as in transform_scores.
+// Dropout multipliers of a tile: rp_keep (or with unscaled 1: the caller applies rp_keep)
+// where kept, 0 where dropped (philox.h keying: b = sequence, h = query head, i/j =
+// positions within the sequence). One Philox call yields the 16-bit values of eight
+// consecutive columns. Layout as in transform_scores.
 template <bool kTransposed>
 inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_t ld, int64_t i0, int64_t ni,
-                         int64_t j0, int64_t nj) {
+                         int64_t j0, int64_t nj, bool unscaled = false) {
+  const float kept = unscaled ? 1.f : p.rp_keep;
   for (int64_t r = 0; r < ni; ++r) {
     const uint32_t i = static_cast<uint32_t>(i0 + r);
     int64_t x = 0;
@@ -111,7 +113,7 @@ inline void dropout_tile(const AttnParams& p, const HeadCtx& c, float* d, int64_
       const uint32_t j = static_cast<uint32_t>(j0 + x);
       const Philox4 w = dropout_words8(p.seed, c.head_counter, i, j >> 3);
       for (uint32_t l = j & 7u; l < 8u && x < nj; ++l, ++x) {
-        const float v = dropout_halfword(w, l) >= p.drop_threshold ? p.rp_keep : 0.f;
+        const float v = dropout_halfword(w, l) >= p.drop_threshold ? kept : 0.f;
         if (kTransposed) {
           d[x * ld + r] = v;
         } else {

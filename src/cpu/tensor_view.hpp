@@ -83,6 +83,15 @@ inline char* elem_ptr(void* base, int32_t dtype, int64_t offset) {
   return static_cast<char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
 }
 
+// Pointers to the 16-bit rows of keys [j0, j0+n) of context c in K or V (strides s), found
+// through key_row_offset (pages too): rows[r] for key j0 + r, read in place by the AMX
+// packers (amx.hpp).
+inline void key_rows_h(const AttnParams& p, const void* base, const Strides4& s, const HeadCtx& c, int64_t j0,
+                       int64_t n, const uint16_t** rows) {
+  for (int64_t r = 0; r < n; ++r)
+    rows[r] = reinterpret_cast<const uint16_t*>(elem_ptr(base, p.dtype, key_row_offset(p, s, c, j0 + r)));
+}
+
 // Rows [i0, i0+n) of head h (sequence token base tok0) -> dst[r*ld + c], c < dim.
 inline void load_rows(const AttnParams& p, const void* base, const Strides4& s, int64_t b, int64_t tok0, int64_t h,
                       int64_t i0, int64_t n, int64_t dim, float* dst, int64_t ld) {
