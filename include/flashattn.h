@@ -30,10 +30,11 @@
  *   hardware threads, at most 256). Read once per plan, by ::flashattn_plan_create: the
  *   plan's workspace sizes and runs use that value, whatever the variable says later.
  * - `FLASHATTN_CPU_ISA`: the instruction set of the CPU kernels, `baseline`, `avx2`,
- *   `avx512` or `amx` (avx512 with the bf16 forward's products on AMX-BF16 tiles; needs
- *   Linux's tile data permission) (unset: the best the CPU supports). For tests of every
- *   path; fixed for the process by its first CPU ::flashattn_plan_create, which refuses a
- *   name that is no set (INVALID_VALUE) or a set this CPU or build lacks (NOT_SUPPORTED).
+ *   `avx512` or `amx` (avx512 with the bf16 forward's and backward's products on AMX-BF16
+ *   tiles; needs Linux's tile data permission) (unset: the best the CPU supports). For
+ *   tests of every path; fixed for the process by its first CPU ::flashattn_plan_create,
+ *   which refuses a name that is no set (INVALID_VALUE) or a set this CPU or build lacks
+ *   (NOT_SUPPORTED).
  *   On a CPU with AMX-BF16 that choice (and `flashattn info`) asks Linux for the
  *   permission (arch_prctl ARCH_REQ_XCOMP_PERM), unless the variable names another set:
  *   granted for the whole process and not revocable, it makes signal frames larger, so a

@@ -85,10 +85,11 @@ struct Carver {
   }
 };
 
-// Whether forward run p multiplies on AMX tiles (amx.hpp): bf16 inputs without rotary
-// embedding on the amx set. Its GEMM blocks then compute S^T = K Q^T and O^T = V^T P^T with
-// bf16 operands and fp32 sums (P rounded to bf16, as torch's CPU attention and the GPU kernels
-// do); dot blocks (decode) keep their fp32 products.
+// Whether run p multiplies on AMX tiles (amx.hpp): bf16 inputs without rotary embedding on
+// the amx set. A forward's GEMM blocks then compute S^T = K Q^T and O^T = V^T P^T with bf16
+// operands and fp32 sums (P rounded to bf16, as torch's CPU attention and the GPU kernels
+// do); dot blocks (decode) keep their fp32 products. A backward's tile pairs compute their
+// five products on tiles (flash_bwd.cpp).
 bool amx_products(const AttnParams& p);
 
 // Per-thread slot bytes and shared bytes of each algorithm.

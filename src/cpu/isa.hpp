@@ -20,8 +20,8 @@ enum class Isa { kBaseline, kAvx2, kAvx512, kAmx };
 constexpr int kIsaCount = 4;
 
 // "baseline", "avx2" (AVX2 + FMA + F16C), "avx512" (AVX-512F, with AVX2 + FMA + F16C),
-// "amx" (the avx512 set, whose bf16 forward multiplies on AMX-BF16 tiles: amx.hpp; needs
-// AVX512BW, AVX512-BF16, AMX-TILE, AMX-BF16 and Linux's permission to use tile data).
+// "amx" (the avx512 set, whose bf16 forward and backward multiply on AMX-BF16 tiles: amx.hpp;
+// needs AVX512BW, AVX512-BF16, AMX-TILE, AMX-BF16 and Linux's permission to use tile data).
 const char* isa_name(Isa isa);
 
 // Why the set is not usable here (the build lacks it, the CPU lacks a feature, or for amx
