@@ -6,9 +6,11 @@
 // inner index k (element 2t in the low half, 2t + 1 in the high half):
 //   A, rows of words:  A[i * lda + t] = (a(i, 2t), a(i, 2t + 1))  (a stored bf16 row),
 //   B, rows of pairs:  B[t * ldb + j] = (b(2t, j), b(2t + 1, j)).
-// tdpbf16ps adds a pair's two exact products to an fp32 sum one after the other, pairs in
-// increasing t, so each C element is one fixed sequence of fp32 additions whatever the
-// blocking, the thread or the thread count.
+// tdpbf16ps (Intel SDM) sums one tile row's 16 words per C element in two fp32 lane sums
+// from 0 (the pairs' low products, and their high ones), then adds low + high to C: round to
+// nearest even, bf16 inputs and fp32 results below 2^-126 taken as 0, MXCSR unused. amx_gemm
+// steps k in whole tile rows from t = 0, so each C element is one fixed sequence of fp32
+// operations whatever the blocking, the thread or the thread count.
 //
 // A thread multiplies between amx_tiles_begin and amx_tiles_end (AmxTiles), which load and
 // release the tile configuration: loaded per run and per team member, so that another
