@@ -72,14 +72,15 @@ struct BwdSlot {
   float* dq_acc;  // [kBr x dqkp]
   float* dbias;   // [dbias_rows x dbias_ld] (bias tensor only)
   // one pass (no bias tensor): one head's dQ, one kv head's dK and dV, every row, and
-  // the head's query side (load_query_side), loaded once per head
-  float* dq_seq;     // [seqlen_q x dqkp]
-  float* dk_seq;     // [seqlen_k x dqkp]
-  float* dv_seq;     // [seqlen_k x dvp]
+  // the head's query side (load_query_side), loaded once per head; nq, nk: seqlen_q,
+  // seqlen_k, on amx_products runs rounded up to whole tiles (kBr, kBc)
+  float* dq_seq;     // [nq x dqkp]
+  float* dk_seq;     // [nk x dqkp]
+  float* dv_seq;     // [nk x dvp]
   float* q_seq;      // [seqlen_q x dqkp]
   float* do_seq;     // [seqlen_q x dvp]
-  float* lse_seq;    // [seqlen_q]
-  float* delta_seq;  // [seqlen_q]
+  float* lse_seq;    // [nq]
+  float* delta_seq;  // [nq]
   // both
   float* kr;     // [kBc x dqkp]  K tile, row-major
   float* q;      // [kBr x dqkp]  Q tile, row-major
