@@ -186,9 +186,12 @@ BwdSlot carve_bwd(const AttnParams& p, Carver& cv) {
   return s;
 }
 
+// Whether the slot holds the AMX products' operands (amx_products runs).
+bool amx_slot(const BwdSlot& w) { return w.ka != nullptr; }
+
 // The scale dV's sums are stored with: 1, or 1 / (1 - p_drop) where the AMX products left
 // it out of Z.
-float dv_scale(const AttnParams& p, const BwdSlot& w) { return w.ka != nullptr && w.drop != nullptr ? p.rp_keep : 1.f; }
+float dv_scale(const AttnParams& p, const BwdSlot& w) { return amx_slot(w) && w.drop != nullptr ? p.rp_keep : 1.f; }
 
 // The query side of a query tile as the tile pairs read it: Q and dO rows (row strides
 // dqkp, dvp), and per row the LSE and Delta.
@@ -401,8 +404,6 @@ void pair_grads_amx(const AttnParams& p, const HeadCtx& c, int64_t i0, int64_t n
 
 // ---- both paths: the schedules' steps, on tiles where the run has the AMX operands ----
 
-bool amx_slot(const BwdSlot& w) { return w.ka != nullptr; }
-
 // pk's operands from query rows [i0, ...): Q^T and dO^T from column i0, the pairs of
 // queries from pair row i0 / 2 (i0 a multiple of kBr); pk itself where it is not carved.
 QueryPack query_pack_at(const AttnParams& p, const QueryPack& pk, int64_t i0) {
@@ -419,15 +420,15 @@ void load_keys(const AttnParams& p, const HeadCtx& c, int64_t j0, int64_t nj, co
   load_key_side(p, c.b, c.hk, j0, nj, w);
 }
 
-// After the query side qs (rows [0, n) of its buffers, padded to `rows` of LSE and Delta)
-// is loaded: the AMX path packs it into pk (the fp32 path reads qs as it is).
-void pack_queries(const AttnParams& p, const QuerySide& qs, int64_t n, int64_t rows, const QueryPack& pk,
-                  const BwdSlot& w) {
-  pad_query_rows(qs, n, rows);
+// After the query side qs (rows [0, n) of its buffers) is loaded: the AMX path packs it
+// into pk (the fp32 path reads qs as it is).
+void pack_queries(const AttnParams& p, const QuerySide& qs, int64_t n, const QueryPack& pk, const BwdSlot& w) {
 #if FA_HAVE_X86_BUILDS
   if (amx_slot(w)) pack_query_side(p, qs, n, pk);
 #else
   (void)p;
+  (void)qs;
+  (void)n;
   (void)pk;
   (void)w;
 #endif
@@ -472,7 +473,8 @@ void group_grads(const AttnParams& p, int64_t b, int64_t hk, const BwdSlot& w) {
     memset(w.dq_seq, 0, sizeof(float) * static_cast<size_t>(rows_q * dqkp));
     const QuerySide seq{w.q_seq, w.do_seq, w.lse_seq, w.delta_seq};
     load_query_side(p, c, 0, len_q, seq, w.tmp);
-    pack_queries(p, seq, len_q, rows_q, w.qseq, w);
+    pad_query_rows(seq, len_q, rows_q);
+    pack_queries(p, seq, len_q, w.qseq, w);
     for (int64_t j0 = 0; j0 < len_k; j0 += kBc) {
       const int64_t nj = len_k - j0 < kBc ? len_k - j0 : kBc;
       load_keys(p, c, j0, nj, w);
@@ -511,7 +513,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
       const TileKind kind = classify_tile(p, c, i0, ni, j0, nj);
       if (kind == kTileSkip) continue;
       const QuerySide qs = load_query_tile(p, c, i0, ni, w);
-      pack_queries(p, qs, ni, kBr, w.qtile, w);
+      pack_queries(p, qs, ni, w.qtile, w);
       pair_grads(p, c, i0, ni, j0, nj, kind, qs, w.qtile, w, w.dk_acc, w.dv_acc, nullptr);
     }
   }
@@ -523,7 +525,7 @@ void dkdv_tile(const AttnParams& p, int64_t b, int64_t hk, int64_t j0, const Bwd
 
 // The query tile qs as pass 2's pairs read it: Q^T and dO^T (the AMX path: its operands).
 void prepare_query_tile_t(const AttnParams& p, const QuerySide& qs, int64_t ni, const BwdSlot& w) {
-  if (amx_slot(w)) return pack_queries(p, qs, ni, kBr, w.qtile, w);
+  if (amx_slot(w)) return pack_queries(p, qs, ni, w.qtile, w);
   transpose_tile(qs.q, round_up(p.head_dim_qk, kTileN), ni, p.head_dim_qk, w.qt, kBr);
   transpose_tile(qs.dout, round_up(p.head_dim_v, kTileN), ni, p.head_dim_v, w.dot, kBr);
 }
