@@ -19,16 +19,16 @@
 //   `vec` is false when a dim, pointer or stride (of a dim of extent above 1) is not a
 //   multiple of 16 bytes, and rows are then loaded element by element.
 // - Sm90a: one thread issues the tile as copy-engine boxes of 64 dims x box_rows keys
-//   (tensor maps of the K and V caches, BulkMaps: one box per 64 dims for a contiguous
-//   cache or pages of a multiple of 64 keys, one per page of 16 or 32 keys) into rows in
-//   the 128-byte swizzle, completing on the stage's full mbarrier; the other threads
-//   issue only math. At head dims 128 and 256 that thread is lane 0 of a fifth warp, the
-//   producer (kProducer): it refills a stage once all 128 compute threads have arrived on
-//   the stage's empty mbarrier, so the refill is off the compute warps' path and they
-//   share no per-tile barrier; the warp reads a paged cache's block table 32 pages at a
-//   time, a window ahead of the tiles (PageWindow, paged_tile). At head dim 64 thread 0
-//   refills after each tile's CTA barrier: four CTAs per SM hide that, and a fifth
-//   warp's registers would cost one.
+//   (tensor maps of the K and V caches, BulkMaps: one per page of 16 or 32 keys; for a
+//   contiguous cache or pages of a multiple of 64 keys four boxes of 16 keys per 64 dims
+//   where a producer warp issues, else one) into rows in the 128-byte swizzle, completing
+//   on the stage's full mbarrier; the other threads issue only math. At head dims 128 and
+//   256 that thread is lane 0 of a fifth warp, the producer (kProducer): it refills a stage
+//   once all 128 compute threads have arrived on the stage's empty mbarrier, so the refill
+//   is off the compute warps' path and they share no per-tile barrier; the warp reads a
+//   paged cache's block table 32 pages at a time, a window ahead of the tiles (PageWindow,
+//   paged_tile). At head dim 64 thread 0 refills after each tile's CTA barrier: four CTAs
+//   per SM hide that, and a fifth warp's registers would cost one.
 //
 // Compute, on tensor cores (mma.sync m16n8k16, fp32 accumulation, as the fa2 kernels):
 // the CTA's 16 query rows are the M of every product, so GQA groups and several query
@@ -100,7 +100,7 @@ __device__ __forceinline__ void compute_sync() {
 // dims past the head dim and keys past the row zero-filled (src/cuda/tensor_map.hpp).
 struct BulkMaps {
   TensorMap128 k, v;
-  int box_rows;  // 64, or the page size (16, 32) when pages are smaller
+  int box_rows;  // the page size (16, 32) when pages are smaller than 64 keys, else 64 or 16
 };
 constexpr int kMaxBoxes = kTileK / 16;  // boxes of a tile (pages of 16 keys)
 struct NoMaps {};
@@ -303,8 +303,10 @@ __device__ __forceinline__ void issue_boxes(const AttnParams& p, int64_t hk, con
 // (issue_boxes), its boxes' entries taken from the warp's window of the block table
 // (PageWindow: read a window ahead, so no table read is on the tile's path). A tile's
 // pages lie in one window: a tile starts at a multiple of 64 keys, so with pages of 16 or
-// 32 (a box each) its first page is a multiple of 4 or 2 past the split's first, and
-// with pages of 64 keys or more it has one page (one box, from key t0 - page x ps of it).
+// 32 its first page is a multiple of 4 or 2 past the split's first, and with pages of 64
+// keys or more it has one page. Box i holds keys t0 + i x box_rows on: with pages of 16 or
+// 32 keys (a box a page) page i past the tile's first, from its key 0; with pages of 64
+// or more (boxes of 16 or 64 keys) the tile's page, from its key slot + i x box_rows.
 // Every lane tests its entry against the pool, and the ballot marks those outside; lane 0
 // sets sm.bad for one among the tile's before its mbar_expect, whose release the compute
 // warps' waits acquire (they read sm.bad after their last wait), and issues the boxes.
@@ -319,15 +321,17 @@ __device__ __forceinline__ void paged_tile(const AttnParams& p, int64_t hk, int6
   const unsigned outside =
       __ballot_sync(0xffffffffu, win.first + lane < win.end && (win.cur < 0 || win.cur >= p.kv_num_rows));
   const int box = maps.box_rows;
+  const bool within = box < ps;  // a tile's boxes lie in one page, else a box is a page
   KeySlot at[kMaxBoxes];
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < kMaxBoxes; ++i) {
-    const int32_t row = __shfl_sync(0xffffffffu, win.cur, (rel + i) & 31);  // box i: page + i, or unused
+    const int32_t pi = within ? 0 : i;  // box i: page + pi, or unused
+    const int32_t row = __shfl_sync(0xffffffffu, win.cur, (rel + pi) & 31);
     at[i] = KeySlot{-1, 0};
     if (i * box >= kTileK || t0 + i * box >= k1) continue;
-    if ((outside >> (rel + i)) & 1u) bad = true;
-    else at[i] = KeySlot{row, slot};
+    if ((outside >> (rel + pi)) & 1u) bad = true;
+    else at[i] = KeySlot{row, within ? slot + i * box : slot};
   }
   if (lane == 0) {
     if (bad) sm.bad = 1;
