@@ -3,8 +3,9 @@
 // registers, then writes them. BwdTraits picks one of two ways to share a step; the code is
 // one, and only the marked parts (if constexpr Cfg::kSplitD) differ:
 // - by keys (head dims up to 128; 128 keys a CTA): warpgroup c owns keys 64 c .. + 63 and
-//   their dK, dV; S^T and dP^T are 64 keys x the step's 64 queries; P^T and dS^T stay in
-//   registers as the A operands of dV and dK, and dS^T also goes to shared memory for dQ;
+//   their dK, dV; S^T and dP^T are 64 keys x the step's queries (128 at d = 64, else 64);
+//   P^T and dS^T stay in registers as the A operands of dV and dK, and dS^T also goes to
+//   shared memory for dQ (at d = 64 each warpgroup computes the dQ of half the queries);
 // - by head-dim columns (kSplitD, head dims over 128, where 2 x D / 2 fp32 registers a
 //   thread would not fit beside S^T and dP^T; 64 keys a CTA): warpgroup c owns dK, dV of all
 //   the keys in its column blocks (bwd_kv_blocks); S^T and dP^T are the 64 keys x its 32
@@ -87,12 +88,18 @@ __device__ __forceinline__ void bwd_stage_pieces(const BwdSmem<Cfg>& sm, float (
 // kPieces dQ pieces of kPieceCols columns (bwd_dq_cols; template arguments so that no wgmma
 // is in flight across a branch on them: ptxas would serialize the GEMMs, C7520).
 template <class Cfg, typename T, int kCw, bool kMask, int kPieces, int kPieceCols>
-__device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w, int it, int cw,
-                                         BwdAcc<Cfg, kCw>& acc) {
+__device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>& sm_in, const BwdWork& w, int it,
+                                         int cw, BwdAcc<Cfg, kCw>& acc) {
   constexpr int kNT = Cfg::kWgQueries / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr int kSw = Cfg::kSwizzle;
   static_assert(kPieces > 0 || !Cfg::kSeparateDo, "dO's release waits for dV behind the pieces and dK");
-  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  // kDqByQueries (Sᵀ, dPᵀ, dK, dV: 192 registers): the step's addresses are computed in the
+  // step, from a base the compiler cannot see through, rather than hoisted out of the walk
+  // and kept (spilled) across it.
+  uint32_t base = sm_in.base, tid = threadIdx.x;
+  if constexpr (Cfg::kDqByQueries) asm volatile("" : "+r"(base), "+r"(tid));
+  const BwdSmem<Cfg> sm{base};
+  const int warp = (static_cast<int>(tid) / 32) % 4, lane = static_cast<int>(tid) % 32;
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), sd = bwd_stage<Cfg, Cfg::kDoStages>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
   const int q0 = bwd_wg_query<Cfg>(cw);                         // the warpgroup's first query of the step
@@ -140,12 +147,15 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // By keys: dQ reads the other warpgroup's half of dS^T; its GEMMs are a new batch.
   if constexpr (!Cfg::kSplitD) hopper::bar_sync(kBarDsReady, 256);
   float acc_dq[kPieces > 0 ? kPieces : 1][1][kPieceCols / 8][4];
+  // The warpgroup's dQ queries: a 64-column block of dS^T (its columns are the queries).
+  const int dq_q0 = bwd_dq_query<Cfg>(cw);
+  const uint32_t dq_rows = static_cast<uint32_t>(dq_q0 / 64 * kBlockN * 128);
   if constexpr (kPieces > 0) {
     if constexpr (!Cfg::kSplitD) fa2::wg_fence();
 #pragma unroll
     for (int k = 0; k < kPieces; ++k) {
       fa2::wg_gemm<T, kPieceCols / 8, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(
-          acc_dq[k], sm.ds(buf),
+          acc_dq[k], sm.ds(buf) + dq_rows,
           sm.k() + static_cast<uint32_t>(bwd_dq_col<Cfg>(it, cw, k) / Cfg::kCols * kBlockN * kSw));
       fa2::wg_commit();  // a group per piece: bwd_stage_pieces stages each as soon as it is done
     }
@@ -161,7 +171,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // Each piece once its GEMM is done, while the later pieces and dK may still run; its
   // staging buffer is free once the writer warp arrived on its empty barrier (the protocol
   // at bwd_reduce_dq).
-  if constexpr (kPieces > 0) bwd_stage_pieces<Cfg, kPieces, 0>(sm, acc_dq, w.len_q - m0, cw, warp, g, t);
+  if constexpr (kPieces > 0) bwd_stage_pieces<Cfg, kPieces, 0>(sm, acc_dq, w.len_q - m0 - dq_q0, cw, warp, g, t);
   fa2::wg_wait<0>();
   fa2::wg_hold(acc.dv);
   fa2::wg_hold(acc.dk);

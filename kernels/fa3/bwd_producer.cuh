@@ -171,8 +171,9 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
             if (Cfg::kD % 64 != 0 && box * Cfg::kDqBoxCols >= cols) break;  // d = 96's narrow piece: one box
             const uint32_t src = sm.dq(cw) + static_cast<uint32_t>(box * Cfg::kDqBoxBytes);
             const int col = bwd_dq_col<Cfg>(it, cw, k) + box * Cfg::kDqBoxCols;
-            if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0, w.b);
-            else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row);
+            const int q0 = bwd_dq_query<Cfg>(cw);
+            if constexpr (kDet) hopper::tma_reduce_add_4d(&maps.dq, src, col, h, m0 + q0, w.b);
+            else hopper::tma_reduce_add_3d(&maps.dq, src, col, h, row + q0);
           }
       }
       // The slot's reduce-adds as one bulk group: a wait covers committed groups only, so

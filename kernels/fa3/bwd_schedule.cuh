@@ -172,23 +172,29 @@ __device__ __forceinline__ int bwd_wg_query(int cw) {
 
 // The dQ piece of slot k (0 .. kDqSlots - 1) of warpgroup cw at step it: columns bwd_dq_col
 // .. + bwd_dq_cols - 1 of the step's dQ, none where bwd_dq_cols is 0.
-// By keys: at d = 128 columns 64 cw .. + 63; below, warpgroup it % 2 takes columns 0 .. 63
-// and the other the rest (d = 96: 64 .. 95; d = 64: none), so the larger piece alternates
-// (a template argument of the step: no wgmma is in flight across a branch on it, which
-// ptxas would serialize, C7520).
+// kDqByQueries (d = 64): all 64 columns, of the warpgroup's queries (bwd_dq_query).
+// By keys: at d = 128 columns 64 cw .. + 63; at d = 96 warpgroup it % 2 takes columns 0 ..
+// 63 and the other 64 .. 95, so the larger piece alternates (a template argument of the
+// step: no wgmma is in flight across a branch on it, which ptxas would serialize, C7520).
 // kSplitD: bwd_dq_blocks(cw) pieces of 64 columns from column block bwd_dq_first(cw).
 template <class Cfg>
 __device__ __forceinline__ int bwd_dq_cols(int it, int cw, int k = 0) {
   if constexpr (Cfg::kSplitD) return k < bwd_dq_blocks<Cfg>(cw) ? 64 : 0;
-  else if constexpr (Cfg::kD == 128) return 64;
+  else if constexpr (Cfg::kDqByQueries || Cfg::kD == 128) return 64;
   else return cw == it % 2 ? 64 : Cfg::kD - 64;
 }
 template <class Cfg>
 __device__ __forceinline__ int bwd_dq_col(int it, int cw, int k = 0) {
   if constexpr (Cfg::kSplitD) return (bwd_dq_first<Cfg>(cw) + k) * 64;
+  else if constexpr (Cfg::kDqByQueries) return 0;
   else if constexpr (Cfg::kD == 128) return cw * 64;
-  else if constexpr (Cfg::kD == 64) return 0;
   else return cw == it % 2 ? 0 : 64;
+}
+// The first of the step's queries in warpgroup cw's dQ pieces: kDqByQueries its half, else
+// all of them (64 rows from 0).
+template <class Cfg>
+__host__ __device__ constexpr int bwd_dq_query(int cw) {
+  return Cfg::kDqByQueries ? cw * Cfg::kDqRows : 0;
 }
 
 // Whether the step's (query block, key block) pair takes the element mask: queries past

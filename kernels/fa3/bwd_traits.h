@@ -20,6 +20,11 @@ namespace fa3 {
 //   and dP^T): 64 keys, warpgroup c owns dK, dV of all of them in its column blocks
 //   (bwd_kv_blocks), computes S^T and dP^T for the 64 keys x its kWgQueries queries, and
 //   both halves of P^T and dS^T go to shared memory for dV and dK.
+// Rows of a staged dQ piece (one wgmma tile: the dQ map's boxes), and the fewest queries of
+// any head dim's step (the host lays out the deterministic mode's turn counters by it).
+constexpr int kBwdDqRows = 64;
+constexpr int kBwdMinBlockM = 64;
+
 template <int D>
 struct BwdTraits {
   static constexpr int kD = D;
@@ -31,10 +36,16 @@ struct BwdTraits {
   static constexpr bool kSplitD = D > 128;
   static_assert(!kSplitD || kCols == 64, "the head-dim split shares out 64-column blocks (dK, dV, dQ pieces)");
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
-  // Queries per step: S^T and dP^T take kBlockM / 2 registers each (128 at d = 64 spills).
-  static constexpr int kBlockM = 64;
+  // Queries per step: S^T and dP^T take kBlockM / 2 registers each beside dK, dV's D: 128 at
+  // d = 64 (192 accumulator registers at the step's peak), 64 above.
+  static constexpr int kBlockM = D == 64 ? 128 : 64;
   // The queries of a warpgroup's S^T and dP^T: all by keys, half with kSplitD.
   static constexpr int kWgQueries = kSplitD ? kBlockM / 2 : kBlockM;
+  // kDqByQueries (a 128-query step): each warpgroup computes the dQ of its half of the step's
+  // queries, all D columns (64: one piece), from both warpgroups' dS^T; else the step's dQ
+  // (64 queries) goes out in column pieces (bwd_schedule.cuh's bwd_dq_cols).
+  static constexpr bool kDqByQueries = kBlockM == 128;
+  static_assert(!kDqByQueries || (D == 64 && !kSplitD), "a warpgroup's dQ rows are one 64-column piece");
   static constexpr int kStages = 2;
   // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
   // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
@@ -45,8 +56,13 @@ struct BwdTraits {
   static constexpr int kThreads = 384;  // warpgroup 0 loads, 1 and 2 compute
   // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
   // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
-  // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232.
-  static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
+  // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232;
+  // but the 128-query step (Sᵀ, dPᵀ, dK, dV: 192 accumulator registers) spilled 208 bytes in
+  // the consumers at 232 and measured 9-13% slower than 64-query steps, and at 24 / 240 with
+  // the step's addresses kept in the step (bwd_step) 1-3% faster, the producer's spills
+  // (about 60 bytes, its loops' addresses) off the critical path.
+  static constexpr int kLaunchRegs = 168, kProducerRegs = kDqByQueries ? 24 : 32;
+  static constexpr int kConsumerRegs = kDqByQueries ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
   static constexpr int kQBytes = kBlockM * D * 2;          // one Q or dO tile
@@ -63,9 +79,10 @@ struct BwdTraits {
   static constexpr int kDqSlots = kSplitD ? kHiBlocks : 1;
   // A piece staged in shared memory for the copy engine's reduce-add into the fp32 dQ
   // accumulator (one buffer per consumer warpgroup): two boxes of 32 columns (128 bytes, the
-  // widest row of the 128-byte swizzle) x 64 rows, each 1024-byte aligned.
+  // widest row of the 128-byte swizzle) x kDqRows (64) rows, each 1024-byte aligned.
   static constexpr int kDqBoxCols = 32;
-  static constexpr int kDqBoxBytes = kBlockM * kDqBoxCols * 4;
+  static constexpr int kDqRows = kBwdDqRows;
+  static constexpr int kDqBoxBytes = kDqRows * kDqBoxCols * 4;
   static constexpr int kDqStageBytes = 2 * kDqBoxBytes;
   // Barriers: K/V full, Q full and Q empty x kStages, (kSeparateDo) dO full and dO empty x
   // kDoStages (8 bytes each).
@@ -77,7 +94,8 @@ struct BwdTraits {
                                     2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
   static_assert(kSmemBytes <= hopper::kSmemLimit, "over the dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
-  static_assert(kBlockM == 64, "one 64-row wgmma tile of dQ");
+  static_assert(kBlockM == kDqRows * (kDqByQueries ? 2 : 1), "a dQ piece is one 64-row wgmma tile");
+  static_assert(kBlockM % kBwdMinBlockM == 0, "the turn counters are laid out by the smallest step");
 };
 
 }  // namespace fa3

@@ -150,7 +150,7 @@ WsLayout ws_layout(const AttnParams& p, int cfg) {
   const CheckedSize rows = p.varlen ? CheckedSize(p.total_q) : checked_product(p.batch, p.seqlen_q);
   // The turn counters (deterministic mode) serve the fa3 backward too: one per query block
   // of the smaller of the two families' query tiles.
-  const int br = std::min(min_br(cfg < 0 ? 0 : cfg), fa3::BwdTraits<64>::kBlockM);
+  const int br = std::min(min_br(cfg < 0 ? 0 : cfg), fa3::kBwdMinBlockM);
   const int64_t n_qblocks = (p.seqlen_q + br - 1) / br;
   CheckedSize off = 0;
   w.delta = static_cast<size_t>(off.value());

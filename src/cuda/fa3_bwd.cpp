@@ -154,7 +154,7 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   // mode (fa3/bwd.h). fa3_bwd_prepare checked what the encoder checks (extents within 32
   // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
   fa3::BwdMaps maps = run.maps;
-  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols, kBoxRows = fa3::BwdTraits<64>::kBlockM;
+  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols, kBoxRows = fa3::kBwdDqRows;
   const bool mapped = p.deterministic ? encode_dq_accum_map_seqs(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
                                                                  p.seqlen_q, p.batch, kBoxCols, kBoxRows)
                                       : encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
