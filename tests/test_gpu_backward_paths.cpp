@@ -69,9 +69,10 @@ std::vector<uint8_t> grad_bits(const LibResult& r) {
 // The child-process side of the comparison below: the variable that receives the bits' path.
 constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
-// Lengths off every tile (64 queries x 128 or 64 keys a step), whole tiles, more queries
-// than keys and fewer (bottom-right: rows that see no key; top-left: keys no row sees),
-// causal in both alignments.
+// Lengths off every tile (128 or 64 queries x 128 or 64 keys a step; at d = 64 each
+// consumer warpgroup's dQ half of a 128-query step full, partial or past the queries),
+// whole tiles, more queries than keys and fewer (bottom-right: rows that see no key;
+// top-left: keys no row sees), causal in both alignments.
 void check_awkward_lengths(const Dims& dims, uint64_t seed) {
   const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
                               {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
@@ -118,9 +119,9 @@ void check_strided(const Dims& dims, uint64_t seed) {
 }
 
 // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
-// queries and fewer: several key blocks (128 or 64) and query blocks (64) a head, partial
-// last blocks, so every dQ row takes several ordered adds (at d = 192 and 256 several
-// pieces a warpgroup a step). Five runs each, bitwise equal and right.
+// queries and fewer: several key blocks (128 or 64) and query blocks (64 or 128) a head,
+// partial last blocks, so every dQ row takes several ordered adds (at d = 192 and 256
+// several pieces a warpgroup a step). Five runs each, bitwise equal and right.
 void check_deterministic(const Dims& dims, uint64_t seed) {
   const int64_t lens[][2] = {{300, 500}, {500, 300}};
   for (int64_t d : dims)
