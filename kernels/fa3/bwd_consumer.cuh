@@ -93,7 +93,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   constexpr int kNT = Cfg::kWgQueries / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr int kSw = Cfg::kSwizzle;
   static_assert(kPieces > 0 || !Cfg::kSeparateDo, "dO's release waits for dV behind the pieces and dK");
-  // kDqByQueries (Sᵀ, dPᵀ, dK, dV: 192 registers): the step's addresses are computed in the
+  // kDqByQueries (S^T, dP^T, dK, dV: 192 registers): the step's addresses are computed in the
   // step, from a base the compiler cannot see through, rather than hoisted out of the walk
   // and kept (spilled) across it.
   uint32_t base = sm_in.base, tid = threadIdx.x;

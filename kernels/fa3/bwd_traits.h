@@ -57,10 +57,10 @@ struct BwdTraits {
   // setmaxnreg: the CTA's pool is the registers of its launch, 168 a thread under
   // __launch_bounds__(384, 1); a consumer raising its count waits until the producer's
   // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232;
-  // but the 128-query step (Sᵀ, dPᵀ, dK, dV: 192 accumulator registers) spilled 208 bytes in
-  // the consumers at 232 and measured 9-13% slower than 64-query steps, and at 24 / 240 with
-  // the step's addresses kept in the step (bwd_step) 1-3% faster, the producer's spills
-  // (about 60 bytes, its loops' addresses) off the critical path.
+  // but the 128-query step (S^T, dP^T, dK, dV: 192 accumulator registers) spilled 208 bytes
+  // in the consumers at 232 and measured 9-13% slower than 64-query steps; at 24 / 240, with
+  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, the producer's spills
+  // (about 60 bytes in its loops) included.
   static constexpr int kLaunchRegs = 168, kProducerRegs = kDqByQueries ? 24 : 32;
   static constexpr int kConsumerRegs = kDqByQueries ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,

@@ -234,7 +234,7 @@ flashattn_status_t launch(const AttnParams& p, const decode::Launch<Arch>& l, cu
 // Keys per box as the Sm90a kernel issues them: 16 in place of 64 where a producer warp
 // issues (head dims 128 and 256: a contiguous cache or pages of 64 keys or more, four boxes
 // a tile), which the copy engine completes sooner than one box of 64 (b = 1 32/8 d = 128
-// 32k contiguous: 66.1 -> 58.9 us, as pages of 16, a box each, ran; pages of 16 or 32 keep
+// 32k contiguous: 66.2 -> 59.3 us, as pages of 16, a box each, ran; pages of 16 or 32 keep
 // a box a page: docs/internals/kernels-decode.md); else box_rows(p), as thread 0 issues
 // every box at head dim 64.
 int issued_box_rows(const AttnParams& p) {
