@@ -59,8 +59,8 @@ struct BwdTraits {
   // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232;
   // but the 128-query step (S^T, dP^T, dK, dV: 192 accumulator registers) spilled 208 bytes
   // in the consumers at 232 and measured 9-13% slower than 64-query steps; at 24 / 240, with
-  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, the producer's spills
-  // (about 60 bytes in its loops) included.
+  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, with 96 bytes of spill
+  // stores left, most of them in warp 1's row loads.
   static constexpr int kLaunchRegs = 168, kProducerRegs = kDqByQueries ? 24 : 32;
   static constexpr int kConsumerRegs = kDqByQueries ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
@@ -70,10 +70,11 @@ struct BwdTraits {
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
   static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
   static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
-  // dQ of a step (64 x D) in pieces of up to 64 columns, each computed by one warpgroup
-  // (bwd_schedule.cuh's bwd_dq_cols). kSplitD: warpgroup 0 owns the first kHiBlocks column
-  // blocks of dK and dV and computes the first kLoBlocks dQ pieces of every step, warpgroup 1
-  // the rest (at d = 192 two and one of dK, dV's, one and two of dQ's).
+  // dQ of a step (64 x D; kDqByQueries 128 x 64, a 64-row half a warpgroup) in pieces of
+  // up to 64 columns, each computed by one warpgroup (bwd_schedule.cuh's bwd_dq_cols).
+  // kSplitD: warpgroup 0 owns the first kHiBlocks column blocks of dK and dV and computes
+  // the first kLoBlocks dQ pieces of every step, warpgroup 1 the rest (at d = 192 two and
+  // one of dK, dV's, one and two of dQ's).
   static constexpr int kHiBlocks = (kColBlocks + 1) / 2, kLoBlocks = kColBlocks / 2;
   // The most pieces a warpgroup stages in one step (one after the other in its buffer).
   static constexpr int kDqSlots = kSplitD ? kHiBlocks : 1;
