@@ -20,7 +20,8 @@ namespace {
 const flashattn_dtype_t kDtypes[3] = {FLASHATTN_DTYPE_FP16, FLASHATTN_DTYPE_BF16, FLASHATTN_DTYPE_FP32};
 
 // Whether this process's bf16 forward and backward multiply on AMX tiles
-// (src/cpu/cpu_impl.hpp, amx_products): the amx set is usable here and FLASHATTN_CPU_ISA does not pick another.
+// (src/cpu/cpu_impl.hpp, amx_products): the amx set is usable here and FLASHATTN_CPU_ISA
+// does not pick another.
 bool amx_active() {
   const char* env = getenv("FLASHATTN_CPU_ISA");
   return env != nullptr ? strcmp(env, "amx") == 0 : cpu_isa_usable("amx");

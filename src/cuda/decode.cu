@@ -66,11 +66,15 @@ const DimPlan& plan_for(const AttnParams& p) {
   return d == 64 ? k64 : d == 128 ? k128 : k256;
 }
 
-// Keys per copy-engine box of the Sm90a kernel: 64 for a contiguous cache or pages of a
-// multiple of 64 keys, the page size for pages of 16 or 32 (several boxes per tile); 0 for
-// other page sizes, whose rows the Sm80 kernel gathers.
+// Keys per copy-engine box of the Sm90a kernel: the page size for pages of 16 or 32 (a box
+// a page); for a contiguous cache or pages of a multiple of 64 keys 16 where a producer warp
+// issues (head dims 128 and 256: four boxes a tile, which the copy engine completes sooner
+// than one of 64: b = 1 32/8 d = 128 32k contiguous 66.2 -> 59.3 us, as pages of 16 ran;
+// docs/internals/kernels-decode.md), else 64 (thread 0 issues every box at head dim 64); 0
+// for other page sizes, whose rows the Sm80 kernel gathers.
 int box_rows(const AttnParams& p) {
-  if (p.kv_page_size == 0 || p.kv_page_size % decode::kTileK == 0) return decode::kTileK;  // 0: contiguous
+  if (p.kv_page_size == 0 || p.kv_page_size % decode::kTileK == 0)  // 0: contiguous
+    return plan_for<fa2::Sm90a>(p).producer ? 16 : decode::kTileK;
   return p.kv_page_size == 16 || p.kv_page_size == 32 ? static_cast<int>(p.kv_page_size) : 0;
 }
 
@@ -231,23 +235,12 @@ flashattn_status_t launch(const AttnParams& p, const decode::Launch<Arch>& l, cu
 }
 
 #if FLASHATTN_FA2_SM90A
-// Keys per box as the Sm90a kernel issues them: 16 in place of 64 where a producer warp
-// issues (head dims 128 and 256: a contiguous cache or pages of 64 keys or more, four boxes
-// a tile), which the copy engine completes sooner than one box of 64 (b = 1 32/8 d = 128
-// 32k contiguous: 66.2 -> 59.3 us, as pages of 16, a box each, ran; pages of 16 or 32 keep
-// a box a page: docs/internals/kernels-decode.md); else box_rows(p), as thread 0 issues
-// every box at head dim 64.
-int issued_box_rows(const AttnParams& p) {
-  const int box = box_rows(p);
-  return plan_for<fa2::Sm90a>(p).producer && box == decode::kTileK ? 16 : box;
-}
-
 // The Sm90a kernel's tensor maps of p's caches (keys of a cache row, or of a page, by
 // kv heads by rows or pages); false when the copy engine cannot take a pointer, stride or
 // extent (encode_rows_map_16bit), and the Sm80 kernel runs instead.
 bool bulk_maps(const AttnParams& p, decode::BulkMaps* m) {
   const int64_t keys = p.kv_page_size > 0 ? p.kv_page_size : p.seqlen_k;
-  m->box_rows = issued_box_rows(p);
+  m->box_rows = box_rows(p);
   return encode_rows_map_16bit(&m->k, p.k, p.head_dim_qk, keys, p.heads_kv, p.kv_num_rows, p.k_stride, m->box_rows) &&
          encode_rows_map_16bit(&m->v, p.v, p.head_dim_v, keys, p.heads_kv, p.kv_num_rows, p.v_stride, m->box_rows);
 }
