@@ -59,8 +59,8 @@ struct BwdTraits {
   // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232;
   // but the 128-query step (S^T, dP^T, dK, dV: 192 accumulator registers) spilled 208 bytes
   // in the consumers at 232 and measured 9-13% slower than 64-query steps; at 24 / 240, with
-  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, with 96 bytes of spill
-  // stores left, most of them in warp 1's row loads.
+  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, with 32 bytes of spill
+  // stores left in the producer (bwd_load_rows reads a step's rows into registers).
   static constexpr int kLaunchRegs = 168, kProducerRegs = kDqByQueries ? 24 : 32;
   static constexpr int kConsumerRegs = kDqByQueries ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
