@@ -69,13 +69,14 @@ std::vector<uint8_t> grad_bits(const LibResult& r) {
 // The child-process side of the comparison below: the variable that receives the bits' path.
 constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
-// Lengths off every tile (128 or 64 queries x 128 or 64 keys a step; at d = 64 each
-// consumer warpgroup's dQ half of a 128-query step full, partial or past the queries),
-// whole tiles, more queries than keys and fewer (bottom-right: rows that see no key;
-// top-left: keys no row sees), causal in both alignments.
+// Lengths off every tile (128, 80 or 64 queries x 128 or 64 keys a step; at d = 64 each
+// consumer warpgroup's dQ half of a 128-query step full, partial or past the queries; at
+// d = 128 unmasked steps of 80 whole and partial), whole tiles, more queries than keys and
+// fewer (bottom-right: rows that see no key; top-left: keys no row sees), causal in both
+// alignments.
 void check_awkward_lengths(const Dims& dims, uint64_t seed) {
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
-                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}};
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129}, {129, 17}, {129, 129}, {1000, 129},
+                              {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}, {80, 80},   {161, 200}};
   for (int64_t d : dims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {

@@ -55,7 +55,7 @@ __device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
 
 // d (64 x N per warpgroup, fp32) = (kAcc ? d : 0) + A (64 x 16) * B (16 x N), A and B in
 // shared memory (descriptors da, db); kTr = the transpose flags: 0 both K-major, 1 B MN-major,
-// 3 both MN-major.
+// 2 A MN-major, 3 both MN-major.
 template <typename T, int N, bool kAcc, int kTr = 0>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, uint64_t db);
 
@@ -115,6 +115,15 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, 
   "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
 #define FA_WG_DA_112 "%56"
 #define FA_WG_DB_112 "%57"
+// n80 (the fa3 backward's 80-query step at d = 128: S^T, dP^T and dQ^T).
+#define FA_WG_OPS_80(C)                                                                                       \
+  FA_WG_TILE(C, 0), FA_WG_TILE(C, 1), FA_WG_TILE(C, 2), FA_WG_TILE(C, 3), FA_WG_TILE(C, 4), FA_WG_TILE(C, 5), \
+      FA_WG_TILE(C, 6), FA_WG_TILE(C, 7), FA_WG_TILE(C, 8), FA_WG_TILE(C, 9)
+#define FA_WG_REGS_80                                                                                       \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}"
+#define FA_WG_DA_80 "%40"
+#define FA_WG_DB_80 "%41"
 #define FA_WG_REGS_256                                                                                               \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%" \
   "30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%" \
@@ -153,6 +162,8 @@ FA_WG_MMA_N(32, 0, "0, 0")
 FA_WG_MMA_N(64, 0, "0, 0")
 FA_WG_MMA_N(128, 0, "0, 0")
 FA_WG_MMA_N(112, 0, "0, 0")
+FA_WG_MMA_N(80, 0, "0, 0")
+FA_WG_MMA_N(80, 2, "1, 0")
 FA_WG_MMA_N(64, 1, "0, 1")
 FA_WG_MMA_N(128, 1, "0, 1")
 FA_WG_MMA_N(32, 3, "1, 1")

@@ -3,9 +3,11 @@
 // registers, then writes them. BwdTraits picks one of two ways to share a step; the code is
 // one, and only the marked parts (if constexpr Cfg::kSplitD) differ:
 // - by keys (head dims up to 128; 128 keys a CTA): warpgroup c owns keys 64 c .. + 63 and
-//   their dK, dV; S^T and dP^T are 64 keys x the step's queries (128 at d = 64, else 64);
-//   P^T and dS^T stay in registers as the A operands of dV and dK, and dS^T also goes to
-//   shared memory for dQ (at d = 64 each warpgroup computes the dQ of half the queries);
+//   their dK, dV; S^T and dP^T are 64 keys x the step's queries (bwd_block_m: 128 at d = 64,
+//   80 at d = 128 unmasked, else 64); P^T and dS^T stay in registers as the A operands of dV
+//   and dK, and dS^T also goes to shared memory for dQ (at d = 64 each warpgroup computes the
+//   dQ of half the queries; at 80 queries dQ^T of half the columns, from dS stored
+//   query-major);
 // - by head-dim columns (kSplitD, head dims over 128, where 2 x D / 2 fp32 registers a
 //   thread would not fit beside S^T and dP^T; 64 keys a CTA): warpgroup c owns dK, dV of all
 //   the keys in its column blocks (bwd_kv_blocks); S^T and dP^T are the 64 keys x its 32
@@ -15,10 +17,11 @@
 //   P^T = exp2(S^T scale log2(e) - LSE_2), masked; dS^T = P^T (dP^T - Delta) (bwd_math.cuh);
 //   dS^T (kSplitD: and P^T) into shared memory, the 128-byte swizzle of a TMA tile;
 //   dV += P^T dO, the warpgroup's dQ pieces (dQ = dS K, dS^T read transposed through its
-//   descriptor; bwd_dq_cols), dK += dS^T Q, in that order (FA3's): dK runs on the tensor
-//   cores while the warpgroup stages the pieces in shared memory for warp 2, which adds them
-//   into the fp32 dQ accumulator (named barriers, bwd_schedule.cuh). The dQ GEMM reads both
-//   warpgroups' dS^T: a named barrier once both are stored.
+//   descriptor; at 80 queries dQ^T = K^T dS^T; bwd_dq_cols), dK += dS^T Q, in that order
+//   (FA3's): dK runs on the tensor cores while the warpgroup stages the pieces in shared
+//   memory for warp 2, which adds them into the fp32 dQ accumulator (named barriers,
+//   bwd_schedule.cuh). The dQ GEMM reads both warpgroups' dS^T: a named barrier once both
+//   are stored.
 // dS^T and P^T have two buffers, so a warpgroup writes the next step's while the other still
 // reads this step's: one named barrier per step. Epilogue: dK * scale and dV from registers
 // to the outputs (added to the values there when accumulating).
@@ -77,7 +80,8 @@ __device__ __forceinline__ void bwd_stage_pieces(const BwdSmem<Cfg>& sm, float (
     fa2::wg_wait<kPieces - k>();
     fa2::wg_hold(acc_dq[k]);
     hopper::bar_sync(kBarDqEmpty + cw, kDqBarThreads);
-    bwd_stage_dq<Cfg>(sm.dq(cw), acc_dq[k], rows_left, warp, g, t);
+    if constexpr (Cfg::kDqTransposed) bwd_stage_dq_t<Cfg>(sm.dq(cw), acc_dq[k], rows_left, warp, g, t);
+    else bwd_stage_dq<Cfg>(sm.dq(cw), acc_dq[k], rows_left, warp, g, t);
     hopper::fence_proxy_async_smem();
     hopper::bar_arrive(kBarDqFull + cw, kDqBarThreads);
     bwd_stage_pieces<Cfg, kPieces, k + 1>(sm, acc_dq, rows_left, cw, warp, g, t);
@@ -93,13 +97,16 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   constexpr int kNT = Cfg::kWgQueries / 8, kD = Cfg::kD, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr int kSw = Cfg::kSwizzle;
   static_assert(kPieces > 0 || !Cfg::kSeparateDo, "dO's release waits for dV behind the pieces and dK");
-  // kDqByQueries (S^T, dP^T, dK, dV: 192 registers): the step's addresses are computed in the
-  // step, from a base the compiler cannot see through, rather than hoisted out of the walk
-  // and kept (spilled) across it.
+  // kWideStep (S^T, dP^T, dK, dV: 192 registers or more): the step's addresses are computed
+  // in the step, from a base the compiler cannot see through, rather than hoisted out of the
+  // walk and kept (spilled) across it. The thread's indices in unsigned arithmetic: the
+  // compiler knows no range of a laundered index, and signed division and remainder cost
+  // instructions and registers (at the 80-query step: spills 60 -> 32 bytes, none left in
+  // the unmasked step).
   uint32_t base = sm_in.base, tid = threadIdx.x;
-  if constexpr (Cfg::kDqByQueries) asm volatile("" : "+r"(base), "+r"(tid));
+  if constexpr (Cfg::kWideStep) asm volatile("" : "+r"(base), "+r"(tid));
   const BwdSmem<Cfg> sm{base};
-  const int warp = (static_cast<int>(tid) / 32) % 4, lane = static_cast<int>(tid) % 32;
+  const int warp = static_cast<int>(tid / 32 % 4), lane = static_cast<int>(tid % 32);
   const int g = lane / 4, t = lane % 4;
   const int s = bwd_stage<Cfg>(it), sd = bwd_stage<Cfg, Cfg::kDoStages>(it), m0 = w.m0<Cfg>(it), buf = it % 2;
   const int q0 = bwd_wg_query<Cfg>(cw);                         // the warpgroup's first query of the step
@@ -132,7 +139,8 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   hopper::pack_a<T>(pa, acc_s);
   hopper::pack_a<T>(dsa, acc_dp);
   if constexpr (Cfg::kSplitD) bwd_store_ds<Cfg>(sm.pt(buf), 0, pa, warp, g, t, q0 / 8);
-  bwd_store_ds<Cfg>(sm.ds(buf), bwd_wg_key<Cfg>(cw), dsa, warp, g, t, q0 / 8);
+  if constexpr (Cfg::kDqTransposed) bwd_store_ds_rows<Cfg>(sm.ds(buf), cw, dsa, warp, lane);
+  else bwd_store_ds<Cfg>(sm.ds(buf), bwd_wg_key<Cfg>(cw), dsa, warp, g, t, q0 / 8);
   hopper::fence_proxy_async_smem();
   // kSplitD: dV reads the other warpgroup's half of P^T.
   if constexpr (Cfg::kSplitD) hopper::bar_sync(kBarDsReady, 256);
@@ -146,7 +154,9 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   fa2::wg_commit();
   // By keys: dQ reads the other warpgroup's half of dS^T; its GEMMs are a new batch.
   if constexpr (!Cfg::kSplitD) hopper::bar_sync(kBarDsReady, 256);
-  float acc_dq[kPieces > 0 ? kPieces : 1][1][kPieceCols / 8][4];
+  // kDqTransposed: dQ^T, the piece's columns x the step's queries.
+  constexpr int kDqNT = Cfg::kDqTransposed ? kBlockM / 8 : kPieceCols / 8;
+  float acc_dq[kPieces > 0 ? kPieces : 1][1][kDqNT][4];
   // The warpgroup's dQ queries: a 64-column block of dS^T (its columns are the queries).
   const int dq_q0 = bwd_dq_query<Cfg>(cw);
   const uint32_t dq_rows = static_cast<uint32_t>(dq_q0 / 64 * kBlockN * 128);
@@ -154,9 +164,11 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
     if constexpr (!Cfg::kSplitD) fa2::wg_fence();
 #pragma unroll
     for (int k = 0; k < kPieces; ++k) {
-      fa2::wg_gemm<T, kPieceCols / 8, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(
-          acc_dq[k], sm.ds(buf) + dq_rows,
-          sm.k() + static_cast<uint32_t>(bwd_dq_col<Cfg>(it, cw, k) / Cfg::kCols * kBlockN * kSw));
+      const uint32_t k_cols = sm.k() + static_cast<uint32_t>(bwd_dq_col<Cfg>(it, cw, k) / Cfg::kCols * kBlockN * kSw);
+      if constexpr (Cfg::kDqTransposed)  // dQ^T = K^T dS^T: A = K's columns MN-major, B = dS K-major
+        fa2::wg_gemm<T, kDqNT, kBlockN, 2, kBlockN, kBlockM, true, kSw, 128>(acc_dq[k], k_cols, sm.ds(buf));
+      else
+        fa2::wg_gemm<T, kDqNT, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(acc_dq[k], sm.ds(buf) + dq_rows, k_cols);
       fa2::wg_commit();  // a group per piece: bwd_stage_pieces stages each as soon as it is done
     }
   }

@@ -31,6 +31,29 @@ __device__ __forceinline__ void bwd_store_ds(uint32_t sds, int rows, const uint3
     }
 }
 
+// kDqTransposed: the same fragments into the dS tile, query-major (the K-major B operand of
+// the dQ^T GEMM: kBlockM query rows x kBlockN key columns, 64-key column block cb at cb
+// kBlockM 128 bytes, row q's 16-byte chunk c (keys 8 c ..) at c ^ (q % 8)), with
+// stmatrix.trans: fragment kk's four 8 x 8 matrices (keys 0-7 / 8-15 of the warp's 16 x
+// queries 16 kk + 0-7 / 8-15, in pack_a's order) stored transposed, lane 8 i + j giving the
+// address of row j (a query, 8 keys in one chunk) of matrix i. The 8 rows of a matrix land
+// in 8 different chunks: every bank once.
+template <class Cfg, int KK>
+__device__ __forceinline__ void bwd_store_ds_rows(uint32_t sds, int cw, const uint32_t (&ds)[KK][4], int warp,
+                                                  int lane) {
+  const int i = lane / 8, j = lane % 8;
+  const int chunk = 2 * warp + i % 2;  // the 8 keys of matrix i within the warpgroup's 64
+  const uint32_t col = sds + static_cast<uint32_t>(cw * Cfg::kBlockM * 128 + ((chunk ^ j) << 4));
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    const int q = 16 * kk + 8 * (i / 2) + j;  // q % 8 = j
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     col + static_cast<uint32_t>(q * 128)),
+                 "r"(ds[kk][0]), "r"(ds[kk][1]), "r"(ds[kk][2]), "r"(ds[kk][3])
+                 : "memory");
+  }
+}
+
 // acc (the step's queries 16 warp + g (+ 8) x the piece's columns 8 nt + 2t (+ 1); NT = 8, or
 // 4 for d = 96's narrow piece) into the dQ staging buffer sdq in the layout of the dQ map's
 // boxes (bwd_reduce_dq): columns 32 b .. in box b (kDqBoxBytes apart), row r at r 128 bytes,
@@ -63,6 +86,41 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t sdq, const float (&acc)[1]
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(keep ? x : 0.f), "f"(keep ? y : 0.f) : "memory");
     }
   }
+}
+
+// kDqTransposed: dQ^T (the warpgroup's 64 head-dim columns 16 warp + g (+ 8) x the step's
+// queries 8 nt + 2t (+ 1)) into the staging buffer sdq in the layout of bwd_stage_dq: column
+// m in box m / 32 (kDqBoxBytes apart), query q at q 128 bytes, its 16-byte chunk (m % 32) / 4
+// at that XOR (q % 8). One 4-byte store per value: in each, the lanes' 8 columns (two chunks)
+// by 4 rows 2t + (0 or 1) apart take 8 different chunks, every bank once. q % 8 is 2t + e
+// for every n8 tile, so a thread's stores are four addresses plus 1024 nt bytes (the
+// instruction's offset). Queries at or past rows_left are stored as 0, as in bwd_stage_dq
+// (a step's last tile only: the other steps store without the test).
+template <class Cfg, int NT, bool kWhole>
+__device__ __forceinline__ void bwd_stage_dq_t_rows(uint32_t sdq, const float (&acc)[1][NT][4], int rows_left, int warp,
+                                                    int g, int t) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const uint32_t m = static_cast<uint32_t>(warp * 16 + g + hh * 8);
+    const uint32_t box = sdq + (m / 32) * Cfg::kDqBoxBytes + (m % 4) * 4, chunk = (m % 32) / 4;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const uint32_t r = static_cast<uint32_t>(2 * t + e);
+      const uint32_t a = box + r * 128 + ((chunk ^ r) << 4);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float x = acc[0][nt][2 * hh + e];
+        const float v = kWhole || nt * 8 + 2 * t + e < rows_left ? x : 0.f;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a + static_cast<uint32_t>(nt * 1024)), "f"(v) : "memory");
+      }
+    }
+  }
+}
+template <class Cfg, int NT>
+__device__ __forceinline__ void bwd_stage_dq_t(uint32_t sdq, const float (&acc)[1][NT][4], int rows_left, int warp,
+                                               int g, int t) {
+  if (rows_left >= NT * 8) bwd_stage_dq_t_rows<Cfg, NT, true>(sdq, acc, rows_left, warp, g, t);
+  else bwd_stage_dq_t_rows<Cfg, NT, false>(sdq, acc, rows_left, warp, g, t);
 }
 
 // acc * scale (keys key0, key0 + 8 x its 8 NV columns) into out (dK or dV of the CTA's key head, strides st), or with

@@ -10,10 +10,9 @@
 namespace flashattn {
 namespace fa3 {
 
-template <int D, int kDtype>
-BwdLaunchResult run_bwd(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch, cudaStream_t stream) {
-  using Cfg = BwdTraits<D>;
-  using T = typename fa2::DtypeToElem<kDtype>::type;
+// The kernel of traits Cfg for element type T.
+template <class Cfg, typename T>
+BwdLaunchResult launch_bwd(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch, cudaStream_t stream) {
   auto kernel = bwd_kernel<Cfg, T>;
   BwdLaunchResult r{};
   r.smem = Cfg::kSmemBytes;
@@ -28,6 +27,17 @@ BwdLaunchResult run_bwd(const AttnParams& p, const BwdMaps& maps, const BwdScrat
   kernel<<<r.grid, Cfg::kThreads, r.smem, stream>>>(p, maps, scratch);
   r.err = cudaGetLastError();
   return r;
+}
+
+// Head dim D's kernel for the run's mask: its step (bwd_block_m) differs under the causal
+// mask at d = 128 only, where both kernels are instantiated.
+template <int D, int kDtype>
+BwdLaunchResult run_bwd(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch, cudaStream_t stream) {
+  using T = typename fa2::DtypeToElem<kDtype>::type;
+  constexpr int kM = bwd_block_m(D, false), kBandM = bwd_block_m(D, true);
+  if constexpr (kBandM != kM)
+    if (p.has_band) return launch_bwd<BwdTraits<D, kBandM>, T>(p, maps, scratch, stream);
+  return launch_bwd<BwdTraits<D, kM>, T>(p, maps, scratch, stream);
 }
 
 }  // namespace fa3

@@ -82,19 +82,23 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
     const float* const delta_in = scratch.delta + row0;
     const int valid = w.len_q - m0;
     // The rows are read before the stage is free, so their latency is not the stage's.
-    constexpr int kPerLane = Cfg::kBlockM / 32;
-    static_assert(Cfg::kBlockM % 32 == 0, "whole rows a lane");
+    // Row lane + 32 k for k < kPerLane; the last k only where it is a row of the step (an
+    // 80-query step).
+    constexpr int kPerLane = (Cfg::kBlockM + 31) / 32;
+    const auto in_step = [&](int k) { return Cfg::kBlockM % 32 == 0 || lane + 32 * k < Cfg::kBlockM; };
     float lse[kPerLane], delta[kPerLane];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int r = lane + 32 * k;
-      const float l = r < valid ? lse_in[r] : 0.f;
+      const bool load = in_step(k) && r < valid;
+      const float l = load ? lse_in[r] : 0.f;
       lse[k] = l == -INFINITY ? INFINITY : l * kLog2e;
-      delta[k] = r < valid ? delta_in[r] : 0.f;
+      delta[k] = load ? delta_in[r] : 0.f;
     }
     hopper::mbar_wait(sm.q_empty(s), bwd_parity<Cfg>(it) ^ 1u);
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
+      if (!in_step(k)) continue;
       const uint32_t r = static_cast<uint32_t>(lane + 32 * k);
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse(s) + 4u * r), "f"(lse[k]) : "memory");
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta(s) + 4u * r), "f"(delta[k]) : "memory");

@@ -20,12 +20,18 @@ namespace fa3 {
 //   and dP^T): 64 keys, warpgroup c owns dK, dV of all of them in its column blocks
 //   (bwd_kv_blocks), computes S^T and dP^T for the 64 keys x its kWgQueries queries, and
 //   both halves of P^T and dS^T go to shared memory for dV and dK.
-// Rows of a staged dQ piece (one wgmma tile: the dQ map's boxes), and the fewest queries of
-// any head dim's step (the host lays out the deterministic mode's turn counters by it).
-constexpr int kBwdDqRows = 64;
+// The fewest queries of any kernel's step (the host lays out the deterministic mode's turn
+// counters by it).
 constexpr int kBwdMinBlockM = 64;
 
-template <int D>
+// Queries per step of head dim d's kernel, for runs without (band false) or with the causal
+// mask: S^T and dP^T take kBlockM / 2 registers each beside dK, dV's D. 128 at d = 64 (192
+// accumulator registers at the step's peak); 80 at d = 128 unmasked (208, FA3's step: dQ
+// transposed, below); 64 elsewhere (under the causal mask a larger step masks more of the
+// diagonal's cells for nothing, and FA3 and FA4 keep 64 there too).
+constexpr int bwd_block_m(int d, bool band) { return d == 64 ? 128 : d == 128 && !band ? 80 : 64; }
+
+template <int D, int M = bwd_block_m(D, false)>
 struct BwdTraits {
   static constexpr int kD = D;
   // The 128-byte swizzle (64 columns) where D is a multiple of 64; else (d = 96) the 64-byte
@@ -36,9 +42,8 @@ struct BwdTraits {
   static constexpr bool kSplitD = D > 128;
   static_assert(!kSplitD || kCols == 64, "the head-dim split shares out 64-column blocks (dK, dV, dQ pieces)");
   static constexpr int kBlockN = kSplitD ? 64 : 128;  // keys
-  // Queries per step: S^T and dP^T take kBlockM / 2 registers each beside dK, dV's D: 128 at
-  // d = 64 (192 accumulator registers at the step's peak), 64 above.
-  static constexpr int kBlockM = D == 64 ? 128 : 64;
+  static constexpr int kBlockM = M;                   // queries per step (bwd_block_m)
+  static_assert(M == bwd_block_m(D, false) || M == bwd_block_m(D, true), "a step of bwd_block_m's");
   // The queries of a warpgroup's S^T and dP^T: all by keys, half with kSplitD.
   static constexpr int kWgQueries = kSplitD ? kBlockM / 2 : kBlockM;
   // kDqByQueries (a 128-query step): each warpgroup computes the dQ of its half of the step's
@@ -46,6 +51,15 @@ struct BwdTraits {
   // (64 queries) goes out in column pieces (bwd_schedule.cuh's bwd_dq_cols).
   static constexpr bool kDqByQueries = kBlockM == 128;
   static_assert(!kDqByQueries || (D == 64 && !kSplitD), "a warpgroup's dQ rows are one 64-column piece");
+  // kDqTransposed (an 80-query step, which no 64-row wgmma tile divides): each warpgroup
+  // computes dQ^T of its 64 head-dim columns (bwd_dq_col) x the step's queries, M = 64
+  // columns from the K tile read MN-major, N = the queries from dS, K = 128 keys; dS is
+  // stored query-major for it (bwd_store_ds_rows) and dQ^T staged transposed into the dQ
+  // map's boxes (bwd_stage_dq_t).
+  static constexpr bool kDqTransposed = kBlockM % 64 != 0;
+  static_assert(!kDqTransposed || (D == 128 && kBlockM % 16 == 0), "dQ^T by 64-column halves, queries in k16 steps");
+  // The steps whose accumulators pass 192 registers at the peak (S^T, dP^T, dK, dV).
+  static constexpr bool kWideStep = kBlockM > 64;
   static constexpr int kStages = 2;
   // At d = 256 a second dO stage (32 KB) does not fit beside K, V, two Q stages, P^T, dS^T
   // and the dQ staging (FA3's choice there too): dO gets its own one-stage ring, released
@@ -61,17 +75,18 @@ struct BwdTraits {
   // in the consumers at 232 and measured 9-13% slower than 64-query steps; at 24 / 240, with
   // the step's addresses kept in the step (bwd_step), 0.5-3% faster, with 32 bytes of spill
   // stores left in the producer (bwd_load_rows reads a step's rows into registers).
-  static constexpr int kLaunchRegs = 168, kProducerRegs = kDqByQueries ? 24 : 32;
-  static constexpr int kConsumerRegs = kDqByQueries ? 240 : 232;
+  static constexpr int kLaunchRegs = 168, kProducerRegs = kWideStep ? 24 : 32;
+  static constexpr int kConsumerRegs = kWideStep ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the consumers' registers exceed what the producer releases: setmaxnreg.inc would wait forever");
   static constexpr int kQBytes = kBlockM * D * 2;          // one Q or dO tile
   static constexpr int kKVBytes = kBlockN * D * 2;         // the K or the V tile
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T of one step (two buffers)
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;   // dS^T (or dS) of one step (two buffers)
   static constexpr int kPtBytes = kSplitD ? kDsBytes : 0;  // P^T of one step (two buffers; kSplitD only)
   static constexpr int kRowBytes = kBlockM * 4;            // LSE (base 2) or Delta of one step's queries
-  // dQ of a step (64 x D; kDqByQueries 128 x 64, a 64-row half a warpgroup) in pieces of
-  // up to 64 columns, each computed by one warpgroup (bwd_schedule.cuh's bwd_dq_cols).
+  // dQ of a step (64 x D; kDqByQueries 128 x 64, a 64-row half a warpgroup; kDqTransposed
+  // 80 x 128) in pieces of up to 64 columns, each computed by one warpgroup
+  // (bwd_schedule.cuh's bwd_dq_cols).
   // kSplitD: warpgroup 0 owns the first kHiBlocks column blocks of dK and dV and computes
   // the first kLoBlocks dQ pieces of every step, warpgroup 1 the rest (at d = 192 two and
   // one of dK, dV's, one and two of dQ's).
@@ -80,9 +95,10 @@ struct BwdTraits {
   static constexpr int kDqSlots = kSplitD ? kHiBlocks : 1;
   // A piece staged in shared memory for the copy engine's reduce-add into the fp32 dQ
   // accumulator (one buffer per consumer warpgroup): two boxes of 32 columns (128 bytes, the
-  // widest row of the 128-byte swizzle) x kDqRows (64) rows, each 1024-byte aligned.
+  // widest row of the 128-byte swizzle) x kDqRows rows (64; kDqTransposed the step's
+  // queries), each 1024-byte aligned.
   static constexpr int kDqBoxCols = 32;
-  static constexpr int kDqRows = kBwdDqRows;
+  static constexpr int kDqRows = kDqTransposed ? kBlockM : 64;
   static constexpr int kDqBoxBytes = kDqRows * kDqBoxCols * 4;
   static constexpr int kDqStageBytes = 2 * kDqBoxBytes;
   // Barriers: K/V full, Q full and Q empty x kStages, (kSeparateDo) dO full and dO empty x
@@ -95,8 +111,8 @@ struct BwdTraits {
                                     2 * kPtBytes + 2 * kDqStageBytes + 2 * kStages * kRowBytes + kBarBytes;
   static_assert(kSmemBytes <= hopper::kSmemLimit, "over the dynamic shared memory a CTA may have on sm_90");
   static_assert(D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dim 64, 96, 128, 192 or 256");
-  static_assert(kBlockM == kDqRows * (kDqByQueries ? 2 : 1), "a dQ piece is one 64-row wgmma tile");
-  static_assert(kBlockM % kBwdMinBlockM == 0, "the turn counters are laid out by the smallest step");
+  static_assert(kBlockM == kDqRows * (kDqByQueries ? 2 : 1), "a dQ piece holds a warpgroup's rows of the step");
+  static_assert(kBlockM >= kBwdMinBlockM, "the turn counters are laid out by the smallest step");
 };
 
 }  // namespace fa3

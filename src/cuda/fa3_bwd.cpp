@@ -43,9 +43,10 @@ int bwd_config(const AttnParams& p) {
   return -1;
 }
 
-// The key blocks of the launch (one CTA each), and the TMA maps of Q, K, V and dO in the
-// tiles of head dim D's kernel (false and the refusal, naming the tensor, if the encoder
-// refuses one).
+// The key blocks of the launch (one CTA each), the TMA maps of Q, K, V and dO in the tiles
+// of head dim D's kernel for p's mask (false and the refusal, naming the tensor, if the
+// encoder refuses one; fa3::run_bwd picks the same kernel), and the rows of its staged dQ
+// pieces (the dQ map's boxes). The kernels of one head dim differ in their step only.
 template <int D>
 int64_t key_blocks(const AttnParams& p) {
   constexpr int64_t kBlockN = fa3::BwdTraits<D>::kBlockN;
@@ -54,21 +55,30 @@ int64_t key_blocks(const AttnParams& p) {
 template <int D>
 bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_size) {
   using Cfg = fa3::BwdTraits<D>;
+  const int rows_q = fa3::bwd_block_m(D, p.has_band != 0);
   // The maps span the tensors' own head dims: the tiles' columns past them load as zeros.
-  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, Cfg::kBlockM},
+  const Fa3Map maps[] = {{"q", &m->q, p.q, p.q_stride, p.head_dim_qk, p.seqlen_q, p.heads_q, rows_q},
                          {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
-                         {"dout", &m->dout, p.dout, p.do_stride, p.head_dim_v, p.seqlen_q, p.heads_q, Cfg::kBlockM}};
+                         {"dout", &m->dout, p.dout, p.do_stride, p.head_dim_v, p.seqlen_q, p.heads_q, rows_q}};
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
-// The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks and maps.
+template <int D>
+int dq_rows(const AttnParams& p) {
+  return p.has_band ? fa3::BwdTraits<D, fa3::bwd_block_m(D, true)>::kDqRows
+                    : fa3::BwdTraits<D, fa3::bwd_block_m(D, false)>::kDqRows;
+}
+// The kernel of each served head dim (indexed like fa3::kBwdDims): its key blocks, maps and
+// dQ rows.
 struct DimOps {
   int64_t (*blocks)(const AttnParams&);
   bool (*maps)(const AttnParams&, fa3::BwdMaps*, char*, size_t);
+  int (*dq_rows)(const AttnParams&);
 };
 template <size_t I>
 struct DimOpsOf {
-  static constexpr DimOps value{&key_blocks<fa3::kBwdDims[I]>, &encode_maps<fa3::kBwdDims[I]>};
+  static constexpr DimOps value{&key_blocks<fa3::kBwdDims[I]>, &encode_maps<fa3::kBwdDims[I]>,
+                                &dq_rows<fa3::kBwdDims[I]>};
 };
 constexpr auto kDimOps = fa3_table<DimOpsOf>(std::make_index_sequence<fa3::kNumBwd>{});
 
@@ -154,11 +164,12 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   // mode (fa3/bwd.h). fa3_bwd_prepare checked what the encoder checks (extents within 32
   // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
   fa3::BwdMaps maps = run.maps;
-  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols, kBoxRows = fa3::kBwdDqRows;
+  constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols;
+  const int box_rows = kDimOps[cfg].dq_rows(p);
   const bool mapped = p.deterministic ? encode_dq_accum_map_seqs(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
-                                                                 p.seqlen_q, p.batch, kBoxCols, kBoxRows)
+                                                                 p.seqlen_q, p.batch, kBoxCols, box_rows)
                                       : encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
-                                                            p.batch * p.seqlen_q, kBoxCols, kBoxRows);
+                                                            p.batch * p.seqlen_q, kBoxCols, box_rows);
   if (!mapped)
     return fail(FLASHATTN_STATUS_LAUNCH_FAILED,
                 "fa3 backward (d=%d): the driver refused the TMA map of the dQ accumulator (%lld rows x %lld heads x "
