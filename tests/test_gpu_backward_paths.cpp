@@ -71,12 +71,13 @@ constexpr const char* kBitsVar = "FAT_BWD_AUTO_BITS";
 
 // Lengths off every tile (128, 80 or 64 queries x 128 or 64 keys a step; at d = 64 each
 // consumer warpgroup's dQ half of a 128-query step full, partial or past the queries; at
-// d = 128 unmasked steps of 80 whole and partial), whole tiles, more queries than keys and
-// fewer (bottom-right: rows that see no key; top-left: keys no row sees), causal in both
-// alignments.
+// d = 128 unmasked steps of 80 whole and partial, the last with 1-16, 17-64 or 65-79
+// rows), whole tiles, more queries than keys and fewer (bottom-right: rows that see no key;
+// top-left: keys no row sees), causal in both alignments.
 void check_awkward_lengths(const Dims& dims, uint64_t seed) {
-  const int64_t pairs[][2] = {{1, 1},      {1, 17},      {17, 1},    {17, 129}, {129, 17}, {129, 129}, {1000, 129},
-                              {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64}, {80, 80},   {161, 200}};
+  const int64_t pairs[][2] = {{1, 1},      {1, 17},     {17, 1},      {17, 129},  {129, 17}, {129, 129},
+                              {1000, 129}, {129, 1000}, {1000, 1000}, {256, 256}, {64, 384}, {384, 64},
+                              {80, 80},    {161, 200},  {150, 200},   {79, 129}};
   for (int64_t d : dims)
     for (const auto& pr : pairs)
       for (int mask = 0; mask < 3; ++mask) {
@@ -120,7 +121,7 @@ void check_strided(const Dims& dims, uint64_t seed) {
 }
 
 // GQA 4:1 over two sequences, unmasked and causal in both alignments, more keys than
-// queries and fewer: several key blocks (128 or 64) and query blocks (64 or 128) a head,
+// queries and fewer: several key blocks (128 or 64) and query blocks (64, 80 or 128) a head,
 // partial last blocks, so every dQ row takes several ordered adds (at d = 192 and 256
 // several pieces a warpgroup a step). Five runs each, bitwise equal and right.
 void check_deterministic(const Dims& dims, uint64_t seed) {

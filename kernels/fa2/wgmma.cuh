@@ -91,7 +91,8 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[1][N / 8][4], uint64_t da, 
       C(d[0][11][1]), C(d[0][11][2]), C(d[0][11][3]), C(d[0][12][0]), C(d[0][12][1]), C(d[0][12][2]), C(d[0][12][3]), \
       C(d[0][13][0]), C(d[0][13][1]), C(d[0][13][2]), C(d[0][13][3]), C(d[0][14][0]), C(d[0][14][1]), C(d[0][14][2]), \
       C(d[0][14][3]), C(d[0][15][0]), C(d[0][15][1]), C(d[0][15][2]), C(d[0][15][3])
-// n96, n112, n192 (the fa3 forward's O at head_dim_v 96 and 192, S over 112-key blocks):
+// n96, n112, n192 (the fa3 forward's O at head_dim_v 96 and 192, S over 112-key blocks; n80
+// below):
 // the four accumulator registers of n8 tile j as operands with constraint C.
 #define FA_WG_TILE(C, j) C(d[0][j][0]), C(d[0][j][1]), C(d[0][j][2]), C(d[0][j][3])
 #define FA_WG_OPS_96(C)                                                                                       \

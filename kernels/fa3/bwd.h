@@ -9,13 +9,13 @@
 namespace flashattn {
 namespace fa3 {
 
-// TMA maps of Q, dO (boxes of BwdTraits<D>::kCols columns x kBlockM rows) and K, V (kCols x
-// kBlockN) as 4-D tensors (head dim, seq, head, batch) over the plan's strides, in the
-// kSwizzle-byte swizzle;
-// loads zero-fill rows past the sequence. dq: the fp32 dQ accumulator of BwdScratch as a
-// 3-D tensor (head dim, head, batch * seqlen_q), boxes of kDqBoxCols x 1 x kDqRows, 128-byte
-// swizzle, for the reduce-adds; in deterministic mode 4-D (head dim, head, seqlen_q, batch),
-// boxes kDqBoxCols x 1 x kDqRows x 1. src/cuda/tensor_map.hpp encodes them.
+// TMA maps of Q, dO (boxes of BwdTraits<D>::kCols columns x the step's rows, bwd_block_m of
+// the run's mask) and K, V (kCols x kBlockN) as 4-D tensors (head dim, seq, head, batch)
+// over the plan's strides, in the kSwizzle-byte swizzle; loads zero-fill rows past the
+// sequence. dq: the fp32 dQ accumulator of BwdScratch as a 3-D tensor (head dim, head,
+// batch * seqlen_q), boxes of kDqBoxCols x 1 x kDqRows (the kernel's), 128-byte swizzle, for
+// the reduce-adds; in deterministic mode 4-D (head dim, head, seqlen_q, batch), boxes
+// kDqBoxCols x 1 x kDqRows x 1. src/cuda/tensor_map.hpp encodes them.
 struct BwdMaps {
   TensorMap128 q, k, v, dout, dq;
 };

@@ -147,7 +147,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
 
   // dV, the dQ pieces, dK (bwd_gemm_kv from the warpgroup's first column block,
   // bwd_kv_first). dQ piece = dS K: A = dS^T, MN-major (k = keys along its rows); B = K's
-  // columns of the piece, MN-major.
+  // columns of the piece, MN-major (kDqTransposed: dQ^T = K^T dS^T, below).
   constexpr uint32_t kColOff = static_cast<uint32_t>(bwd_kv_first<Cfg>(kCw) * kBlockM * kSw);
   fa2::wg_fence();
   bwd_gemm_kv<Cfg, T>(acc.dv, pa, sm.pt(buf), sm.dout(sd) + kColOff);
@@ -157,7 +157,8 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // kDqTransposed: dQ^T, the piece's columns x the step's queries.
   constexpr int kDqNT = Cfg::kDqTransposed ? kBlockM / 8 : kPieceCols / 8;
   float acc_dq[kPieces > 0 ? kPieces : 1][1][kDqNT][4];
-  // The warpgroup's dQ queries: a 64-column block of dS^T (its columns are the queries).
+  // The warpgroup's dQ queries: a 64-column block of dS^T (its columns are the queries;
+  // kDqTransposed: all of them, from dS's rows).
   const int dq_q0 = bwd_dq_query<Cfg>(cw);
   const uint32_t dq_rows = static_cast<uint32_t>(dq_q0 / 64 * kBlockN * 128);
   if constexpr (kPieces > 0) {

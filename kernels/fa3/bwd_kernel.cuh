@@ -3,11 +3,11 @@
 //
 // One CTA per (key block of BwdTraits::kBlockN rows, key head, sequence), 384 threads:
 //   warpgroup 0, the producer: drops to 32 registers (24 where a step has more than 64
-//     queries, BwdTraits::kWideStep; setmaxnreg); warp 0's
-//     first thread loads K and V once, then each step's Q and dO tiles with TMA into a
-//     2-stage ring; warp 1 copies the step's LSE and Delta rows beside them; warp 2 adds
-//     the staged dQ pieces into the fp32 dQ workspace with the copy engine's tensor
-//     reduce-add, in deterministic mode in key-block order (bwd_producer.cuh).
+//     queries, BwdTraits::kWideStep; setmaxnreg); warp 0's first thread loads K and V
+//     once, then each step's Q and dO tiles with TMA into a 2-stage ring; warp 1 copies
+//     the step's LSE and Delta rows beside them; warp 2 adds the staged dQ pieces into the
+//     fp32 dQ workspace with the copy engine's tensor reduce-add, in deterministic mode in
+//     key-block order (bwd_producer.cuh).
 //   warpgroups 1 and 2, the consumers: raised to 232 registers (240 with kWideStep); each walks
 //     the steps (one query block of one query head of the GQA group each) and owns its
 //     share of the key block's dK and dV, split by keys up to d = 128 and by head-dim

@@ -191,7 +191,7 @@ __device__ __forceinline__ int bwd_dq_col(int it, int cw, int k = 0) {
   else return cw == it % 2 ? 0 : 64;
 }
 // The first of the step's queries in warpgroup cw's dQ pieces: kDqByQueries its half, else
-// all of them (64 rows from 0).
+// all of them (kDqRows rows from 0).
 template <class Cfg>
 __host__ __device__ constexpr int bwd_dq_query(int cw) {
   return Cfg::kDqByQueries ? cw * Cfg::kDqRows : 0;

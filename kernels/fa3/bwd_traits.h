@@ -48,7 +48,8 @@ struct BwdTraits {
   static constexpr int kWgQueries = kSplitD ? kBlockM / 2 : kBlockM;
   // kDqByQueries (a 128-query step): each warpgroup computes the dQ of its half of the step's
   // queries, all D columns (64: one piece), from both warpgroups' dS^T; else the step's dQ
-  // (64 queries) goes out in column pieces (bwd_schedule.cuh's bwd_dq_cols).
+  // (64 or 80 queries; kDqTransposed below) goes out in column pieces (bwd_schedule.cuh's
+  // bwd_dq_cols).
   static constexpr bool kDqByQueries = kBlockM == 128;
   static_assert(!kDqByQueries || (D == 64 && !kSplitD), "a warpgroup's dQ rows are one 64-column piece");
   // kDqTransposed (an 80-query step, which no 64-row wgmma tile divides): each warpgroup
@@ -73,8 +74,9 @@ struct BwdTraits {
   // release covers it, forever if it never does. 24 producer registers spill, so 32 and 232;
   // but the 128-query step (S^T, dP^T, dK, dV: 192 accumulator registers) spilled 208 bytes
   // in the consumers at 232 and measured 9-13% slower than 64-query steps; at 24 / 240, with
-  // the step's addresses kept in the step (bwd_step), 0.5-3% faster, with 32 bytes of spill
-  // stores left in the producer (bwd_load_rows reads a step's rows into registers).
+  // the step's addresses kept in the step (bwd_step), 0.5-3% faster. The 80-query step (208)
+  // runs at 24 / 240 too, spill-free in its unmasked step once bwd_step's indices were
+  // unsigned (docs/internals/kernels-fa3-backward.md has the spill counts).
   static constexpr int kLaunchRegs = 168, kProducerRegs = kWideStep ? 24 : 32;
   static constexpr int kConsumerRegs = kWideStep ? 240 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
