@@ -160,7 +160,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
   // The warpgroup's dQ queries: a 64-column block of dS^T (its columns are the queries;
   // kDqTransposed: all of them, from dS's rows).
   const int dq_q0 = bwd_dq_query<Cfg>(cw);
-  const uint32_t dq_rows = static_cast<uint32_t>(dq_q0 / 64 * kBlockN * 128);
+  const uint32_t dq_block = static_cast<uint32_t>(dq_q0 / 64 * kBlockN * 128);
   if constexpr (kPieces > 0) {
     if constexpr (!Cfg::kSplitD) fa2::wg_fence();
 #pragma unroll
@@ -169,7 +169,7 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
       if constexpr (Cfg::kDqTransposed)  // dQ^T = K^T dS^T: A = K's columns MN-major, B = dS K-major
         fa2::wg_gemm<T, kDqNT, kBlockN, 2, kBlockN, kBlockM, true, kSw, 128>(acc_dq[k], k_cols, sm.ds(buf));
       else
-        fa2::wg_gemm<T, kDqNT, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(acc_dq[k], sm.ds(buf) + dq_rows, k_cols);
+        fa2::wg_gemm<T, kDqNT, kBlockN, 3, kBlockN, kBlockN, true, 128, kSw>(acc_dq[k], sm.ds(buf) + dq_block, k_cols);
       fa2::wg_commit();  // a group per piece: bwd_stage_pieces stages each as soon as it is done
     }
   }

@@ -64,7 +64,7 @@ bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_siz
   return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
 }
 template <int D>
-int dq_rows(const AttnParams& p) {
+int dq_box_rows(const AttnParams& p) {
   return p.has_band ? fa3::BwdTraits<D, fa3::bwd_block_m(D, true)>::kDqRows
                     : fa3::BwdTraits<D, fa3::bwd_block_m(D, false)>::kDqRows;
 }
@@ -73,12 +73,12 @@ int dq_rows(const AttnParams& p) {
 struct DimOps {
   int64_t (*blocks)(const AttnParams&);
   bool (*maps)(const AttnParams&, fa3::BwdMaps*, char*, size_t);
-  int (*dq_rows)(const AttnParams&);
+  int (*dq_box_rows)(const AttnParams&);
 };
 template <size_t I>
 struct DimOpsOf {
   static constexpr DimOps value{&key_blocks<fa3::kBwdDims[I]>, &encode_maps<fa3::kBwdDims[I]>,
-                                &dq_rows<fa3::kBwdDims[I]>};
+                                &dq_box_rows<fa3::kBwdDims[I]>};
 };
 constexpr auto kDimOps = fa3_table<DimOpsOf>(std::make_index_sequence<fa3::kNumBwd>{});
 
@@ -165,7 +165,7 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
   fa3::BwdMaps maps = run.maps;
   constexpr int kBoxCols = fa3::BwdTraits<64>::kDqBoxCols;
-  const int box_rows = kDimOps[cfg].dq_rows(p);
+  const int box_rows = kDimOps[cfg].dq_box_rows(p);
   const bool mapped = p.deterministic ? encode_dq_accum_map_seqs(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
                                                                  p.seqlen_q, p.batch, kBoxCols, box_rows)
                                       : encode_dq_accum_map(&maps.dq, scratch.dq_accum, p.head_dim_qk, p.heads_q,
