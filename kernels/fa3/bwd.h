@@ -15,9 +15,12 @@ namespace fa3 {
 // sequence. dq: the fp32 dQ accumulator of BwdScratch as a 3-D tensor (head dim, head,
 // batch * seqlen_q), boxes of kDqBoxCols x 1 x kDqRows (the kernel's), 128-byte swizzle, for
 // the reduce-adds; in deterministic mode 4-D (head dim, head, seqlen_q, batch), boxes
-// kDqBoxCols x 1 x kDqRows x 1. src/cuda/tensor_map.hpp encodes them.
+// kDqBoxCols x 1 x kDqRows x 1. dk, dv: the gradients' maps in K's and V's boxes, for the
+// epilogue's stores, where grads_by_copy is 1 (both encodable and the run does not accumulate
+// into them; else the consumers store from registers). src/cuda/tensor_map.hpp encodes them.
 struct BwdMaps {
-  TensorMap128 q, k, v, dout, dq;
+  TensorMap128 q, k, v, dout, dq, dk, dv;
+  int grads_by_copy;
 };
 
 // The workspace the kernel reads and adds to (laid out by the fa2 backward, whose Delta

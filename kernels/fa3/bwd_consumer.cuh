@@ -23,8 +23,9 @@
 //   bwd_schedule.cuh). The dQ GEMM reads both warpgroups' dS^T: a named barrier once both
 //   are stored.
 // dS^T and P^T have two buffers, so a warpgroup writes the next step's while the other still
-// reads this step's: one named barrier per step. Epilogue: dK * scale and dV from registers
-// to the outputs (added to the values there when accumulating).
+// reads this step's: one named barrier per step. Epilogue: dK * scale and dV through the K
+// and V tiles and the copy engine (BwdMaps::grads_by_copy), or from registers to the outputs
+// (added to the values there when accumulating).
 #pragma once
 #include <stdint.h>
 
@@ -194,8 +195,8 @@ __device__ __forceinline__ void bwd_step(const AttnParams& p, const BwdSmem<Cfg>
 // Consumer warpgroup cw's whole walk (kCw: cw with kSplitD, where cw is kCw itself, else
 // kAnyWg), then dK * scale and dV of its share to the outputs.
 template <class Cfg, typename T, int kCw>
-__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<Cfg>& sm, const BwdWork& w,
-                                             int cw = kCw) {
+__device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdMaps& maps, const BwdSmem<Cfg>& sm,
+                                             const BwdWork& w, int cw = kCw) {
   using Acc = BwdAcc<Cfg, kCw>;
   Acc acc;
 #pragma unroll
@@ -221,8 +222,29 @@ __device__ __forceinline__ void bwd_consumer(const AttnParams& p, const BwdSmem<
     }
   }
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
-  const int key0 = w.n0 + bwd_wg_key<Cfg>(cw) + warp * 16 + lane / 4;
   constexpr int kCol0 = bwd_kv_first<Cfg>(kCw) * Cfg::kCols;
+  if (maps.grads_by_copy) {
+    // Through the K and V tiles and the copy engine: whole 16-byte chunks of full rows, where
+    // the 4-byte stores from registers below leave every 32-byte sector half written per
+    // instruction; the engine skips keys past len_k and columns past the head dims.
+    hopper::bar_sync(kBarGrads, 256);
+    bwd_stage_grad<Cfg, T>(sm.k(), bwd_wg_key<Cfg>(cw), kCol0, acc.dk, p.scale, warp, lane / 4, lane % 4);
+    bwd_stage_grad<Cfg, T>(sm.v(), bwd_wg_key<Cfg>(cw), kCol0, acc.dv, 1.f, warp, lane / 4, lane % 4);
+    hopper::fence_proxy_async_smem();
+    hopper::bar_sync(kBarGrads, 256);
+    if (threadIdx.x == 128) {
+#pragma unroll
+      for (int c = 0; c < Cfg::kColBlocks; ++c) {
+        const uint32_t off = static_cast<uint32_t>(c * Cfg::kBlockN * Cfg::kSwizzle);
+        hopper::tma_store(&maps.dk, sm.k() + off, c * Cfg::kCols, w.n0, w.kvh, w.b);
+        hopper::tma_store(&maps.dv, sm.v() + off, c * Cfg::kCols, w.n0, w.kvh, w.b);
+      }
+      hopper::bulk_commit();
+      hopper::bulk_wait_read_all();  // the tiles stay the CTA's until the engine has read them
+    }
+    return;
+  }
+  const int key0 = w.n0 + bwd_wg_key<Cfg>(cw) + warp * 16 + lane / 4;
   const bool add = p.grad_accumulate != 0;
   const int cols_k = static_cast<int>(p.head_dim_qk) - kCol0, cols_v = static_cast<int>(p.head_dim_v) - kCol0;
   bwd_store_rows<T>(static_cast<T*>(p.dk) + kCol0, p.dk_stride, w, key0, cols_k, acc.dk, p.scale, add, lane % 4);

@@ -1,5 +1,6 @@
 // The FA3-design backward kernel (sm_90a only): warp specialization over a TMA / mbarrier
-// pipeline and wgmma GEMMs, dK and dV in registers.
+// pipeline and wgmma GEMMs, dK and dV in registers (stored at the end through shared memory
+// and the copy engine, or from registers).
 //
 // One CTA per (key block of BwdTraits::kBlockN rows, key head, sequence), 384 threads:
 //   warpgroup 0, the producer: drops to 32 registers (24 where a step has more than 64
@@ -15,12 +16,13 @@
 // A CTA whose keys no query sees (causal) writes dK = dV = 0.
 //
 // Serves: head_dim_qk and head_dim_v up to D (kernels/instances.json; the tensor maps span the
-// real head dims, whose columns past them load as zeros; the dQ reduce-adds clip them, the dK
-// and dV stores skip them), no varlen, bias, softcap, dropout or block-sparse
-// layout, band mask only causal (window_right 0, window_left unbounded) with either
-// alignment, GQA (the CTA walks every query head of its key head's group), gradients
-// written or accumulated, deterministic mode (the dQ adds of a query block in key-block
-// order: turn counters, bwd_schedule.cuh). The host sends everything else to fa2.
+// real head dims, whose columns past them load as zeros; the dQ reduce-adds and the dK, dV
+// tensor stores clip them, the dK and dV stores from registers skip them), no varlen, bias,
+// softcap, dropout or block-sparse layout, band mask only causal (window_right 0,
+// window_left unbounded) with either alignment, GQA (the CTA walks every query head of its
+// key head's group), gradients written or accumulated, deterministic mode (the dQ adds of a
+// query block in key-block order: turn counters, bwd_schedule.cuh). The host sends
+// everything else to fa2.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,10 +79,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   hopper::regs_inc<Cfg::kConsumerRegs>();
   if constexpr (Cfg::kSplitD) {
-    if (wg == 1) bwd_consumer<Cfg, T, 0>(p, sm, w);
-    else bwd_consumer<Cfg, T, 1>(p, sm, w);
+    if (wg == 1) bwd_consumer<Cfg, T, 0>(p, maps, sm, w);
+    else bwd_consumer<Cfg, T, 1>(p, maps, sm, w);
   } else {
-    bwd_consumer<Cfg, T, kAnyWg>(p, sm, w, wg - 1);
+    bwd_consumer<Cfg, T, kAnyWg>(p, maps, sm, w, wg - 1);
   }
 }
 

@@ -30,6 +30,10 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdMaps& maps, const BwdSme
   hopper::tma_prefetch_map(&maps.k);
   hopper::tma_prefetch_map(&maps.v);
   hopper::tma_prefetch_map(&maps.dout);
+  if (maps.grads_by_copy) {  // the epilogue's maps: fetched now, not on the CTA's last step
+    hopper::tma_prefetch_map(&maps.dk);
+    hopper::tma_prefetch_map(&maps.dv);
+  }
   hopper::mbar_expect(sm.kv_full(), 2 * Cfg::kKVBytes);
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c) {

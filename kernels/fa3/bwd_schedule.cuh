@@ -125,11 +125,15 @@ __device__ __forceinline__ int32_t* bwd_dq_counter(int32_t* turns, const AttnPar
 //   kBarDqEmpty + cw (kDqBarThreads): staging buffer cw may be written; the writer warp
 //     arrives (its bulk reads of the buffer's previous piece are done), the 128 threads of
 //     warpgroup cw sync.
+//   kBarGrads (256 threads): the epilogue's copy of dK and dV (BwdMaps::grads_by_copy): both
+//     consumer warpgroups' walks are done (the K and V tiles are free), then both have
+//     stored their share of the gradients there.
 // Both dQ barriers complete once per piece of warpgroup cw (bwd_dq_cols), in the same step
 // order on both sides.
 constexpr int kBarDsReady = 1;
 constexpr int kBarDqFull = 2;
 constexpr int kBarDqEmpty = 4;
+constexpr int kBarGrads = 6;
 constexpr int kDqBarThreads = 128 + 32;
 
 // A consumer warpgroup's share of a step. By keys both warpgroups share alike and run the same

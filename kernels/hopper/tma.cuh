@@ -41,7 +41,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int c, i
       : "memory");
 }
 
-// Box (64 columns x rows) of a 4-D map at (c, r, h, b) from shared memory at src to global
+// Box (the map's columns x rows) of a 4-D map at (c, r, h, b) from shared memory at src to global
 // memory, in this thread's bulk group; elements outside the tensor are not written.
 __device__ __forceinline__ void tma_store(const void* map, uint32_t src, int c, int r, int h, int b) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(

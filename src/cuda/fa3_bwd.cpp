@@ -61,7 +61,15 @@ bool encode_maps(const AttnParams& p, fa3::BwdMaps* m, char* why, size_t why_siz
                          {"k", &m->k, p.k, p.k_stride, p.head_dim_qk, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"v", &m->v, p.v, p.v_stride, p.head_dim_v, p.seqlen_k, p.heads_kv, Cfg::kBlockN},
                          {"dout", &m->dout, p.dout, p.do_stride, p.head_dim_v, p.seqlen_q, p.heads_q, rows_q}};
-  return fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size);
+  if (!fa3_encode_maps(p, maps, 4, Cfg::kSwizzle, why, why_size)) return false;
+  // dK and dV by the copy engine where their maps encode and nothing is added to them;
+  // else (a gradient the engine cannot address, or accumulation) from registers.
+  m->grads_by_copy = !p.grad_accumulate &&
+                     encode_rows_map_16bit(&m->dk, p.dk, p.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch, p.dk_stride,
+                                           Cfg::kBlockN, Cfg::kSwizzle) &&
+                     encode_rows_map_16bit(&m->dv, p.dv, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.dv_stride,
+                                           Cfg::kBlockN, Cfg::kSwizzle);
+  return true;
 }
 template <int D>
 int dq_box_rows(const AttnParams& p) {
