@@ -309,7 +309,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __syncthreads();
 
-  const int wg = static_cast<int>(threadIdx.x) / 128;
+  // The warpgroup's index through a shuffle, which ptxas knows to be warp-uniform: the Q
+  // tile's descriptors (from cw) then stay in uniform registers, and the S GEMM's issue
+  // needs no vector-to-uniform moves per k16 step.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (wg == 0) {
     // ---- producer: per tile, K of its first block, Q (once the previous tile is done with
     // the Q buffer: q_empty), then K one block ahead of V (K_it, V_it-1, K_it+1, ...), the
