@@ -31,7 +31,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
-// Box (64 columns x rows) of a 4-D map (cols, rows, heads, batch) at (c, r, h, b) into
+// Box (the map's columns x rows) of a 4-D map (cols, rows, heads, batch) at (c, r, h, b) into
 // shared memory at dst, completing on bar.
 __device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int c, int r, int h, int b, uint32_t bar) {
   asm volatile(

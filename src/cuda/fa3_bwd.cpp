@@ -1,9 +1,10 @@
 // Host side of the FA3-design backward (kernels/fa3): which problems it serves, the TMA
-// maps of Q, K, V and dO, and the sequence on the caller's stream: Delta (which zeroes the
-// fp32 dQ accumulator and, in deterministic mode, the dQ turn counters), the (head dim,
-// dtype) instance of the main kernel, the dQ conversion. The workspace is fa2's
-// (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters, and for head dims that
-// are not a multiple of 8 the same zero-padded copies (fa2_bwd_stage_in).
+// maps of Q, K, V, dO (and of dK, dV where they encode), and the sequence on the caller's
+// stream: Delta (which zeroes the fp32 dQ accumulator and, in deterministic mode, the dQ
+// turn counters), the (head dim, dtype) instance of the main kernel, the dQ conversion. The
+// workspace is fa2's (fa2_bwd_scratch): the same Delta, dQ accumulator and turn counters,
+// and for head dims that are not a multiple of 8 the same zero-padded copies
+// (fa2_bwd_stage_in).
 #include <stdint.h>
 
 #include <utility>
@@ -43,10 +44,11 @@ int bwd_config(const AttnParams& p) {
   return -1;
 }
 
-// The key blocks of the launch (one CTA each), the TMA maps of Q, K, V and dO in the tiles
-// of head dim D's kernel for p's mask (false and the refusal, naming the tensor, if the
-// encoder refuses one; fa3::run_bwd picks the same kernel), and the rows of its staged dQ
-// pieces (the dQ map's boxes). The kernels of one head dim differ in their step only.
+// The key blocks of the launch (one CTA each), the TMA maps of Q, K, V, dO (and dK, dV:
+// BwdMaps::grads_by_copy) in the tiles of head dim D's kernel for p's mask (false and the
+// refusal, naming the tensor, if the encoder refuses one; fa3::run_bwd picks the same
+// kernel), and the rows of its staged dQ pieces (the dQ map's boxes). The kernels of one
+// head dim differ in their step only.
 template <int D>
 int64_t key_blocks(const AttnParams& p) {
   constexpr int64_t kBlockN = fa3::BwdTraits<D>::kBlockN;

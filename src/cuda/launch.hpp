@@ -113,7 +113,7 @@ bool fa3_fwd_staged(const AttnParams& p, void* workspace, size_t workspace_bytes
                     flashattn_status_t* status, char* why, size_t why_size);
 
 // ---- generation 2 (kernels/fa3, sm_90a): the FA3-design backward ----
-// What fa3_bwd launches with: the tensor maps of Q, K, V and dO.
+// What fa3_bwd launches with: the tensor maps of Q, K, V, dO and, where they encode, dK, dV.
 struct Fa3Bwd {
   fa3::BwdMaps maps;
 };
