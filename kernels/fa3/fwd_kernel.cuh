@@ -18,9 +18,9 @@
 //     swizzle; 64-byte at d = 96), K one block ahead of V. The rings run on across tiles,
 //     so the next tile's first blocks load while the consumers finish the last one. Every
 //     stage of each ring has a full barrier (transaction bytes) and an empty barrier that
-//     all consumer threads arrive on once their GEMM of the stage is done (K after S, V
-//     after O += P V); the Q tile has a full barrier and an empty one (its last S GEMM is
-//     done, or where O leaves through it, every consumer's O store has read it).
+//     each consumer warpgroup arrives on (one thread) once its GEMM of the stage is done (K
+//     after S, V after O += P V); the Q tile has a full barrier and an empty one (its last S
+//     GEMM is done, or where O leaves through it, every consumer's O store has read it).
 //   warpgroups 1 .. kConsumers, the consumers: raised to 240 registers (160 with three);
 //     consumer warpgroup c owns query rows 64 c .. 64 c + 63 of the tile. Per K/V block:
 //     S = Q K^T (wgmma, both operands shared-memory descriptors), mask (diagonal and last
@@ -296,14 +296,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(q_full);
-    // Q is free for the next tile: own O buffer, once every consumer thread's last S GEMM is
-    // done; else once each warpgroup's O store has read it.
-    hopper::mbar_init(q_empty, Cfg::kOwnO ? Cfg::kConsumers * 128 : Cfg::kConsumers);
+    // Q is free for the next tile: own O buffer, once every consumer warpgroup's last S GEMM
+    // is done; else once each warpgroup's O store has read it (one arrival a warpgroup).
+    hopper::mbar_init(q_empty, Cfg::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbar_init(k_full(s));
       hopper::mbar_init(v_full(s));
-      hopper::mbar_init(k_empty(s), Cfg::kConsumers * 128);
-      hopper::mbar_init(v_empty(s), Cfg::kConsumers * 128);
+      hopper::mbar_init(k_empty(s), Cfg::kConsumers);
+      hopper::mbar_init(v_empty(s), Cfg::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -407,8 +407,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's Q rows
   const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // and its O rows
   // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
+  // A warpgroup's release of a K or V stage (or of the Q tile): one arrival, by its first
+  // thread once the warpgroup has waited for the GEMMs that read it (a wgmma group completes
+  // for the whole warpgroup); the empty barriers count warpgroups, not threads.
+  auto wg_arrive = [](uint32_t bar) {
+    if (threadIdx.x % 128 == 0) hopper::mbar_arrive(bar);
+  };
   auto q_done = [&] {
-    if constexpr (Cfg::kOwnO) hopper::mbar_arrive(q_empty);
+    if constexpr (Cfg::kOwnO) wg_arrive(q_empty);
   };
   int base = 0;
   for (int tc = 0;; ++tc) {
@@ -443,9 +449,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // previous use), by a warpgroup that has nothing to compute there.
     auto release = [&](int it) {
       hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
-      hopper::mbar_arrive(k_empty(stage(base + it)));
+      wg_arrive(k_empty(stage(base + it)));
       hopper::mbar_wait(v_full(stage(base + it)), parity(base + it));
-      hopper::mbar_arrive(v_empty(stage(base + it)));
+      wg_arrive(v_empty(stage(base + it)));
     };
     if (__any_sync(0xffffffffu, cw < lo || cw >= hi)) {
       for (int it = 0; it < n_blocks; ++it) release(it);
@@ -529,7 +535,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       turn_pass(0);
       fa2::wg_wait<0>();
       fa2::wg_hold(acc_s);
-      hopper::mbar_arrive(k_empty(stage(base)));
+      wg_arrive(k_empty(stage(base)));
       if (n_blocks == 1) q_done();
       if (needs_mask(n_blocks - 1)) mask_block<Cfg>(p, acc_s, n_blocks - 1, row0, len_k, shift);
       softmax_step(acc_s, row_max, row_sum, alpha, sl2);  // alpha = 0: O is still 0
@@ -538,17 +544,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
       hopper::mbar_wait(k_full(stage(base + it)), parity(base + it));
-      hopper::mbar_wait(v_full(stage(base + it - 1)), parity(base + it - 1));
       turn_wait();
       fa2::wg_fence();
       issue_s(it);
       fa2::wg_commit();
+      // V of the block before, loaded after this block's K: waited for once S is issued (the
+      // fence again after the wait's loop, as ptxas would insert it).
+      hopper::mbar_wait(v_full(stage(base + it - 1)), parity(base + it - 1));
+      fa2::wg_fence();
       issue_pv(it - 1);
       fa2::wg_commit();
       turn_pass(it);
       fa2::wg_wait<1>();  // S(it) done; O += P V may still run
       fa2::wg_hold(acc_s);
-      hopper::mbar_arrive(k_empty(stage(base + it)));
+      wg_arrive(k_empty(stage(base + it)));
       if (it == n_blocks - 1) q_done();
       // The softmax sits in the two arms of this branch, the wait after it: within one basic
       // block ptxas hoists the wait above the softmax (it sees no dependency between them), and
@@ -564,7 +573,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fa2::wg_hold(acc_s);
       fa2::wg_wait<0>();
       fa2::wg_hold(acc_o);
-      hopper::mbar_arrive(v_empty(stage(base + it - 1)));
+      wg_arrive(v_empty(stage(base + it - 1)));
       // Skipped by the whole warp where none of its rows moved its offset (most blocks once
       // the first few have set the rows' maxima).
       if (__any_sync(0xffffffffu, moved)) rescale_o(acc_o, alpha);
@@ -579,14 +588,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       finalize(p, tl, row0, t, row_max, row_sum, sl2, inv);
       fa2::wg_wait<0>();
       fa2::wg_hold(acc_o);
-      hopper::mbar_arrive(v_empty(stage(base + n_blocks - 1)));
+      wg_arrive(v_empty(stage(base + n_blocks - 1)));
     } else {
       finalize(p, tl, row0, t, row_max, row_sum, sl2, inv);
     }
     base += n_blocks;
     epilogue<Cfg, T>(p, maps, tl, cw, warp, g, t, so_wg, acc_o, inv);
     // O through the Q tile: Q is free once this warpgroup's O store has read it.
-    if (!Cfg::kOwnO && static_cast<int>(threadIdx.x) % 128 == 0) hopper::mbar_arrive(q_empty);
+    if (!Cfg::kOwnO) wg_arrive(q_empty);
   }
 }
 
