@@ -406,13 +406,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float sl2 = p.scale * kLog2e;
   const uint32_t sq_wg = sq + static_cast<uint32_t>(cw * 64 * kSw);  // this warpgroup's Q rows
   const uint32_t so_wg = so + static_cast<uint32_t>(cw * 64 * kSw);  // and its O rows
-  // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
   // A warpgroup's release of a K or V stage (or of the Q tile): one arrival, by its first
   // thread once the warpgroup has waited for the GEMMs that read it (a wgmma group completes
   // for the whole warpgroup); the empty barriers count warpgroups, not threads.
   auto wg_arrive = [](uint32_t bar) {
     if (threadIdx.x % 128 == 0) hopper::mbar_arrive(bar);
   };
+  // The Q tile is read for the last time by this tile's last S GEMM (own O buffer).
   auto q_done = [&] {
     if constexpr (Cfg::kOwnO) wg_arrive(q_empty);
   };
