@@ -676,10 +676,11 @@ TEST_CASE("gpu limits: 16-byte aligned pointers and sequence-major, head-major a
 }
 
 // Head dims that are not a multiple of 8 run on zero-padded workspace copies
-// (src/cuda/fa2_staging.cu) that read and write element by element: their tensors need only
-// element alignment (every buffer here starts 4 bytes past a 16-byte boundary: LSE and the
-// offsets stay float-aligned; and odd dims make every row stride odd). A tensor of a head dim that is a multiple of 8
-// keeps the 16-byte rule.
+// (src/cuda/fa2_staging.cu) whose accesses are as wide as the tensor's pointer, strides and
+// head dim allow: their tensors need only element alignment (every buffer here starts 4 bytes
+// past a 16-byte boundary: LSE and the offsets stay float-aligned; odd dims make every row
+// stride odd, and 100 and 36, whose copies take 8 bytes an access when aligned, are held to
+// 4 here). A tensor of a head dim that is a multiple of 8 keeps the 16-byte rule.
 TEST_CASE("gpu limits: element-aligned pointers and strides for head dims that are not a multiple of 8",
           "[gpu][limits]") {
   REQUIRE_GPU();
@@ -687,8 +688,8 @@ TEST_CASE("gpu limits: element-aligned pointers and strides for head dims that a
   uint64_t seed = 6350;
   const Order mix[8] = {Order::SBHD, Order::HBSD,     Order::PadHead8, Order::HBSD,
                         Order::SBHD, Order::PadHead8, Order::SBHD,     Order::HBSD};
-  const int64_t dim_pairs[3][2] = {{59, 111}, {3, 17}, {250, 5}};
-  for (int variant = 0; variant < 3; ++variant) {
+  const int64_t dim_pairs[4][2] = {{59, 111}, {3, 17}, {250, 5}, {100, 36}};
+  for (int variant = 0; variant < 4; ++variant) {
     Config c = gcfg("element-aligned, strided", 70, 90, dim_pairs[variant][0],
                     variant % 2 ? FLASHATTN_DTYPE_BF16 : FLASHATTN_DTYPE_FP16, ++seed);
     c.dv = dim_pairs[variant][1];

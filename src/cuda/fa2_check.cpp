@@ -73,7 +73,8 @@ flashattn_status_t fa2_check(const AttnParams& p, const cudaDeviceProp& prop) {
                 static_cast<long long>(p.batch), static_cast<long long>(p.heads_q), static_cast<long long>(kMaxIndex));
 
   // The kernels' 16-byte vector loads and stores: tensors they access directly need 16-byte
-  // aligned pointers and strides; staged ones are copied element by element.
+  // aligned pointers and strides; staged ones are copied in accesses as wide as their own
+  // alignment allows (element by element at worst: fa2_staging.cu).
   const bool varlen = p.varlen != 0;
   const bool qk_direct = !fa2_staged_dim(p.head_dim_qk), v_direct = !fa2_staged_dim(p.head_dim_v);
   const bool bwd = p.direction == kBackward;

@@ -10,7 +10,8 @@
 // in the outputs are dropped. The copies cost
 // O(tokens x heads x d) memory traffic against the kernels' O(seqlen^2 x d) work, and they
 // free the staged tensors from the kernels' 16-byte alignment rule: any element-aligned
-// pointer and stride is read and written element by element.
+// pointer and stride is read and written, in the widest accesses (up to 8 bytes) that the
+// pointer, the strides and the head dim allow.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -79,24 +80,44 @@ Strides4 copy_strides(const Staged& t) {
   return Strides4{t.rows * t.heads * d8, t.heads * d8, d8, 1};
 }
 
+// Accesses of V 16-bit elements.
+template <int V>
+struct Vec;
+template <>
+struct Vec<1> {
+  using type = uint16_t;
+};
+template <>
+struct Vec<2> {
+  using type = uint32_t;
+};
+template <>
+struct Vec<4> {
+  using type = uint2;
+};
+
 // One warp per token (batch entry b, token s; tok = b * rows + s): the rows of its heads
-// in the caller's tensor, element by element (any alignment), to rows tok * heads + h of
-// the dense copy (d8 columns, zero past dim), or back (kOut: the first dim columns only).
-// The token index is split once per token, not per element.
-template <bool kOut>
-__global__ void __launch_bounds__(256) stage_kernel(const uint16_t* from, uint16_t* to, Strides4 st, int64_t rows,
-                                                    int64_t heads, int dim, int d8, int64_t n_tokens) {
+// h0 .. h0 + count - 1 in the caller's tensor to rows tok * heads + h of the dense copy (d8
+// columns, zero past dim), or back (kOut: the first dim columns only), V elements an access
+// (V divides dim, the strides and the caller's pointer's alignment: stage_width). The warp's
+// lanes take the token's (head, access) pairs in turn, so every lane has work whatever the
+// head dim, and the token index is split once per token, not per access.
+template <bool kOut, int V>
+__global__ void __launch_bounds__(256)
+    stage_kernel(const uint16_t* __restrict__ from, uint16_t* __restrict__ to, Strides4 st, int64_t rows, int64_t heads,
+                 int64_t h0, int count, int dim, int d8, int64_t n_tokens) {
+  using T = typename Vec<V>::type;
   const int lane = threadIdx.x & 31;
+  const int per_head = (kOut ? dim : d8) / V, per_token = count * per_head;  // < 2^31 (launch_stage)
   for (int64_t tok = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5); tok < n_tokens;
        tok += static_cast<int64_t>(gridDim.x) * 8) {
-    const int64_t user0 = (tok / rows) * st.b + (tok % rows) * st.s;
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t user = user0 + h * st.h, dense = (tok * heads + h) * d8;
-      if (kOut) {
-        for (int c = lane; c < dim; c += 32) to[user + c] = from[dense + c];
-      } else {
-        for (int c = lane; c < d8; c += 32) to[dense + c] = c < dim ? from[user + c] : uint16_t{0};
-      }
+    const int64_t user0 = (tok / rows) * st.b + (tok % rows) * st.s + h0 * st.h, dense0 = (tok * heads + h0) * d8;
+#pragma unroll 4
+    for (int j = lane; j < per_token; j += 32) {
+      const int h = j / per_head, c = (j - h * per_head) * V;
+      const int64_t user = user0 + h * st.h + c, dense = dense0 + static_cast<int64_t>(h) * d8 + c;
+      if (kOut) *reinterpret_cast<T*>(to + user) = *reinterpret_cast<const T*>(from + dense);
+      else *reinterpret_cast<T*>(to + dense) = c < dim ? *reinterpret_cast<const T*>(from + user) : T{};
     }
   }
 }
@@ -105,6 +126,49 @@ __global__ void __launch_bounds__(256) stage_kernel(const uint16_t* from, uint16
 unsigned copy_grid(int64_t n_tokens) {
   const int64_t blocks = (n_tokens + 7) / 8;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
+}
+
+// The widest access (elements) that the caller's tensor allows at every position a copy
+// touches: V divides its head dim and its strides, and its pointer is aligned to V elements
+// (the dense copy is 256-byte aligned with rows of a multiple of 8 elements). A staged head
+// dim is not a multiple of 8, so V is at most 4.
+int stage_width(const void* user, const Strides4& st, int64_t dim) {
+  for (int v = 4; v > 1; v /= 2)
+    if (reinterpret_cast<uintptr_t>(user) % (2 * v) == 0 && dim % v == 0 && st.b % v == 0 && st.s % v == 0 &&
+        st.h % v == 0)
+      return v;
+  return 1;
+}
+
+// Launches the copy of t (kOut: from the dense copy `dense` to the caller's tensor `user`;
+// else from `user` into `dense`) at the widest access stage_width allows, in launches of as
+// many heads as keep a token's accesses within 32 bits (all of them, but for millions of
+// heads); it stops at a failed launch, which launch_status then reports.
+template <bool kOut>
+void launch_stage(const Staged& t, const void* user, void* dense, int64_t n_tokens, cudaStream_t stream) {
+  const uint16_t* from = static_cast<const uint16_t*>(kOut ? dense : user);
+  uint16_t* to = static_cast<uint16_t*>(kOut ? const_cast<void*>(user) : dense);
+  const int dim = static_cast<int>(t.dim), d8 = static_cast<int>(fa2_kernel_dim(t.dim));
+  const int v = stage_width(user, t.stride, t.dim);
+  const int64_t chunk = 2147483647 / 32 / ((kOut ? dim : d8) / v);  // heads a launch
+  const unsigned grid = copy_grid(n_tokens);
+  for (int64_t h0 = 0; h0 < t.heads; h0 += chunk) {
+    const int count = static_cast<int>(t.heads - h0 < chunk ? t.heads - h0 : chunk);
+    switch (v) {
+      case 4:
+        stage_kernel<kOut, 4>
+            <<<grid, 256, 0, stream>>>(from, to, t.stride, t.rows, t.heads, h0, count, dim, d8, n_tokens);
+        break;
+      case 2:
+        stage_kernel<kOut, 2>
+            <<<grid, 256, 0, stream>>>(from, to, t.stride, t.rows, t.heads, h0, count, dim, d8, n_tokens);
+        break;
+      default:
+        stage_kernel<kOut, 1>
+            <<<grid, 256, 0, stream>>>(from, to, t.stride, t.rows, t.heads, h0, count, dim, d8, n_tokens);
+    }
+    if (cudaPeekAtLastError() != cudaSuccess) return;
+  }
 }
 
 flashattn_status_t launch_status(const char* what, const Staged& t) {
@@ -153,9 +217,7 @@ flashattn_status_t fa2_stage_in(const AttnParams& p, char* staging, AttnParams* 
     }
     const int64_t n_tokens = copy_tokens(p, t[i]).value();
     if (n_tokens == 0) continue;
-    stage_kernel<false><<<copy_grid(n_tokens), 256, 0, stream>>>(static_cast<const uint16_t*>(src), copy, t[i].stride,
-                                                                 t[i].rows, t[i].heads, static_cast<int>(t[i].dim),
-                                                                 static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
+    launch_stage<false>(t[i], src, copy, n_tokens, stream);
     if (const flashattn_status_t s = launch_status("input", t[i])) return s;
   }
   return FLASHATTN_STATUS_SUCCESS;
@@ -168,9 +230,7 @@ flashattn_status_t fa2_stage_out(const AttnParams& p, const AttnParams& kp, cuda
   for (int i = 0; i < n; ++i) {
     const int64_t n_tokens = copy_tokens(p, t[i]).value();
     if (t[i].kernel_out == nullptr || n_tokens == 0) continue;
-    stage_kernel<true><<<copy_grid(n_tokens), 256, 0, stream>>>(
-        static_cast<const uint16_t*>(*t[i].kernel_out), static_cast<uint16_t*>(t[i].dst), t[i].stride, t[i].rows,
-        t[i].heads, static_cast<int>(t[i].dim), static_cast<int>(fa2_kernel_dim(t[i].dim)), n_tokens);
+    launch_stage<true>(t[i], t[i].dst, *t[i].kernel_out, n_tokens, stream);
     if (const flashattn_status_t s = launch_status("output", t[i])) return s;
   }
   return FLASHATTN_STATUS_SUCCESS;
