@@ -7,6 +7,7 @@
 #include "common/params.h"
 #include "fa2/mma.cuh"
 #include "fa3/bwd_schedule.cuh"
+#include "hopper/tma.cuh"
 
 namespace flashattn {
 namespace fa3 {
@@ -125,22 +126,19 @@ __device__ __forceinline__ void bwd_stage_dq_t(uint32_t sdq, const float (&acc)[
 
 // The copy of the gradients (BwdMaps::grads_by_copy): acc * scale (the warpgroup's keys
 // rows + 16 warp + g (+ 8) of the CTA's block x columns col0 + 8 nv + 2t (+ 1)), rounded to T,
-// into the K or V tile at tile, whose loads are done with: column block cb at cb kBlockN
-// kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^ x, x = (r kSwizzle /
-// 128) % (kSwizzle / 16) (the layout of the tensor maps' boxes, as the forward's O). Each
-// store's 32 lanes hit 32 different banks.
+// into the K or V tile at tile (done with by then), in the layout of the tensor maps' boxes
+// (hopper::swizzled_chunk, kBlockN rows a column block; as the forward's O). Each store's 32
+// lanes hit 32 different banks.
 template <class Cfg, typename T, int NV>
 __device__ __forceinline__ void bwd_stage_grad(uint32_t tile, int rows, int col0, const float (&acc)[1][NV][4],
                                                float scale, int warp, int g, int t) {
-  constexpr int kSw = Cfg::kSwizzle, kChunks = kSw / 16, kCols = Cfg::kCols;
 #pragma unroll
   for (int nv = 0; nv < NV; ++nv)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = rows + warp * 16 + g + hh * 8, c = col0 + nv * 8;
-      const int x = (r * kSw / 128) % kChunks;
-      const uint32_t a = tile + static_cast<uint32_t>((c / kCols) * Cfg::kBlockN * kSw + r * kSw +
-                                                      ((((c % kCols) / 8) ^ x) << 4) + t * 4);
+      const uint32_t a =
+          tile + hopper::swizzled_chunk<Cfg::kSwizzle, Cfg::kBlockN>(rows + warp * 16 + g + hh * 8, col0 / 8 + nv) +
+          t * 4;
       const uint32_t v = fa2::pack2<T>(__fmul_rn(acc[0][nv][2 * hh], scale), __fmul_rn(acc[0][nv][2 * hh + 1], scale));
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }

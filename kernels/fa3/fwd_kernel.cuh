@@ -211,20 +211,17 @@ __device__ __forceinline__ void finalize(const AttnParams& p, const Tile& tl, in
 
 // ---- epilogue of a tile: O, scaled by inv, through shared memory and a TMA store ----
 // O goes to so_wg: the warpgroup's rows of the O buffer, or (without a buffer of its own) of
-// the Q tile (its S GEMMs, the only readers, are done), in the layout of a TMA load: column
-// block cb at cb kBlockM kSwizzle bytes, row r at r kSwizzle bytes, its 16-byte chunk c at c ^
-// x with x = (r kSwizzle / 128) % (kSwizzle / 16): r % 8 = g in the 128-byte swizzle, (r / 2)
-// % 4 = g / 2 in the 64-byte one. Either way the 4-byte stores of a warp hit 32 distinct
-// banks. The store's read of shared memory is waited for where the memory is next needed: with
-// an O buffer of its own, by the storing thread at the warpgroup's next epilogue (or as the
-// CTA ends), so the store runs under the next tile's first blocks; through the Q tile, at
-// once.
+// the Q tile (its S GEMMs, the only readers, are done), in the layout of a TMA load
+// (hopper::swizzled_chunk, kBlockM rows a column block), where the 4-byte stores of a warp
+// hit 32 distinct banks. The store's read of shared memory is waited for where the memory is
+// next needed: with an O buffer of its own, by the storing thread at the warpgroup's next
+// epilogue (or as the CTA ends), so the store runs under the next tile's first blocks; through
+// the Q tile, at once.
 template <class Cfg, typename T, int kNV>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& maps, const Tile& tl, int cw, int warp,
                                          int g, int t, uint32_t so_wg, const float (&acc_o)[1][kNV][4],
                                          const float (&inv)[2]) {
   constexpr int kBlockM = Cfg::kBlockM, kDv = Cfg::kDv, kSw = Cfg::kSwizzle;
-  constexpr int kChunks = kSw / 16;  // 16-byte chunks of a row of a column block
   const int len_q = static_cast<int>(p.seqlen_q);
   // Own O buffer: the warpgroup's previous O store has read it (its storing thread waits for
   // that here, a tile after issuing it, so the store ran under this tile's GEMMs).
@@ -240,10 +237,7 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const FwdMaps& map
   for (int nv = 0; nv < kNV; ++nv)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = warp * 16 + g + hh * 8;
-      const int x = (r * kSw / 128) % kChunks;
-      const uint32_t a = so_rows + static_cast<uint32_t>((nv / kChunks) * kBlockM * kSw + r * kSw +
-                                                         (((nv % kChunks) ^ x) << 4) + t * 4);
+      const uint32_t a = so_rows + hopper::swizzled_chunk<kSw, kBlockM>(warp * 16 + g + hh * 8, nv) + t * 4;
       const uint32_t v = fa2::pack2<T>(acc_o[0][nv][2 * hh] * inv[hh], acc_o[0][nv][2 * hh + 1] * inv[hh]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
     }

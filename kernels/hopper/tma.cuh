@@ -76,6 +76,19 @@ __device__ __forceinline__ void bulk_wait_read_all() {
 // Waits until every bulk group of this thread has completed (its global writes done).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// Byte offset, in a tile laid out as the copy engine loads (and stores) boxes in the
+// kSw-byte swizzle, of the 16-byte chunk that holds 16-bit columns 8 n8 .. 8 n8 + 7 of row r:
+// column blocks of kSw / 2 columns, kTileRows rows of kSw bytes each, the blocks' chunk k of
+// row r at k ^ x with x = (r kSw / 128) % (kSw / 16) (r % 8 in the 128-byte swizzle, (r / 2)
+// % 4 in the 64-byte one). A warp's 4-byte stores of a wgmma accumulator's rows g and columns
+// 2t through it (plus 4t) hit 32 distinct banks.
+template <int kSw, int kTileRows>
+__device__ __forceinline__ uint32_t swizzled_chunk(int r, int n8) {
+  constexpr int kChunks = kSw / 16;
+  const int x = (r * kSw / 128) % kChunks;
+  return static_cast<uint32_t>((n8 / kChunks) * kTileRows * kSw + r * kSw + (((n8 % kChunks) ^ x) << 4));
+}
+
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (a TMA
 // store or a wgmma that reads them after a barrier).
 __device__ __forceinline__ void fence_proxy_async_smem() {
