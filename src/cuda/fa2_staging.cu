@@ -142,7 +142,7 @@ int stage_width(const void* user, const Strides4& st, int64_t dim) {
 
 // Launches the copy of t (kOut: from the dense copy `dense` to the caller's tensor `user`;
 // else from `user` into `dense`) at the widest access stage_width allows, in launches of as
-// many heads as keep a token's accesses within 32 bits (all of them, but for millions of
+// many heads as keep a token's accesses within 32 bits (all of them up to about 2^18
 // heads); it stops at a failed launch, which launch_status then reports.
 template <bool kOut>
 void launch_stage(const Staged& t, const void* user, void* dense, int64_t n_tokens, cudaStream_t stream) {
