@@ -272,13 +272,36 @@ TEST_CASE("backward paths: deterministic mode at head dims 96, 192 and 256 is bi
   check_deterministic(kLaterDims, 10630);
 }
 
+namespace {
+
+// Deterministic c run twice, bitwise equal, and within the bf16 bound of its
+// non-deterministic run (for lengths where an fp64 reference would take minutes).
+void check_deterministic_against_plain(const Config& c) {
+  const Problem p = make_problem(c);
+  DeviceMem dev;
+  const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
+  INFO(describe(c) << ": " << a.error << " " << b.error);
+  REQUIRE(a.ok());
+  require_same_bits(a, b);
+  Config plain = c;
+  plain.deterministic = false;
+  const LibResult r = run_library(make_problem(plain), dev, 0);
+  REQUIRE(r.ok());
+  for (const auto& pr : {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
+    const ErrStats e = error_stats(*pr.first, *pr.second);
+    INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
+    CHECK(e.nonfinite_mismatch == 0);
+    CHECK(e.max_abs <= 2e-2 * e.max_ref);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("backward paths: deterministic causal runs with more key blocks than SMs", "[gpu][bwd][deterministic]") {
   REQUIRE_PATH();
   // 17000 keys are 133 key blocks of one (key head, sequence) at d = 64 (266 at d = 256),
   // more CTAs than an H100 holds at once: a turn order that waited on a CTA not yet
-  // dispatched would hang here (the per-test timeout). Two runs bitwise equal, and within
-  // the bf16 bound of the non-deterministic run (an fp64 reference at this length would take
-  // minutes).
+  // dispatched would hang here (the per-test timeout).
   for (int64_t d : {64, 256})
     for (int mask = 1; mask < 3; ++mask) {
       Config c = gbase("bwd paths deterministic, many key blocks", 17000, 17000, d, FLASHATTN_DTYPE_BF16,
@@ -287,24 +310,25 @@ TEST_CASE("backward paths: deterministic causal runs with more key blocks than S
       c.hkv = 1;
       set_causal(c, mask);
       c.deterministic = true;
-      const Problem p = make_problem(c);
-      DeviceMem dev;
-      const LibResult a = run_library(p, dev, 0), b = run_library(p, dev, 0);
-      INFO(describe(c) << ": " << a.error << " " << b.error);
-      REQUIRE(a.ok());
-      require_same_bits(a, b);
-      Config plain = c;
-      plain.deterministic = false;
-      const LibResult r = run_library(make_problem(plain), dev, 0);
-      REQUIRE(r.ok());
-      for (const auto& pr :
-           {std::make_pair(&a.dq, &r.dq), std::make_pair(&a.dk, &r.dk), std::make_pair(&a.dv, &r.dv)}) {
-        const ErrStats e = error_stats(*pr.first, *pr.second);
-        INFO("max |det - plain| " << e.max_abs << ", max |plain| " << e.max_ref);
-        CHECK(e.nonfinite_mismatch == 0);
-        CHECK(e.max_abs <= 2e-2 * e.max_ref);
-      }
+      check_deterministic_against_plain(c);
     }
+}
+
+TEST_CASE("backward paths: deterministic runs without a mask launched in chunks of pairs",
+          "[gpu][bwd][deterministic]") {
+  REQUIRE_PATH();
+  // 21 (key head, sequence) pairs, GQA 2:1, 2048 queries: on an H100 the fa3 backward
+  // launches them in chunks of 8 pairs at d = 64 and 5 at d = 128 (BwdScratch::chain_groups),
+  // the last chunk short.
+  for (int64_t d : {64, 128}) {
+    Config c = gbase("bwd paths deterministic, chunked launch order", 2048, 2048, d, FLASHATTN_DTYPE_BF16,
+                     d == 64 ? 9890 : 10890);
+    c.batch = 3;
+    c.hq = 14;
+    c.hkv = 7;
+    c.deterministic = true;
+    check_deterministic_against_plain(c);
+  }
 }
 
 TEST_CASE("backward paths: a deterministic run takes the forced path's bits on the automatic path",

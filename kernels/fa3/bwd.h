@@ -28,11 +28,14 @@ struct BwdMaps {
 // ([batch, heads_q, seqlen_q]); the fp32 dQ accumulator [batch * seqlen_q, heads_q, head_dim],
 // which the kernel adds to through BwdMaps::dq; in deterministic mode the turn counters of
 // the dQ adds, [batch, heads_q, query blocks of BwdTraits::kBlockM rows] (bwd_schedule.cuh),
-// else null (their count stays with the host's workspace layout).
+// else null (their count stays with the host's workspace layout). chain_groups: the launch
+// order of the CTAs (bwd_work): 1, key blocks fastest; above 1 (deterministic runs without a
+// mask), chunks of that many (key head, sequence) pairs, key blocks slowest within a chunk.
 struct BwdScratch {
   float* delta;
   float* dq_accum;
   int32_t* dq_turns;
+  int chain_groups;
 };
 
 // The outcome of a launch: err is cudaSuccess, or the error of the CUDA call made at `step`.

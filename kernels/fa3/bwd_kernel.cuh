@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel(const AttnParams p, const __grid_constant__ BwdMaps maps, const BwdScratch scratch) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const BwdSmem<Cfg> sm{(fa2::smem_u32(smem_raw) + 1023u) & ~1023u};
-  const BwdWork w = bwd_work<Cfg>(p);
+  const BwdWork w = bwd_work<Cfg>(p, scratch.chain_groups);
 
   if (threadIdx.x == 0) {
     hopper::mbar_init(sm.kv_full());

@@ -132,9 +132,10 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 // for its reduce-adds to complete.
 // kDet (deterministic mode; scratch.dq_turns set): before a step's pieces lane 0 waits for its
 // turn at the step's query block (bwd_dq_turn); it passes the turn on once that step's
-// reduce-adds have completed (cp.async.bulk.wait_group 0, not .read, in place of the next
-// step's wait for the reads: the consumers compute the next step meanwhile, and the next CTA
-// in the order waits no longer than the adds take). maps.dq is then 4-D (column, head,
+// reduce-adds have completed (cp.async.bulk.wait_group 0, not .read), at the next step, after
+// the buffers are handed back on the reads as in plain runs: the consumers stage the next
+// pieces while the adds complete, and the next CTA in the order waits no longer than the
+// adds take. maps.dq is then 4-D (column, head,
 // query, sequence): the engine skips the rows a piece holds past len_q, which through the
 // 3-D map would add zeros into the next sequence's first rows outside its turns (not always
 // a no-op: +0 turns an accumulated -0 into +0). A template argument, chosen at run time by
@@ -146,15 +147,7 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
   int32_t* held = nullptr;  // kDet: the previous step's counter, until its adds complete,
   int held_turn = 0;        // and the turn this CTA took there
   for (int it = 0; it < w.steps(); ++it) {
-    if (lane == 0) {
-      if (kDet && held != nullptr) {
-        hopper::bulk_wait_all();
-        hopper::fence_proxy_async_global();
-        turn_pass(held, held_turn + 1);
-      } else {
-        hopper::bulk_wait_read_all();
-      }
-    }
+    if (lane == 0) hopper::bulk_wait_read_all();
     __syncwarp();
 #pragma unroll
     for (int cw = 0; cw < 2; ++cw)
@@ -164,6 +157,11 @@ __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps
     const int turn = kDet ? bwd_dq_turn<Cfg>(p, w, m0) : 0;
     if constexpr (kDet) {
       if (lane == 0) {
+        if (held != nullptr) {
+          hopper::bulk_wait_all();
+          hopper::fence_proxy_async_global();
+          turn_pass(held, held_turn + 1);
+        }
         turn_wait(counter, turn);
         hopper::fence_proxy_async_global();
       }

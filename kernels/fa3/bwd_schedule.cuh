@@ -47,7 +47,14 @@ __device__ __forceinline__ uint32_t bwd_parity(int it) {
 // query head of the GQA group (kvh * group ..), the query blocks m_first .. tiles_m - 1 (under
 // the causal mask the blocks before m_first see none of its keys). Key blocks are numbered
 // fastest, so the CTAs with the longest causal walks (the first key blocks) start first;
-// deterministic causal runs number them last first (bwd_dq_turn says why).
+// deterministic causal runs number them last first (bwd_dq_turn says why). Deterministic runs
+// without a mask (chain > 1, BwdScratch::chain_groups) number chunks of `chain` (key head,
+// sequence) pairs, and within a chunk key block 0 of each pair, then key block 1 of each, ...:
+// key block n adds its dQ pieces after key block n - 1's, so it should start about a step
+// later. Numbered fastest, a pair's CTAs start together and the later ones hold their SMs
+// while they wait; in chunks of about twice the CTAs that start in a step's time (the host's
+// choice), each starts as the CTAs of earlier chunks end, a step or more after the one it
+// follows (measured in docs/internals/kernels-fa3-backward.md).
 struct BwdWork {
   int n0, kvh, b;
   int group;              // query heads per key head
@@ -62,14 +69,20 @@ struct BwdWork {
 };
 
 template <class Cfg>
-__device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
+__device__ __forceinline__ BwdWork bwd_work(const AttnParams& p, int chain) {
   BwdWork w;
   w.len_q = static_cast<int>(p.seqlen_q);
   w.len_k = static_cast<int>(p.seqlen_k);
   w.shift = p.align == 1 ? w.len_k - w.len_q : 0;
   const int n_blocks = (w.len_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const int kvh_b = static_cast<int>(blockIdx.x) / n_blocks;
-  const int nb = static_cast<int>(blockIdx.x) % n_blocks;
+  const int cta = static_cast<int>(blockIdx.x);
+  int kvh_b = cta / n_blocks, nb = cta % n_blocks;
+  if (chain > 1) {
+    const int span = chain * n_blocks, first = cta / span * chain, at = cta % span;
+    const int pairs = min(chain, static_cast<int>(p.heads_kv * p.batch) - first);  // the last chunk's may be fewer
+    kvh_b = first + at % pairs;
+    nb = at / pairs;
+  }
   w.n0 = (p.deterministic && p.has_band ? n_blocks - 1 - nb : nb) * Cfg::kBlockN;
   w.kvh = kvh_b % static_cast<int>(p.heads_kv);
   w.b = kvh_b / static_cast<int>(p.heads_kv);
@@ -97,9 +110,10 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p) {
 //   would wait for the first key block's whole walk to reach its diagonal (measured on an
 //   H100: 1.4-2.2x the plain time under the causal mask).
 // No deadlock, whatever number of CTAs is resident: a CTA waits only on CTAs of the same
-// (key head, sequence) that come before it in the order, and bwd_work numbers key blocks
-// fastest in that same order (descending for deterministic causal runs), so those CTAs have
-// smaller linear block indices, which the hardware dispatches no later. By induction on the
+// (key head, sequence) that come before it in the order, and bwd_work numbers key blocks in
+// that same order (descending for deterministic causal runs; ascending within each pair of a
+// chunk without a mask), so those CTAs have smaller linear block indices, which the hardware
+// dispatches no later. By induction on the
 // index, the lowest unfinished CTA is resident and everything it waits for has finished
 // (and passed every turn it took, as each CTA does before it exits), so it makes progress.
 template <class Cfg>

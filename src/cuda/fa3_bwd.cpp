@@ -7,6 +7,7 @@
 // (fa2_bwd_stage_in).
 #include <stdint.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "cuda/fa3_serves.hpp"
@@ -139,6 +140,24 @@ bool encode(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
   return kDimOps[bwd_config(p)].maps(p, &run->maps, why, why_size);
 }
 
+// BwdScratch::chain_groups: in deterministic runs without a mask, chunks of the (key head,
+// sequence) pairs whose CTAs start in about two steps' time on all SMs (one CTA per SM, each
+// a step per query block of every query head it serves; bwd_work says why); else 1. A device
+// whose SM count cannot be read keeps the plain order (only its speed differs).
+int chain_groups(const AttnParams& p, int cfg) {
+  if (!p.deterministic || p.has_band) return 1;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  const int64_t rows = fa3::bwd_block_m(fa3::kBwdDims[cfg], false);
+  const int64_t steps = p.heads_q / p.heads_kv * ((p.seqlen_q + rows - 1) / rows);
+  const int64_t chunk = (2 * static_cast<int64_t>(sms) + steps / 2) / steps;
+  return static_cast<int>(std::max<int64_t>(1, std::min(chunk, p.heads_kv * p.batch)));
+}
+
 }  // namespace
 
 bool fa3_bwd_prepare(const AttnParams& p, Fa3Bwd* run, char* why, size_t why_size) {
@@ -170,6 +189,7 @@ flashattn_status_t fa3_bwd(const AttnParams& p, const Fa3Bwd& run, void* workspa
   if (const flashattn_status_t s = fa2_bwd_scratch(p, workspace, workspace_bytes, &scratch)) return s;
   if (const flashattn_status_t s = bwd_delta(p, scratch, stream)) return s;
   const int cfg = bwd_config(p);
+  scratch.chain_groups = chain_groups(p, cfg);
   // The map of the dQ accumulator, which lives in this call's workspace; 4-D in deterministic
   // mode (fa3/bwd.h). fa3_bwd_prepare checked what the encoder checks (extents within 32
   // bits; the accumulator is dense and 256-byte aligned): only a driver's refusal fails here.
