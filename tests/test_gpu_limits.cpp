@@ -705,6 +705,36 @@ TEST_CASE("gpu limits: element-aligned pointers and strides for head dims that a
     for (int t = 0; t < 8; ++t) p.lay[t] = layout_of(mix[(t + variant) % 8], c.batch, lens[t], heads[t], dims[t]);
     check_problem(p, dev4);
   }
+  // Strides the copies never apply (one sequence, one head; one row) are odd here, the
+  // pointers 8-byte aligned and the head dims multiples of 4: the copies take 8 bytes an
+  // access whatever those strides are.
+  OffsetDeviceMem dev8(8);
+  for (int variant = 0; variant < 2; ++variant) {
+    const bool one_row = variant == 1;
+    Config c = gcfg("element-aligned, strides of extent 1 odd", one_row ? 1 : 70, one_row ? 1 : 90, 100,
+                    FLASHATTN_DTYPE_BF16, ++seed);
+    c.dv = 36;
+    c.batch = one_row ? 2 : 1;
+    c.hq = c.hkv = one_row ? 3 : 1;
+    Problem p = make_problem(c);
+    const int64_t dims[8] = {c.dqk, c.dqk, c.dv, c.dv, c.dv, c.dqk, c.dqk, c.dv};
+    for (int t = 0; t < 8; ++t) {
+      TensorLayout& l = p.lay[t];
+      const int64_t d = dims[t];
+      // (batch, seq, head, dim): one_row keeps batch and head strides of multiples of 4 and
+      // makes the sequence stride odd; else batch and head strides are odd.
+      l.strides[3] = 1;
+      l.strides[2] = one_row ? d + 4 : 1001;
+      l.strides[1] = one_row ? 3 * d + 7 : d;
+      l.strides[0] = one_row ? 4 * (d + 4) : 12345;
+      const int64_t ext[4] = {c.batch, one_row ? 1 : (t == 1 || t == 2 || t == 6 || t == 7 ? c.sk : c.sq), c.hq, d};
+      int64_t last = 0;
+      for (int k = 0; k < 4; ++k) last += (ext[k] - 1) * l.strides[k];
+      l.elems = static_cast<size_t>(last + 1);
+      l.explicit_set = true;
+    }
+    check_problem(p, dev8);
+  }
   Config c = gcfg("head_dim_qk 59 (copied), head_dim_v 64 (direct) at 4-byte offsets", 33, 40, 59, FLASHATTN_DTYPE_FP16,
                   ++seed);
   c.dv = 64;

@@ -129,13 +129,17 @@ unsigned copy_grid(int64_t n_tokens) {
 }
 
 // The widest access (elements) that the caller's tensor allows at every position a copy
-// touches: V divides its head dim and its strides, and its pointer is aligned to V elements
-// (the dense copy is 256-byte aligned with rows of a multiple of 8 elements). A staged head
-// dim is not a multiple of 8, so V is at most 4.
-int stage_width(const void* user, const Strides4& st, int64_t dim) {
+// touches: V divides its head dim and every stride the copy applies (those of extents above
+// 1: not the batch stride of a varlen run or of one sequence, nor the sequence or head stride
+// of one row or head), and its pointer is aligned to V elements (the dense copy is 256-byte
+// aligned with rows of a multiple of 8 elements). A staged head dim is not a multiple of 8,
+// so V is at most 4.
+int stage_width(const void* user, const Staged& t, int64_t n_tokens) {
+  const Strides4& st = t.stride;
+  const bool batches = n_tokens > t.rows, rows = t.rows > 1, heads = t.heads > 1;
   for (int v = 4; v > 1; v /= 2)
-    if (reinterpret_cast<uintptr_t>(user) % (2 * v) == 0 && dim % v == 0 && st.b % v == 0 && st.s % v == 0 &&
-        st.h % v == 0)
+    if (reinterpret_cast<uintptr_t>(user) % (2 * v) == 0 && t.dim % v == 0 && (!batches || st.b % v == 0) &&
+        (!rows || st.s % v == 0) && (!heads || st.h % v == 0))
       return v;
   return 1;
 }
@@ -149,7 +153,7 @@ void launch_stage(const Staged& t, const void* user, void* dense, int64_t n_toke
   const uint16_t* from = static_cast<const uint16_t*>(kOut ? dense : user);
   uint16_t* to = static_cast<uint16_t*>(kOut ? const_cast<void*>(user) : dense);
   const int dim = static_cast<int>(t.dim), d8 = static_cast<int>(fa2_kernel_dim(t.dim));
-  const int v = stage_width(user, t.stride, t.dim);
+  const int v = stage_width(user, t, n_tokens);
   const int64_t chunk = 2147483647 / 32 / ((kOut ? dim : d8) / v);  // heads a launch
   const unsigned grid = copy_grid(n_tokens);
   for (int64_t h0 = 0; h0 < t.heads; h0 += chunk) {
