@@ -49,7 +49,8 @@ def parse_args(argv=None):
                     "--profile: 128)")
     ap.add_argument("--seqlens", help="comma list (default 512,1024,2048,4096,8192,16384; --profile: 1024,16384)")
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per batch (b = tokens / seqlen)")
-    ap.add_argument("--impls", help="comma list of lib-flash, lib-flash-det (deterministic mode), lib-standard, " +
+    ap.add_argument("--impls", help="comma list of lib-flash, lib-flash-det (deterministic mode), lib-flash-drop "
+                    "(dropout p = 0.1), lib-standard, " +
                     ", ".join(SDPA) +
                     " (default: all; --profile: lib-flash,flash,cudnn)")
     ap.add_argument("--no-bwd", action="store_true", help="forward only")

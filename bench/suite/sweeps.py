@@ -6,8 +6,10 @@ from .library import LibCase, bench_lib, lib_calls, std_fits
 from .timing import SDPA, flops, hdim_label, sdpa_backend, short, time_cuda_rounds, torch_calls
 
 # The library's implementations: name -> (algorithm, plan options). lib-flash-det is the FLASH
-# algorithm in deterministic mode (flashattn_plan_set_deterministic), to measure its cost.
+# algorithm in deterministic mode (flashattn_plan_set_deterministic), lib-flash-drop with
+# dropout of p = 0.1, to measure their costs.
 LIB_IMPLS = {"lib-flash": ("flash", None), "lib-flash-det": ("flash", {"deterministic": True}),
+             "lib-flash-drop": ("flash", {"dropout_p": 0.1, "seed": 1234, "offset": 0}),
              "lib-standard": ("standard", None)}
 
 

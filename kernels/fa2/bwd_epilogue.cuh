@@ -118,6 +118,7 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
            static_cast<int64_t>(hk) * p.dv_stride.h;
   const int dqk = static_cast<int>(p.head_dim_qk), dv = static_cast<int>(p.head_dim_v);
   const float scale = p.scale;
+  const float keep = p.rp_keep;  // dV: the dropout's keep scale, which P left out (1 without dropout)
   const bool add = p.grad_accumulate != 0;
   bool staged = false;
   if constexpr (Arch::kSm90) {
@@ -130,7 +131,7 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
       cp_async_wait<0>();  // the prologue's copies into sK/sV, if no loop-top wait ran
       bwd_add_staged<kMTk, kNTk, D, Bc, Tr::kThreads>(sK, acc_dk, scale, wk_m0, wk_n0, g, t, gdk, p.dk_stride.s, dqk,
                                                       n_valid, staged, tid);
-      bwd_add_staged<kMTk, kNTv, DV, Bc, Tr::kThreads>(sK, acc_dv, 1.f, wk_m0, wv_n0, g, t, gdv, p.dv_stride.s, dv,
+      bwd_add_staged<kMTk, kNTv, DV, Bc, Tr::kThreads>(sK, acc_dv, keep, wk_m0, wv_n0, g, t, gdv, p.dv_stride.s, dv,
                                                        n_valid, staged, tid);
       return;
     }
@@ -152,7 +153,7 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
           }
 #pragma unroll
           for (int nt = 0; nt < kNTv; ++nt) {
-            const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf], acc_dv[mt][nt][2 * hf + 1]);
+            const uint32_t v = pack2<T>(acc_dv[mt][nt][2 * hf] * keep, acc_dv[mt][nt][2 * hf + 1] * keep);
             const uint32_t a = sV + 2u * static_cast<uint32_t>(Tr::TileV::offset(r, wv_n0 + nt * 8 + 2 * t));
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
           }
@@ -181,8 +182,8 @@ __device__ __forceinline__ void bwd_epilogue(const BwdKernel<Arch, Tr, T>& k,
       for (int nt = 0; nt < kNTv; ++nt) {
         const int c = wv_n0 + nt * 8 + 2 * t;
         if (c < dv)
-          store_grad2<T>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c, acc_dv[mt][nt][2 * hf],
-                         acc_dv[mt][nt][2 * hf + 1], add_direct);
+          store_grad2<T>(gdv + static_cast<int64_t>(r) * p.dv_stride.s + c, __fmul_rn(acc_dv[mt][nt][2 * hf], keep),
+                         __fmul_rn(acc_dv[mt][nt][2 * hf + 1], keep), add_direct);
       }
     }
   }

@@ -111,14 +111,16 @@ struct BwdDropBitsOf {
   }
 };
 
-// Element e of n8 tile nt under the dropped bits: P to store (pst) and dP.
+// Element e of n8 tile nt under the dropped bits: P to store (pst: P where kept, else 0; the
+// keep scale goes onto dV in fp32 in the epilogue, so a P of 16 bits exactly, such as 1 for a
+// query that sees one key, stays exact) and dP (dP rp_keep where kept, else 0).
 template <int kNTs>
 struct BwdDropElem {
   const AttnParams& p;
 
   __device__ void operator()(DropBits<kNTs> bits, int nt, int e, float& pst, float& dp) const {
     const bool dropped = (bits >> (4 * nt + e)) & 1u;
-    pst = dropped ? 0.f : pst * p.rp_keep;
+    pst = dropped ? 0.f : pst;
     dp = dropped ? 0.f : dp * p.rp_keep;
   }
 };
@@ -237,8 +239,9 @@ struct BwdScores {
         bwd_warp_gemm<Arch, T, SL, kNTs, D, false, false, Br, Bc>(acc_s, k.sQ(st), ws_m0, sK, ws_n0);
       }
       // Dropout: the dropped elements of m16 tile ml, one Philox call per two n8 tiles
-      // (fa2/dropout.cuh); P_dropped = P rp_keep where kept, else 0, and dS = P
-      // (dP_dropped - Delta) with dP_dropped alike, as the general path computes them.
+      // (fa2/dropout.cuh); the P stored for dV is P where kept, else 0 (dV takes rp_keep in
+      // the epilogue), and dS = P (dP_dropped - Delta) with dP_dropped = dP rp_keep where
+      // kept, else 0, as the general path computes them.
       [[maybe_unused]] DropBits<kNTs> drop[SL];
       const BwdDropBitsOf<kNTs> drop_bits_of{p, ctx, h, r0, ws_m0, g, ws_n0, t};
       const BwdDropElem<kNTs> drop_elem{p};
@@ -428,7 +431,7 @@ struct BwdScores {
               if (has_dropout) {
                 const bool kept = !((dropped >> e) & 1u);
                 dp = kept ? dp * p.rp_keep : 0.f;
-                pd = kept ? pr * p.rp_keep : 0.f;
+                pd = kept ? pr : 0.f;  // rp_keep: on dV in the epilogue (BwdDropElem)
               }
               float ds = pr * (dp - dlt[e >> 1]);
               if (args.dbias_mode != kDbiasNone && i < len_q && j < len_k) {
