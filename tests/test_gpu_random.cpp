@@ -5,8 +5,15 @@
 // them there; the other half take any option. Draws are numbered from FA_GPU_RANDOM_SEED
 // (default 1); ctest runs them in shards (FA_GPU_RANDOM_SHARD of kShards, each kPerShard
 // draws; unset: every shard), so a failing draw is reproduced by its seed and shard.
+// The bound is FlashAttention's own tests': twice the same-precision standard attention's
+// error (kRandomTolerance). The fixed configurations of the other GPU tests hold 1x; over
+// drawn ones a gradient is a sum of as few roundings as the yardstick's wherever a key sees
+// one or two queries, and either may round the luckier way: on an H100 over six seeds (960
+// draws, 767 comparisons a tensor in 16 bits), library / yardstick max error (plus the
+// floor) reached 1.15 for dV (2 comparisons above 1), 0.94 for O, 0.90 dQ, 0.56 dK.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <string>
 
 #include "catch_compat.hpp"
@@ -19,6 +26,7 @@ using namespace fat;
 namespace {
 
 constexpr int kShards = FA_GPU_RANDOM_SHARDS, kPerShard = 20;  // the shard count from tests/CMakeLists.txt
+constexpr Tolerance kRandomTolerance{2.0, 0.125, 2.0, 2.0};
 
 struct Rng {
   uint64_t state;
@@ -31,7 +39,7 @@ struct Rng {
 
 // A length of 1 to about 1,100 tokens, short ones as likely as long ones.
 int64_t draw_len(Rng& r) {
-  const int64_t tops[] = {2, 8, 70, 200, 400, 1100};
+  const int64_t tops[] = {2, 8, 130, 400, 700, 1100};
   return 1 + static_cast<int64_t>(r(static_cast<uint64_t>(tops[r(6)])));
 }
 
@@ -67,6 +75,16 @@ void draw_options(Rng& r, Config& c) {
     case 3: c.bias = FLASHATTN_BIAS_ALIBI_SYMMETRIC; break;
     default: break;
   }
+  // ALiBi's bias grows with the distance of query and key (the first head's slope is 2^(-8 /
+  // heads): 0.79 at 24 heads, -200 at 250 positions), and a 16-bit score of that size keeps
+  // about one unit: the same-precision yardstick then misses the fp64 reference by whole
+  // units, which its own check in check_against_reference rejects (the library stays within
+  // its bound there: 0.001-0.011 where the yardstick missed by 0.15-2.8, with biases of
+  // -150 to -270). ALiBi draws keep both lengths to 128 (biases above -102).
+  if (c.bias == FLASHATTN_BIAS_ALIBI || c.bias == FLASHATTN_BIAS_ALIBI_SYMMETRIC) {
+    c.sq = std::min<int64_t>(c.sq, 128);
+    c.sk = std::min<int64_t>(c.sk, 128);
+  }
   if (r.chance(25)) {
     c.p_drop = 0.05f + 0.3f * static_cast<float>(r(3));
     c.seed = r(1000000);
@@ -86,7 +104,7 @@ void draw_options(Rng& r, Config& c) {
 }
 
 // Draw n of the sequence from seed: the lengths are drawn again until the fp64 reference's
-// work (batch x heads x sq x sk x (dqk + dv)) stays below about 2e8 multiply-adds.
+// work (batch x heads x sq x sk x (dqk + dv)) stays below about 6e8 multiply-adds.
 Config draw(uint64_t seed, int n) {
   Rng r{seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ull + 1};
   for (int i = 0; i < 4; ++i) r(2);
@@ -105,7 +123,7 @@ Config draw(uint64_t seed, int n) {
   do {
     c.sq = draw_len(r);
     c.sk = r.chance(50) ? c.sq : draw_len(r);
-  } while (c.batch * c.hq * c.sq * c.sk * (c.dqk + c.dv) > 200000000);
+  } while (c.batch * c.hq * c.sq * c.sk * (c.dqk + c.dv) > 600000000);
   c.layout = static_cast<Layout>(r(5));
   draw_mask(r, c, any);
   c.deterministic = r.chance(25);
@@ -122,5 +140,5 @@ TEST_CASE("gpu random: drawn configurations match the reference and the CPU back
   const uint64_t seed = seed_text ? strtoull(seed_text, nullptr, 10) : 1;
   const int first = shard_text ? atoi(shard_text) : 0, last = shard_text ? first : kShards - 1;
   for (int s = first; s <= last; ++s)
-    for (int n = s * kPerShard; n < (s + 1) * kPerShard; ++n) gpu_check(draw(seed, n));
+    for (int n = s * kPerShard; n < (s + 1) * kPerShard; ++n) gpu_check(draw(seed, n), kRandomTolerance);
 }
