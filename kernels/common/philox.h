@@ -20,10 +20,18 @@ struct Philox4 {
   uint32_t x[4];
 };
 
+// The 64-bit product a * b: its high word in *hi, its low word returned. Device code takes the
+// two words as 32-bit multiplies (IMAD.HI, IMAD): through a 64-bit product ptxas added a
+// register to each high word (one VIADD per multiply, a sixth of the kernels' dropout work).
 FA_HD uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
+#if defined(__CUDA_ARCH__)
+  *hi = __umulhi(a, b);
+  return a * b;
+#else
   const uint64_t p = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(p >> 32);
   return static_cast<uint32_t>(p);
+#endif
 }
 
 // Philox4x32 with 10 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").

@@ -33,9 +33,16 @@ __device__ __forceinline__ DropBits<kNT> dropout_drop_bits(uint64_t seed, uint64
   for (int k = 0; k < (kNT + 1) / 2; ++k) {
     const int nt = 2 * k + (t >> 1) < kNT ? 2 * k + (t >> 1) : kNT - 1;
     const Philox4 w = dropout_words8(seed, head_ctr, i_own, (col0 >> 3) + static_cast<uint32_t>(nt));
-    uint32_t own = 0;  // bit c: column 8 nt + c of row i_own is dropped
+    // Bit c: column 8 nt + c of row i_own is dropped (dropout_halfword(w, c) < threshold).
+    // Word q holds halfwords 2q (low) and 2q + 1 (high): hi < t iff word < t << 16, and
+    // lo < t iff word << 16 < t << 16 (t < 2^16), two compares and no extraction.
+    const uint32_t t_hi = threshold << 16;
+    uint32_t own = 0;
 #pragma unroll
-    for (uint32_t c = 0; c < 8; ++c) own |= (dropout_halfword(w, c) < threshold ? 1u : 0u) << c;
+    for (int q = 0; q < 4; ++q) {
+      if ((w.x[q] << 16) < t_hi) own |= 1u << (2 * q);
+      if (w.x[q] < t_hi) own |= 2u << (2 * q);
+    }
     // Byte s: lane s's row (s & 1) of tile 2k + (s >> 1).
     uint32_t quad = own << (8 * t);
     quad |= __shfl_xor_sync(0xffffffffu, quad, 1);
