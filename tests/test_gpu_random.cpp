@@ -1,8 +1,9 @@
 // Configurations drawn at random, run on the CUDA backend against the fp64 reference and the
-// CPU backend (gpu_check). Half the draws take only what the fa3 kernels serve (no bias,
-// softcap, dropout, varlen or block-sparse layout; causal or no mask; GQA, any head dims,
-// deterministic mode), at lengths of several of their tiles, so that the automatic path runs
-// them there; the other half take any option. Draws are numbered from FA_GPU_RANDOM_SEED
+// CPU backend (gpu_check). Half the draws take no option but the fa3 kernels' (causal or no
+// mask, GQA, any head dims, deterministic mode; no bias, softcap, dropout, varlen or
+// block-sparse layout), so that where the dtype (16-bit: 80%) and layout allow, the automatic
+// path runs them there; the other half take any option. Lengths run from 1 to about 1,100
+// tokens, several tiles of every kernel. Draws are numbered from FA_GPU_RANDOM_SEED
 // (default 1); ctest runs them in shards (FA_GPU_RANDOM_SHARD of kShards, each kPerShard
 // draws; unset: every shard), so a failing draw is reproduced by its seed and shard.
 // The bound is FlashAttention's own tests': twice the same-precision standard attention's

@@ -9,8 +9,9 @@
 //        sm_90a code at d=64/128/256 one wgmma tile per warpgroup instead, kWg)
 //   P  = exp2(S*scale*log2e - LSE*log2e), dropout mask from philox (same as the forward)
 //   dS = P * (dP * keep/(1-p) - Delta)  [* (1 - tanh^2) with softcap]
-//   P_dropped and dS go to shared memory (bf16/fp16), then
-//   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N; kWgK)
+//   P_dropped (P where kept, else 0) and dS go to shared memory (bf16/fp16), then
+//   dV += P_dropped^T dO, dK += dS^T Q                (registers, warp grid WK_M x WK_N; kWgK);
+//   the epilogue multiplies dV by keep/(1-p) in fp32
 //   dQ_partial = dS K -> red.global.add into the fp32 dQ workspace (warp grid WQ_M x WQ_N, kWgQ;
 //   with kDqStage each warp stages 16x32 blocks in shared memory so that one float4
 //   reduction covers 4 whole 128-byte rows; with kDqBulk (sm_90) the staged rows go to

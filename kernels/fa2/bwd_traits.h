@@ -66,7 +66,7 @@ struct BwdTraits {
   using TileV = SwizzledTile<Bc, DVS>;
   using TileQ = SwizzledTile<Br, DS>;
   using TileDO = SwizzledTile<Br, DVS>;
-  using TileP = SwizzledTile<Br, Bc>;  // P_dropped and dS, [query][key]
+  using TileP = SwizzledTile<Br, Bc>;  // P_dropped (unscaled) and dS, [query][key]
 
   // TMA_ (sm_90 code, when the host passes TMA maps of Q and dO): the prefetch of the next
   // tile's Q and dO is one copy-engine request per 64-column block issued by one thread,
