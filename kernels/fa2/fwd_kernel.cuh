@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // ---- S = Q K^T ----
     float s[kMT][kNT][4];
+    DropBits<kNT> drop_bits[kMT];
     if constexpr (kWgF) {
       // One m64 x kBlockN wgmma tile per mt; the first k16 step overwrites s.
       wg_fence();
@@ -194,6 +195,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                                             smem_u32(sK));
       }
       wg_commit();
+      if (o.dropout) fwd_drop_bits<Cfg>(drop_bits, p, wrow, o.drop_head, m0, n0, g, t);  // under the GEMM
       wg_wait<0>();
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) wg_hold(*reinterpret_cast<float(*)[1][kNT][4]>(&s[mt][0][0]));
@@ -279,7 +281,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_softmax<Cfg>(s, acc_o, row_max, row_sum, o.sl2);
 
     // ---- dropout on P (the row sums above keep the undropped values) ----
-    if (o.dropout) fwd_dropout<Cfg>(s, p, wrow, o.drop_head, m0, n0, g, t);
+    if (o.dropout) {
+      if constexpr (!kWgF) fwd_drop_bits<Cfg>(drop_bits, p, wrow, o.drop_head, m0, n0, g, t);
+      fwd_drop_apply<Cfg>(s, drop_bits);
+    }
 
     // ---- O += P V (P from registers) ----
     if constexpr (kWgF) {

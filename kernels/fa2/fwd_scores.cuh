@@ -164,25 +164,32 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[Cfg::kMT][Cfg::kNT][4], f
     }
 }
 
-// Dropout on P (kExtras; the row sums keep the undropped values): keep decisions are first
-// gathered into a bit mask by a rolled loop (one Philox call per thread, pair of n8 tiles
-// and m16 tile), which keeps register pressure low; dropped elements of P set to 0.
+// Dropout on P (kExtras; the row sums keep the undropped values): the keep decisions of the
+// tile as a bit mask per m16 tile (fwd_drop_bits: a rolled loop, one Philox call per thread,
+// pair of n8 tiles and m16 tile, which keeps register pressure low; they depend on no score,
+// so the sm_90a code computes them while the S GEMM runs), then dropped elements of P set to
+// 0 (fwd_drop_apply).
 template <class Cfg, class WRow>
-__device__ __forceinline__ void fwd_dropout(float (&s)[Cfg::kMT][Cfg::kNT][4], const AttnParams& p, const WRow& wrow,
-                                            uint64_t drop_head, int m0, int n0, int g, int t) {
+__device__ __forceinline__ void fwd_drop_bits(DropBits<Cfg::kNT> (&bits)[Cfg::kMT], const AttnParams& p,
+                                              const WRow& wrow, uint64_t drop_head, int m0, int n0, int g, int t) {
   constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
   // Fully unrolled when the O accumulator is small, else two Philox calls in flight.
   constexpr int kDropUnroll = kMT * Cfg::kNV <= 16 ? kNT : 2;
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-    const DropBits<kNT> drop_bits = dropout_drop_bits<kNT, kDropUnroll>(
-        p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g), static_cast<uint32_t>(n0), t, p.drop_threshold);
+  for (int mt = 0; mt < kMT; ++mt)
+    bits[mt] = dropout_drop_bits<kNT, kDropUnroll>(p.seed, drop_head, static_cast<uint32_t>(m0 + wrow(mt) + g),
+                                                   static_cast<uint32_t>(n0), t, p.drop_threshold);
+}
+template <class Cfg>
+__device__ __forceinline__ void fwd_drop_apply(float (&s)[Cfg::kMT][Cfg::kNT][4],
+                                               const DropBits<Cfg::kNT> (&bits)[Cfg::kMT]) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+  for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if ((drop_bits >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
-  }
+        if ((bits[mt] >> (4 * nt + e)) & 1u) s[mt][nt][e] = 0.f;
 }
 
 }  // namespace fa2
