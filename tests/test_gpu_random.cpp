@@ -6,12 +6,15 @@
 // tokens, several tiles of every kernel. Draws are numbered from FA_GPU_RANDOM_SEED
 // (default 1); ctest runs them in shards (FA_GPU_RANDOM_SHARD of kShards, each kPerShard
 // draws; unset: every shard), so a failing draw is reproduced by its seed and shard.
-// The bound is FlashAttention's own tests': twice the same-precision standard attention's
-// error (kRandomTolerance). The fixed configurations of the other GPU tests hold 1x; over
-// drawn ones a gradient is a sum of as few roundings as the yardstick's wherever a key sees
-// one or two queries, and either may round the luckier way: on an H100 over six seeds (960
-// draws, 767 comparisons a tensor in 16 bits), library / yardstick max error (plus the
-// floor) reached 1.15 for dV (2 comparisons above 1), 0.94 for O, 0.90 dQ, 0.56 dK.
+// The bound is FlashAttention's own tests' in 16 bits: twice the same-precision standard
+// attention's error (kRandomTolerance). The fixed configurations of the other GPU tests hold
+// 1x; over drawn ones a gradient is a sum of as few roundings as the yardstick's wherever a
+// key sees few queries, and either may round the luckier way: on an H100 over 22 seeds
+// (3,520 draws, about 1,400 comparisons a tensor per 16-bit dtype), library / (yardstick +
+// floor) reached 1.29 for dV (8 of 2,817 above 1), 1.05 for O, 0.90 dQ, 0.66 dK. In fp32
+// (3xTF32 products, whose 2^-21 relative error a short sum does not average out:
+// docs/internals/kernels-fp32.md) dV reached 2.4x the fp32 yardstick's error on GQA sums of
+// 30 and 174 terms (2 of 703 above 2x): the bound there is 3x.
 #include <stdlib.h>
 
 #include <algorithm>
@@ -27,7 +30,7 @@ using namespace fat;
 namespace {
 
 constexpr int kShards = FA_GPU_RANDOM_SHARDS, kPerShard = 20;  // the shard count from tests/CMakeLists.txt
-constexpr Tolerance kRandomTolerance{2.0, 0.125, 2.0, 2.0};
+constexpr Tolerance kRandomTolerance{2.0, 0.125, 3.0, 2.0};
 
 struct Rng {
   uint64_t state;
