@@ -20,9 +20,10 @@ struct Philox4 {
   uint32_t x[4];
 };
 
-// The 64-bit product a * b: its high word in *hi, its low word returned. Device code takes the
-// two words as 32-bit multiplies (IMAD.HI, IMAD): through a 64-bit product ptxas added a
-// register to each high word (one VIADD per multiply, a sixth of the kernels' dropout work).
+// The 64-bit product a * b: its high word in *hi, its low word returned. Device code asks for
+// the two words as 32-bit multiplies (which ptxas issues as one IMAD.WIDE.U32): written as a
+// 64-bit product, ptxas added a register to each high word in the kernels' dropout code (one
+// VIADD per multiply, a sixth of its instructions).
 FA_HD uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
 #if defined(__CUDA_ARCH__)
   *hi = __umulhi(a, b);
