@@ -135,11 +135,11 @@ __device__ __forceinline__ void bwd_load_rows(const AttnParams& p, const BwdScra
 // reduce-adds have completed (cp.async.bulk.wait_group 0, not .read), at the next step, after
 // the buffers are handed back on the reads as in plain runs: the consumers stage the next
 // pieces while the adds complete, and the next CTA in the order waits no longer than the
-// adds take. maps.dq is then 4-D (column, head,
-// query, sequence): the engine skips the rows a piece holds past len_q, which through the
-// 3-D map would add zeros into the next sequence's first rows outside its turns (not always
-// a no-op: +0 turns an accumulated -0 into +0). A template argument, chosen at run time by
-// the kernel: the loop without turns compiles as it did before deterministic mode existed.
+// adds take. maps.dq is then 4-D (column, head, query, sequence): the engine skips the rows a
+// piece holds past len_q, which through the 3-D map would add zeros into the next sequence's
+// first rows outside its turns (not always a no-op: +0 turns an accumulated -0 into +0). A
+// template argument, chosen at run time by the kernel: the loop without turns compiles as it
+// did before deterministic mode existed.
 template <class Cfg, bool kDet>
 __device__ __forceinline__ void bwd_reduce_dq(const AttnParams& p, const BwdMaps& maps, const BwdScratch& scratch,
                                               const BwdSmem<Cfg>& sm, const BwdWork& w, int lane) {

@@ -113,9 +113,9 @@ __device__ __forceinline__ BwdWork bwd_work(const AttnParams& p, int chain) {
 // (key head, sequence) that come before it in the order, and bwd_work numbers key blocks in
 // that same order (descending for deterministic causal runs; ascending within each pair of a
 // chunk without a mask), so those CTAs have smaller linear block indices, which the hardware
-// dispatches no later. By induction on the
-// index, the lowest unfinished CTA is resident and everything it waits for has finished
-// (and passed every turn it took, as each CTA does before it exits), so it makes progress.
+// dispatches no later. By induction on the index, the lowest unfinished CTA is resident and
+// everything it waits for has finished (and passed every turn it took, as each CTA does
+// before it exits), so it makes progress.
 template <class Cfg>
 __device__ __forceinline__ int bwd_dq_turn(const AttnParams& p, const BwdWork& w, int m0) {
   const int n = w.n0 / Cfg::kBlockN;
